@@ -1,0 +1,60 @@
+// Package attr defines the small request view that identity, match and
+// router read. It exists so that the decision engine never sees a fasthttp
+// or net/http type: the data plane adapts its own request to Request, and the
+// explain endpoint and tests use Map.
+package attr
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// Request is the read-only attribute view of one incoming request.
+//
+// Implementations may return strings that alias request buffers; callers
+// must not keep them after the request has been answered.
+type Request interface {
+	Method() string
+	Host() string
+	Path() string
+	// Header looks a header up case-insensitively.
+	Header(name string) (string, bool)
+	// Cookie returns the decoded value of the named cookie.
+	Cookie(name string) (string, bool)
+	// Query returns the decoded value of the named query argument.
+	Query(name string) (string, bool)
+	// ClientIP is the client address after trusted-proxy resolution.
+	ClientIP() netip.Addr
+}
+
+// Map is a Request backed by plain maps. Header keys are matched
+// case-insensitively; cookie and query keys exactly.
+type Map struct {
+	MethodV string
+	HostV   string
+	PathV   string
+	Headers map[string]string
+	Cookies map[string]string
+	Queries map[string]string
+	IP      netip.Addr
+}
+
+func (m *Map) Method() string { return m.MethodV }
+func (m *Map) Host() string   { return m.HostV }
+func (m *Map) Path() string   { return m.PathV }
+
+func (m *Map) Header(name string) (string, bool) {
+	if v, ok := m.Headers[name]; ok {
+		return v, true
+	}
+	for k, v := range m.Headers {
+		if strings.EqualFold(k, name) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func (m *Map) Cookie(name string) (string, bool) { v, ok := m.Cookies[name]; return v, ok }
+func (m *Map) Query(name string) (string, bool)  { v, ok := m.Queries[name]; return v, ok }
+func (m *Map) ClientIP() netip.Addr              { return m.IP }

@@ -1,0 +1,380 @@
+// Package config decodes graygate's process configuration (YAML) strictly,
+// applies defaults and validates it, naming every problem by its path.
+//
+// The lifecycle follows Caddy's: decode (unknown keys are errors), then
+// defaults, then Validate. YAML is first turned into its JSON equivalent so
+// that one strict decoder (package strict) serves the config file, rule
+// files and the admin API alike.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/graygate/graygate/internal/identity"
+	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// Config is the whole process configuration. Field comments are the
+// reference documentation; README.md shows an example.
+type Config struct {
+	// Listen is the data-plane address (default ":8080").
+	Listen string `json:"listen,omitempty"`
+	// AdminListen is the admin API address (default "127.0.0.1:9080").
+	AdminListen string `json:"admin_listen,omitempty"`
+	// DataDir holds the embedded file store (default "./data").
+	DataDir string `json:"data_dir,omitempty"`
+	// DefaultUpstream serves requests that no rule claims and no route owns.
+	DefaultUpstream string `json:"default_upstream,omitempty"`
+	// PreserveHost keeps the client's Host header (default true).
+	PreserveHost *bool `json:"preserve_host,omitempty"`
+	// TrustedProxies are CIDRs or addresses whose X-Forwarded-For is believed.
+	TrustedProxies []string `json:"trusted_proxies,omitempty"`
+	// TrustGrayTag honours an inbound X-Gray-Tag, for east-west hops.
+	TrustGrayTag bool `json:"trust_gray_tag,omitempty"`
+
+	Admin     Admin               `json:"admin,omitempty"`
+	Identity  identity.Config     `json:"identity,omitempty"`
+	Proxy     Proxy               `json:"proxy,omitempty"`
+	AccessLog AccessLog           `json:"access_log,omitempty"`
+	Store     Store               `json:"store,omitempty"`
+	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
+	Routes    []Route             `json:"routes,omitempty"`
+	// Rules seed the store: a rule is created from here only if the store has
+	// never held its key, so API edits are never overwritten by the file.
+	Rules []json.RawMessage `json:"rules,omitempty"`
+}
+
+// Admin configures the admin API.
+type Admin struct {
+	Tokens []Token `json:"tokens,omitempty"`
+}
+
+// Token is one named bearer token.
+type Token struct {
+	Name string `json:"name"`
+	// Token is the secret; TokenEnv names an environment variable holding it instead.
+	Token    string `json:"token,omitempty"`
+	TokenEnv string `json:"token_env,omitempty"`
+	// Role is "admin" (read and write, the default) or "viewer" (read only).
+	Role string `json:"role,omitempty"`
+}
+
+// Proxy holds data-plane timeouts and limits.
+type Proxy struct {
+	DialTimeout           Duration `json:"dial_timeout,omitempty"`
+	ResponseHeaderTimeout Duration `json:"response_header_timeout,omitempty"`
+	IdleTimeout           Duration `json:"idle_timeout,omitempty"`
+	ReadHeaderTimeout     Duration `json:"read_header_timeout,omitempty"`
+	MaxHeaderBytes        int      `json:"max_header_bytes,omitempty"`
+	MaxConnsPerHost       int      `json:"max_conns_per_host,omitempty"`
+}
+
+// AccessLog configures the JSON access log.
+type AccessLog struct {
+	// Enabled turns it on (default false in serve, true in demo).
+	Enabled bool `json:"enabled,omitempty"`
+	// Path is "stdout" (default), "stderr" or a file path.
+	Path string `json:"path,omitempty"`
+}
+
+// Store configures the rule store.
+type Store struct {
+	// HistoryLimit is how many versions are kept per rule (default 100).
+	HistoryLimit int `json:"history_limit,omitempty"`
+}
+
+// Upstream is a named pool.
+type Upstream struct {
+	Instances []Instance `json:"instances"`
+}
+
+// Instance is one static upstream instance.
+type Instance struct {
+	// Addr is host:port or http(s)://host[:port].
+	Addr     string            `json:"addr"`
+	Weight   int               `json:"weight,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Route owns a host and path prefix, with its own default upstream and rules.
+type Route struct {
+	Name       string `json:"name"`
+	Host       string `json:"host,omitempty"`
+	PathPrefix string `json:"path_prefix,omitempty"`
+	// Upstream serves what no rule claims (default: the global default upstream).
+	Upstream     string `json:"upstream,omitempty"`
+	PreserveHost *bool  `json:"preserve_host,omitempty"`
+}
+
+// Duration is a time.Duration written as "2s", "150ms".
+type Duration time.Duration
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New("expected a duration string such as \"2s\" or \"150ms\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("expected a non-negative duration such as \"2s\", got %q", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Load reads, decodes and validates a config file.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes YAML (or JSON, which is YAML) strictly, applies defaults and
+// validates. Every problem is reported with its path.
+func Parse(data []byte) (*Config, error) {
+	var generic any
+	if err := yaml.Unmarshal(data, &generic); err != nil {
+		return nil, &strict.FieldError{Message: "invalid YAML: " + err.Error()}
+	}
+	if generic == nil {
+		generic = map[string]any{}
+	}
+	generic, err := jsonable(generic, "")
+	if err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(generic)
+	if err != nil {
+		return nil, fmt.Errorf("convert YAML: %w", err)
+	}
+	var c Config
+	if err := strict.Decode(js, &c); err != nil {
+		return nil, err
+	}
+	c.Defaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// jsonable converts YAML's generic values into JSON-marshalable ones.
+func jsonable(v any, path string) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			j, err := jsonable(e, strict.Join(path, k))
+			if err != nil {
+				return nil, err
+			}
+			x[k] = j
+		}
+		return x, nil
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			ks, ok := k.(string)
+			if !ok {
+				return nil, strict.Errorf(path, "keys must be strings, got %v", k)
+			}
+			j, err := jsonable(e, strict.Join(path, ks))
+			if err != nil {
+				return nil, err
+			}
+			out[ks] = j
+		}
+		return out, nil
+	case []any:
+		for i, e := range x {
+			j, err := jsonable(e, strict.Index(path, i))
+			if err != nil {
+				return nil, err
+			}
+			x[i] = j
+		}
+		return x, nil
+	case time.Time:
+		return x.Format(time.RFC3339Nano), nil
+	}
+	return v, nil
+}
+
+// Defaults fills in every unset field with its default.
+func (c *Config) Defaults() {
+	if c.Listen == "" {
+		c.Listen = ":8080"
+	}
+	if c.AdminListen == "" {
+		c.AdminListen = "127.0.0.1:9080"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.PreserveHost == nil {
+		t := true
+		c.PreserveHost = &t
+	}
+	if c.Store.HistoryLimit == 0 {
+		c.Store.HistoryLimit = 100
+	}
+	if c.AccessLog.Path == "" {
+		c.AccessLog.Path = "stdout"
+	}
+	for i := range c.Admin.Tokens {
+		if c.Admin.Tokens[i].Role == "" {
+			c.Admin.Tokens[i].Role = "admin"
+		}
+	}
+}
+
+// Validate reports every problem, each named by its path.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) { errs = append(errs, strict.Errorf(path, format, args...)) }
+	for _, f := range []struct{ path, v string }{{"listen", c.Listen}, {"admin_listen", c.AdminListen}} {
+		if _, _, err := net.SplitHostPort(f.v); err != nil {
+			add(f.path, "must be host:port or :port, got %q", f.v)
+		}
+	}
+	if c.DefaultUpstream != "" {
+		if err := c.checkTarget(c.DefaultUpstream); err != nil {
+			add("default_upstream", "%v", err)
+		}
+	}
+	for i, p := range c.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			add(strict.Index("trusted_proxies", i), "%v", err)
+		}
+	}
+	names := map[string]int{}
+	for i, t := range c.Admin.Tokens {
+		p := strict.Index("admin.tokens", i)
+		if t.Name == "" {
+			add(p+".name", "is required")
+		} else if j, dup := names[t.Name]; dup {
+			add(p+".name", "duplicates admin.tokens[%d].name %q", j, t.Name)
+		} else {
+			names[t.Name] = i
+		}
+		if (t.Token == "") == (t.TokenEnv == "") {
+			add(p, "set exactly one of token or token_env")
+		}
+		if t.TokenEnv != "" && os.Getenv(t.TokenEnv) == "" {
+			add(p+".token_env", "environment variable %s is empty or unset", t.TokenEnv)
+		}
+		if t.Role != "admin" && t.Role != "viewer" {
+			add(p+".role", "must be \"admin\" or \"viewer\", got %q", t.Role)
+		}
+	}
+	if err := c.Identity.Validate("identity"); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Proxy.MaxHeaderBytes < 0 {
+		add("proxy.max_header_bytes", "must not be negative, got %d", c.Proxy.MaxHeaderBytes)
+	}
+	if c.Proxy.MaxConnsPerHost < 0 {
+		add("proxy.max_conns_per_host", "must not be negative, got %d", c.Proxy.MaxConnsPerHost)
+	}
+	if c.Store.HistoryLimit < 1 {
+		add("store.history_limit", "must be at least 1, got %d", c.Store.HistoryLimit)
+	}
+	for name, u := range c.Upstreams {
+		p := strict.Join("upstreams", name)
+		if name == "" {
+			add("upstreams", "an upstream name must not be empty")
+		}
+		if len(u.Instances) == 0 {
+			add(p+".instances", "needs at least one instance")
+		}
+		for i, in := range u.Instances {
+			ip := strict.Index(p+".instances", i)
+			if _, err := upstream.ParseAddress(in.Addr); err != nil {
+				add(ip+".addr", "%v", err)
+			}
+			if in.Weight < 0 {
+				add(ip+".weight", "must not be negative, got %d", in.Weight)
+			}
+		}
+	}
+	rnames := map[string]int{}
+	for i, r := range c.Routes {
+		p := strict.Index("routes", i)
+		if r.Name == "" {
+			add(p+".name", "is required")
+		} else if j, dup := rnames[r.Name]; dup {
+			add(p+".name", "duplicates routes[%d].name %q", j, r.Name)
+		} else {
+			rnames[r.Name] = i
+		}
+		if r.PathPrefix != "" && r.PathPrefix[0] != '/' {
+			add(p+".path_prefix", "must start with \"/\", got %q", r.PathPrefix)
+		}
+		if r.Upstream != "" {
+			if err := c.checkTarget(r.Upstream); err != nil {
+				add(p+".upstream", "%v", err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) checkTarget(t string) error {
+	if _, ok := c.Upstreams[t]; ok {
+		return nil
+	}
+	if _, err := upstream.ParseAddress(t); err != nil {
+		return fmt.Errorf("%q is neither a configured upstream nor an address: %v", t, err)
+	}
+	return nil
+}
+
+// ParsePrefix parses a CIDR or a single address as a prefix.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("invalid CIDR or address %q", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// Pools builds the named upstream pools.
+func (c *Config) Pools() map[string]*upstream.Pool {
+	out := make(map[string]*upstream.Pool, len(c.Upstreams))
+	for name, u := range c.Upstreams {
+		var ins []*upstream.Instance
+		for _, in := range u.Instances {
+			i, _ := upstream.ParseAddress(in.Addr)
+			i.Weight = in.Weight
+			i.Metadata = in.Metadata
+			ins = append(ins, i)
+		}
+		out[name] = upstream.NewPool(name, ins)
+	}
+	return out
+}

@@ -1,0 +1,93 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseExample(t *testing.T) {
+	c, err := Parse([]byte(`
+listen: ":8081"
+default_upstream: stable
+trusted_proxies: ["10.0.0.0/8", "127.0.0.1"]
+admin:
+  tokens:
+    - {name: ops, token: s3cret}
+    - {name: dash, token: view, role: viewer}
+identity:
+  sources: [{header: X-User-Id}, {cookie: uid}]
+  anonymous: ip
+proxy:
+  dial_timeout: 500ms
+upstreams:
+  stable: {instances: [{addr: "127.0.0.1:9001"}]}
+  gray: {instances: [{addr: "http://127.0.0.1:9002", metadata: {version: "2"}}]}
+routes:
+  - {name: api, path_prefix: /api/, upstream: stable}
+rules:
+  - {key: g, type: gray, gray_percent: 10, targets: {gray: gray, stable: stable}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != ":8081" || c.AdminListen != "127.0.0.1:9080" || c.DataDir != "./data" || !*c.PreserveHost {
+		t.Errorf("defaults wrong: %+v", c)
+	}
+	if c.Proxy.DialTimeout.Std() != 500*time.Millisecond || c.Admin.Tokens[0].Role != "admin" || c.Admin.Tokens[1].Role != "viewer" {
+		t.Errorf("decoded wrong: %+v", c)
+	}
+	if p := c.Pools()["gray"]; p.Instances[0].Addr != "127.0.0.1:9002" || p.Instances[0].Metadata["version"] != "2" {
+		t.Errorf("pool = %+v", p.Instances[0])
+	}
+	if len(c.Rules) != 1 {
+		t.Errorf("rules = %d", len(c.Rules))
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown top-level key", "listne: :1\n", []string{"listne: unknown field"}},
+		{"unknown nested key", "upstreams: {a: {instances: [{addr: 'h:1', wieght: 2}]}}\n", []string{"upstreams.a.instances[0].wieght: unknown field"}},
+		{"bad types", "listen: 80\nproxy: {dial_timeout: fast}\n", []string{"listen: expected a string, got 80", "proxy.dial_timeout: expected a non-negative duration"}},
+		{"bad listen", "listen: nowhere\n", []string{`listen: must be host:port or :port, got "nowhere"`}},
+		{"bad upstream addr", "upstreams: {a: {instances: [{addr: 'h'}]}}\n", []string{"upstreams.a.instances[0].addr: invalid address"}},
+		{"empty pool", "upstreams: {a: {instances: []}}\n", []string{"upstreams.a.instances: needs at least one instance"}},
+		{"unknown default", "default_upstream: nope\n", []string{`default_upstream: "nope" is neither a configured upstream nor an address`}},
+		{"route problems", "routes: [{name: r, path_prefix: api, upstream: x}, {name: r}]\n",
+			[]string{`routes[0].path_prefix: must start with "/"`, "routes[0].upstream:", `routes[1].name: duplicates routes[0].name "r"`}},
+		{"token problems", "admin: {tokens: [{name: a}, {name: a, token: t, role: root}]}\n",
+			[]string{"admin.tokens[0]: set exactly one of token or token_env", `admin.tokens[1].name: duplicates`, `admin.tokens[1].role: must be "admin" or "viewer", got "root"`}},
+		{"bad cidr", "trusted_proxies: [10.0.0.0/40]\n", []string{`trusted_proxies[0]: invalid CIDR or address "10.0.0.0/40"`}},
+		{"bad identity", "identity: {anonymous: nope}\n", []string{`identity.anonymous: must be "cookie" or "ip"`}},
+		{"bad yaml", "listen: [\n", []string{"invalid YAML"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse(%q) succeeded", tt.yaml)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Parse(%q) = %v\nwant it to contain %q", tt.yaml, err, w)
+				}
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("listen: ':1'\nupstreams: {a: {instances: [{addr: 'h:1'}]}}\n"))
+	f.Add([]byte("routes: [{name: r}]\nrules: [{key: a}]\n"))
+	f.Add([]byte("{1: 2}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err == nil && c.Listen == "" {
+			t.Fatal("valid config without defaults")
+		}
+	})
+}

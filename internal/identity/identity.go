@@ -1,0 +1,171 @@
+// Package identity answers "who is this request" from an ordered list of
+// sources (header, cookie, query), falling back to an anonymous id. The
+// default order is seed 000's: header X-User-Id, cookie user_id, query
+// user_id. Seed 000 fell back to "ip_" + client IP; graygate's default
+// fallback instead issues a random id in a gg_uid cookie, so an anonymous
+// visitor keeps the same buckets behind NAT and across networks.
+package identity
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/strict"
+)
+
+// Source is one place to look for the user id. Exactly one field is set.
+type Source struct {
+	Header string `json:"header,omitempty"`
+	Cookie string `json:"cookie,omitempty"`
+	Query  string `json:"query,omitempty"`
+}
+
+// Config is the identity section of the config file.
+type Config struct {
+	// Sources are tried in order; the first non-empty value wins.
+	Sources []Source `json:"sources,omitempty"`
+	// Anonymous is the fallback: "cookie" (default) or "ip".
+	Anonymous string `json:"anonymous,omitempty"`
+	// AnonymousCookie names the cookie that carries an issued id (default gg_uid).
+	AnonymousCookie string `json:"anonymous_cookie,omitempty"`
+}
+
+// Defaults used when the config leaves them empty.
+var (
+	DefaultSources = []Source{{Header: "X-User-Id"}, {Cookie: "user_id"}, {Query: "user_id"}}
+)
+
+const (
+	// DefaultAnonymousCookie is the cookie an anonymous visitor's id lives in.
+	DefaultAnonymousCookie = "gg_uid"
+	// SourceAnonymousCookie and SourceAnonymousIP name the fallbacks.
+	SourceAnonymousCookie = "anonymous-cookie"
+	SourceAnonymousIP     = "anonymous-ip"
+)
+
+// Validate reports every problem under path.
+func (c *Config) Validate(path string) error {
+	var errs []error
+	for i, s := range c.Sources {
+		p := strict.Index(strict.Join(path, "sources"), i)
+		n := 0
+		for _, v := range []string{s.Header, s.Cookie, s.Query} {
+			if v != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			errs = append(errs, strict.Errorf(p, "set exactly one of header, cookie or query"))
+		}
+		if s.Header != "" && !validToken(s.Header) {
+			errs = append(errs, strict.Errorf(strict.Join(p, "header"), "invalid header name %q", s.Header))
+		}
+		if s.Cookie != "" && !validToken(s.Cookie) {
+			errs = append(errs, strict.Errorf(strict.Join(p, "cookie"), "invalid cookie name %q", s.Cookie))
+		}
+	}
+	switch c.Anonymous {
+	case "", "cookie", "ip":
+	default:
+		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous"), "must be \"cookie\" or \"ip\", got %q", c.Anonymous))
+	}
+	if c.AnonymousCookie != "" && !validToken(c.AnonymousCookie) {
+		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous_cookie"), "invalid cookie name %q", c.AnonymousCookie))
+	}
+	return errors.Join(errs...)
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == ':' || c == ';' || c == ',' || c == '=' || c == '"' || c == '(' || c == ')' || c == '/' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+type source struct {
+	kind  byte // 'h', 'c', 'q'
+	name  string
+	label string
+}
+
+// Resolver is a compiled Config. It is immutable and safe for concurrent use.
+type Resolver struct {
+	sources []source
+	anonIP  bool
+	cookie  string
+	random  io.Reader
+}
+
+// NewResolver compiles a validated config. random supplies bytes for issued
+// ids; nil means crypto/rand.
+func NewResolver(c Config, random io.Reader) *Resolver {
+	if random == nil {
+		random = rand.Reader
+	}
+	srcs := c.Sources
+	if len(srcs) == 0 {
+		srcs = DefaultSources
+	}
+	r := &Resolver{anonIP: c.Anonymous == "ip", cookie: c.AnonymousCookie, random: random}
+	if r.cookie == "" {
+		r.cookie = DefaultAnonymousCookie
+	}
+	for _, s := range srcs {
+		switch {
+		case s.Header != "":
+			name := http.CanonicalHeaderKey(s.Header)
+			r.sources = append(r.sources, source{'h', name, "header:" + name})
+		case s.Cookie != "":
+			r.sources = append(r.sources, source{'c', s.Cookie, "cookie:" + s.Cookie})
+		case s.Query != "":
+			r.sources = append(r.sources, source{'q', s.Query, "query:" + s.Query})
+		}
+	}
+	return r
+}
+
+// Resolve returns the request's identity. It only allocates when it has to
+// issue a new anonymous id or build an "ip_" id.
+func (r *Resolver) Resolve(req attr.Request) ID {
+	for i := range r.sources {
+		s := &r.sources[i]
+		var v string
+		switch s.kind {
+		case 'h':
+			v, _ = req.Header(s.name)
+		case 'c':
+			v, _ = req.Cookie(s.name)
+		case 'q':
+			v, _ = req.Query(s.name)
+		}
+		if v != "" {
+			return ID{Value: v, Source: s.label}
+		}
+	}
+	if r.anonIP {
+		ip := req.ClientIP()
+		if !ip.IsValid() {
+			return ID{Value: "ip_unknown", Source: SourceAnonymousIP}
+		}
+		return ID{Value: "ip_" + ip.String(), Source: SourceAnonymousIP}
+	}
+	if v, ok := req.Cookie(r.cookie); ok && v != "" {
+		return ID{Value: v, Source: SourceAnonymousCookie, Cookie: r.cookie}
+	}
+	var b [16]byte
+	if _, err := io.ReadFull(r.random, b[:]); err != nil {
+		// Without randomness fall back to the seed's behaviour rather than fail.
+		return ID{Value: "ip_" + req.ClientIP().String(), Source: SourceAnonymousIP}
+	}
+	return ID{Value: hex.EncodeToString(b[:]), Source: SourceAnonymousCookie, Issued: true, Cookie: r.cookie}
+}

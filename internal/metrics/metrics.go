@@ -1,0 +1,133 @@
+// Package metrics exposes graygate's Prometheus metrics on a private
+// registry (never prometheus.DefaultRegisterer). The per-request path looks
+// up pre-resolved label children in a cache keyed by a small struct, so a
+// request builds no label slice or map once its combination has been seen.
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/graygate/graygate/internal/router"
+)
+
+// Metrics holds every collector. It is safe for concurrent use.
+type Metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	revision prometheus.Gauge
+	reloads  *prometheus.CounterVec
+	rollback *prometheus.GaugeVec
+	degraded *prometheus.CounterVec
+
+	children sync.Map // key → *child
+}
+
+type key struct {
+	rule, group, upstream, degraded string
+	class                           uint8
+}
+
+type child struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+	degraded prometheus.Counter
+}
+
+var classes = [...]string{"0xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// New registers every collector on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "graygate_requests_total", Help: "Proxied requests by rule, group, upstream pool and status class.",
+	}, []string{"rule", "group", "upstream", "code"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "graygate_request_duration_seconds", Help: "Time from request to response headers plus body, by rule and group.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"rule", "group"})
+	m.revision = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "graygate_ruleset_revision", Help: "Global revision of the rule set being served.",
+	})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "graygate_reloads_total", Help: "Snapshot rebuilds by result (ok, partial, error).",
+	}, []string{"result"})
+	m.rollback = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "graygate_rollback_active", Help: "1 while one-click rollback is on; rule=\"_global\" is the global switch.",
+	}, []string{"rule"})
+	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "graygate_degraded_requests_total", Help: "Requests served somewhere other than their rule's choice, by reason (rollback, breaker, fallback).",
+	}, []string{"rule", "reason"})
+	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the private registry, for other packages' collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Observe counts one finished request.
+func (m *Metrics) Observe(d *router.Decision, status int, elapsed time.Duration) {
+	k := key{rule: d.Rule, group: d.Group, degraded: d.Degraded}
+	if d.Target != nil {
+		k.upstream = d.Target.Name
+	}
+	if c := status / 100; c >= 0 && c < len(classes) {
+		k.class = uint8(c)
+	}
+	var c *child
+	if v, ok := m.children.Load(k); ok {
+		c = v.(*child)
+	} else {
+		c = &child{
+			requests: m.requests.WithLabelValues(k.rule, k.group, k.upstream, classes[k.class]),
+			latency:  m.latency.WithLabelValues(k.rule, k.group),
+		}
+		if k.degraded != "" {
+			c.degraded = m.degraded.WithLabelValues(k.rule, k.degraded)
+		}
+		v, _ := m.children.LoadOrStore(k, c)
+		c = v.(*child)
+	}
+	c.requests.Inc()
+	c.latency.Observe(elapsed.Seconds())
+	if c.degraded != nil {
+		c.degraded.Inc()
+	}
+}
+
+// Reloaded records a snapshot rebuild.
+func (m *Metrics) Reloaded(result string, revision int64) {
+	m.reloads.WithLabelValues(result).Inc()
+	if result != "error" {
+		m.revision.Set(float64(revision))
+	}
+}
+
+// SetRollback publishes the rollback state: the global flag and the set of
+// rules rolled back individually. Rules no longer listed are reset to 0.
+func (m *Metrics) SetRollback(global bool, rules map[string]bool) {
+	m.rollback.Reset()
+	m.rollback.WithLabelValues("_global").Set(b2f(global))
+	for r, on := range rules {
+		m.rollback.WithLabelValues(r).Set(b2f(on))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

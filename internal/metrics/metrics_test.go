@@ -1,0 +1,58 @@
+package metrics
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+func TestObserveAndExpose(t *testing.T) {
+	m := New()
+	d := &router.Decision{Rule: "gray_v2", Group: "gray", Target: upstream.NewPool("gray", nil)}
+	for i := 0; i < 3; i++ {
+		m.Observe(d, 200, 3*time.Millisecond)
+	}
+	m.Observe(&router.Decision{Rule: "gray_v2", Group: "stable", Degraded: "rollback", Target: upstream.NewPool("stable", nil)}, 503, time.Millisecond)
+	m.Reloaded("ok", 42)
+	m.SetRollback(true, map[string]bool{"gray_v2": true})
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`graygate_requests_total{code="2xx",group="gray",rule="gray_v2",upstream="gray"} 3`,
+		`graygate_requests_total{code="5xx",group="stable",rule="gray_v2",upstream="stable"} 1`,
+		`graygate_degraded_requests_total{reason="rollback",rule="gray_v2"} 1`,
+		`graygate_request_duration_seconds_count{group="gray",rule="gray_v2"} 3`,
+		`graygate_ruleset_revision 42`,
+		`graygate_reloads_total{result="ok"} 1`,
+		`graygate_rollback_active{rule="_global"} 1`,
+		`graygate_rollback_active{rule="gray_v2"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestObserveDoesNotAllocateOnceSeen(t *testing.T) {
+	m := New()
+	d := &router.Decision{Rule: "r", Group: "g", Target: upstream.NewPool("p", nil)}
+	m.Observe(d, 200, time.Millisecond)
+	if a := testing.AllocsPerRun(100, func() { m.Observe(d, 200, time.Millisecond) }); a != 0 {
+		t.Errorf("Observe allocates %v times per request", a)
+	}
+}
+
+func BenchmarkObserve(b *testing.B) {
+	m := New()
+	d := &router.Decision{Rule: "r", Group: "g", Target: upstream.NewPool("p", nil)}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Observe(d, 200, time.Millisecond)
+	}
+}
