@@ -1,0 +1,355 @@
+// Package router decides, for every request, which upstream serves it. The
+// decision is a pure function of an immutable Snapshot and the request's
+// attributes; Router holds the current Snapshot behind an atomic.Pointer so
+// that a reload swaps the whole rule set at once and no request ever sees
+// half of one. Explain runs the same code with a Trace attached.
+package router
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/identity"
+	"github.com/graygate/graygate/internal/match"
+	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// TagHeader is the coloring header (seed 004 section 3.2).
+const TagHeader = "X-Gray-Tag"
+
+// RouteSpec is one configured route.
+type RouteSpec struct {
+	Name string
+	// Host matches the request's Host without port; "" matches any host.
+	Host string
+	// PathPrefix matches the start of the path; "" means "/".
+	PathPrefix string
+	// Default serves requests no rule claims.
+	Default *upstream.Pool
+	// UpstreamHost sends the instance address as Host instead of the client's.
+	UpstreamHost bool
+}
+
+// Input is everything a Snapshot is built from.
+type Input struct {
+	Revision int64
+	Identity identity.Config
+	// Random feeds anonymous ids; nil means crypto/rand.
+	Random io.Reader
+	Routes []RouteSpec
+	// Default serves requests that match no route and that no global rule claims.
+	Default      *upstream.Pool
+	UpstreamHost bool
+	Rules        []*rule.Compiled
+	// RolledBackAll is the global one-click rollback; RolledBack holds per-rule flags.
+	RolledBackAll bool
+	RolledBack    map[string]bool
+	// TrustGrayTag honours an inbound X-Gray-Tag (east-west hops).
+	TrustGrayTag bool
+}
+
+// Snapshot is a compiled, immutable routing table. It must not be modified
+// after publication and is safe for concurrent use.
+type Snapshot struct {
+	Revision int64
+	RuleSet  map[string]*rule.Compiled
+
+	identity      *identity.Resolver
+	hosts         map[string][]*route // exact host → routes, longest prefix first
+	anyHost       []*route
+	fallback      *route
+	trustTag      bool
+	rolledBackAll bool
+}
+
+type route struct {
+	name, host, prefix string
+	def                *upstream.Pool
+	upstreamHost       bool
+	// entries are the route's rules in evaluation order. bySegment holds,
+	// for each first path segment some rule pins, the entries that can
+	// match a path starting with that segment (in order); unpinned holds
+	// those that can match any path. This keeps a decision over thousands
+	// of rules spread over paths to the few that could apply.
+	entries   []entry
+	bySegment map[string][]entry
+	unpinned  []entry
+}
+
+// index fills bySegment and unpinned from entries.
+func (r *route) index() {
+	r.bySegment = map[string][]entry{}
+	pinned := make([][]string, len(r.entries))
+	for i, e := range r.entries {
+		if segs, ok := e.rule.PathSegments(); ok {
+			pinned[i] = segs
+			for _, s := range segs {
+				r.bySegment[s] = nil
+			}
+		}
+	}
+	for i, e := range r.entries {
+		if pinned[i] == nil {
+			r.unpinned = append(r.unpinned, e)
+			for s := range r.bySegment {
+				r.bySegment[s] = append(r.bySegment[s], e)
+			}
+			continue
+		}
+		for _, s := range pinned[i] {
+			if l := r.bySegment[s]; len(l) == 0 || l[len(l)-1].rule != e.rule {
+				r.bySegment[s] = append(l, e)
+			}
+		}
+	}
+}
+
+// candidates returns the entries that can match path, in order.
+func (r *route) candidates(path string) []entry {
+	if len(r.bySegment) == 0 {
+		return r.entries
+	}
+	if seg, ok := match.FirstSegment(path); ok {
+		if l, ok := r.bySegment[seg]; ok {
+			return l
+		}
+	}
+	return r.unpinned
+}
+
+type entry struct {
+	rule       *rule.Compiled
+	rolledBack bool
+}
+
+// Build compiles an Input into a Snapshot.
+func Build(in Input) (*Snapshot, error) {
+	s := &Snapshot{
+		Revision:      in.Revision,
+		RuleSet:       make(map[string]*rule.Compiled, len(in.Rules)),
+		identity:      identity.NewResolver(in.Identity, in.Random),
+		hosts:         map[string][]*route{},
+		trustTag:      in.TrustGrayTag,
+		rolledBackAll: in.RolledBackAll,
+	}
+	sorted := slices.Clone(in.Rules)
+	slices.SortFunc(sorted, func(a, b *rule.Compiled) int {
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.Key, b.Key))
+	})
+	entriesFor := func(routeName string) []entry {
+		var out []entry
+		for _, r := range sorted {
+			if r.Route == "" || r.Route == routeName {
+				out = append(out, entry{rule: r, rolledBack: in.RolledBackAll || in.RolledBack[r.Key]})
+			}
+		}
+		return out
+	}
+	names := map[string]bool{}
+	for _, r := range sorted {
+		if _, dup := s.RuleSet[r.Key]; dup {
+			return nil, fmt.Errorf("rule %q is defined twice", r.Key)
+		}
+		s.RuleSet[r.Key] = r
+	}
+	for _, rs := range in.Routes {
+		if names[rs.Name] {
+			return nil, fmt.Errorf("route %q is defined twice", rs.Name)
+		}
+		names[rs.Name] = true
+		rt := &route{name: rs.Name, host: strings.ToLower(rs.Host), prefix: rs.PathPrefix, def: rs.Default, upstreamHost: rs.UpstreamHost, entries: entriesFor(rs.Name)}
+		if rt.prefix == "" {
+			rt.prefix = "/"
+		}
+		rt.index()
+		if rt.def == nil {
+			rt.def = in.Default
+		}
+		if rt.host == "" {
+			s.anyHost = append(s.anyHost, rt)
+		} else {
+			s.hosts[rt.host] = append(s.hosts[rt.host], rt)
+		}
+	}
+	byPrefix := func(a, b *route) int { return cmp.Compare(len(b.prefix), len(a.prefix)) }
+	for _, rs := range s.hosts {
+		slices.SortStableFunc(rs, byPrefix)
+	}
+	slices.SortStableFunc(s.anyHost, byPrefix)
+	def := in.Default
+	if def == nil {
+		def = upstream.NewPool("default", nil)
+	}
+	s.fallback = &route{def: def, upstreamHost: in.UpstreamHost, entries: entriesFor("")}
+	s.fallback.index()
+	for _, r := range sorted {
+		if r.Route != "" && !names[r.Route] {
+			return nil, fmt.Errorf("rule %q: no route named %q is configured", r.Key, r.Route)
+		}
+	}
+	return s, nil
+}
+
+// route finds the route for host and path: exact host first, then any host,
+// longest path prefix first, then the global fallback.
+func (s *Snapshot) route(host, path string) *route {
+	if len(s.hosts) > 0 {
+		h := host
+		if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+			h = h[:i]
+		}
+		rs, ok := s.hosts[h]
+		if !ok && hasUpper(h) {
+			rs = s.hosts[strings.ToLower(h)]
+		}
+		for _, r := range rs {
+			if strings.HasPrefix(path, r.prefix) {
+				return r
+			}
+		}
+	}
+	for _, r := range s.anyHost {
+		if strings.HasPrefix(path, r.prefix) {
+			return r
+		}
+	}
+	return s.fallback
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// Trace explains one decision.
+type Trace struct {
+	Identity identity.ID  `json:"identity"`
+	Route    string       `json:"route"`
+	Colored  string       `json:"colored,omitempty"`
+	Rules    []rule.Trace `json:"rules"`
+	Reason   string       `json:"reason"`
+}
+
+// Decide routes one request. When tr is non-nil it records every rule
+// considered; on the hot path tr is nil and Decide does not allocate (except
+// to issue an anonymous id).
+func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
+	id := s.identity.Resolve(req)
+	rt := s.route(req.Host(), req.Path())
+	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost}
+	if tr != nil {
+		tr.Identity, tr.Route = id, rt.name
+	}
+	if s.trustTag {
+		if tag, ok := req.Header(TagHeader); ok && tag != "" {
+			d.Tag = tag
+			if tr != nil {
+				tr.Colored = tag
+			}
+			if s.decideColored(req, rt, tag, &d, tr) {
+				return d
+			}
+		}
+	}
+	cands := rt.candidates(req.Path())
+	if tr != nil {
+		cands = rt.entries // explain shows every rule, including those the index skips
+	}
+	for i := range cands {
+		e := &cands[i]
+		var rtr *rule.Trace
+		if tr != nil {
+			tr.Rules = append(tr.Rules, rule.Trace{})
+			rtr = &tr.Rules[len(tr.Rules)-1]
+		}
+		out, ok := e.rule.Eval(req, id.Value, e.rolledBack, rtr)
+		if !ok {
+			continue
+		}
+		d.Rule, d.Group, d.Target, d.Degraded = e.rule.Key, out.Target.Group, out.Target.Pool, out.Degraded
+		if d.Tag == "" {
+			d.Tag = out.Target.Tag
+		}
+		d.Stable = stableOf(e.rule)
+		if tr != nil {
+			tr.Reason = fmt.Sprintf("rule %q claimed the request: group %q → %s", e.rule.Key, d.Group, d.Target.Name)
+		}
+		return d
+	}
+	d.Group, d.Target = GroupDefault, rt.def
+	if tr != nil {
+		tr.Reason = fmt.Sprintf("no rule claimed the request: default upstream %s", rt.def.Name)
+	}
+	return d
+}
+
+// decideColored routes a request that a trusted hop already colored to the
+// first in-scope rule target carrying that tag.
+func (s *Snapshot) decideColored(req attr.Request, rt *route, tag string, d *Decision, tr *Trace) bool {
+	for i := range rt.entries {
+		e := &rt.entries[i]
+		t := e.rule.Colored(tag)
+		if t == nil || !e.rule.InScope(req) {
+			continue
+		}
+		d.Rule, d.Group, d.Target = e.rule.Key, t.Group, t.Pool
+		d.Stable = stableOf(e.rule)
+		if e.rolledBack {
+			if e.rule.Type == rule.TypeGray && t == &e.rule.Gray {
+				d.Group, d.Target, d.Degraded = GroupStable, e.rule.Stable.Pool, DegradedRollback
+			} else if c := e.rule.ControlGroup(); c != nil && c != t {
+				d.Group, d.Target, d.Degraded = c.Group, c.Pool, DegradedRollback
+			}
+		}
+		if tr != nil {
+			tr.Reason = fmt.Sprintf("request arrived colored %q by a trusted hop; rule %q has a target with that tag: group %q → %s", tag, e.rule.Key, d.Group, d.Target.Name)
+		}
+		return true
+	}
+	return false
+}
+
+func stableOf(c *rule.Compiled) *upstream.Pool {
+	if c.Type == rule.TypeGray {
+		return c.Stable.Pool
+	}
+	if g := c.ControlGroup(); g != nil {
+		return g.Pool
+	}
+	return nil
+}
+
+// RolledBackAll reports the global rollback flag.
+func (s *Snapshot) RolledBackAll() bool { return s.rolledBackAll }
+
+// Router holds the current Snapshot. It is safe for concurrent use; only
+// the reloader calls Store.
+type Router struct {
+	snap atomic.Pointer[Snapshot]
+}
+
+// New returns a Router serving s.
+func New(s *Snapshot) *Router {
+	r := &Router{}
+	r.snap.Store(s)
+	return r
+}
+
+// Load returns the current snapshot.
+func (r *Router) Load() *Snapshot { return r.snap.Load() }
+
+// Store publishes a new snapshot.
+func (r *Router) Store(s *Snapshot) { r.snap.Store(s) }
+
+// Decide routes req against the current snapshot.
+func (r *Router) Decide(req attr.Request) Decision { return r.snap.Load().Decide(req, nil) }

@@ -1,0 +1,328 @@
+package rule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/bucket"
+	"github.com/graygate/graygate/internal/match"
+	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// Env is what Compile needs from the rest of the configuration.
+type Env struct {
+	// Resolve turns a target string into a pool.
+	Resolve func(target string) (*upstream.Pool, error)
+	// HasRoute reports whether a route name is configured.
+	HasRoute func(name string) bool
+}
+
+// Target is a resolved destination with its coloring tag.
+type Target struct {
+	Group string
+	Tag   string
+	Pool  *upstream.Pool
+}
+
+// Compiled is an immutable, evaluable rule. It must not be modified after
+// it has been published in a snapshot, and is safe for concurrent use.
+type Compiled struct {
+	Source   Rule
+	Key      string
+	Type     string
+	Route    string
+	Priority int
+	Mode     bucket.Mode
+
+	scope match.Predicate
+
+	// gray
+	gate      *bucket.Hasher
+	threshold uint64
+	wlUID     map[string]struct{}
+	wlIP      map[netip.Addr]struct{}
+	wlNets    []netip.Prefix
+	Gray      Target
+	Stable    Target
+
+	// ab
+	walk    *bucket.Hasher
+	Groups  []Target
+	weights []int
+	control int
+}
+
+// Parse decodes, validates and compiles one rule, reporting every problem.
+func Parse(data []byte, env Env) (*Compiled, error) {
+	r, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(r, env)
+}
+
+// Compile validates r and resolves its targets.
+func Compile(r Rule, env Env) (*Compiled, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	var errs []error
+	resolve := func(path, target string) *upstream.Pool {
+		p, err := env.Resolve(target)
+		if err != nil {
+			errs = append(errs, strict.Errorf(path, "%v", err))
+		}
+		return p
+	}
+	if r.Route != "" && env.HasRoute != nil && !env.HasRoute(r.Route) {
+		errs = append(errs, strict.Errorf("route", "no route named %q is configured", r.Route))
+	}
+	mode, _ := bucket.ParseMode(r.Hash)
+	c := &Compiled{
+		Source:   r,
+		Key:      r.Key,
+		Type:     r.Type,
+		Route:    r.Route,
+		Priority: r.EffectivePriority(),
+		Mode:     mode,
+		scope:    match.Compile(r.Conditions),
+	}
+	switch r.Type {
+	case TypeGray:
+		c.gate = bucket.New(mode, r.Key)
+		c.threshold = mode.Threshold(int(math.Round(*r.GrayPercent * 100)))
+		c.Gray = Target{Group: "gray", Tag: "gray", Pool: resolve("targets.gray", r.Targets.Gray)}
+		c.Stable = Target{Group: "stable", Tag: "stable", Pool: resolve("targets.stable", r.Targets.Stable)}
+		if r.Tags != nil {
+			if r.Tags.Gray != "" {
+				c.Gray.Tag = r.Tags.Gray
+			}
+			if r.Tags.Stable != "" {
+				c.Stable.Tag = r.Tags.Stable
+			}
+		}
+		for _, w := range r.WhiteList {
+			e, _ := parseWhitelistEntry(w)
+			switch {
+			case e.uid != "":
+				if c.wlUID == nil {
+					c.wlUID = make(map[string]struct{}, len(r.WhiteList))
+				}
+				c.wlUID[e.uid] = struct{}{}
+			case e.ip.IsValid():
+				if c.wlIP == nil {
+					c.wlIP = map[netip.Addr]struct{}{}
+				}
+				c.wlIP[e.ip] = struct{}{}
+			default:
+				c.wlNets = append(c.wlNets, e.prefix)
+			}
+		}
+	case TypeAB:
+		c.walk = bucket.New(mode, r.ExperimentID)
+		for i, g := range r.Groups {
+			tag := g.Tag
+			if tag == "" {
+				tag = g.Name
+			}
+			c.Groups = append(c.Groups, Target{Group: g.Name, Tag: tag, Pool: resolve(strict.Index("groups", i)+".target", g.Target)})
+			c.weights = append(c.weights, g.Weight)
+			if g.Control {
+				c.control = i
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// Trace is what one rule did with one request, for explain.
+type Trace struct {
+	Key        string         `json:"key"`
+	Type       string         `json:"type"`
+	Priority   int            `json:"priority"`
+	Hash       string         `json:"hash"`
+	Conditions []match.Result `json:"conditions,omitempty"`
+	InScope    bool           `json:"in_scope"`
+	Whitelist  string         `json:"whitelist_hit,omitempty"`
+	Salt       string         `json:"salt,omitempty"`
+	Bucket     *uint64        `json:"bucket,omitempty"`
+	Buckets    uint64         `json:"buckets,omitempty"`
+	Threshold  *uint64        `json:"threshold,omitempty"`
+	RolledBack bool           `json:"rolled_back,omitempty"`
+	Claimed    bool           `json:"claimed"`
+	Group      string         `json:"group,omitempty"`
+	Target     string         `json:"target,omitempty"`
+	Reason     string         `json:"reason"`
+}
+
+// Outcome is what a rule decided for a request it claimed.
+type Outcome struct {
+	Target   *Target
+	Degraded string // "rollback" when the rollback state changed the answer
+}
+
+// Eval decides whether the rule claims the request for user uid. rolledBack
+// applies one-click rollback: a gray rule sends what it would have sent to
+// gray to stable instead, and an ab rule sends everyone to its control group.
+// When tr is non-nil it is filled in; on the hot path it is nil and Eval does
+// not allocate.
+func (c *Compiled) Eval(req attr.Request, uid string, rolledBack bool, tr *Trace) (Outcome, bool) {
+	var conds *[]match.Result
+	if tr != nil {
+		*tr = Trace{Key: c.Key, Type: c.Type, Priority: c.Priority, Hash: c.Mode.String(), RolledBack: rolledBack}
+		conds = &tr.Conditions
+	}
+	if !c.scope.Match(req, conds) {
+		if tr != nil {
+			tr.Reason = "out of scope: a condition did not match"
+		}
+		return Outcome{}, false
+	}
+	if tr != nil {
+		tr.InScope = true
+	}
+	if c.Type == TypeAB {
+		return c.evalAB(uid, rolledBack, tr), true
+	}
+	return c.evalGray(req, uid, rolledBack, tr)
+}
+
+func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *Trace) (Outcome, bool) {
+	if hit := c.whitelisted(req, uid); hit != 0 {
+		if tr == nil {
+			return c.grayOutcome(rolledBack, nil, "")
+		}
+		if hit == 'u' {
+			tr.Whitelist = "uid:" + uid
+		} else {
+			tr.Whitelist = "ip:" + req.ClientIP().String()
+		}
+		return c.grayOutcome(rolledBack, tr, "whitelisted ("+tr.Whitelist+")")
+	}
+	if tr == nil {
+		// 0% and 100% need no hash: no bucket is below 0, every one is below the size.
+		if c.threshold == 0 {
+			return Outcome{}, false
+		}
+		if c.threshold >= c.Mode.Size() {
+			return c.grayOutcome(rolledBack, nil, "")
+		}
+	}
+	b := c.gate.Bucket(uid)
+	if b < c.threshold {
+		if tr == nil {
+			return c.grayOutcome(rolledBack, nil, "")
+		}
+		tr.Salt = c.Key
+		tr.Bucket, tr.Threshold, tr.Buckets = ptr(b), ptr(c.threshold), c.Mode.Size()
+		return c.grayOutcome(rolledBack, tr, fmt.Sprintf("bucket %d < threshold %d of %d", b, c.threshold, c.Mode.Size()))
+	}
+	if tr != nil {
+		tr.Salt = c.Key
+		tr.Bucket, tr.Threshold, tr.Buckets = ptr(b), ptr(c.threshold), c.Mode.Size()
+		tr.Reason = fmt.Sprintf("not claimed: not whitelisted and bucket %d >= threshold %d of %d; falls through", b, c.threshold, c.Mode.Size())
+	}
+	return Outcome{}, false
+}
+
+// whitelisted returns 'u' for a uid hit, 'i' for an IP hit, else 0.
+func (c *Compiled) whitelisted(req attr.Request, uid string) byte {
+	if _, ok := c.wlUID[uid]; ok {
+		return 'u'
+	}
+	if c.wlIP == nil && c.wlNets == nil {
+		return 0
+	}
+	ip := req.ClientIP().Unmap()
+	if _, ok := c.wlIP[ip]; ok {
+		return 'i'
+	}
+	for _, p := range c.wlNets {
+		if p.Contains(ip) {
+			return 'i'
+		}
+	}
+	return 0
+}
+
+// InScope reports whether the rule's conditions match the request.
+func (c *Compiled) InScope(req attr.Request) bool { return c.scope.Match(req, nil) }
+
+func (c *Compiled) grayOutcome(rolledBack bool, tr *Trace, why string) (Outcome, bool) {
+	out := Outcome{Target: &c.Gray}
+	if rolledBack {
+		out = Outcome{Target: &c.Stable, Degraded: "rollback"}
+	}
+	if tr != nil {
+		tr.Claimed, tr.Group, tr.Target = true, out.Target.Group, out.Target.Pool.Name
+		tr.Reason = "claimed: " + why
+		if rolledBack {
+			tr.Reason += "; rolled back, so stable instead of gray"
+		}
+	}
+	return out, true
+}
+
+func (c *Compiled) evalAB(uid string, rolledBack bool, tr *Trace) Outcome {
+	if rolledBack {
+		t := &c.Groups[c.control]
+		if tr != nil {
+			tr.Claimed, tr.Group, tr.Target = true, t.Group, t.Pool.Name
+			tr.Reason = "claimed: rolled back, everyone goes to the control group " + strconv.Quote(t.Group)
+		}
+		return Outcome{Target: t, Degraded: "rollback"}
+	}
+	b := c.walk.Bucket(uid)
+	i := c.Mode.Walk(b, c.weights, 100)
+	t := &c.Groups[i]
+	if tr != nil {
+		tr.Salt = c.Source.ExperimentID
+		tr.Bucket, tr.Buckets = ptr(b), c.Mode.Size()
+		tr.Claimed, tr.Group, tr.Target = true, t.Group, t.Pool.Name
+		tr.Reason = fmt.Sprintf("claimed: bucket %d of %d walked over weights %v lands in group %q", b, c.Mode.Size(), c.weights, t.Group)
+	}
+	return Outcome{Target: t}
+}
+
+// ControlGroup returns the group rollback sends everyone to (ab rules).
+func (c *Compiled) ControlGroup() *Target {
+	if c.Type != TypeAB {
+		return nil
+	}
+	return &c.Groups[c.control]
+}
+
+// Colored returns the rule's target whose tag equals tag, for requests that
+// arrive already colored by a trusted hop.
+func (c *Compiled) Colored(tag string) *Target {
+	if c.Type == TypeGray {
+		switch tag {
+		case c.Gray.Tag:
+			return &c.Gray
+		case c.Stable.Tag:
+			return &c.Stable
+		}
+		return nil
+	}
+	for i := range c.Groups {
+		if c.Groups[i].Tag == tag {
+			return &c.Groups[i]
+		}
+	}
+	return nil
+}
+
+// ptr allocates only when the trace asks for it, so b stays on the stack.
+func ptr[T any](v T) *T { return &v }
+
+// PathSegments reports the first path segments the rule can match, for the
+// router's index; see match.Predicate.Segments.
+func (c *Compiled) PathSegments() ([]string, bool) { return c.scope.Segments() }

@@ -1,0 +1,273 @@
+// Package rule defines graygate's routing rules in the two JSON shapes of
+// seed 000 section 1.3 (gray and ab), validates them with path-named errors,
+// and compiles them into immutable evaluators.
+package rule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	"github.com/graygate/graygate/internal/bucket"
+	"github.com/graygate/graygate/internal/match"
+	"github.com/graygate/graygate/internal/strict"
+)
+
+// Rule types.
+const (
+	TypeGray = "gray"
+	TypeAB   = "ab"
+)
+
+// MaxWhitelist is the most entries one rule's white_list may hold.
+const MaxWhitelist = 100000
+
+// Default priorities: gray rules are evaluated before ab rules, then by key.
+const (
+	DefaultGrayPriority = 100
+	DefaultABPriority   = 200
+)
+
+// Rule is one rule as stored and exchanged: the union of the gray and ab
+// shapes of seed 000, plus graygate's extensions (priority, hash, route, tags,
+// control). Field comments are the reference documentation.
+type Rule struct {
+	// Key identifies the rule; it is also the gray gate's hash salt.
+	Key string `json:"key"`
+	// Type is "gray" or "ab".
+	Type string `json:"type"`
+	// RuleName is a human-readable name.
+	RuleName string `json:"rule_name,omitempty"`
+	// Route limits the rule to one configured route; empty applies it to all.
+	Route string `json:"route,omitempty"`
+	// Priority orders evaluation, lowest first (default 100 for gray, 200 for ab; ties by key).
+	Priority *int `json:"priority,omitempty"`
+	// Hash is "xxh64" (default) or "crc32" (seed 000 compatible).
+	Hash string `json:"hash,omitempty"`
+	// Conditions scope the rule; all must match.
+	Conditions *match.Conditions `json:"conditions,omitempty"`
+
+	// GrayPercent is the share of users sent to the gray target, 0..100 with up to two decimals (gray).
+	GrayPercent *float64 `json:"gray_percent,omitempty"`
+	// WhiteList holds "uid:ID", "ip:ADDR" or "ip:CIDR" entries that always go gray (gray).
+	WhiteList []string `json:"white_list,omitempty"`
+	// Targets are the gray and stable upstreams (gray).
+	Targets *Targets `json:"targets,omitempty"`
+	// Tags overrides the X-Gray-Tag coloring value per target (gray); it defaults to the group name.
+	Tags *Tags `json:"tags,omitempty"`
+
+	// ExperimentID salts the ab group assignment (ab).
+	ExperimentID string `json:"experiment_id,omitempty"`
+	// Groups are the experiment groups; weights sum to 100 (ab).
+	Groups []Group `json:"groups,omitempty"`
+}
+
+// Targets are a gray rule's two upstreams: host:port, a URL, or an upstream name.
+type Targets struct {
+	Gray   string `json:"gray"`
+	Stable string `json:"stable"`
+}
+
+// Tags are a gray rule's coloring values.
+type Tags struct {
+	Gray   string `json:"gray,omitempty"`
+	Stable string `json:"stable,omitempty"`
+}
+
+// Group is one experiment group of an ab rule.
+type Group struct {
+	Name   string `json:"name"`
+	Weight int    `json:"weight"`
+	Target string `json:"target"`
+	// Tag is the coloring value (default: the group name).
+	Tag string `json:"tag,omitempty"`
+	// Control marks the group that one-click rollback sends everyone to (default: the first).
+	Control bool `json:"control,omitempty"`
+}
+
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// ValidKey reports whether k is a valid rule key.
+func ValidKey(k string) bool { return keyPattern.MatchString(k) }
+
+// Decode strictly decodes one rule: unknown fields and type mismatches are
+// errors named by path. It does not validate semantics; see Validate.
+func Decode(data []byte) (Rule, error) {
+	var r Rule
+	if err := strict.Decode(data, &r); err != nil {
+		return Rule{}, err
+	}
+	return r, nil
+}
+
+// EffectivePriority returns the priority the rule is evaluated with.
+func (r *Rule) EffectivePriority() int {
+	if r.Priority != nil {
+		return *r.Priority
+	}
+	if r.Type == TypeAB {
+		return DefaultABPriority
+	}
+	return DefaultGrayPriority
+}
+
+// Validate reports every semantic problem of r, each named by its JSON path.
+// Targets are only checked for syntax here; Compile resolves them.
+func (r *Rule) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, strict.Errorf(path, format, args...))
+	}
+	switch {
+	case r.Key == "":
+		add("key", "is required")
+	case !ValidKey(r.Key):
+		add("key", "must match %s, got %q", keyPattern, r.Key)
+	}
+	if _, ok := bucket.ParseMode(r.Hash); !ok {
+		add("hash", "must be \"xxh64\" or \"crc32\", got %q", r.Hash)
+	}
+	if err := r.Conditions.Validate("conditions"); err != nil {
+		errs = append(errs, err)
+	}
+	switch r.Type {
+	case TypeGray:
+		errs = append(errs, r.validateGray()...)
+	case TypeAB:
+		errs = append(errs, r.validateAB()...)
+	case "":
+		add("type", "is required: \"gray\" or \"ab\"")
+	default:
+		add("type", "must be \"gray\" or \"ab\", got %q", r.Type)
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Rule) validateGray() []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, strict.Errorf(path, format, args...))
+	}
+	if r.GrayPercent == nil {
+		add("gray_percent", "is required for a gray rule")
+	} else if p := *r.GrayPercent; math.IsNaN(p) || p < 0 || p > 100 {
+		add("gray_percent", "must be 0..100, got %v", p)
+	} else if h := p * 100; math.Abs(h-math.Round(h)) > 1e-6 {
+		add("gray_percent", "allows at most two decimals, got %v", p)
+	}
+	if len(r.WhiteList) > MaxWhitelist {
+		add("white_list", "has %d entries; at most %d are allowed (use a percentage or a tag rule for larger audiences)", len(r.WhiteList), MaxWhitelist)
+	} else {
+		for i, w := range r.WhiteList {
+			if _, err := parseWhitelistEntry(w); err != nil {
+				add(strict.Index("white_list", i), "%v", err)
+			}
+		}
+	}
+	if r.Targets == nil {
+		add("targets", "is required for a gray rule: {\"gray\": ..., \"stable\": ...}")
+	} else {
+		if r.Targets.Gray == "" {
+			add("targets.gray", "is required")
+		}
+		if r.Targets.Stable == "" {
+			add("targets.stable", "is required")
+		}
+	}
+	if r.ExperimentID != "" {
+		add("experiment_id", "is only for ab rules")
+	}
+	if r.Groups != nil {
+		add("groups", "are only for ab rules")
+	}
+	return errs
+}
+
+func (r *Rule) validateAB() []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, strict.Errorf(path, format, args...))
+	}
+	if r.ExperimentID == "" {
+		add("experiment_id", "is required for an ab rule")
+	}
+	if len(r.Groups) == 0 {
+		add("groups", "needs at least one group")
+	}
+	sum := 0
+	seen := map[string]int{}
+	controls := 0
+	for i, g := range r.Groups {
+		p := strict.Index("groups", i)
+		if g.Name == "" {
+			add(p+".name", "is required")
+		} else if j, dup := seen[g.Name]; dup {
+			add(p+".name", "duplicates groups[%d].name %q", j, g.Name)
+		} else {
+			seen[g.Name] = i
+		}
+		if g.Weight < 0 || g.Weight > 100 {
+			add(p+".weight", "must be 0..100, got %d", g.Weight)
+		}
+		sum += g.Weight
+		if g.Target == "" {
+			add(p+".target", "is required")
+		}
+		if g.Control {
+			controls++
+		}
+	}
+	if len(r.Groups) > 0 && sum != 100 {
+		add("groups", "weights must sum to 100, got %d", sum)
+	}
+	if controls > 1 {
+		add("groups", "at most one group may be \"control\": true, got %d", controls)
+	}
+	if r.GrayPercent != nil {
+		add("gray_percent", "is only for gray rules")
+	}
+	if r.WhiteList != nil {
+		add("white_list", "is only for gray rules")
+	}
+	if r.Targets != nil {
+		add("targets", "are only for gray rules; ab rules put a target in each group")
+	}
+	if r.Tags != nil {
+		add("tags", "are only for gray rules; ab rules put a tag in each group")
+	}
+	return errs
+}
+
+type whitelistEntry struct {
+	uid    string
+	ip     netip.Addr
+	prefix netip.Prefix
+}
+
+func parseWhitelistEntry(s string) (whitelistEntry, error) {
+	kind, v, ok := strings.Cut(s, ":")
+	if !ok || v == "" {
+		return whitelistEntry{}, fmt.Errorf("must be \"uid:ID\", \"ip:ADDR\" or \"ip:CIDR\", got %q", s)
+	}
+	switch kind {
+	case "uid":
+		return whitelistEntry{uid: v}, nil
+	case "ip":
+		if strings.Contains(v, "/") {
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return whitelistEntry{}, fmt.Errorf("invalid CIDR in %q", s)
+			}
+			return whitelistEntry{prefix: p.Masked()}, nil
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return whitelistEntry{}, fmt.Errorf("invalid IP address in %q", s)
+		}
+		return whitelistEntry{ip: a.Unmap()}, nil
+	}
+	return whitelistEntry{}, fmt.Errorf("must start with \"uid:\" or \"ip:\", got %q", s)
+}

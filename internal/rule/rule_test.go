@@ -1,0 +1,294 @@
+package rule
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+func testEnv() Env {
+	reg := upstream.NewRegistry(map[string]*upstream.Pool{
+		"user-center": upstream.NewPool("user-center", []*upstream.Instance{{Addr: "127.0.0.1:1"}}),
+	})
+	return Env{Resolve: reg.Resolve, HasRoute: func(n string) bool { return n == "api" }}
+}
+
+func mustParse(t *testing.T, js string) *Compiled {
+	t.Helper()
+	c, err := Parse([]byte(js), testEnv())
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", js, err)
+	}
+	return c
+}
+
+// TestSeedShapesVerbatim accepts the two JSON examples of seed 000 section 1.3.
+func TestSeedShapesVerbatim(t *testing.T) {
+	gray := `{
+  "key": "gray_v2",
+  "type": "gray",
+  "rule_name": "用户中心v2灰度",
+  "gray_percent": 10,
+  "white_list": ["uid:10001", "uid:10002"],
+  "conditions": {
+    "ua_contains": ["WeChat"],
+    "path_prefix": ["/api/user/"]
+  },
+  "targets": {
+    "gray": "192.168.1.66:8080",
+    "stable": "192.168.1.65:8080"
+  }
+}`
+	ab := `{
+  "key": "ab_experiment_1",
+  "type": "ab",
+  "experiment_id": "exp_user_center_202405",
+  "groups": [
+    { "name": "A", "weight": 50, "target": "192.168.1.65:8080" },
+    { "name": "B", "weight": 50, "target": "192.168.1.67:8080" }
+  ]
+}`
+	g := mustParse(t, gray)
+	if g.Gray.Pool.Instances[0].Addr != "192.168.1.66:8080" || g.threshold != 1000 {
+		t.Errorf("gray compiled wrong: %+v", g)
+	}
+	a := mustParse(t, ab)
+	if len(a.Groups) != 2 || a.Groups[1].Tag != "B" {
+		t.Errorf("ab compiled wrong: %+v", a.Groups)
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		js   string
+		want []string // "path: substring"
+	}{
+		{"not json", `{`, []string{": invalid JSON: unexpected end of input"}},
+		{"bad json", `{"key":}`, []string{": invalid JSON at line 1, column 8"}},
+		{"unknown field", `{"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2","grey":"x"},"colour":1}`,
+			[]string{"colour: unknown field", "targets.grey: unknown field"}},
+		{"wrong types", `{"key":1,"type":"ab","experiment_id":"e","groups":[{"name":"A","weight":"50","target":"h:1"}]}`,
+			[]string{"key: expected a string, got 1", "groups[0].weight: expected an integer, got \"50\""}},
+		{"fractional weight", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":50.5,"target":"h:1"}]}`,
+			[]string{"groups[0].weight: expected an integer, got 50.5"}},
+		{"missing type", `{"key":"a"}`, []string{"type: is required"}},
+		{"bad type", `{"key":"a","type":"canary"}`, []string{`type: must be "gray" or "ab", got "canary"`}},
+		{"bad key", `{"key":"a b","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, []string{"key: must match"}},
+		{"gray missing everything", `{"key":"a","type":"gray"}`,
+			[]string{"gray_percent: is required", "targets: is required"}},
+		{"percent range", `{"key":"a","type":"gray","gray_percent":120,"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{"gray_percent: must be 0..100, got 120"}},
+		{"percent decimals", `{"key":"a","type":"gray","gray_percent":12.345,"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{"gray_percent: allows at most two decimals, got 12.345"}},
+		{"bad whitelist", `{"key":"a","type":"gray","gray_percent":1,"white_list":["10001","ip:300.1.1.1","ip:10.0.0.0/33","uid:"],"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{"white_list[0]: must be", "white_list[1]: invalid IP address", "white_list[2]: invalid CIDR", "white_list[3]: must be"}},
+		{"bad targets", `{"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"nowhere","stable":"http://h:1/path"}}`,
+			[]string{"targets.gray: invalid address \"nowhere\"", "targets.stable: invalid URL"}},
+		{"weights sum", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":50,"target":"h:1"},{"name":"B","weight":40,"target":"h:2"}]}`,
+			[]string{"groups: weights must sum to 100, got 90"}},
+		{"negative weight", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":-10,"target":"h:1"},{"name":"B","weight":110,"target":"h:2"}]}`,
+			[]string{"groups[0].weight: must be 0..100, got -10", "groups[1].weight: must be 0..100, got 110"}},
+		{"ab group problems", `{"key":"a","type":"ab","groups":[{"name":"A","weight":50,"target":"h:1","control":true},{"name":"A","weight":50,"target":"","control":true}]}`,
+			[]string{"experiment_id: is required", "groups[1].name: duplicates groups[0].name", "groups[1].target: is required", "groups: at most one group"}},
+		{"mixed shapes", `{"key":"a","type":"ab","experiment_id":"e","gray_percent":5,"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"gray_percent: is only for gray rules"}},
+		{"unknown route", `{"key":"a","type":"gray","route":"web","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{`route: no route named "web"`}},
+		{"bad hash", `{"key":"a","type":"gray","hash":"md5","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{`hash: must be "xxh64" or "crc32", got "md5"`}},
+		{"bad conditions", `{"key":"a","type":"gray","gray_percent":1,"conditions":{"path_prefix":["api"],"ua_contains":[""]},"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{`conditions.path_prefix[0]: must start with "/"`, "conditions.ua_contains[0]: must not be empty"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.js), testEnv())
+			if err == nil {
+				t.Fatalf("Parse(%s) succeeded, want errors %q", tt.js, tt.want)
+			}
+			fields := strict.Fields(err)
+			for _, w := range tt.want {
+				found := false
+				for _, f := range fields {
+					if strings.HasPrefix(f.Path+": "+f.Message, w) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("Parse(%s) errors = %q, want one starting %q", tt.js, err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestWhitelistLimit(t *testing.T) {
+	wl := make([]string, MaxWhitelist+1)
+	for i := range wl {
+		wl[i] = "uid:x"
+	}
+	r := Rule{Key: "a", Type: TypeGray, GrayPercent: new(float64), WhiteList: wl, Targets: &Targets{Gray: "h:1", Stable: "h:2"}}
+	_, err := Compile(r, testEnv())
+	if err == nil || !strings.Contains(err.Error(), "white_list: has 100001 entries; at most 100000") {
+		t.Fatalf("Compile with %d entries: %v", len(wl), err)
+	}
+}
+
+func req(path, ua string, ip string, headers ...string) *attr.Map {
+	m := &attr.Map{MethodV: "GET", PathV: path, Headers: map[string]string{"User-Agent": ua}}
+	for i := 0; i+1 < len(headers); i += 2 {
+		m.Headers[headers[i]] = headers[i+1]
+	}
+	if ip != "" {
+		m.IP = netip.MustParseAddr(ip)
+	}
+	return m
+}
+
+func TestGraySemantics(t *testing.T) {
+	c := mustParse(t, `{"key":"gray_v2","type":"gray","gray_percent":0,
+		"white_list":["uid:10001","ip:10.1.2.3","ip:192.168.0.0/16"],
+		"conditions":{"ua_contains":["WeChat","Alipay"],"path_prefix":["/api/user/"],"header_exists":["X-Beta","X-Canary"]},
+		"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"}}`)
+	in := func(m *attr.Map) *attr.Map { m.Headers["X-Canary"] = "1"; return m }
+	tests := []struct {
+		name       string
+		r          *attr.Map
+		uid        string
+		rolledBack bool
+		claimed    bool
+		group      string
+		degraded   string
+	}{
+		{"whitelisted uid", in(req("/api/user/1", "WeChat/8", "")), "10001", false, true, "gray", ""},
+		{"whitelisted ip", in(req("/api/user/1", "Alipay", "10.1.2.3")), "u", false, true, "gray", ""},
+		{"whitelisted cidr", in(req("/api/user/1", "Alipay", "192.168.7.7")), "u", false, true, "gray", ""},
+		{"not whitelisted at 0%", in(req("/api/user/1", "Alipay", "10.1.2.4")), "u", false, false, "", ""},
+		{"ua fails", in(req("/api/user/1", "curl", "")), "10001", false, false, "", ""},
+		{"path fails", in(req("/api/order/1", "WeChat", "")), "10001", false, false, "", ""},
+		{"header fails", req("/api/user/1", "WeChat", ""), "10001", false, false, "", ""},
+		{"rollback sends whitelist to stable", in(req("/api/user/1", "WeChat", "")), "10001", true, true, "stable", "rollback"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tr Trace
+			out, ok := c.Eval(tt.r, tt.uid, tt.rolledBack, &tr)
+			if ok != tt.claimed {
+				t.Fatalf("Eval claimed = %v, want %v (trace %+v)", ok, tt.claimed, tr)
+			}
+			if ok && (out.Target.Group != tt.group || out.Degraded != tt.degraded) {
+				t.Errorf("Eval = %s/%s, want %s/%s", out.Target.Group, out.Degraded, tt.group, tt.degraded)
+			}
+			if tr.Claimed != ok || tr.Reason == "" {
+				t.Errorf("trace disagrees: %+v", tr)
+			}
+		})
+	}
+}
+
+func TestABRollbackGoesToControl(t *testing.T) {
+	c := mustParse(t, `{"key":"ab","type":"ab","experiment_id":"e","groups":[
+		{"name":"A","weight":50,"target":"127.0.0.1:1"},{"name":"B","weight":50,"target":"127.0.0.1:2","control":true}]}`)
+	for _, u := range []string{"1", "2", "3", "4", "5", "6"} {
+		out, ok := c.Eval(req("/", "", ""), u, true, nil)
+		if !ok || out.Target.Group != "B" || out.Degraded != "rollback" {
+			t.Errorf("rolled back Eval(%s) = %+v, want control group B", u, out)
+		}
+	}
+	d := mustParse(t, `{"key":"ab","type":"ab","experiment_id":"e","groups":[
+		{"name":"A","weight":0,"target":"127.0.0.1:1"},{"name":"B","weight":100,"target":"127.0.0.1:2"}]}`)
+	if out, _ := d.Eval(req("/", "", ""), "x", true, nil); out.Target.Group != "A" {
+		t.Errorf("without a control group rollback goes to the first group, got %s", out.Target.Group)
+	}
+}
+
+// TestSeedPHPGolden checks every crc32-mode decision against the output of
+// seed 000's own PHP functions (testdata/seed000_golden.php, run by PHP 8.2).
+func TestSeedPHPGolden(t *testing.T) {
+	data, err := os.ReadFile("testdata/seed000_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden struct {
+		Users []string `json:"users"`
+		Gray  []struct {
+			Rule json.RawMessage `json:"rule"`
+			Gray []bool          `json:"gray"`
+		} `json:"gray"`
+		AB []struct {
+			Rule  json.RawMessage `json:"rule"`
+			Group []string        `json:"group"`
+		} `json:"ab"`
+	}
+	if err := json.Unmarshal(data, &golden); err != nil {
+		t.Fatal(err)
+	}
+	r := req("/", "", "")
+	n := 0
+	for _, g := range golden.Gray {
+		c, err := Parse(g.Rule, testEnv())
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", g.Rule, err)
+		}
+		for i, u := range golden.Users {
+			_, ok := c.Eval(r, u, false, nil)
+			if ok != g.Gray[i] {
+				t.Errorf("rule %s percent %v: user %q gray = %v, PHP says %v", c.Key, *c.Source.GrayPercent, u, ok, g.Gray[i])
+			}
+			n++
+		}
+	}
+	for _, g := range golden.AB {
+		c, err := Parse(g.Rule, testEnv())
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", g.Rule, err)
+		}
+		for i, u := range golden.Users {
+			out, _ := c.Eval(r, u, false, nil)
+			if out.Target.Group != g.Group[i] {
+				t.Errorf("rule %s: user %q group = %s, PHP says %s", c.Key, u, out.Target.Group, g.Group[i])
+			}
+			n++
+		}
+	}
+	if n < 10000 {
+		t.Fatalf("only %d golden decisions checked", n)
+	}
+}
+
+func TestEvalDoesNotAllocate(t *testing.T) {
+	c := mustParse(t, `{"key":"g","type":"gray","gray_percent":50,"white_list":["uid:a","ip:10.0.0.0/8"],
+		"conditions":{"path_prefix":["/api/"]},"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"}}`)
+	r := req("/api/x", "ua", "10.9.9.9")
+	allocs := testing.AllocsPerRun(100, func() { c.Eval(r, "user-1", false, nil) })
+	if allocs != 0 {
+		t.Errorf("Eval allocates %v times per call", allocs)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"key":"gray_v2","type":"gray","gray_percent":10,"white_list":["uid:1"],"targets":{"gray":"h:1","stable":"h:2"}}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
+	f.Add([]byte(`[1,2,{"a":null}]`))
+	f.Add([]byte(`{"key":"x","conditions":{"path_prefix":"/a"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, testEnv())
+		if err != nil {
+			for _, fe := range strict.Fields(err) {
+				if fe.Message == "" {
+					t.Fatalf("empty message in %v", err)
+				}
+			}
+			return
+		}
+		// A compiled rule must evaluate without panicking.
+		c.Eval(req("/api/user/1", "WeChat", "10.0.0.1"), "u1", false, &Trace{})
+		c.Eval(req("/", "", ""), "", true, nil)
+	})
+}
