@@ -170,11 +170,9 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("convert YAML: %w", err)
 	}
 	var c Config
-	if err := strict.Decode(js, &c); err != nil {
-		return nil, err
-	}
+	derr := strict.Decode(js, &c)
 	c.Defaults()
-	if err := c.Validate(); err != nil {
+	if err := strict.Merge(derr, c.Validate()); err != nil {
 		return nil, err
 	}
 	return &c, nil

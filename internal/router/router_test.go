@@ -74,7 +74,7 @@ func userWhere(t *testing.T, s *Snapshot, path string, want func(Decision) bool)
 
 func TestDecide(t *testing.T) {
 	gray := compile(t, `{"key":"gray_v2","type":"gray","gray_percent":10,"white_list":["uid:vip"],
-		"conditions":{"path_prefix":["/api/"]},"targets":{"gray":"gray","stable":"stable"},"tags":{"gray":"v2.1"}}`)
+		"conditions":{"path_prefix":["/api/"]},"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2.1"}}`)
 	ab := compile(t, `{"key":"exp","type":"ab","experiment_id":"e1","groups":[
 		{"name":"A","weight":50,"target":"a","control":true},{"name":"B","weight":50,"target":"b"}]}`)
 	webOnly := compile(t, `{"key":"web_canary","type":"gray","route":"web","gray_percent":100,"targets":{"gray":"gray","stable":"web"}}`)
@@ -180,7 +180,7 @@ func TestRollback(t *testing.T) {
 }
 
 func TestColoring(t *testing.T) {
-	gray := compile(t, `{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"tags":{"gray":"v2.1"}}`)
+	gray := compile(t, `{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2.1"}}`)
 	trusted := build(t, Input{Rules: []*rule.Compiled{gray}, TrustGrayTag: true})
 	untrusted := build(t, Input{Rules: []*rule.Compiled{gray}})
 	r := get("/", "X-User-Id", "1", "X-Gray-Tag", "v2.1")
@@ -235,7 +235,7 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 func TestSwapRace(t *testing.T) {
 	mk := func(pct int) *Snapshot {
 		return build(t, Input{Revision: int64(pct), Rules: []*rule.Compiled{
-			compile(t, fmt.Sprintf(`{"key":"g","type":"gray","gray_percent":%d,"targets":{"gray":"gray","stable":"stable"},"tags":{"gray":"t%d"}}`, pct, pct)),
+			compile(t, fmt.Sprintf(`{"key":"g","type":"gray","gray_percent":%d,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"t%d"}}`, pct, pct)),
 		}})
 	}
 	snaps := []*Snapshot{mk(0), mk(100)}

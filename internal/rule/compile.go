@@ -61,7 +61,8 @@ type Compiled struct {
 func Parse(data []byte, env Env) (*Compiled, error) {
 	r, err := Decode(data)
 	if err != nil {
-		return nil, err
+		// Report semantic problems of the fields that did decode as well.
+		return nil, strict.Merge(err, r.Validate())
 	}
 	return Compile(r, env)
 }
@@ -98,12 +99,12 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 		c.threshold = mode.Threshold(int(math.Round(*r.GrayPercent * 100)))
 		c.Gray = Target{Group: "gray", Tag: "gray", Pool: resolve("targets.gray", r.Targets.Gray)}
 		c.Stable = Target{Group: "stable", Tag: "stable", Pool: resolve("targets.stable", r.Targets.Stable)}
-		if r.Tags != nil {
-			if r.Tags.Gray != "" {
-				c.Gray.Tag = r.Tags.Gray
+		if r.TargetTags != nil {
+			if r.TargetTags.Gray != "" {
+				c.Gray.Tag = r.TargetTags.Gray
 			}
-			if r.Tags.Stable != "" {
-				c.Stable.Tag = r.Tags.Stable
+			if r.TargetTags.Stable != "" {
+				c.Stable.Tag = r.TargetTags.Stable
 			}
 		}
 		for _, w := range r.WhiteList {

@@ -56,8 +56,8 @@ type Rule struct {
 	WhiteList []string `json:"white_list,omitempty"`
 	// Targets are the gray and stable upstreams (gray).
 	Targets *Targets `json:"targets,omitempty"`
-	// Tags overrides the X-Gray-Tag coloring value per target (gray); it defaults to the group name.
-	Tags *Tags `json:"tags,omitempty"`
+	// TargetTags overrides the X-Gray-Tag coloring value per target (gray); it defaults to the group name.
+	TargetTags *TargetTags `json:"target_tags,omitempty"`
 
 	// ExperimentID salts the ab group assignment (ab).
 	ExperimentID string `json:"experiment_id,omitempty"`
@@ -71,8 +71,8 @@ type Targets struct {
 	Stable string `json:"stable"`
 }
 
-// Tags are a gray rule's coloring values.
-type Tags struct {
+// TargetTags are a gray rule's coloring values.
+type TargetTags struct {
 	Gray   string `json:"gray,omitempty"`
 	Stable string `json:"stable,omitempty"`
 }
@@ -94,13 +94,13 @@ var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 func ValidKey(k string) bool { return keyPattern.MatchString(k) }
 
 // Decode strictly decodes one rule: unknown fields and type mismatches are
-// errors named by path. It does not validate semantics; see Validate.
+// errors named by path. On error the returned rule holds what did decode,
+// so that its semantics can be checked too (see Parse). Decode does not
+// validate semantics; see Validate.
 func Decode(data []byte) (Rule, error) {
 	var r Rule
-	if err := strict.Decode(data, &r); err != nil {
-		return Rule{}, err
-	}
-	return r, nil
+	err := strict.Decode(data, &r)
+	return r, err
 }
 
 // EffectivePriority returns the priority the rule is evaluated with.
@@ -235,8 +235,8 @@ func (r *Rule) validateAB() []error {
 	if r.Targets != nil {
 		add("targets", "are only for gray rules; ab rules put a target in each group")
 	}
-	if r.Tags != nil {
-		add("tags", "are only for gray rules; ab rules put a tag in each group")
+	if r.TargetTags != nil {
+		add("target_tags", "are only for gray rules; ab rules put a tag in each group")
 	}
 	return errs
 }

@@ -112,6 +112,9 @@ func Decode(data []byte, v any) error {
 	var errs []error
 	check(generic, reflect.TypeOf(v), "", &errs)
 	if len(errs) > 0 {
+		// Fill in what can be decoded, so that callers may validate the
+		// rest and report every problem at once (see Merge).
+		_ = json.Unmarshal(data, v)
 		return errors.Join(errs...)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
@@ -331,4 +334,29 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 		out[name] = f.Type
 	}
 	return out
+}
+
+// Merge joins decoding problems with validation problems of the partly
+// decoded value, leaving out validation problems at or below a path that
+// already has a decoding problem (a field of the wrong type is not also
+// "required").
+func Merge(decodeErr, validateErr error) error {
+	if decodeErr == nil {
+		return validateErr
+	}
+	bad := Fields(decodeErr)
+	errs := []error{decodeErr}
+	for _, f := range Fields(validateErr) {
+		dup := false
+		for _, b := range bad {
+			if b.Path == "" || f.Path == b.Path || strings.HasPrefix(f.Path, b.Path+".") || strings.HasPrefix(f.Path, b.Path+"[") {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			errs = append(errs, &FieldError{Path: f.Path, Message: f.Message})
+		}
+	}
+	return errors.Join(errs...)
 }
