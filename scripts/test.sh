@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it: the real services the
+# integration tests start on loopback (installed from Debian if missing),
+# formatting, vet, then every test with the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/redis.sh >/dev/null
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:" $unformatted >&2
+  exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 15m "$@" ./...
