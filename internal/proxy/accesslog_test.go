@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/identity"
+)
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestAccessLog(t *testing.T) {
+	backend, _ := echoBackend(t, "gray")
+	var out syncBuffer
+	p, addr := startProxy(t, Options{AccessLog: &out}, staticDecider{
+		Rule: "r1", Group: "gray", Degraded: "rollback", Target: poolOf("gray", addrOf(backend)),
+		Identity: identity.ID{Value: "u", Source: "header:X-User-Id"},
+	})
+	c := httpClient(t)
+	resp, err := c.Get("http://" + addr + "/a/b?secret=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n folded\r\n\r\n")
+	rawExchange(t, addr, "GET", "POST /dup HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("access log has %d lines, want 3:\n%s", len(lines), out.String())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatalf("line %q: %v", lines[0], err)
+	}
+	want := map[string]any{
+		"method": "GET", "path": "/a/b", "status": float64(200), "upstream": addrOf(backend),
+		"rule": "r1", "group": "gray", "degraded": "rollback", "identity_source": "header:X-User-Id",
+		"bytes": float64(n),
+	}
+	for k, v := range want {
+		if rec[k] != v {
+			t.Errorf("%s = %v, want %v", k, rec[k], v)
+		}
+	}
+	if ms, ok := rec["latency_ms"].(float64); !ok || ms <= 0 {
+		t.Errorf("latency_ms = %v, want a positive number", rec["latency_ms"])
+	}
+	if _, err := time.Parse(time.RFC3339Nano, rec["time"].(string)); err != nil {
+		t.Errorf("time = %v: %v", rec["time"], err)
+	}
+	for _, k := range []string{"level", "msg"} {
+		if _, ok := rec[k]; ok {
+			t.Errorf("line has %q, want only the access fields", k)
+		}
+	}
+	if len(rec) != len(want)+2 {
+		t.Errorf("line has %d fields, want %d: %s", len(rec), len(want)+2, lines[0])
+	}
+	// Rejected by the gateway (obs-fold) and by fasthttp's parser (two
+	// Content-Lengths, answered through the Server's ErrorHandler).
+	for _, line := range lines[1:] {
+		rec = nil
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["status"] != float64(http.StatusBadRequest) {
+			t.Errorf("rejected request logged as %s (%v), want status 400", line, err)
+		}
+	}
+}
+
+// blockingWriter blocks every Write until released.
+type blockingWriter struct {
+	release chan struct{}
+	n       int
+}
+
+func (b *blockingWriter) Write(p []byte) (int, error) {
+	<-b.release
+	b.n += len(p)
+	return len(p), nil
+}
+
+func TestAsyncWriterNeverBlocks(t *testing.T) {
+	bw := &blockingWriter{release: make(chan struct{})}
+	w := newAsyncWriter(bw, 4, time.Hour)
+	line := []byte(strings.Repeat("x", 100) + "\n")
+	start := time.Now()
+	// The bufio.Writer holds 64 KiB before it writes through, so fill that
+	// and the queue several times over; none of it may wait for bw.
+	for range 2000 {
+		if n, err := w.Write(line); n != len(line) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("2000 writes took %v against a stuck writer", d)
+	}
+	if w.dropped.Load() == 0 {
+		t.Error("no line dropped although the writer is stuck")
+	}
+	close(bw.release)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written := uint64(bw.n / len(line))
+	if written+w.dropped.Load() != 2000 {
+		t.Errorf("written %d + dropped %d != 2000", written, w.dropped.Load())
+	}
+	if n, _ := w.Write(line); n != len(line) || w.dropped.Load() == 0 {
+		t.Error("Write after Close must be accepted and counted as dropped")
+	}
+}
+
+func TestAsyncWriterFlushesPeriodically(t *testing.T) {
+	var out syncBuffer
+	w := newAsyncWriter(&out, 16, 20*time.Millisecond)
+	defer w.Close(context.Background())
+	_, _ = w.Write([]byte("line\n"))
+	deadline := time.Now().Add(5 * time.Second)
+	for out.String() != "line\n" {
+		if time.Now().After(deadline) {
+			t.Fatalf("line not flushed; buffer %q", out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,302 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+func TestClassify(t *testing.T) {
+	timeoutErr := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantReason string
+	}{
+		{"client gone", fmt.Errorf("%w: reading request body: %w", errClientGone, io.ErrUnexpectedEOF), 499, "abandoned: client closed the request"},
+		{"slow body", fmt.Errorf("%w: %w", errRequestTimeout, os.ErrDeadlineExceeded), 408, "abandoned: request body timed out"},
+		{"empty pool", fmt.Errorf("pool %q: %w", "p", upstream.ErrNoInstance), 503, "has no available instance"},
+		{"no free connection", fasthttp.ErrNoFreeConns, 503, "has no free connection"},
+		{"dial timeout", &dialError{addr: "a:1", err: timeoutErr}, 504, "timed out connecting"},
+		{"connection refused", &dialError{addr: "a:1", err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, 502, "unreachable"},
+		{"tls handshake failure", &dialError{addr: "a:1", err: fmt.Errorf("tls handshake: %w", io.EOF)}, 502, "unreachable"},
+		{"response header timeout", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, 504, "timed out"},
+		{"fasthttp timeout", fasthttp.ErrTimeout, 504, "timed out"},
+		{"closed before response", &staleError{err: io.EOF}, 502, "failed"},
+		{"malformed response", fmt.Errorf("cannot parse response status line"), 502, "failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, reason := classify(tt.err)
+			if status != tt.wantStatus || reason != tt.wantReason {
+				t.Errorf("classify(%v) = %d %q, want %d %q", tt.err, status, reason, tt.wantStatus, tt.wantReason)
+			}
+		})
+	}
+}
+
+// closedAddr returns a loopback address nobody listens on.
+func closedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// stuckBackend accepts requests and never answers until the request is
+// cancelled. Each arrival and each cancellation is reported.
+func stuckBackend(t *testing.T) (addr string, arrived, canceled <-chan struct{}) {
+	arrivedc := make(chan struct{}, 16)
+	canceledc := make(chan struct{}, 16)
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrivedc <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+			select {
+			case canceledc <- struct{}{}:
+			default:
+			}
+		case <-stop:
+		}
+	}))
+	t.Cleanup(func() {
+		close(stop)
+		srv.Close()
+	})
+	return addrOf(srv), arrivedc, canceledc
+}
+
+func TestErrorResponses(t *testing.T) {
+	stuck, _, _ := stuckBackend(t)
+	dead := closedAddr(t)
+	tests := []struct {
+		name       string
+		opts       Options
+		target     *upstream.Pool
+		wantStatus int
+		wantBody   string
+	}{
+		{
+			name: "502 connection refused", target: poolOf("stable", dead),
+			wantStatus: 502, wantBody: fmt.Sprintf("graygate: upstream \"stable\" (%s) unreachable\n", dead),
+		},
+		{
+			name: "504 response header timeout", target: poolOf("gray", stuck),
+			opts:       Options{ResponseHeaderTimeout: 150 * time.Millisecond},
+			wantStatus: 504, wantBody: fmt.Sprintf("graygate: upstream \"gray\" (%s) timed out\n", stuck),
+		},
+		{
+			name: "503 empty pool", target: upstream.NewPool("empty", nil),
+			wantStatus: 503, wantBody: "graygate: upstream \"empty\" has no available instance\n",
+		},
+		{
+			name: "503 no target", target: nil,
+			wantStatus: 503, wantBody: "graygate: no upstream for this request\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newDoneRecorder()
+			tt.opts.OnDone = rec.onDone
+			_, addr := startProxy(t, tt.opts, staticDecider{Rule: "r7", Group: "gray", Degraded: "fallback", Target: tt.target})
+			start := time.Now()
+			resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			if resp.StatusCode != tt.wantStatus || body != tt.wantBody {
+				t.Errorf("got %d %q, want %d %q", resp.StatusCode, body, tt.wantStatus, tt.wantBody)
+			}
+			if time.Since(start) > 3*time.Second {
+				t.Errorf("answer took %v", time.Since(start))
+			}
+			for h, want := range map[string]string{"X-Gray-Rule": "r7", "X-Gray-Group": "gray", "X-Gray-Degraded": "fallback"} {
+				if got := resp.Header.Get(h); got != want {
+					t.Errorf("%s = %q, want %q", h, got, want)
+				}
+			}
+			if c := rec.next(t, 2*time.Second); c.status != tt.wantStatus || c.bytes != int64(len(tt.wantBody)) {
+				t.Errorf("OnDone(status %d, bytes %d), want (%d, %d)", c.status, c.bytes, tt.wantStatus, len(tt.wantBody))
+			}
+		})
+	}
+}
+
+// TestClientGone checks that a client hanging up while the upstream is still
+// thinking is recorded as 499 and that the upstream request is abandoned
+// rather than left to run to ResponseHeaderTimeout.
+func TestClientGone(t *testing.T) {
+	stuck, _, canceled := stuckBackend(t)
+	rec := newDoneRecorder()
+	_, addr := startProxy(t, Options{OnDone: rec.onDone}, staticDecider{
+		Rule: "r", Group: "stable", Target: poolOf("stable", stuck),
+	})
+
+	t.Run("hang up while waiting", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+		// Past watchDelay, so the watcher is what notices.
+		time.Sleep(3 * watchDelay)
+		c.Close()
+		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest || d.rule != "r" {
+			t.Errorf("OnDone(status %d, rule %q), want (499, r)", d.status, d.rule)
+		}
+		select {
+		case <-canceled:
+		case <-time.After(3 * time.Second):
+			t.Error("the upstream request was not cancelled")
+		}
+	})
+
+	t.Run("hang up before the watcher starts", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+		c.Close()
+		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest {
+			t.Errorf("OnDone(status %d), want 499", d.status)
+		}
+	})
+
+	t.Run("upload broken off", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("x", 20000))
+		time.Sleep(3 * watchDelay)
+		c.Close()
+		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest {
+			t.Errorf("OnDone(status %d), want 499", d.status)
+		}
+	})
+}
+
+// TestStaleConnectionRetry: an upstream that closes every connection after
+// one response without saying so leaves a dead connection in the pool; the
+// next safe request must be sent again on a new one instead of failing.
+func TestStaleConnectionRetry(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}()
+		}
+	}()
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", ln.Addr().String())})
+	c := httpClient(t)
+	for i := range 5 {
+		resp, err := c.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("request %d: %d %q, want 200 ok", i, resp.StatusCode, body)
+		}
+		// Give the upstream's close time to land before the next request
+		// picks the pooled connection; without the retry this is a 502.
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestShutdownInFlight: Shutdown lets a request in flight finish.
+func TestShutdownInFlight(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		fmt.Fprint(w, "done")
+	}))
+	defer backend.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}, nil)
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ln) }()
+
+	got := make(chan string, 1)
+	go func() {
+		resp, err := httpClient(t).Get("http://" + ln.Addr().String() + "/")
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- string(b)
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached the backend")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	time.Sleep(50 * time.Millisecond) // let Shutdown start waiting; the test holds either way
+	close(release)
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if b := <-got; b != "done" {
+		t.Errorf("in-flight request got %q, want done", b)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+func TestShutdownWithoutServe(t *testing.T) {
+	var out syncBuffer
+	p := New(Options{AccessLog: &out}, staticDecider{}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := p.Shutdown(ctx); err != nil {
+		t.Errorf("second Shutdown: %v", err)
+	}
+}

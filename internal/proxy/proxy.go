@@ -1,0 +1,411 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// Decider routes one request. Decide is called exactly once for every
+// request that passes validation, from many goroutines at once. The attr.Request is valid only during the
+// call; the returned Decision may keep strings from it, which the Proxy
+// copies before the request's buffers are reused.
+type Decider interface {
+	Decide(req attr.Request) router.Decision
+}
+
+// Proxy is the gateway's data plane. It is safe for concurrent use.
+type Proxy struct {
+	opts    Options
+	decider Decider
+	log     *slog.Logger
+	server  *fasthttp.Server
+	access  *accessLog // nil when the access log is off
+
+	clients   atomic.Pointer[map[clientKey]*upstreamClient]
+	clientsMu sync.Mutex
+
+	exchanges sync.Pool
+	tunnels   tunnelSet
+}
+
+// New returns a Proxy that routes with decider. Zero Options fields take the
+// defaults documented on Options. A nil logger discards. If opts.AccessLog
+// is set, New starts the access log writer goroutine, which Shutdown stops.
+func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{
+		opts:    opts.withDefaults(),
+		decider: decider,
+		log:     logger.With("component", "proxy"),
+	}
+	p.exchanges.New = func() any { return p.newExchange() }
+	if p.opts.AccessLog != nil {
+		p.access = newAccessLog(p.opts.AccessLog, p.opts.AccessLogQueue, p.opts.AccessLogFlushInterval)
+	}
+	p.server = &fasthttp.Server{
+		Handler:      p.Handler,
+		ErrorHandler: p.errorHandler,
+		Logger:       fasthttpLogger{p.log},
+		// The request body is streamed to the upstream, never buffered;
+		// multipart bodies must not be pre-parsed into temporary files.
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               p.opts.MaxHeaderBytes,
+		// fasthttp's ReadTimeout is armed before the request line and stays
+		// armed while the body is read, including the first 8 KiB that
+		// fasthttp reads before calling the handler. HeaderReceived re-arms
+		// it for the body once the header is in.
+		ReadTimeout:    p.opts.ReadHeaderTimeout,
+		HeaderReceived: p.headerReceived,
+		IdleTimeout:    p.opts.IdleTimeout,
+		// Pass the upstream's Server and Content-Type through untouched.
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		SecureErrorLogMessage: true,
+	}
+	return p
+}
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a
+// Shutdown and the listener's error otherwise.
+func (p *Proxy) Serve(ln net.Listener) error {
+	return p.server.Serve(ln)
+}
+
+// Shutdown stops accepting, waits (until ctx is done) for requests in
+// flight, closes WebSocket tunnels and idle upstream connections, and
+// flushes the access log.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	err := p.server.ShutdownWithContext(ctx)
+	p.tunnels.closeAll()
+	if m := p.clients.Load(); m != nil {
+		for _, c := range *m {
+			c.hc.CloseIdleConnections()
+		}
+	}
+	if p.access != nil {
+		if aerr := p.access.close(ctx); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("access log: %w", aerr))
+		}
+	}
+	return err
+}
+
+// AccessLogDropped returns how many access log lines were dropped because
+// the writer could not keep up.
+func (p *Proxy) AccessLogDropped() uint64 {
+	if p.access == nil {
+		return 0
+	}
+	return p.access.w.dropped.Load()
+}
+
+// exchange is the state of one request, pooled. It outlives the handler
+// when the response body is streamed or the connection becomes a WebSocket
+// tunnel, but it never keeps the RequestCtx or its buffers past the handler:
+// what it needs later (method, path, decision strings) it copies.
+type exchange struct {
+	p    *Proxy
+	view view
+	d    router.Decision
+	peer netip.Addr
+
+	inst *upstream.Instance
+	uc   *upstreamClient
+	req  fasthttp.Request
+	resp fasthttp.Response
+
+	reqBody  reqBody
+	respBody respBody
+	up       upstreamConn  // held while the response body streams
+	br       *bufio.Reader // the reader of up
+	upBody   interface{ Read([]byte) (int, error) }
+
+	start     time.Time
+	status    int
+	bytesOut  int64
+	streaming bool // respBody or a tunnel owns the exchange
+	upEOF     bool
+	upErr     error
+	clientErr error
+
+	method, path []byte
+	idVal, tag   []byte
+	scratch      []byte
+	head         []byte // a response header written on a hijacked connection
+	tokens       [][]byte
+	// Inbound X-Forwarded-Proto / -Host kept from a trusted peer.
+	sawProto, sawHost bool
+
+	// Client watch state. mu guards canceled and upConn between the
+	// watcher goroutine and the request goroutine.
+	mu        sync.Mutex
+	canceled  bool
+	upConn    net.Conn
+	gone      bool
+	watchDone chan struct{}
+	peekBuf   [1]byte
+	peekFn    func(uintptr) bool
+}
+
+func (p *Proxy) newExchange() *exchange {
+	ex := &exchange{p: p, watchDone: make(chan struct{}, 1)}
+	ex.reqBody.ex = ex
+	ex.respBody.ex = ex
+	ex.peekFn = ex.peek
+	return ex
+}
+
+func (p *Proxy) getExchange() *exchange {
+	ex := p.exchanges.Get().(*exchange)
+	ex.start = time.Now()
+	return ex
+}
+
+// finish records the exchange (OnDone, access log) and returns it to the
+// pool.
+func (ex *exchange) finish() {
+	p := ex.p
+	elapsed := time.Since(ex.start)
+	if p.opts.OnDone != nil {
+		p.opts.OnDone(&ex.d, ex.status, elapsed, ex.bytesOut)
+	}
+	if p.access != nil {
+		p.access.record(ex, elapsed)
+	}
+	ex.reset()
+	p.exchanges.Put(ex)
+}
+
+func (ex *exchange) reset() {
+	ex.view.ctx, ex.view.ip, ex.view.dec = nil, netip.Addr{}, ex.view.dec[:0]
+	ex.d = router.Decision{}
+	ex.peer = netip.Addr{}
+	ex.inst, ex.uc = nil, nil
+	ex.req.Reset()
+	ex.resp.Reset()
+	ex.reqBody.src, ex.reqBody.n, ex.reqBody.size = nil, 0, 0
+	ex.up, ex.br, ex.upBody = nil, nil, nil
+	ex.status, ex.bytesOut = 0, 0
+	ex.streaming, ex.upEOF, ex.upErr, ex.clientErr = false, false, nil, nil
+	ex.method, ex.path = ex.method[:0], ex.path[:0]
+	ex.idVal, ex.tag, ex.scratch = ex.idVal[:0], ex.tag[:0], ex.scratch[:0]
+	clear(ex.tokens)
+	ex.tokens = ex.tokens[:0]
+	ex.canceled, ex.upConn, ex.gone = false, nil, false
+}
+
+// keepDecision stores d, copying the two strings a router may take from the
+// request (the identity value and the coloring tag) into the exchange, so
+// the decision stays valid after fasthttp reuses the request buffers.
+func (ex *exchange) keepDecision(d router.Decision) {
+	ex.idVal = append(ex.idVal[:0], d.Identity.Value...)
+	d.Identity.Value = b2s(ex.idVal)
+	ex.tag = append(ex.tag[:0], d.Tag...)
+	d.Tag = b2s(ex.tag)
+	ex.d = d
+}
+
+func (p *Proxy) trusted(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, pf := range p.opts.TrustedProxies {
+		if pf.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Handler serves one request: validate, route, forward, answer. It is a
+// fasthttp.RequestHandler; Serve runs it in a server configured for
+// streaming, and it also works in a server that buffers bodies.
+func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	ex := p.getExchange()
+	ex.method = append(ex.method[:0], ctx.Method()...)
+	ex.path = append(ex.path[:0], ctx.Path()...)
+	if !p.serve(ctx, ex) {
+		ex.finish()
+	}
+	// Otherwise a streamed body or a tunnel owns ex now; don't touch it.
+}
+
+// serve does the work of Handler. It returns true if the exchange now
+// belongs to a streamed body or a tunnel, which will finish it.
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
+	in := &ctx.Request.Header
+	if err := checkHeaderBlock(in.RawHeaders()); err != nil {
+		p.reject(ctx, ex, fasthttp.StatusBadRequest, "bad request: "+err.Error())
+		return false
+	}
+	if in.IsConnect() {
+		p.reject(ctx, ex, fasthttp.StatusMethodNotAllowed, "CONNECT is not supported")
+		return false
+	}
+	ex.peer = peerAddr(ctx)
+	trusted := p.trusted(ex.peer)
+	var xff [][]byte
+	if trusted {
+		xff = in.PeekAll(hdrXForwardedFor)
+	}
+	ex.view.ctx = ctx
+	ex.view.ip = clientIP(ex.peer, p.trusted, xff)
+	ex.keepDecision(p.decider.Decide(&ex.view))
+	ex.view.ctx = nil
+
+	if ex.d.Target == nil {
+		p.fail(ctx, ex, fmt.Errorf("no target: %w", upstream.ErrNoInstance))
+		return false
+	}
+	inst, err := ex.d.Target.Pick()
+	if err != nil {
+		p.fail(ctx, ex, err)
+		return false
+	}
+	ex.inst = inst
+	ex.uc = p.client(inst)
+	p.buildRequest(ctx, ex, trusted)
+
+	if isWebSocketUpgrade(in) {
+		return p.serveUpgrade(ctx, ex)
+	}
+	if err := p.roundTrip(ctx, ex); err != nil {
+		p.fail(ctx, ex, err)
+		return false
+	}
+	return p.respond(ctx, ex)
+}
+
+// respond writes the upstream response header and hands the body stream to
+// fasthttp. It returns true when the body is streamed, in which case
+// respBody finishes the exchange.
+func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
+	out := &ctx.Response
+	ex.copyResponseHeader(&out.Header, &ex.resp.Header)
+	ex.setDecisionHeaders(&out.Header)
+	ex.status = ex.resp.StatusCode()
+
+	if !ex.resp.IsBodyStream() {
+		// HEAD, 1xx, 204 and 304 have no body. A HEAD answer keeps the
+		// length (or chunked coding) the upstream announced.
+		if ctx.IsHead() {
+			if cl := ex.resp.Header.ContentLength(); cl >= -1 {
+				out.Header.SetContentLength(cl)
+			}
+		}
+		ex.releaseUpstream(true)
+		return false
+	}
+	ex.upBody = ex.resp.BodyStream()
+	size := ex.resp.Header.ContentLength()
+	// Event streams and bodies of unknown length are sent chunked and each
+	// piece is flushed as soon as it arrives (fasthttp flushes every chunk),
+	// as net/http's ReverseProxy does; the header goes out at once too, so
+	// a client sees the response before the first event.
+	if size < 0 || isEventStream(ex.resp.Header.ContentType()) {
+		size = -1
+		out.ImmediateHeaderFlush = true
+	}
+	ex.streaming = true
+	if size < 0 && !ctx.Request.Header.IsHTTP11() {
+		p.respondUntilClose(ctx, ex)
+		return true
+	}
+	out.SetBodyStream(&ex.respBody, size)
+	return true
+}
+
+// respondUntilClose sends a body of unknown length to an HTTP/1.0 client,
+// which cannot read the chunked coding, delimited by closing the connection
+// (RFC 9112 section 6.3). fasthttp v1.78.0 always sends a body stream of
+// unknown length chunked, whatever the client's version, so the response is
+// written on the hijacked connection instead.
+func (p *Proxy) respondUntilClose(ctx *fasthttp.RequestCtx, ex *exchange) {
+	out := &ctx.Response
+	out.Header.SetContentLength(-2) // no framing header, and Connection: close
+	ex.head = out.Header.AppendBytes(ex.head[:0])
+	out.Reset()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(ex.writeUntilClose)
+}
+
+// writeUntilClose is the hijack handler of respondUntilClose; fasthttp
+// closes the connection when it returns.
+func (ex *exchange) writeUntilClose(c net.Conn) {
+	_, err := c.Write(ex.head)
+	if err == nil {
+		_, err = io.Copy(c, &ex.respBody)
+	}
+	_ = ex.respBody.CloseWithError(err)
+}
+
+func isEventStream(ct []byte) bool {
+	const es = "text/event-stream"
+	return len(ct) >= len(es) && eqFold(ct[:len(es)], es)
+}
+
+// noReadLimit stands for "no body read timeout": fasthttp's per-request
+// ReadTimeout can only replace the header deadline, not clear it.
+const noReadLimit = 100 * 365 * 24 * time.Hour
+
+// headerReceived gives a request with a body Options.ReadTimeout to send it,
+// counted from the end of its header, instead of what is left of
+// ReadHeaderTimeout.
+func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if cl := h.ContentLength(); cl == 0 || cl == -2 {
+		return fasthttp.RequestConfig{}
+	}
+	if p.opts.ReadTimeout > 0 {
+		return fasthttp.RequestConfig{ReadTimeout: p.opts.ReadTimeout}
+	}
+	return fasthttp.RequestConfig{ReadTimeout: noReadLimit}
+}
+
+// errorHandler answers requests that fasthttp could not parse, as fasthttp's
+// default handler does (431 for a header over MaxHeaderBytes, 408 for a
+// read timeout, 400 otherwise), and records them like any other request.
+func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	ex := p.getExchange()
+	ex.method = append(ex.method[:0], ctx.Request.Header.Method()...)
+	ex.path = append(ex.path[:0], ctx.Request.URI().Path()...)
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.As(err, &small):
+		p.reject(ctx, ex, fasthttp.StatusRequestHeaderFieldsTooLarge, "request header too large")
+	case isTimeout(err):
+		p.reject(ctx, ex, fasthttp.StatusRequestTimeout, "request timeout")
+	default:
+		p.reject(ctx, ex, fasthttp.StatusBadRequest, "bad request")
+	}
+	p.log.Debug("request rejected by parser", "status", ex.status, "error", err)
+	ex.finish()
+}
+
+// fasthttpLogger sends fasthttp's own messages (mostly connection errors
+// caused by clients) to the debug level.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	if f.l.Enabled(context.Background(), slog.LevelDebug) {
+		f.l.Debug(fmt.Sprintf(format, args...), "source", "fasthttp")
+	}
+}

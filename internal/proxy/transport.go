@@ -1,0 +1,387 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// watchDelay is how long the gateway waits for an upstream response header
+// before it starts watching the client connection for a hang-up. Answers
+// faster than this (nearly all of them) never pay for the watcher goroutine.
+const watchDelay = 50 * time.Millisecond
+
+// clientKey identifies an upstream client: one per instance address and
+// scheme.
+type clientKey struct {
+	addr string
+	tls  bool
+}
+
+// upstreamClient is the connection pool of one instance. The pool itself is
+// a fasthttp.HostClient; the gateway drives it through its exported
+// AcquireConn/ReleaseConn API instead of HostClient.Do so that it holds the
+// connection during the exchange: that is what makes a response-header
+// timeout that does not also cut the body, and cancelling the upstream
+// request when the client hangs up, possible.
+type upstreamClient struct {
+	hc    *fasthttp.HostClient
+	conns connSource
+	addr  string
+	// tls is the TLS configuration for the instance, nil for plain HTTP.
+	// WebSocket tunnels dial with it too.
+	tls *tls.Config
+}
+
+// client returns the pooled client for inst, creating it on first use.
+// Lookups read an immutable map through an atomic pointer; creation copies
+// the map under a mutex. Clients are kept for the life of the Proxy.
+func (p *Proxy) client(inst *upstream.Instance) *upstreamClient {
+	k := clientKey{addr: inst.Addr, tls: inst.TLS}
+	if m := p.clients.Load(); m != nil {
+		if c, ok := (*m)[k]; ok {
+			return c
+		}
+	}
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
+	old := p.clients.Load()
+	if old != nil {
+		if c, ok := (*old)[k]; ok {
+			return c
+		}
+	}
+	c := p.newClient(k)
+	m := make(map[clientKey]*upstreamClient, 1)
+	if old != nil {
+		for kk, v := range *old {
+			m[kk] = v
+		}
+	}
+	m[k] = c
+	p.clients.Store(&m)
+	return c
+}
+
+func (p *Proxy) newClient(k clientKey) *upstreamClient {
+	var tlsConf *tls.Config
+	if k.tls {
+		tlsConf = p.tlsConfigFor(k.addr)
+	}
+	hc := &fasthttp.HostClient{
+		Addr: k.addr,
+		// TLS is done in dial, not by fasthttp, so that the connection
+		// fasthttp pools is the one whose deadlines the gateway controls.
+		Dial: func(addr string) (net.Conn, error) {
+			return p.dial(addr, tlsConf)
+		},
+		MaxConns:                 p.opts.MaxConnsPerHost,
+		MaxConnWaitTimeout:       p.opts.DialTimeout,
+		MaxIdleConnDuration:      p.opts.IdleConnTimeout,
+		ReadBufferSize:           p.opts.MaxResponseHeaderBytes,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+	}
+	return &upstreamClient{
+		hc:    hc,
+		conns: newConnPool(hc.AcquireConn, hc.ReleaseConn, hc.CloseConn),
+		addr:  k.addr,
+		tls:   tlsConf,
+	}
+}
+
+func (p *Proxy) tlsConfigFor(addr string) *tls.Config {
+	var c *tls.Config
+	if p.opts.UpstreamTLS != nil {
+		c = p.opts.UpstreamTLS.Clone()
+	} else {
+		c = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if c.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = host
+		}
+	}
+	if len(c.NextProtos) == 0 {
+		c.NextProtos = []string{"http/1.1"}
+	}
+	return c
+}
+
+// dialError marks a failure to connect (or to finish the TLS handshake), as
+// opposed to a failure on an established connection.
+type dialError struct {
+	addr string
+	err  error
+}
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// dial connects to addr within DialTimeout, with TLS if tlsConf is set.
+func (p *Proxy) dial(addr string, tlsConf *tls.Config) (net.Conn, error) {
+	d := net.Dialer{Timeout: p.opts.DialTimeout}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, &dialError{addr: addr, err: err}
+	}
+	if tlsConf == nil {
+		return c, nil
+	}
+	tc := tls.Client(c, tlsConf)
+	if err := tc.SetDeadline(time.Now().Add(p.opts.DialTimeout)); err != nil {
+		_ = c.Close()
+		return nil, &dialError{addr: addr, err: err}
+	}
+	if err := tc.Handshake(); err != nil {
+		_ = c.Close()
+		return nil, &dialError{addr: addr, err: fmt.Errorf("tls handshake: %w", err)}
+	}
+	if err := tc.SetDeadline(time.Time{}); err != nil {
+		_ = c.Close()
+		return nil, &dialError{addr: addr, err: err}
+	}
+	return tc, nil
+}
+
+// upstreamConn is one connection borrowed from an upstream pool.
+type upstreamConn interface {
+	Conn() net.Conn
+	// Reused reports whether the connection served an earlier request, in
+	// which case a failure before any response byte may just mean the
+	// upstream closed it while it sat idle.
+	Reused() bool
+	// Release returns the connection to the pool, or closes it if reuse is
+	// false. The upstreamConn must not be used afterwards.
+	Release(reuse bool)
+}
+
+type connSource interface {
+	get() (upstreamConn, error)
+}
+
+// fastConn is the part of fasthttp's unexported *clientConn that the
+// gateway uses. HostClient.AcquireConn returns that type, which cannot be
+// named outside fasthttp; connPool is generic so that the compiler infers
+// it from the method values and the pooled handle can hold it without a
+// per-request closure.
+type fastConn interface {
+	Conn() net.Conn
+	LastUseTime() time.Time
+}
+
+type connPool[C fastConn] struct {
+	acquire func(time.Duration, bool) (C, error)
+	release func(C)
+	close   func(C)
+	handles sync.Pool
+}
+
+func newConnPool[C fastConn](acquire func(time.Duration, bool) (C, error), release, closeFn func(C)) *connPool[C] {
+	return &connPool[C]{acquire: acquire, release: release, close: closeFn}
+}
+
+func (cp *connPool[C]) get() (upstreamConn, error) {
+	cc, err := cp.acquire(0, false)
+	if err != nil {
+		return nil, err
+	}
+	h, _ := cp.handles.Get().(*heldConn[C])
+	if h == nil {
+		h = &heldConn[C]{pool: cp}
+	}
+	h.cc = cc
+	return h, nil
+}
+
+type heldConn[C fastConn] struct {
+	pool *connPool[C]
+	cc   C
+}
+
+func (h *heldConn[C]) Conn() net.Conn { return h.cc.Conn() }
+
+// Reused relies on fasthttp setting a connection's last use time only when
+// it goes back to the pool.
+func (h *heldConn[C]) Reused() bool { return !h.cc.LastUseTime().IsZero() }
+
+func (h *heldConn[C]) Release(reuse bool) {
+	if reuse {
+		h.pool.release(h.cc)
+	} else {
+		h.pool.close(h.cc)
+	}
+	var zero C
+	h.cc = zero
+	h.pool.handles.Put(h)
+}
+
+// staleError is a failure before the first response byte: the connection
+// was closed or reset. On a reused connection that is usually the upstream
+// having closed it while idle, and the request may be sent again.
+type staleError struct{ err error }
+
+func (e *staleError) Error() string { return e.err.Error() }
+func (e *staleError) Unwrap() error { return e.err }
+
+// errClientGone reports that the client hung up (or its body broke off)
+// before the response could be sent.
+var errClientGone = errors.New("client closed the request")
+
+// errRequestTimeout reports that the client's body did not arrive within
+// Options.ReadTimeout.
+var errRequestTimeout = errors.New("request body read timed out")
+
+// roundTrip sends ex.req upstream and reads the response header into
+// ex.resp, leaving the body as a stream on a held connection (ex.up, ex.br)
+// that releaseUpstream gives back. A request without a body whose method is
+// safe is sent once more if a reused connection turns out to be stale.
+func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
+	uc := ex.uc
+	replayable := !ex.req.IsBodyStream() && len(ex.req.Body()) == 0 && safeMethod(ex.req.Header.Method())
+	for attempt := 0; ; attempt++ {
+		c, err := uc.conns.get()
+		if err != nil {
+			return fmt.Errorf("connecting to %s: %w", uc.addr, err)
+		}
+		reused := c.Reused()
+		conn := c.Conn()
+		bw := uc.hc.AcquireWriter(conn)
+		err = ex.req.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		uc.hc.ReleaseWriter(bw)
+		if err != nil {
+			err = fmt.Errorf("sending request to %s: %w", uc.addr, err)
+		} else {
+			br := uc.hc.AcquireReader(conn)
+			if err = p.readHeader(ctx, ex, conn, br); err == nil {
+				ex.up, ex.br = c, br
+				return nil
+			}
+			uc.hc.ReleaseReader(br)
+			err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
+		}
+		c.Release(false)
+		var stale *staleError
+		switch {
+		case ex.clientErr != nil && isTimeout(ex.clientErr):
+			return fmt.Errorf("%w: %w", errRequestTimeout, ex.clientErr)
+		case ex.clientErr != nil:
+			return fmt.Errorf("%w: reading request body: %w", errClientGone, ex.clientErr)
+		case ex.canceled:
+			return errClientGone
+		case attempt == 0 && reused && replayable && (errors.As(err, &stale) || isConnReset(err)):
+			continue
+		}
+		return err
+	}
+}
+
+// readHeader reads the response header within ResponseHeaderTimeout. The
+// deadline is set after the request has been written and cleared once the
+// header is in, which is net/http's ResponseHeaderTimeout: fasthttp's own
+// ReadTimeout would also cut long bodies. While the upstream is silent past
+// watchDelay, the client connection is watched so that a client hanging up
+// aborts the wait (499) instead of holding an upstream connection.
+func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader) error {
+	timeout := p.opts.ResponseHeaderTimeout
+	start := time.Now()
+	if err := conn.SetReadDeadline(start.Add(min(watchDelay, timeout))); err != nil {
+		return err
+	}
+	_, err := br.Peek(1)
+	watching := false
+	if err != nil && watchDelay < timeout && isTimeout(err) {
+		watching = ex.watch(ctx, conn)
+		if err = ex.setUpstreamReadDeadline(conn, start.Add(timeout)); err == nil {
+			_, err = br.Peek(1)
+		}
+	}
+	if err == nil {
+		ex.resp.SkipBody = ex.req.Header.IsHead()
+		ex.resp.StreamBody = true
+		err = ex.resp.ReadLimitBody(br, 0)
+	} else if errors.Is(err, io.EOF) || isConnReset(err) {
+		err = &staleError{err: err}
+	}
+	if watching {
+		ex.unwatch(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if ex.canceled {
+		return errClientGone
+	}
+	return conn.SetReadDeadline(time.Time{})
+}
+
+// setUpstreamReadDeadline sets the upstream read deadline unless the client
+// watcher has already cancelled the exchange, whose past deadline must stay.
+func (ex *exchange) setUpstreamReadDeadline(conn net.Conn, t time.Time) error {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.canceled {
+		return errClientGone
+	}
+	return conn.SetReadDeadline(t)
+}
+
+// cancel aborts the upstream wait; called by the client watcher.
+func (ex *exchange) cancel() {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	ex.canceled = true
+	if ex.upConn != nil {
+		_ = ex.upConn.SetDeadline(aLongTimeAgo)
+	}
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// releaseUpstream closes the upstream body stream and gives the connection
+// back, to the pool if the body was read to its end and neither side asked
+// to close, else closed.
+func (ex *exchange) releaseUpstream(fullyRead bool) {
+	if ex.up == nil {
+		return
+	}
+	if ex.resp.IsBodyStream() {
+		_ = ex.resp.CloseBodyStream()
+	}
+	ex.uc.hc.ReleaseReader(ex.br)
+	ex.up.Release(fullyRead && !ex.resp.ConnectionClose() && !ex.req.ConnectionClose())
+	ex.up, ex.br, ex.upBody = nil, nil, nil
+}
+
+// safeMethod reports whether a request may be sent twice (RFC 9110 section
+// 9.2.1), for the stale-connection retry.
+func safeMethod(m []byte) bool {
+	switch b2s(m) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace:
+		return true
+	}
+	return false
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+func isConnReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, fasthttp.ErrConnectionClosed)
+}

@@ -1,0 +1,215 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+)
+
+// view is the attr.Request over a fasthttp request. Every string it returns
+// aliases fasthttp's buffers or the view's own decode buffer, so it costs no
+// allocation, and it is valid only until the handler returns: the view
+// lives in a pooled exchange and its ctx is cleared before the handler ends.
+type view struct {
+	ctx *fasthttp.RequestCtx
+	ip  netip.Addr
+	// dec holds URL-decoded cookie values. It only grows during a request,
+	// so strings handed out earlier stay intact.
+	dec []byte
+}
+
+func (v *view) Method() string { return b2s(v.ctx.Method()) }
+
+// Host is the request target's host: the authority of an absolute-form
+// request line, else the Host header.
+func (v *view) Host() string { return b2s(v.ctx.Host()) }
+
+// Path is the decoded, dot-segment-normalised path without the query, the
+// form rules match on; the upstream still receives the raw request target.
+func (v *view) Path() string { return b2s(v.ctx.Path()) }
+
+// Header returns the first value of the named header. PeekAll is used, not
+// Peek, because it reports a present header with an empty value.
+func (v *view) Header(name string) (string, bool) {
+	vals := v.ctx.Request.Header.PeekAll(name)
+	if len(vals) == 0 {
+		return "", false
+	}
+	return b2s(vals[0]), true
+}
+
+// Cookie returns the first cookie with that exact name, decoded the way PHP
+// decodes $_COOKIE values ("+" is a space, %XX a byte), which is what the
+// applications behind the gateway see. The raw Cookie header is parsed here
+// rather than through fasthttp's cookie jar, because collecting cookies
+// makes fasthttp rewrite the header it would forward.
+func (v *view) Cookie(name string) (string, bool) {
+	for _, h := range v.ctx.Request.Header.PeekAll(fasthttp.HeaderCookie) {
+		if raw, ok := findCookie(h, name); ok {
+			return v.decode(raw), true
+		}
+	}
+	return "", false
+}
+
+// Query returns the first query argument with that name, already decoded
+// by fasthttp.
+func (v *view) Query(name string) (string, bool) {
+	args := v.ctx.QueryArgs()
+	if val := args.Peek(name); val != nil {
+		return b2s(val), true
+	}
+	if args.Has(name) {
+		return "", true
+	}
+	return "", false
+}
+
+func (v *view) ClientIP() netip.Addr { return v.ip }
+
+// decode aliases raw when there is nothing to decode, else appends the
+// decoded value to the view's buffer.
+func (v *view) decode(raw []byte) string {
+	if bytes.IndexByte(raw, '%') < 0 && bytes.IndexByte(raw, '+') < 0 {
+		return b2s(raw)
+	}
+	start := len(v.dec)
+	v.dec = appendURLDecoded(v.dec, raw)
+	return b2s(v.dec[start:])
+}
+
+// findCookie finds name in one Cookie header value ("a=1; b=2"). Pairs are
+// split on ';', names and values are trimmed of spaces, and a pair without
+// '=' is a name with an empty value, as in PHP.
+func findCookie(h []byte, name string) ([]byte, bool) {
+	for len(h) > 0 {
+		pair := h
+		if i := bytes.IndexByte(h, ';'); i >= 0 {
+			pair, h = h[:i], h[i+1:]
+		} else {
+			h = nil
+		}
+		k, val := pair, []byte(nil)
+		if i := bytes.IndexByte(pair, '='); i >= 0 {
+			k, val = pair[:i], pair[i+1:]
+		}
+		if b2s(trimOWS(k)) == name {
+			return trimOWS(val), true
+		}
+	}
+	return nil, false
+}
+
+// appendURLDecoded is PHP's urldecode: '+' becomes a space and '%' followed
+// by two hex digits the byte they spell; any other '%' is kept as it is.
+func appendURLDecoded(dst, src []byte) []byte {
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; c {
+		case '+':
+			dst = append(dst, ' ')
+		case '%':
+			if i+2 < len(src) {
+				hi, ok1 := unhex(src[i+1])
+				lo, ok2 := unhex(src[i+2])
+				if ok1 && ok2 {
+					dst = append(dst, hi<<4|lo)
+					i += 2
+					continue
+				}
+			}
+			dst = append(dst, c)
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// peerAddr is the TCP peer of ctx, unmapped; invalid for non-IP transports.
+func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// clientIP resolves the client address. xff are the X-Forwarded-For header
+// values in arrival order; they are consulted only when the peer is trusted.
+// The walk goes from the right (the hop nearest to us) and stops at the
+// first untrusted address. If every address is trusted, the leftmost one is
+// the client. An unparsable entry ends the walk at the last good address,
+// since whatever wrote it cannot be believed about anything further left.
+func clientIP(peer netip.Addr, trusted func(netip.Addr) bool, xff [][]byte) netip.Addr {
+	if !trusted(peer) {
+		return peer
+	}
+	last := peer
+	for i := len(xff) - 1; i >= 0; i-- {
+		v := xff[i]
+		for end := len(v); end > 0; {
+			start := bytes.LastIndexByte(v[:end], ',') + 1
+			item := trimOWS(v[start:end])
+			end = start - 1
+			if len(item) == 0 {
+				continue
+			}
+			a, ok := parseForwardedAddr(item)
+			if !ok {
+				return last
+			}
+			last = a
+			if !trusted(a) {
+				return a
+			}
+		}
+	}
+	return last
+}
+
+// parseForwardedAddr accepts "1.2.3.4", "::1", "[::1]", "1.2.3.4:80" and
+// "[::1]:80", the forms proxies write into X-Forwarded-For.
+func parseForwardedAddr(b []byte) (netip.Addr, bool) {
+	s := b2s(b)
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// b2s views b as a string without copying. The caller must not let the
+// string outlive b's contents.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// trimOWS trims the optional whitespace of RFC 9110 (SP and HTAB).
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

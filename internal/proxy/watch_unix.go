@@ -1,0 +1,71 @@
+//go:build linux || darwin || freebsd
+
+package proxy
+
+import (
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// watch starts a goroutine that waits for the client connection to become
+// readable and peeks at it: a zero-byte read (FIN) or a reset means the
+// client has gone, and the upstream wait is cancelled. Pending bytes (a
+// pipelined request) end the watch without a verdict, since they cannot be
+// told apart from a hang-up without consuming them. fasthttp reads nothing
+// from the connection while the handler runs, so peeking does not disturb
+// it. The wait is bounded by the read deadline set through ctx, which
+// fasthttp resets after the handler. It reports whether a watcher started.
+func (ex *exchange) watch(ctx *fasthttp.RequestCtx, up net.Conn) bool {
+	sc, ok := ctx.Conn().(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// The header read deadline is still armed; clear it so the watcher
+	// waits as long as the upstream may take.
+	if err := ctx.SetReadDeadline(time.Time{}); err != nil {
+		return false
+	}
+	ex.mu.Lock()
+	ex.upConn = up
+	ex.mu.Unlock()
+	ex.gone = false
+	go ex.watchClient(rc)
+	return true
+}
+
+func (ex *exchange) watchClient(rc syscall.RawConn) {
+	_ = rc.Read(ex.peekFn)
+	if ex.gone {
+		ex.cancel()
+	}
+	ex.watchDone <- struct{}{}
+}
+
+// unwatch stops the watcher by expiring the client read deadline and waits
+// for it, so that ex.canceled is settled when it returns.
+func (ex *exchange) unwatch(ctx *fasthttp.RequestCtx) {
+	_ = ctx.SetReadDeadline(aLongTimeAgo)
+	<-ex.watchDone
+	ex.mu.Lock()
+	ex.upConn = nil
+	ex.mu.Unlock()
+}
+
+// peek is the syscall.RawConn read callback: false means "not ready, wait".
+func (ex *exchange) peek(fd uintptr) bool {
+	n, _, err := syscall.Recvfrom(int(fd), ex.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	switch {
+	case err == syscall.EAGAIN || err == syscall.EINTR:
+		return false
+	case err != nil, n == 0:
+		ex.gone = true
+	}
+	return true
+}

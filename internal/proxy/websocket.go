@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// maxUpgradeRefusalBody bounds the body of a non-101 answer to an upgrade,
+// which is read into memory to be relayed.
+const maxUpgradeRefusalBody = 1 << 20
+
+// isWebSocketUpgrade reports a WebSocket handshake (RFC 6455 section 4.1):
+// "Connection: upgrade" and "Upgrade: websocket". Other upgrades (h2c) are
+// proxied as plain requests, their Upgrade header stripped as hop-by-hop.
+func isWebSocketUpgrade(h *fasthttp.RequestHeader) bool {
+	if !h.ConnectionUpgrade() {
+		return false
+	}
+	for _, v := range h.PeekAll(fasthttp.HeaderUpgrade) {
+		for _, tok := range appendConnTokens(nil, [][]byte{v}) {
+			if eqFold(tok, "websocket") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// serveUpgrade proxies a WebSocket handshake on a dedicated connection:
+// write the request (the gateway's headers plus the Upgrade and Connection
+// that hop-by-hop removal took out, as net/http does), read the answer, and
+// on 101 hijack the client connection and copy bytes both ways until either
+// side closes. Any other answer is relayed as a normal response. It returns
+// true when a tunnel now owns the exchange.
+func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) bool {
+	ex.req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
+	ex.req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
+
+	up, err := p.dial(ex.inst.Addr, ex.uc.tls)
+	if err != nil {
+		p.fail(ctx, ex, err)
+		return false
+	}
+	_ = up.SetDeadline(time.Now().Add(p.opts.ResponseHeaderTimeout))
+	ex.scratch = ex.req.Header.AppendBytes(ex.scratch[:0])
+	_, err = up.Write(ex.scratch)
+	ex.scratch = ex.scratch[:0]
+	br := bufio.NewReaderSize(up, p.opts.MaxResponseHeaderBytes)
+	if err == nil {
+		err = ex.resp.ReadLimitBody(br, maxUpgradeRefusalBody)
+	}
+	if err == nil {
+		err = up.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		_ = up.Close()
+		p.fail(ctx, ex, err)
+		return false
+	}
+
+	out := &ctx.Response
+	if ex.resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		_ = up.Close()
+		ex.copyResponseHeader(&out.Header, &ex.resp.Header)
+		ex.setDecisionHeaders(&out.Header)
+		out.SetBody(ex.resp.Body())
+		ex.status = ex.resp.StatusCode()
+		ex.bytesOut = int64(len(ex.resp.Body()))
+		return false
+	}
+
+	// The 101 is written by the tunnel on the hijacked connection rather
+	// than by fasthttp. Without HijackSetNoResponse fasthttp skips the hijack
+	// handler in several cases (a failed response write, Connection: close,
+	// shutdown), and the tunnel, which owns the exchange and the upstream
+	// connection, would never clean up; with it, only a connection that
+	// already failed skips it (and Shutdown still closes the tunnel). The
+	// header is rendered now, while ctx is valid.
+	ex.copyResponseHeader(&out.Header, &ex.resp.Header)
+	out.Header.Set(fasthttp.HeaderConnection, "Upgrade")
+	if u := ex.resp.Header.Peek(fasthttp.HeaderUpgrade); len(u) > 0 {
+		out.Header.SetBytesV(fasthttp.HeaderUpgrade, u)
+	} else {
+		out.Header.Set(fasthttp.HeaderUpgrade, "websocket")
+	}
+	ex.setDecisionHeaders(&out.Header)
+	head := out.Header.AppendBytes(nil)
+	out.Reset()
+	ex.status = fasthttp.StatusSwitchingProtocols
+	ex.streaming = true
+
+	t := &tunnel{ex: ex, up: up, upR: br, head: head}
+	p.tunnels.add(t)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(t.run)
+	return true
+}
+
+// tunnel is one WebSocket connection pair.
+type tunnel struct {
+	ex   *exchange
+	up   net.Conn
+	upR  *bufio.Reader // holds any bytes the upstream sent after its 101
+	head []byte
+
+	mu     sync.Mutex
+	client net.Conn
+	closed bool
+}
+
+// run is the hijack handler. fasthttp closes the client connection after it
+// returns. A tunnel closed by Shutdown before run starts writes nothing.
+func (t *tunnel) run(c net.Conn) {
+	t.mu.Lock()
+	t.client = c
+	closed := t.closed
+	t.mu.Unlock()
+
+	var n int64
+	if _, err := c.Write(t.head); err == nil && !closed {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = io.Copy(t.up, c)
+			t.close()
+		}()
+		n, _ = io.Copy(c, t.upR)
+		t.close()
+		<-done
+	}
+	t.close()
+	t.ex.p.tunnels.remove(t)
+	t.ex.bytesOut = n
+	t.ex.streaming = false
+	t.ex.finish()
+}
+
+// close ends both copies: it closes the upstream connection and expires
+// the client connection's deadline. (Closing fasthttp's hijacked connection
+// is a no-op; fasthttp closes it itself once run returns.)
+func (t *tunnel) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	_ = t.up.Close()
+	if t.client != nil {
+		_ = t.client.SetDeadline(aLongTimeAgo)
+	}
+}
+
+// tunnelSet tracks open tunnels so Shutdown can close them: fasthttp's
+// Shutdown does not wait for or close hijacked connections.
+type tunnelSet struct {
+	mu sync.Mutex
+	m  map[*tunnel]struct{}
+}
+
+func (s *tunnelSet) add(t *tunnel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[*tunnel]struct{})
+	}
+	s.m[t] = struct{}{}
+}
+
+func (s *tunnelSet) remove(t *tunnel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, t)
+}
+
+func (s *tunnelSet) closeAll() {
+	s.mu.Lock()
+	ts := make([]*tunnel, 0, len(s.m))
+	for t := range s.m {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		t.close()
+	}
+}
+
+func (s *tunnelSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
