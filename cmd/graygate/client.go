@@ -1,0 +1,578 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// clientCommands talk to a running gateway's admin API.
+var clientCommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"rules": cmdRules,
+	"rollback": func(ctx context.Context, a []string, o, e io.Writer) error {
+		return cmdRollback(ctx, "rollback", a, o, e)
+	},
+	"resume": func(ctx context.Context, a []string, o, e io.Writer) error {
+		return cmdRollback(ctx, "resume", a, o, e)
+	},
+	"explain": cmdExplain,
+	"status":  cmdStatus,
+}
+
+// client is the admin API client shared by the CLI commands.
+type client struct {
+	addr, token, output, reason string
+	http                        *http.Client
+	stdout, stderr              io.Writer
+}
+
+func (c *client) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "admin", os.Getenv("GRAYGATE_ADMIN"), "admin API `ADDR` or URL (env GRAYGATE_ADMIN, default 127.0.0.1:9080)")
+	fs.StringVar(&c.token, "token", os.Getenv("GRAYGATE_ADMIN_TOKEN"), "bearer `TOKEN` (env GRAYGATE_ADMIN_TOKEN)")
+	fs.StringVar(&c.output, "o", "text", "output `FORMAT`: text or json")
+	fs.StringVar(&c.reason, "reason", "", "change `REASON` recorded in the history")
+}
+
+func (c *client) base() string {
+	a := c.addr
+	if a == "" {
+		a = "127.0.0.1:9080"
+	}
+	if !strings.Contains(a, "://") {
+		a = "http://" + a
+	}
+	return strings.TrimRight(a, "/")
+}
+
+// apiError is an error answer from the admin API, printed with every detail.
+type apiError struct {
+	Status  int
+	Message string `json:"error"`
+	Details []struct {
+		Path    string `json:"path"`
+		Message string `json:"message"`
+	} `json:"details"`
+}
+
+func (e *apiError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (HTTP %d)", e.Message, e.Status)
+	for _, d := range e.Details {
+		if d.Path != "" {
+			fmt.Fprintf(&b, "\n  %s: %s", d.Path, d.Message)
+		} else {
+			fmt.Fprintf(&b, "\n  %s", d.Message)
+		}
+	}
+	return b.String()
+}
+
+// do sends a request and decodes the JSON answer into out (raw JSON too).
+func (c *client) do(ctx context.Context, method, path string, body []byte, hdr map[string]string) (json.RawMessage, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.reason != "" {
+		req.Header.Set("X-Change-Reason", c.reason)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	if c.http == nil {
+		c.http = &http.Client{Timeout: 30 * time.Second}
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin API %s: %w", c.base(), err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		ae := &apiError{Status: resp.StatusCode}
+		if json.Unmarshal(raw, ae) != nil || ae.Message == "" {
+			ae.Message = strings.TrimSpace(string(raw))
+		}
+		return nil, ae
+	}
+	return raw, nil
+}
+
+func (c *client) printJSON(raw json.RawMessage) {
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		buf.Write(raw)
+	}
+	fmt.Fprintln(c.stdout, strings.TrimSpace(buf.String()))
+}
+
+func newClient(name string, args []string, stdout, stderr io.Writer, extra func(*flag.FlagSet)) (*client, *flag.FlagSet, error) {
+	c := &client{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.register(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(interleave(fs, args)); err != nil {
+		return nil, nil, usageError{err.Error()}
+	}
+	if c.output != "text" && c.output != "json" {
+		return nil, nil, usageError{fmt.Sprintf("-o must be text or json, got %q", c.output)}
+	}
+	return c, fs, nil
+}
+
+// interleave moves flags after positional arguments to the front, so that
+// "rules get KEY -o json" works like "rules get -o json KEY".
+func interleave(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			flags = append(flags, a)
+			name := strings.TrimLeft(a, "-")
+			if strings.Contains(name, "=") {
+				continue
+			}
+			if f := fs.Lookup(name); f != nil {
+				if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+					continue
+				}
+				if i+1 < len(args) {
+					flags = append(flags, args[i+1])
+					i++
+				}
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	return append(flags, pos...)
+}
+
+const rulesUsage = `usage: graygate rules COMMAND [flags]
+  list                         list rules with version and who changed them last
+  get KEY                      show one rule
+  put -f FILE [--if-match N]   create or replace the rule(s) in FILE (a rule, or a list); KEY is taken from the file
+  delete KEY [--if-match N]    delete a rule (its history is kept)
+  history KEY                  versions with who, when, why and a diff
+  revert KEY VERSION           restore VERSION as a new version
+flags for every command: --admin ADDR --token TOKEN -o text|json --reason TEXT`
+
+func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{rulesUsage}
+	}
+	sub := args[0]
+	var file string
+	var ifMatch int64 = -1
+	var dryRun bool
+	c, fs, err := newClient("rules "+sub, args[1:], stdout, stderr, func(fs *flag.FlagSet) {
+		if sub == "put" {
+			fs.StringVar(&file, "f", "", "rule `FILE` (JSON; - for stdin)")
+			fs.BoolVar(&dryRun, "dry-run", false, "validate only")
+		}
+		if sub == "put" || sub == "delete" {
+			fs.Int64Var(&ifMatch, "if-match", -1, "only change the rule if its current `VERSION` is this")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	pos := fs.Args()
+	need := func(n int, what string) error {
+		if len(pos) != n {
+			return usageError{fmt.Sprintf("rules %s takes %s", sub, what)}
+		}
+		return nil
+	}
+	switch sub {
+	case "list":
+		raw, err := c.do(ctx, "GET", "/api/v1/rules", nil, nil)
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			c.printJSON(raw)
+			return nil
+		}
+		var list struct {
+			Revision   int64            `json:"revision"`
+			RolledBack bool             `json:"rolled_back"`
+			Rules      []map[string]any `json:"rules"`
+		}
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tTYPE\tSPLIT\tVERSION\tUPDATED\tBY\tROLLED BACK")
+		for _, r := range list.Rules {
+			fmt.Fprintf(tw, "%v\t%v\t%s\t%v\t%v\t%v\t%v\n", r["key"], r["type"], split(r), r["version"], r["updated_at"], r["updated_by"], r["rolled_back"])
+		}
+		tw.Flush()
+		fmt.Fprintf(stdout, "revision %d, %d rule(s), global rollback %v\n", list.Revision, len(list.Rules), list.RolledBack)
+		return nil
+	case "get":
+		if err := need(1, "KEY"); err != nil {
+			return err
+		}
+		raw, err := c.do(ctx, "GET", "/api/v1/rules/"+pos[0], nil, nil)
+		if err != nil {
+			return err
+		}
+		c.printJSON(raw)
+		return nil
+	case "put":
+		if file == "" {
+			return usageError{"rules put needs -f FILE"}
+		}
+		data, err := readFileOrStdin(file)
+		if err != nil {
+			return err
+		}
+		raws, err := splitRules(data)
+		if err != nil {
+			return err
+		}
+		for i, raw := range raws {
+			var probe struct {
+				Key string `json:"key"`
+			}
+			_ = json.Unmarshal(raw, &probe)
+			key := probe.Key
+			if len(pos) == 1 && len(raws) == 1 {
+				key = pos[0]
+			}
+			if key == "" {
+				return fmt.Errorf("%s: rule %d has no \"key\"", file, i)
+			}
+			hdr := map[string]string{}
+			if ifMatch >= 0 {
+				hdr["If-Match"] = strconv.FormatInt(ifMatch, 10)
+			}
+			q := ""
+			if dryRun {
+				q = "?dry_run=1"
+			}
+			out, err := c.do(ctx, "PUT", "/api/v1/rules/"+key+q, raw, hdr)
+			if err != nil {
+				return fmt.Errorf("rule %q: %w", key, err)
+			}
+			if c.output == "json" {
+				c.printJSON(out)
+				continue
+			}
+			var e map[string]any
+			_ = json.Unmarshal(out, &e)
+			if dryRun {
+				fmt.Fprintf(stdout, "rule %s is valid (dry run, nothing changed)\n", key)
+			} else {
+				fmt.Fprintf(stdout, "rule %s saved: version %v, revision %v\n", key, e["version"], e["revision"])
+			}
+		}
+		return nil
+	case "delete":
+		if err := need(1, "KEY"); err != nil {
+			return err
+		}
+		hdr := map[string]string{}
+		if ifMatch >= 0 {
+			hdr["If-Match"] = strconv.FormatInt(ifMatch, 10)
+		}
+		raw, err := c.do(ctx, "DELETE", "/api/v1/rules/"+pos[0], nil, hdr)
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			c.printJSON(raw)
+			return nil
+		}
+		fmt.Fprintf(stdout, "rule %s deleted (its history is kept)\n", pos[0])
+		return nil
+	case "history":
+		if err := need(1, "KEY"); err != nil {
+			return err
+		}
+		raw, err := c.do(ctx, "GET", "/api/v1/rules/"+pos[0]+"/history", nil, nil)
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			c.printJSON(raw)
+			return nil
+		}
+		var h struct {
+			History []struct {
+				Version int64     `json:"version"`
+				Op      string    `json:"op"`
+				At      time.Time `json:"at"`
+				By      string    `json:"by"`
+				Reason  string    `json:"reason"`
+				Diff    []struct {
+					Path   string `json:"path"`
+					Op     string `json:"op"`
+					Before any    `json:"before"`
+					After  any    `json:"after"`
+				} `json:"diff"`
+			} `json:"history"`
+		}
+		if err := json.Unmarshal(raw, &h); err != nil {
+			return err
+		}
+		for _, v := range h.History {
+			reason := ""
+			if v.Reason != "" {
+				reason = "  “" + v.Reason + "”"
+			}
+			fmt.Fprintf(stdout, "v%d  %-8s %s  by %s%s\n", v.Version, v.Op, v.At.UTC().Format(time.RFC3339), v.By, reason)
+			for _, d := range v.Diff {
+				switch d.Op {
+				case "changed":
+					fmt.Fprintf(stdout, "      ~ %s: %s → %s\n", d.Path, compact(d.Before), compact(d.After))
+				case "added":
+					fmt.Fprintf(stdout, "      + %s: %s\n", d.Path, compact(d.After))
+				case "removed":
+					fmt.Fprintf(stdout, "      - %s: %s\n", d.Path, compact(d.Before))
+				}
+			}
+		}
+		return nil
+	case "revert":
+		if err := need(2, "KEY VERSION"); err != nil {
+			return err
+		}
+		v, err := strconv.ParseInt(pos[1], 10, 64)
+		if err != nil {
+			return usageError{fmt.Sprintf("VERSION must be a number, got %q", pos[1])}
+		}
+		body, _ := json.Marshal(map[string]int64{"version": v})
+		raw, err := c.do(ctx, "POST", "/api/v1/rules/"+pos[0]+"/revert", body, nil)
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			c.printJSON(raw)
+			return nil
+		}
+		var e map[string]any
+		_ = json.Unmarshal(raw, &e)
+		fmt.Fprintf(stdout, "rule %s reverted to version %d: now version %v\n", pos[0], v, e["version"])
+		return nil
+	}
+	return usageError{rulesUsage}
+}
+
+func split(r map[string]any) string {
+	if r["type"] == "gray" {
+		return fmt.Sprintf("%v%% gray", r["gray_percent"])
+	}
+	gs, _ := r["groups"].([]any)
+	var parts []string
+	for _, g := range gs {
+		m, _ := g.(map[string]any)
+		parts = append(parts, fmt.Sprintf("%v:%v", m["name"], m["weight"]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func compact(v any) string {
+	b, _ := json.Marshal(v)
+	s := string(b)
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+func readFileOrStdin(name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(name)
+}
+
+func cmdRollback(ctx context.Context, what string, args []string, stdout, stderr io.Writer) error {
+	c, fs, err := newClient(what, args, stdout, stderr, nil)
+	if err != nil {
+		return err
+	}
+	path := "/api/v1/" + what
+	target := "every rule"
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		path = "/api/v1/rules/" + fs.Arg(0) + "/" + what
+		target = "rule " + fs.Arg(0)
+	default:
+		return usageError{what + " takes at most one KEY"}
+	}
+	raw, err := c.do(ctx, "POST", path, []byte("{}"), nil)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		c.printJSON(raw)
+		return nil
+	}
+	if what == "rollback" {
+		fmt.Fprintf(stdout, "rolled back %s: gray traffic goes to stable, experiments to their control group\n", target)
+	} else {
+		fmt.Fprintf(stdout, "resumed %s: rules route as written again\n", target)
+	}
+	return nil
+}
+
+// kvFlag collects repeated K=V flags.
+type kvFlag map[string]string
+
+func (k kvFlag) String() string { return "" }
+func (k kvFlag) Set(s string) error {
+	key, v, ok := strings.Cut(s, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("want K=V, got %q", s)
+	}
+	k[key] = v
+	return nil
+}
+
+func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	req := struct {
+		Method     string            `json:"method"`
+		Host       string            `json:"host,omitempty"`
+		Path       string            `json:"path"`
+		Headers    map[string]string `json:"headers"`
+		Cookies    map[string]string `json:"cookies"`
+		Query      map[string]string `json:"query"`
+		RemoteAddr string            `json:"remote_addr,omitempty"`
+	}{Headers: kvFlag{}, Cookies: kvFlag{}, Query: kvFlag{}}
+	var uid string
+	c, fs, err := newClient("explain", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&uid, "user-id", "", "user `ID` (sent as X-User-Id)")
+		fs.StringVar(&req.Path, "path", "/", "request `PATH`")
+		fs.StringVar(&req.Method, "method", "GET", "request `METHOD`")
+		fs.StringVar(&req.Host, "host", "", "request `HOST`")
+		fs.StringVar(&req.RemoteAddr, "remote-addr", "", "client `IP`")
+		fs.Var(kvFlag(req.Headers), "header", "request header `K=V` (repeatable)")
+		fs.Var(kvFlag(req.Cookies), "cookie", "cookie `K=V` (repeatable)")
+		fs.Var(kvFlag(req.Query), "query", "query argument `K=V` (repeatable)")
+	})
+	if err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{"explain takes flags only"}
+	}
+	if uid != "" {
+		req.Headers["X-User-Id"] = uid
+	}
+	body, _ := json.Marshal(req)
+	raw, err := c.do(ctx, "POST", "/api/v1/explain", body, nil)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		c.printJSON(raw)
+		return nil
+	}
+	var ex struct {
+		Revision int64 `json:"revision"`
+		Decision struct {
+			Route, Rule, Group, Target, Tag, Degraded string
+			UserID                                    string `json:"user_id"`
+			Source                                    string `json:"identity_source"`
+		} `json:"decision"`
+		Trace struct {
+			Colored string `json:"colored"`
+			Rules   []struct {
+				Key, Type, Hash, Reason string
+				Priority                int
+				Conditions              []struct {
+					Condition string   `json:"condition"`
+					Want      []string `json:"want"`
+					Got       string   `json:"got"`
+					Matched   bool     `json:"matched"`
+				} `json:"conditions"`
+			} `json:"rules"`
+			Reason string `json:"reason"`
+		} `json:"trace"`
+	}
+	if err := json.Unmarshal(raw, &ex); err != nil {
+		return err
+	}
+	d := ex.Decision
+	fmt.Fprintf(stdout, "user %q (from %s) → group %s, upstream %s", d.UserID, d.Source, d.Group, d.Target)
+	if d.Rule != "" {
+		fmt.Fprintf(stdout, ", rule %s", d.Rule)
+	}
+	if d.Degraded != "" {
+		fmt.Fprintf(stdout, ", degraded: %s", d.Degraded)
+	}
+	fmt.Fprintf(stdout, "\n  %s (revision %d)\n", ex.Trace.Reason, ex.Revision)
+	for _, r := range ex.Trace.Rules {
+		fmt.Fprintf(stdout, "  - %s (%s, priority %d, %s): %s\n", r.Key, r.Type, r.Priority, r.Hash, r.Reason)
+		for _, cnd := range r.Conditions {
+			mark := "✓"
+			if !cnd.Matched {
+				mark = "✗"
+			}
+			fmt.Fprintf(stdout, "      %s %s %v, got %q\n", mark, cnd.Condition, cnd.Want, cnd.Got)
+		}
+	}
+	return nil
+}
+
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, _, err := newClient("status", args, stdout, stderr, nil)
+	if err != nil {
+		return err
+	}
+	raw, err := c.do(ctx, "GET", "/api/v1/status", nil, nil)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		c.printJSON(raw)
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(stdout, "%-20s %s\n", k+":", compact(m[k]))
+	}
+	return nil
+}

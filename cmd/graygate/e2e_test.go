@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is graygate built once for the end-to-end tests, which drive it
+// the way users do: flags, the admin API over HTTP, the CLI, and signals.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "graygate-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "graygate")
+	out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build graygate: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// proc is a running `graygate serve`.
+type proc struct {
+	cmd         *exec.Cmd
+	data, admin string
+	stderr      *bytes.Buffer
+	mu          sync.Mutex
+}
+
+func startServe(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{data: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}}
+	all := append([]string{"serve", "--listen", p.data, "--admin-listen", p.admin, "--admin-token", "tok"}, args...)
+	p.cmd = exec.Command(binary, all...)
+	p.cmd.Stderr = &lockedWriter{w: p.stderr, mu: &p.mu}
+	p.cmd.Stdout = io.Discard
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + p.admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) || p.cmd.ProcessState != nil {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			t.Fatalf("graygate did not become healthy: %v\n%s", err, p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *proc) kill(sig syscall.Signal) {
+	if p.cmd.Process == nil || p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func backend(t *testing.T, name string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+func put(admin, key, body string, hdr ...string) (int, map[string]any, error) {
+	req, _ := http.NewRequest("PUT", "http://"+admin+"/api/v1/rules/"+key, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out, nil
+}
+
+func runCLI(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// TestKill9KeepsAcknowledgedVersions kills the gateway with SIGKILL during a
+// stream of acknowledged updates, restarts it on the same data dir, and
+// finds every acknowledged version present and served.
+func TestKill9KeepsAcknowledgedVersions(t *testing.T) {
+	dataDir := t.TempDir()
+	gray, stable := backend(t, "gray"), backend(t, "stable")
+	for round := 0; round < 3; round++ {
+		p := startServe(t, "--data-dir", dataDir, "--default-upstream", stable)
+		acked := map[string]int{}
+		stop := time.After(time.Duration(300+round*200) * time.Millisecond)
+	loop:
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				break loop
+			default:
+			}
+			key := fmt.Sprintf("k%d", i%5)
+			body := fmt.Sprintf(`{"type":"gray","gray_percent":%d,"targets":{"gray":%q,"stable":%q}}`, i%101, gray, stable)
+			code, out, err := put(p.admin, key, body)
+			if err != nil {
+				break
+			}
+			if code != 200 && code != 201 {
+				t.Fatalf("PUT = %d %v", code, out)
+			}
+			acked[key] = int(out["version"].(float64))
+		}
+		p.kill(syscall.SIGKILL)
+		p = startServe(t, "--data-dir", dataDir, "--default-upstream", stable)
+		req, _ := http.NewRequest("GET", "http://"+p.admin+"/api/v1/rules", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Rules []struct {
+				Key     string  `json:"key"`
+				Version float64 `json:"version"`
+			} `json:"rules"`
+		}
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		got := map[string]int{}
+		for _, r := range list.Rules {
+			got[r.Key] = int(r.Version)
+		}
+		for k, v := range acked {
+			// The kill may land after a write was made durable but before
+			// its answer arrived: the store may be one version ahead, never behind.
+			if got[k] < v || got[k] > v+1 {
+				t.Errorf("round %d: rule %s at version %d after restart, acknowledged %d", round, k, got[k], v)
+			}
+		}
+		t.Logf("round %d: %d keys, versions %v survived SIGKILL", round, len(acked), got)
+		p.kill(syscall.SIGTERM)
+	}
+}
+
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"key":"g","type":"gray","gray_percent":120,"white_list":["uid:1","ip:10.0.0.0/33"],"targets":{"gray":"127.0.0.1:1"}}`), 0o644)
+	out, code := runCLI(t, nil, "validate", bad)
+	if code != 1 || !strings.Contains(out, "gray_percent: must be 0..100, got 120") || !strings.Contains(out, "white_list[1]: invalid CIDR") || !strings.Contains(out, "targets.stable: is required") {
+		t.Errorf("validate bad rule: exit %d\n%s", code, out)
+	}
+	good := filepath.Join(dir, "good.json")
+	os.WriteFile(good, []byte(`[{"key":"g","type":"gray","gray_percent":10,"targets":{"gray":"127.0.0.1:1","stable":"127.0.0.1:2"}},
+		{"key":"ab","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":100,"target":"127.0.0.1:3"}]}]`), 0o644)
+	if out, code := runCLI(t, nil, "validate", good); code != 0 || !strings.Contains(out, "2 valid rule(s)") {
+		t.Errorf("validate good rules: exit %d\n%s", code, out)
+	}
+	cfg := filepath.Join(dir, "graygate.yaml")
+	os.WriteFile(cfg, []byte("listne: ':1'\nupstreams: {a: {instances: [{addr: nowhere}]}}\nrules: [{key: g, type: gray, gray_percent: 5, targets: {gray: a, stable: b}}]\n"), 0o644)
+	out, code = runCLI(t, nil, "validate", cfg)
+	if code != 1 || !strings.Contains(out, "listne: unknown field") || !strings.Contains(out, "upstreams.a.instances[0].addr") {
+		t.Errorf("validate bad config: exit %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, nil, "version"); code != 0 || !strings.HasPrefix(out, "graygate ") {
+		t.Errorf("version: %d %s", code, out)
+	}
+}
+
+// TestServeFlagsAndCLI drives serve's flags, a config file, the env token,
+// and every CLI command against the running process.
+func TestServeFlagsAndCLI(t *testing.T) {
+	gray, stable := backend(t, "gray"), backend(t, "stable")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "graygate.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+listen: "127.0.0.1:1"          # overridden by --listen
+upstreams:
+  gray: {instances: [{addr: %q}]}
+  stable: {instances: [{addr: %q}]}
+default_upstream: stable
+rules:
+  - {key: canary, type: gray, gray_percent: 0, white_list: ["uid:vip"], targets: {gray: gray, stable: stable}}
+`, gray, stable)), 0o644)
+	p := startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	env := []string{"GRAYGATE_ADMIN=" + p.admin, "GRAYGATE_ADMIN_TOKEN=tok"}
+	get := func(uid string) string {
+		req, _ := http.NewRequest("GET", "http://"+p.data+"/x", nil)
+		req.Header.Set("X-User-Id", uid)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b) + "/" + resp.Header.Get("X-Gray-Group")
+	}
+	if got := get("vip"); got != "gray/gray" {
+		t.Fatalf("vip = %s", got)
+	}
+	if out, code := runCLI(t, env, "rules", "list"); code != 0 || !strings.Contains(out, "canary") || !strings.Contains(out, "0% gray") {
+		t.Errorf("rules list: %d\n%s", code, out)
+	}
+	ruleFile := filepath.Join(dir, "canary.json")
+	os.WriteFile(ruleFile, []byte(fmt.Sprintf(`{"key":"canary","type":"gray","gray_percent":100,"targets":{"gray":%q,"stable":"stable"}}`, gray)), 0o644)
+	if out, code := runCLI(t, env, "rules", "put", "-f", ruleFile, "--reason", "full rollout"); code != 0 || !strings.Contains(out, "version 2") {
+		t.Errorf("rules put: %d\n%s", code, out)
+	}
+	if got := get("anyone"); got != "gray/gray" {
+		t.Errorf("after put, anyone = %s", got)
+	}
+	out, code := runCLI(t, env, "rules", "history", "canary")
+	if code != 0 || !strings.Contains(out, "v2  update") || !strings.Contains(out, "full rollout") || !strings.Contains(out, "gray_percent: 0 → 100") {
+		t.Errorf("rules history: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, env, "rules", "revert", "canary", "1"); code != 0 || !strings.Contains(out, "now version 3") {
+		t.Errorf("rules revert: %d\n%s", code, out)
+	}
+	if got := get("anyone"); got != "stable/default" {
+		t.Errorf("after revert, anyone = %s", got)
+	}
+	if out, code := runCLI(t, env, "explain", "--user-id", "vip", "--path", "/x"); code != 0 || !strings.Contains(out, `user "vip"`) || !strings.Contains(out, "whitelisted") {
+		t.Errorf("explain: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, env, "explain", "--user-id", "vip", "-o", "json"); code != 0 || !json.Valid([]byte(out)) {
+		t.Errorf("explain -o json: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, env, "rollback"); code != 0 || !strings.Contains(out, "rolled back every rule") {
+		t.Errorf("rollback: %d\n%s", code, out)
+	}
+	if got := get("vip"); got != "stable/stable" {
+		t.Errorf("during rollback vip = %s", got)
+	}
+	if _, code := runCLI(t, env, "resume"); code != 0 {
+		t.Errorf("resume: %d", code)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"key":"canary","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":60,"target":"stable"},{"name":"B","weight":60,"target":""}]}`), 0o644)
+	out, code = runCLI(t, env, "rules", "put", "-f", bad)
+	if code == 0 || !strings.Contains(out, "groups: weights must sum to 100, got 120") || !strings.Contains(out, "groups[1].target: is required") {
+		t.Errorf("bad put: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, []string{"GRAYGATE_ADMIN=" + p.admin, "GRAYGATE_ADMIN_TOKEN=wrong"}, "rules", "list"); code == 0 || !strings.Contains(out, "401") {
+		t.Errorf("wrong token: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, env, "rules", "delete", "canary"); code != 0 || !strings.Contains(out, "deleted") {
+		t.Errorf("delete: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, env, "status", "-o", "json"); code != 0 || !strings.Contains(out, `"store": "file"`) {
+		t.Errorf("status: %d\n%s", code, out)
+	}
+
+	// The config file is watched: a new default upstream takes effect.
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+upstreams:
+  gray: {instances: [{addr: %q}]}
+  stable: {instances: [{addr: %q}]}
+default_upstream: gray
+`, gray, stable)), 0o644)
+	deadline := time.Now().Add(10 * time.Second)
+	for get("x") != "gray/default" {
+		if time.Now().After(deadline) {
+			t.Fatalf("config change not applied: %s", get("x"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDemo runs the README's first command and follows its instructions.
+func TestDemo(t *testing.T) {
+	data, admin := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "demo", "--listen", data, "--admin-listen", admin)
+	stderr, _ := cmd.StderrPipe()
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	sc := bufio.NewScanner(stderr)
+	var curls []string
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "curl -si http://"+data+"/api/user/profile -H 'X-User-Id: 10001'") {
+			curls = append(curls, line)
+		}
+		if strings.HasPrefix(line, "Press Ctrl-C") {
+			break
+		}
+	}
+	go io.Copy(io.Discard, stderr)
+	if len(curls) != 1 {
+		t.Fatalf("demo did not print its curl lines")
+	}
+	seen := map[string]bool{}
+	for u := 0; u < 40; u++ {
+		req, _ := http.NewRequest("GET", "http://"+data+"/api/user/profile", nil)
+		req.Header.Set("X-User-Id", fmt.Sprint(u))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		seen[strings.Fields(string(b))[0]] = true
+	}
+	if !seen["GRAY"] || !seen["STABLE"] {
+		t.Errorf("demo users did not land on different versions: %v", seen)
+	}
+}

@@ -1,0 +1,125 @@
+// Command graygate is a gray-release and A/B-testing gateway.
+//
+//	graygate serve    [--config FILE] [--listen ADDR] [--admin-listen ADDR] ...
+//	graygate demo     start the gateway with built-in demo upstreams
+//	graygate validate FILE
+//	graygate version
+//
+// This file holds flags, wiring and signals only; routing lives in internal/.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set with -ldflags "-X main.version=…"; otherwise the VCS
+// revision from the build info is shown.
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `graygate: a gray-release and A/B-testing gateway
+
+Usage:
+  graygate serve [flags]          run the gateway (graygate serve -h for flags)
+  graygate demo [flags]           run the gateway with demo upstreams and print curl lines to try
+  graygate validate [--config CONFIG] FILE
+                                  check a config (YAML) or rule (JSON) file; every problem is printed with its path
+  graygate version                print the version
+  graygate rules list|get|put|delete|history|revert ...
+  graygate rollback | resume | explain | status
+                                  talk to a running gateway's admin API (see graygate rules -h)
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "serve":
+		err = cmdServe(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "validate":
+		err = cmdValidate(args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "graygate", versionString())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		if c, ok := clientCommands[args[0]]; ok {
+			err = c(ctx, args[1:], stdout, stderr)
+			break
+		}
+		fmt.Fprintf(stderr, "graygate: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(stderr, "graygate:", err)
+			return 2
+		}
+		if !errors.Is(err, errReported) {
+			fmt.Fprintln(stderr, "graygate:", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// errReported means the command already printed its problems.
+var errReported = errors.New("reported")
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "devel (" + bi.GoVersion + ")"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "devel-" + rev + " (" + bi.GoVersion + ")"
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/gateway"
+)
+
+// serveFlags are serve's flags; set ones override the config file.
+type serveFlags struct {
+	config, listen, adminListen, adminToken, dataDir, defaultUpstream string
+	accessLog                                                         bool
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "config `FILE` (YAML)")
+	fs.StringVar(&f.listen, "listen", "", "data-plane `ADDR` (default \":8080\")")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "admin API `ADDR` (default \"127.0.0.1:9080\")")
+	fs.StringVar(&f.adminToken, "admin-token", "", "admin bearer `TOKEN` (or env GRAYGATE_ADMIN_TOKEN)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "`DIR` for the embedded rule store (default \"./data\")")
+	fs.StringVar(&f.defaultUpstream, "default-upstream", "", "`HOST:PORT|URL` for requests no rule claims")
+	fs.BoolVar(&f.accessLog, "access-log", false, "write a JSON access log line per request to stdout")
+}
+
+// load reads the config file (if any) and applies set flags over it.
+func (f *serveFlags) load(fs *flag.FlagSet) (*config.Config, error) {
+	var cfg *config.Config
+	if f.config != "" {
+		c, err := config.Load(f.config)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	} else {
+		c, err := config.Parse(nil)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["listen"] {
+		cfg.Listen = f.listen
+	}
+	if set["admin-listen"] {
+		cfg.AdminListen = f.adminListen
+	}
+	if set["data-dir"] {
+		cfg.DataDir = f.dataDir
+	}
+	if set["default-upstream"] {
+		cfg.DefaultUpstream = f.defaultUpstream
+	}
+	if set["access-log"] {
+		cfg.AccessLog.Enabled = f.accessLog
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("flags: %w", err)
+	}
+	if f.adminToken == "" {
+		f.adminToken = os.Getenv("GRAYGATE_ADMIN_TOKEN")
+	}
+	return cfg, nil
+}
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("serve takes no arguments, got %q", fs.Args())}
+	}
+	cfg, err := f.load(fs)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stderr, slog.LevelInfo)
+	slog.SetDefault(logger)
+	var src *configSource
+	if f.config != "" {
+		src = &configSource{path: f.config, load: func() (*config.Config, error) { return f.load(fs) }}
+	}
+	return serve(ctx, cfg, src, f.adminToken, logger, stdout, nil)
+}
+
+// configSource is a config file to watch and how to load it (with flags
+// applied over it).
+type configSource struct {
+	path string
+	load func() (*config.Config, error)
+}
+
+// serve runs a gateway until ctx ends. src, if set, is reloaded on SIGHUP
+// and whenever the file changes.
+func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToken string, logger *slog.Logger, accessLog io.Writer, ready func(dataAddr, adminAddr string)) error {
+	if adminToken == "" && len(cfg.Admin.Tokens) == 0 {
+		logger.Warn("no admin token configured: the admin API will refuse every /api request (set --admin-token or GRAYGATE_ADMIN_TOKEN)")
+	}
+	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, AccessLog: accessLog})
+	if err != nil {
+		return err
+	}
+	dataLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		dataLn.Close()
+		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
+	}
+	logger.Info("graygate serving", "listen", dataLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
+		"store", g.Status().StoreKind, "data_dir", cfg.DataDir, "revision", g.Status().Revision, "version", versionString())
+	if src != nil {
+		go watchConfig(ctx, src, g, logger)
+	}
+	if ready != nil {
+		ready(dataLn.Addr().String(), adminLn.Addr().String())
+	}
+	err = g.Serve(ctx, dataLn, adminLn)
+	logger.Info("graygate stopped")
+	return err
+}
+
+// watchConfig reloads the config on SIGHUP and when the file changes.
+func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	changed := make(chan struct{}, 1)
+	go func() {
+		if err := config.Watch(ctx, src.path, 200*time.Millisecond, func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}); err != nil {
+			logger.Error("config file watch stopped; SIGHUP still reloads", "err", err)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		case <-changed:
+		}
+		if err := g.ReloadConfigFile(ctx, src.load); err != nil && !errors.Is(err, context.Canceled) {
+			logger.Error("config reload failed; the previous config keeps serving", "err", err)
+		}
+	}
+}

@@ -1,0 +1,225 @@
+// Package admin serves graygate's admin API on net/http: rules with
+// versions, history and revert, one-click rollback, explain and status.
+// Every /api route needs a bearer token; tokens are named and carry a role
+// ("admin" may write, "viewer" may only read). Errors are JSON objects that
+// list every problem with its path, as the rule and config decoders report them.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/strict"
+)
+
+// MaxBody is the largest request body the admin API reads.
+const MaxBody = 1 << 20
+
+// Roles.
+const (
+	RoleAdmin  = "admin"
+	RoleViewer = "viewer"
+)
+
+// Token is a named bearer token.
+type Token struct {
+	Name  string
+	Value string
+	Role  string
+}
+
+// Options wires the admin API to the rest of the gateway.
+type Options struct {
+	Store  store.Store
+	Router *router.Router
+	// Compile validates and compiles one rule against the current config.
+	Compile func(r rule.Rule) (*rule.Compiled, error)
+	// Apply rebuilds the serving snapshot from the store and publishes it;
+	// it returns once the new rules serve.
+	Apply func(ctx context.Context) error
+	// Status returns the gateway's status document.
+	Status func() any
+	// Ready reports whether the gateway should receive traffic.
+	Ready func() error
+	// Metrics serves /metrics; nil leaves it unrouted.
+	Metrics http.Handler
+	Tokens  []Token
+	Logger  *slog.Logger
+}
+
+// Server is the admin API handler.
+type Server struct {
+	opts   Options
+	mux    *http.ServeMux
+	tokens []hashedToken
+	log    *slog.Logger
+}
+
+type hashedToken struct {
+	name, role string
+	sum        [32]byte
+}
+
+// New builds the admin API.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Logger.With("component", "admin")}
+	for _, t := range opts.Tokens {
+		s.tokens = append(s.tokens, hashedToken{name: t.Name, role: t.Role, sum: sha256.Sum256([]byte(t.Value))})
+	}
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	if opts.Metrics != nil {
+		s.mux.Handle("GET /metrics", opts.Metrics)
+	}
+	s.handle("GET /api/v1/rules", RoleViewer, s.listRules)
+	s.handle("GET /api/v1/rules/{key}", RoleViewer, s.getRule)
+	s.handle("PUT /api/v1/rules/{key}", RoleAdmin, s.putRule)
+	s.handle("DELETE /api/v1/rules/{key}", RoleAdmin, s.deleteRule)
+	s.handle("GET /api/v1/rules/{key}/history", RoleViewer, s.history)
+	s.handle("POST /api/v1/rules/{key}/revert", RoleAdmin, s.revert)
+	s.handle("POST /api/v1/rules/{key}/rollback", RoleAdmin, s.rollbackRule(true))
+	s.handle("POST /api/v1/rules/{key}/resume", RoleAdmin, s.rollbackRule(false))
+	s.handle("POST /api/v1/rollback", RoleAdmin, s.rollbackAll(true))
+	s.handle("POST /api/v1/resume", RoleAdmin, s.rollbackAll(false))
+	s.handle("POST /api/v1/explain", RoleViewer, s.explain)
+	s.handle("GET /api/v1/status", RoleViewer, s.status)
+	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.authenticate(w, r); !ok {
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+type principal struct{ name, role string }
+
+type ctxKey struct{}
+
+func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.Request, principal)) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		p, ok := s.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if role == RoleAdmin && p.role != RoleAdmin {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("token %q has role %q, which may not change anything", p.name, p.role), nil)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+		h(w, r, p)
+	})
+}
+
+// authenticate checks the bearer token in constant time against every
+// configured token. Tokens are never read from the query string.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (principal, bool) {
+	if len(s.tokens) == 0 {
+		writeError(w, http.StatusUnauthorized, "no admin token is configured: start graygate with --admin-token or GRAYGATE_ADMIN_TOKEN", nil)
+		return principal{}, false
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="graygate"`)
+		writeError(w, http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <token>", nil)
+		return principal{}, false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	var found *hashedToken
+	for i := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].sum[:]) == 1 && found == nil {
+			found = &s.tokens[i]
+		}
+	}
+	if found == nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="graygate", error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "invalid bearer token", nil)
+		return principal{}, false
+	}
+	return principal{name: found.name, role: found.role}, true
+}
+
+// errorBody is the JSON shape of every error.
+type errorBody struct {
+	Error   string              `json:"error"`
+	Details []strict.FieldError `json:"details,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string, details []strict.FieldError) {
+	writeJSON(w, code, errorBody{Error: msg, Details: details})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// readBody reads the request body, answering 413 when it is over MaxBody.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over %d bytes", MaxBody), nil)
+			return nil, false
+		}
+		writeError(w, http.StatusBadRequest, "read body: "+err.Error(), nil)
+		return nil, false
+	}
+	return b, true
+}
+
+// storeError maps store errors to HTTP answers.
+func storeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error(), nil)
+	case errors.Is(err, store.ErrConflict):
+		writeError(w, http.StatusConflict, err.Error(), nil)
+	case errors.Is(err, store.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error(), nil)
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, err.Error(), nil)
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error(), nil)
+	}
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Ready != nil {
+		if err := s.opts.Ready(); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err.Error(), nil)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request, _ principal) {
+	writeJSON(w, http.StatusOK, s.opts.Status())
+}

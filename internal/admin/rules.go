@@ -1,0 +1,330 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/strict"
+)
+
+// readOnlyFields are the metadata fields GET adds to a rule; PUT accepts
+// and ignores them so that a GET body can be edited and PUT back.
+var readOnlyFields = []string{"version", "revision", "updated_at", "updated_by", "rolled_back", "reason"}
+
+// ruleView merges a stored entry's rule JSON with its metadata.
+func ruleView(e store.Entry, rolledBackAll bool) map[string]any {
+	m := map[string]any{}
+	_ = json.Unmarshal(e.Rule, &m)
+	m["key"] = e.Key
+	m["version"] = e.Version
+	m["revision"] = e.Revision
+	m["updated_at"] = e.UpdatedAt.UTC().Format(time.RFC3339Nano)
+	m["updated_by"] = e.UpdatedBy
+	if e.Reason != "" {
+		m["reason"] = e.Reason
+	}
+	m["rolled_back"] = e.RolledBack || rolledBackAll
+	return m
+}
+
+func (s *Server) listRules(w http.ResponseWriter, r *http.Request, _ principal) {
+	st, err := s.opts.Store.Load(r.Context())
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	out := make([]map[string]any, 0, len(st.Rules))
+	for _, e := range st.Rules {
+		out = append(out, ruleView(e, st.RolledBack))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"revision": st.Revision, "rolled_back": st.RolledBack, "rules": out})
+}
+
+func (s *Server) getRule(w http.ResponseWriter, r *http.Request, _ principal) {
+	key := r.PathValue("key")
+	st, err := s.opts.Store.Load(r.Context())
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	for _, e := range st.Rules {
+		if e.Key == key {
+			writeJSON(w, http.StatusOK, ruleView(e, st.RolledBack))
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q not found", key), nil)
+}
+
+// parseIfMatch reads If-Match: a version number, optionally quoted, or "*".
+func parseIfMatch(r *http.Request) (int64, error) {
+	h := strings.TrimSpace(r.Header.Get("If-Match"))
+	if h == "" || h == "*" {
+		return store.AnyVersion, nil
+	}
+	h = strings.Trim(strings.TrimPrefix(h, "W/"), `"`)
+	v, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("If-Match must be a rule version number, got %q", r.Header.Get("If-Match"))
+	}
+	return v, nil
+}
+
+// decodeRuleBody strips read-only metadata fields, takes the reason field
+// out, and strictly decodes the rest as a rule.
+func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
+	var generic map[string]json.RawMessage
+	if err := json.Unmarshal(body, &generic); err != nil {
+		// Let the strict decoder produce the precise message.
+		_, derr := rule.Decode(body)
+		if derr == nil {
+			derr = &strict.FieldError{Message: "a rule must be a JSON object"}
+		}
+		return rule.Rule{}, "", derr
+	}
+	reason := ""
+	if raw, ok := generic["reason"]; ok {
+		if err := json.Unmarshal(raw, &reason); err != nil {
+			return rule.Rule{}, "", strict.Errorf("reason", "expected a string")
+		}
+	}
+	for _, f := range readOnlyFields {
+		delete(generic, f)
+	}
+	if raw, ok := generic["key"]; ok {
+		var k string
+		if err := json.Unmarshal(raw, &k); err == nil && k != "" && k != key {
+			return rule.Rule{}, "", strict.Errorf("key", "%q does not match the key in the URL %q", k, key)
+		}
+	}
+	generic["key"], _ = json.Marshal(key)
+	clean, _ := json.Marshal(generic)
+	r, err := rule.Decode(clean)
+	return r, reason, err
+}
+
+func changeReason(r *http.Request, bodyReason string) string {
+	if h := r.Header.Get("X-Change-Reason"); h != "" {
+		return h
+	}
+	return bodyReason
+}
+
+func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
+	key := r.PathValue("key")
+	if !rule.ValidKey(key) {
+		writeError(w, http.StatusBadRequest, "invalid rule", []strict.FieldError{{Path: "key", Message: fmt.Sprintf("invalid key %q in the URL", key)}})
+		return
+	}
+	ifVersion, err := parseIfMatch(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	rl, reason, err := decodeRuleBody(body, key)
+	if err == nil {
+		_, err = s.opts.Compile(rl)
+	} else {
+		err = strict.Merge(err, rl.Validate())
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid rule %q; nothing was changed", key), strict.Fields(err))
+		return
+	}
+	canonical, _ := json.Marshal(rl)
+	if dry := r.URL.Query().Get("dry_run"); dry == "1" || dry == "true" {
+		var view map[string]any
+		_ = json.Unmarshal(canonical, &view)
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "valid": true, "rule": view, "priority": rl.EffectivePriority()})
+		return
+	}
+	e, err := s.opts.Store.Put(r.Context(), key, canonical, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, reason)})
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	if err := s.opts.Apply(r.Context()); err != nil {
+		s.log.Error("apply after put", "key", key, "err", err)
+	}
+	code := http.StatusOK
+	if e.Version == 1 {
+		code = http.StatusCreated
+	}
+	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(e.Version, 10)))
+	writeJSON(w, code, ruleView(e, false))
+}
+
+func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, p principal) {
+	key := r.PathValue("key")
+	ifVersion, err := parseIfMatch(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	ch, err := s.opts.Store.Delete(r.Context(), key, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, "")})
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	if err := s.opts.Apply(r.Context()); err != nil {
+		s.log.Error("apply after delete", "key", key, "err", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": key, "version": ch.Version, "revision": ch.Revision})
+}
+
+// historyItem is one version in GET .../history.
+type historyItem struct {
+	Version    int64           `json:"version"`
+	Revision   int64           `json:"revision"`
+	Op         string          `json:"op"`
+	At         time.Time       `json:"at"`
+	By         string          `json:"by"`
+	Reason     string          `json:"reason,omitempty"`
+	RolledBack bool            `json:"rolled_back"`
+	Diff       []DiffLine      `json:"diff"`
+	Before     json.RawMessage `json:"before,omitempty"`
+	After      json.RawMessage `json:"after,omitempty"`
+}
+
+func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
+	key := r.PathValue("key")
+	hs, err := s.opts.Store.History(r.Context(), key)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	if len(hs) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q has no history", key), nil)
+		return
+	}
+	out := make([]historyItem, 0, len(hs))
+	for _, c := range hs {
+		out = append(out, historyItem{
+			Version: c.Version, Revision: c.Revision, Op: c.Op, At: c.At, By: c.By, Reason: c.Reason,
+			RolledBack: c.RolledBackAfter, Diff: Diff(c.Before, c.After), Before: c.Before, After: c.After,
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "history": out})
+}
+
+func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
+	key := r.PathValue("key")
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Version int64  `json:"version"`
+		Reason  string `json:"reason,omitempty"`
+	}
+	if err := strict.Decode(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid revert request", strict.Fields(err))
+		return
+	}
+	if req.Version < 1 {
+		writeError(w, http.StatusBadRequest, "invalid revert request", []strict.FieldError{{Path: "version", Message: fmt.Sprintf("must be a version number >= 1, got %d", req.Version)}})
+		return
+	}
+	hs, err := s.opts.Store.History(r.Context(), key)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	var target json.RawMessage
+	found := false
+	for _, c := range hs {
+		if c.Version == req.Version {
+			found, target = true, c.After
+			break
+		}
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q has no version %d in its history", key, req.Version), nil)
+		return
+	}
+	if target == nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("version %d of rule %q is a deletion; DELETE the rule instead", req.Version, key), nil)
+		return
+	}
+	rl, err := rule.Decode(target)
+	if err == nil {
+		_, err = s.opts.Compile(rl)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("version %d of rule %q no longer compiles against the current config; nothing was changed", req.Version, key), strict.Fields(err))
+		return
+	}
+	reason := changeReason(r, req.Reason)
+	if reason == "" {
+		reason = fmt.Sprintf("revert to version %d", req.Version)
+	}
+	e, err := s.opts.Store.Put(r.Context(), key, target, store.AnyVersion, store.Meta{By: p.name, Reason: reason, Op: "revert"})
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	if err := s.opts.Apply(r.Context()); err != nil {
+		s.log.Error("apply after revert", "key", key, "err", err)
+	}
+	writeJSON(w, http.StatusOK, ruleView(e, false))
+}
+
+func (s *Server) rollbackRule(on bool) func(http.ResponseWriter, *http.Request, principal) {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
+		key := r.PathValue("key")
+		s.setRollback(w, r, p, key, on)
+	}
+}
+
+func (s *Server) rollbackAll(on bool) func(http.ResponseWriter, *http.Request, principal) {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
+		s.setRollback(w, r, p, "", on)
+	}
+}
+
+func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal, key string, on bool) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Reason string `json:"reason,omitempty"`
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := strict.Decode(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid request", strict.Fields(err))
+			return
+		}
+	}
+	st, err := s.opts.Store.SetRollback(r.Context(), key, on, store.Meta{By: p.name, Reason: changeReason(r, req.Reason)})
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	if err := s.opts.Apply(r.Context()); err != nil {
+		s.log.Error("apply after rollback", "key", key, "err", err)
+	}
+	s.log.Warn("rollback state changed", "key", key, "rolled_back", on, "by", p.name)
+	if key == "" {
+		writeJSON(w, http.StatusOK, map[string]any{"rolled_back": st.RolledBack, "revision": st.Revision})
+		return
+	}
+	for _, e := range st.Rules {
+		if e.Key == key {
+			writeJSON(w, http.StatusOK, ruleView(e, st.RolledBack))
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q not found", key), nil)
+}

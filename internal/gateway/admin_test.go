@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func grayRule(p float64) refRule {
+	return refRule{Type: "gray", GrayPercent: pct(p), Targets: &refTgts{Gray: "gray", Stable: "stable"}}
+}
+
+// TestCASWriters races two writers on one key with If-Match: exactly one
+// wins each round, the loser gets 409, and no write is lost.
+func TestCASWriters(t *testing.T) {
+	e := start(t, baseConfig, "")
+	out := e.mustPut("k", grayRule(1))
+	version := int(out["version"].(float64))
+	for round := 0; round < 30; round++ {
+		var wg sync.WaitGroup
+		codes := make([]int, 2)
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				codes[w], _ = e.api("PUT", "/api/v1/rules/k", grayRule(float64(round*2+w)), "If-Match", fmt.Sprint(version))
+			}(w)
+		}
+		wg.Wait()
+		wins := 0
+		for _, c := range codes {
+			switch c {
+			case 200:
+				wins++
+			case 409:
+			default:
+				t.Fatalf("round %d: unexpected status %v", round, codes)
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("round %d: %d winners (%v)", round, wins, codes)
+		}
+		version++
+		_, got := e.api("GET", "/api/v1/rules/k", nil)
+		if int(got["version"].(float64)) != version {
+			t.Fatalf("round %d: version %v, want %d", round, got["version"], version)
+		}
+	}
+	_, h := e.api("GET", "/api/v1/rules/k/history", nil)
+	if n := len(h["history"].([]any)); n != 31 {
+		t.Errorf("history has %d versions, want 31", n)
+	}
+}
+
+func TestHistoryRevertAndDelete(t *testing.T) {
+	e := start(t, baseConfig, "")
+	e.mustPut("k", grayRule(5))
+	code, _ := e.api("PUT", "/api/v1/rules/k", grayRule(50), "X-Change-Reason", "ramp up")
+	if code != 200 {
+		t.Fatal(code)
+	}
+	_, h := e.api("GET", "/api/v1/rules/k/history", nil)
+	hist := h["history"].([]any)
+	top := hist[0].(map[string]any)
+	if top["version"].(float64) != 2 || top["reason"] != "ramp up" || top["by"] != "default" || top["op"] != "update" {
+		t.Errorf("history[0] = %v", top)
+	}
+	diff := fmt.Sprint(top["diff"])
+	if !strings.Contains(diff, "gray_percent") || !strings.Contains(diff, "changed") {
+		t.Errorf("diff = %v", diff)
+	}
+	code, out := e.api("POST", "/api/v1/rules/k/revert", map[string]any{"version": 1})
+	if code != 200 || out["version"].(float64) != 3 || out["gray_percent"].(float64) != 5 {
+		t.Fatalf("revert = %d %v", code, out)
+	}
+	code, _ = e.api("POST", "/api/v1/rules/k/revert", map[string]any{"version": 99})
+	if code != 404 {
+		t.Errorf("revert to a missing version = %d", code)
+	}
+	code, _ = e.api("DELETE", "/api/v1/rules/k", nil)
+	if code != 200 {
+		t.Fatal(code)
+	}
+	if code, _ := e.api("GET", "/api/v1/rules/k", nil); code != 404 {
+		t.Errorf("GET deleted = %d", code)
+	}
+	_, h = e.api("GET", "/api/v1/rules/k/history", nil)
+	if n := len(h["history"].([]any)); n != 4 {
+		t.Errorf("history after delete has %d entries, want 4", n)
+	}
+	a, _ := e.get("/", "X-User-Id", "1")
+	if a.group != "default" {
+		t.Errorf("deleted rule still serves: %+v", a)
+	}
+}
+
+func TestDryRunAndLimits(t *testing.T) {
+	e := start(t, baseConfig, "")
+	code, out := e.api("PUT", "/api/v1/rules/k?dry_run=1", grayRule(100))
+	if code != 200 || out["dry_run"] != true {
+		t.Fatalf("dry run = %d %v", code, out)
+	}
+	if code, _ := e.api("GET", "/api/v1/rules/k", nil); code != 404 {
+		t.Errorf("dry run stored the rule")
+	}
+	if a, _ := e.get("/", "X-User-Id", "1"); a.group != "default" {
+		t.Errorf("dry run applied the rule: %+v", a)
+	}
+	big := `{"type":"gray","gray_percent":1,"targets":{"gray":"gray","stable":"stable"},"rule_name":"` + strings.Repeat("x", 1<<20) + `"}`
+	if code, _ := e.api("PUT", "/api/v1/rules/k", big); code != 413 {
+		t.Errorf("1 MiB body = %d, want 413", code)
+	}
+	var wl strings.Builder
+	wl.WriteString(`{"type":"gray","gray_percent":1,"targets":{"gray":"gray","stable":"stable"},"white_list":[`)
+	for i := 0; i <= 100000; i++ {
+		if i > 0 {
+			wl.WriteByte(',')
+		}
+		wl.WriteString(`"uid:1"`) // short entries, so the body stays under 1 MiB
+	}
+	wl.WriteString("]}")
+	code, out = e.api("PUT", "/api/v1/rules/k", wl.String())
+	if code != 400 || !strings.Contains(fmt.Sprint(out["details"]), "at most 100000") {
+		t.Errorf("100001 whitelist entries = %d %v", code, out["details"])
+	}
+}
+
+// TestRollbackUnderLoad watches X-Gray-Group on every response while the
+// global rollback is switched on and off.
+func TestRollbackUnderLoad(t *testing.T) {
+	e := start(t, baseConfig, "")
+	r := grayRule(100)
+	r.WhiteList = []string{"uid:vip"}
+	r.Conditions = &refCond{PathPrefix: []string{"/api/"}}
+	e.mustPut("canary", r)
+	e.mustPut("exp", refRule{Type: "ab", Experiment: "e", Conditions: &refCond{PathPrefix: []string{"/shop/"}},
+		Groups: []refGrp{{Name: "A", Weight: 0, Target: "a"}, {Name: "B", Weight: 100, Target: "b"}}})
+	check := func(rolled bool) {
+		t.Helper()
+		for i := 0; i < 50; i++ {
+			a, err := e.get("/api/x", "X-User-Id", fmt.Sprint(i))
+			if err != nil || a.status != 200 {
+				t.Fatalf("request failed: %+v %v", a, err)
+			}
+			if rolled && (a.group != "stable" || a.degraded != "rollback" || a.backend != "stable") {
+				t.Fatalf("during rollback user %d got %+v", i, a)
+			}
+			if !rolled && (a.group != "gray" || a.degraded != "" || a.backend != "gray") {
+				t.Fatalf("after resume user %d got %+v", i, a)
+			}
+			a, _ = e.get("/shop/x", "X-User-Id", fmt.Sprint(i))
+			if rolled && (a.group != "A" || a.degraded != "rollback") || !rolled && a.group != "B" {
+				t.Fatalf("ab rule, rolled back %v: %+v", rolled, a)
+			}
+		}
+	}
+	check(false)
+	if code, _ := e.api("POST", "/api/v1/rollback", nil); code != 200 {
+		t.Fatal(code)
+	}
+	check(true)
+	_, got := e.api("GET", "/api/v1/rules/canary", nil)
+	if got["rolled_back"] != true || got["gray_percent"].(float64) != 100 {
+		t.Errorf("rule during rollback = %v (it must be kept unchanged and marked)", got)
+	}
+	if code, _ := e.api("POST", "/api/v1/resume", nil); code != 200 {
+		t.Fatal(code)
+	}
+	check(false)
+	// Per rule.
+	e.api("POST", "/api/v1/rules/canary/rollback", nil)
+	if a, _ := e.get("/api/x", "X-User-Id", "vip"); a.group != "stable" || a.degraded != "rollback" {
+		t.Errorf("per-rule rollback: %+v", a)
+	}
+	if a, _ := e.get("/shop/x", "X-User-Id", "1"); a.group != "B" {
+		t.Errorf("per-rule rollback touched another rule: %+v", a)
+	}
+	e.api("POST", "/api/v1/rules/canary/resume", nil)
+	if a, _ := e.get("/api/x", "X-User-Id", "vip"); a.group != "gray" {
+		t.Errorf("per-rule resume: %+v", a)
+	}
+}
+
+// TestRollbackSurvivesRestart checks that the rollback state and the rules
+// are persisted in the data dir.
+func TestRollbackSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	e := start(t, baseConfig, dir)
+	e.mustPut("canary", grayRule(100))
+	e.api("POST", "/api/v1/rollback", nil)
+	cfg := e.gw.cfg
+	e.shutdown()
+	e.restart(cfg)
+	a, err := e.get("/", "X-User-Id", "1")
+	if err != nil || a.group != "stable" || a.degraded != "rollback" {
+		t.Errorf("after restart: %+v %v", a, err)
+	}
+	_, st := e.api("GET", "/api/v1/status", nil)
+	if st["rolled_back"] != true || st["rules"].(float64) != 1 || st["store"] != "file" {
+		t.Errorf("status = %v", st)
+	}
+}
+
+// TestExplainMatchesLive compares explain answers with live decisions.
+func TestExplainMatchesLive(t *testing.T) {
+	e := start(t, baseConfig, "")
+	e.mustPut("canary", refRule{Type: "gray", GrayPercent: pct(30), WhiteList: []string{"uid:vip"},
+		Conditions: &refCond{PathPrefix: []string{"/api/"}}, Targets: &refTgts{Gray: "gray", Stable: "stable"}})
+	e.mustPut("exp", refRule{Type: "ab", Experiment: "e", Groups: []refGrp{{Name: "A", Weight: 50, Target: "a"}, {Name: "B", Weight: 50, Target: "b"}}})
+	for i := 0; i < 60; i++ {
+		uid := fmt.Sprint(i)
+		path := []string{"/api/x", "/web"}[i%2]
+		live, _ := e.get(path, "X-User-Id", uid)
+		code, ex := e.api("POST", "/api/v1/explain", map[string]any{"method": "GET", "path": path, "headers": map[string]string{"X-User-Id": uid}, "remote_addr": "127.0.0.1"})
+		if code != 200 {
+			t.Fatalf("explain = %d %v", code, ex)
+		}
+		d := ex["decision"].(map[string]any)
+		if d["group"] != live.group || d["rule"] != live.rule || d["target"] != live.backend {
+			t.Errorf("user %s %s: explain %v, live %+v", uid, path, d, live)
+		}
+		tr := ex["trace"].(map[string]any)
+		rules := tr["rules"].([]any)
+		first := rules[0].(map[string]any)
+		if path == "/api/x" && first["whitelist_hit"] == nil && first["bucket"] == nil {
+			t.Errorf("trace lacks the bucket: %v", first)
+		}
+		if path == "/web" && first["in_scope"] != false {
+			t.Errorf("trace should say the condition failed: %v", first)
+		}
+	}
+}

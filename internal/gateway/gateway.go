@@ -1,0 +1,473 @@
+// Package gateway assembles a running graygate: it opens the store, builds
+// snapshots from the config and the stored rules, and serves the data plane
+// and the admin API. It owns the one writer that publishes snapshots, so that
+// admin writes, store watches and config reloads never race each other.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/graygate/graygate/internal/admin"
+	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/metrics"
+	"github.com/graygate/graygate/internal/proxy"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// Options configure New.
+type Options struct {
+	Config *config.Config
+	// AdminToken, when set, is accepted as an admin token named "default".
+	AdminToken string
+	// Store overrides the file store under Config.DataDir.
+	Store  store.Store
+	Logger *slog.Logger
+	// Random feeds anonymous ids; nil means crypto/rand.
+	Random io.Reader
+	// AccessLog receives the JSON access log when Config.AccessLog.Enabled.
+	AccessLog io.Writer
+	Now       func() time.Time
+}
+
+// Gateway is one running graygate process's worth of parts.
+type Gateway struct {
+	opts    Options
+	log     *slog.Logger
+	store   store.Store
+	router  *router.Router
+	proxy   *proxy.Proxy
+	admin   *admin.Server
+	metrics *metrics.Metrics
+
+	mu      sync.Mutex // the one writer: guards cfg, reg, cache and status
+	cfg     *config.Config
+	reg     *upstream.Registry
+	cache   map[string]cached
+	status  Status
+	serving bool
+}
+
+type cached struct {
+	version int64
+	gen     int
+	rule    *rule.Compiled
+	err     error
+}
+
+// Status is the document GET /api/v1/status returns.
+type Status struct {
+	Revision      int64             `json:"revision"`
+	Rules         int               `json:"rules"`
+	RolledBack    bool              `json:"rolled_back"`
+	StoreKind     string            `json:"store"`
+	LastReload    time.Time         `json:"last_reload"`
+	LastResult    string            `json:"last_reload_result"`
+	LastError     string            `json:"last_error,omitempty"`
+	LastErrorAt   *time.Time        `json:"last_error_at,omitempty"`
+	BrokenRules   map[string]string `json:"broken_rules,omitempty"`
+	ConfigGen     int               `json:"config_generation"`
+	StartedAt     time.Time         `json:"started_at"`
+	configReloads int
+}
+
+// New opens the store, seeds it with the config's rules and builds the first
+// snapshot. A config that does not compile is an error; a stored rule that
+// no longer compiles is disabled and reported in the status.
+func New(opts Options) (*Gateway, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cfg := opts.Config
+	g := &Gateway{opts: opts, log: opts.Logger.With("component", "gateway"), cfg: cfg, cache: map[string]cached{}, metrics: metrics.New()}
+	g.status.StartedAt = opts.Now()
+	g.reg = upstream.NewRegistry(cfg.Pools())
+	st := opts.Store
+	if st == nil {
+		fs, err := store.OpenFile(cfg.DataDir, store.FileOptions{HistoryLimit: cfg.Store.HistoryLimit, Logger: opts.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
+		}
+		st = fs
+	}
+	g.store = st
+	g.status.StoreKind = st.Kind()
+	if err := g.seed(context.Background(), cfg); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	snap, err := g.build(context.Background())
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	g.router = router.New(snap)
+
+	popts, err := proxyOptions(cfg, opts.AccessLog)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	popts.OnDone = func(d *router.Decision, status int, elapsed time.Duration, _ int64) {
+		g.metrics.Observe(d, status, elapsed)
+	}
+	g.proxy = proxy.New(popts, g.router, opts.Logger)
+	g.admin = admin.New(admin.Options{
+		Store:   st,
+		Router:  g.router,
+		Compile: g.compile,
+		Apply:   g.Apply,
+		Status:  func() any { return g.Status() },
+		Ready:   g.ready,
+		Metrics: g.metrics.Handler(),
+		Tokens:  tokens(cfg, opts.AdminToken),
+		Logger:  opts.Logger,
+	})
+	return g, nil
+}
+
+func tokens(cfg *config.Config, flagToken string) []admin.Token {
+	var out []admin.Token
+	if flagToken != "" {
+		out = append(out, admin.Token{Name: "default", Value: flagToken, Role: admin.RoleAdmin})
+	}
+	for _, t := range cfg.Admin.Tokens {
+		v := t.Token
+		if t.TokenEnv != "" {
+			v = os.Getenv(t.TokenEnv)
+		}
+		out = append(out, admin.Token{Name: t.Name, Value: v, Role: t.Role})
+	}
+	return out
+}
+
+func proxyOptions(cfg *config.Config, accessLog io.Writer) (proxy.Options, error) {
+	var trusted []netip.Prefix
+	for _, p := range cfg.TrustedProxies {
+		pr, err := config.ParsePrefix(p)
+		if err != nil {
+			return proxy.Options{}, err
+		}
+		trusted = append(trusted, pr)
+	}
+	o := proxy.Options{
+		TrustedProxies:        trusted,
+		DialTimeout:           cfg.Proxy.DialTimeout.Std(),
+		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Std(),
+		IdleConnTimeout:       cfg.Proxy.IdleTimeout.Std(),
+		ReadHeaderTimeout:     cfg.Proxy.ReadHeaderTimeout.Std(),
+		MaxHeaderBytes:        cfg.Proxy.MaxHeaderBytes,
+		MaxConnsPerHost:       cfg.Proxy.MaxConnsPerHost,
+	}
+	if cfg.AccessLog.Enabled {
+		o.AccessLog = accessLog
+	}
+	return o, nil
+}
+
+// seed creates the config's rules that the store has never held.
+func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
+	for i, raw := range cfg.Rules {
+		r, err := rule.Decode(raw)
+		if err == nil {
+			_, err = g.compileWith(cfg, g.reg, r)
+		}
+		if err != nil {
+			return fmt.Errorf("config rules[%d]: %w", i, err)
+		}
+		if _, err := g.store.History(ctx, r.Key); err == nil {
+			continue // the store knows this key: API edits win over the file
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("seed rule %q: %w", r.Key, err)
+		}
+		if _, err := g.store.Put(ctx, r.Key, raw, 0, store.Meta{By: "config", Reason: "seeded from the config file"}); err != nil && !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("seed rule %q: %w", r.Key, err)
+		}
+	}
+	return nil
+}
+
+func (g *Gateway) compileWith(cfg *config.Config, reg *upstream.Registry, r rule.Rule) (*rule.Compiled, error) {
+	routes := map[string]bool{}
+	for _, rt := range cfg.Routes {
+		routes[rt.Name] = true
+	}
+	return rule.Compile(r, rule.Env{Resolve: reg.Resolve, HasRoute: func(n string) bool { return routes[n] }})
+}
+
+// compile validates a rule against the current config (for the admin API).
+func (g *Gateway) compile(r rule.Rule) (*rule.Compiled, error) {
+	g.mu.Lock()
+	cfg, reg := g.cfg, g.reg
+	g.mu.Unlock()
+	return g.compileWith(cfg, reg, r)
+}
+
+// build compiles the current store state with the current config. The
+// caller holds g.mu, or is New.
+func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
+	cfg := g.cfg
+	st, err := g.store.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load rules: %w", err)
+	}
+	var rules []*rule.Compiled
+	broken := map[string]string{}
+	rolled := map[string]bool{}
+	seen := make(map[string]bool, len(st.Rules))
+	for _, e := range st.Rules {
+		seen[e.Key] = true
+		if e.RolledBack {
+			rolled[e.Key] = true
+		}
+		c, ok := g.cache[e.Key]
+		if !ok || c.version != e.Version || c.gen != g.status.ConfigGen {
+			c = cached{version: e.Version, gen: g.status.ConfigGen}
+			r, err := rule.Decode(e.Rule)
+			if err == nil {
+				c.rule, err = g.compileWith(cfg, g.reg, r)
+			}
+			c.err = err
+			g.cache[e.Key] = c
+		}
+		if c.err != nil {
+			broken[e.Key] = c.err.Error()
+			continue
+		}
+		rules = append(rules, c.rule)
+	}
+	for k := range g.cache {
+		if !seen[k] {
+			delete(g.cache, k)
+		}
+	}
+	in := router.Input{
+		Revision:      st.Revision,
+		Identity:      cfg.Identity,
+		Random:        g.opts.Random,
+		Rules:         rules,
+		RolledBackAll: st.RolledBack,
+		RolledBack:    rolled,
+		TrustGrayTag:  cfg.TrustGrayTag,
+		UpstreamHost:  !*cfg.PreserveHost,
+	}
+	if cfg.DefaultUpstream != "" {
+		p, err := g.reg.Resolve(cfg.DefaultUpstream)
+		if err != nil {
+			return nil, fmt.Errorf("default_upstream: %w", err)
+		}
+		in.Default = p
+	}
+	for _, rt := range cfg.Routes {
+		spec := router.RouteSpec{Name: rt.Name, Host: rt.Host, PathPrefix: rt.PathPrefix, UpstreamHost: !*cfg.PreserveHost}
+		if rt.PreserveHost != nil {
+			spec.UpstreamHost = !*rt.PreserveHost
+		}
+		if rt.Upstream != "" {
+			p, err := g.reg.Resolve(rt.Upstream)
+			if err != nil {
+				return nil, fmt.Errorf("routes %q upstream: %w", rt.Name, err)
+			}
+			spec.Default = p
+		}
+		in.Routes = append(in.Routes, spec)
+	}
+	snap, err := router.Build(in)
+	if err != nil {
+		return nil, err
+	}
+	now := g.opts.Now()
+	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(rules), st.RolledBack
+	g.status.LastReload, g.status.LastResult = now, "ok"
+	g.status.BrokenRules = nil
+	if len(broken) > 0 {
+		g.status.BrokenRules = broken
+		g.status.LastResult = "partial"
+		for k, e := range broken {
+			g.log.Error("rule disabled: it no longer compiles", "rule", k, "err", e)
+		}
+	}
+	g.metrics.Reloaded(g.status.LastResult, st.Revision)
+	g.metrics.SetRollback(st.RolledBack, rolled)
+	return snap, nil
+}
+
+// Apply rebuilds the snapshot from the store and publishes it. It returns
+// once the new snapshot serves.
+func (g *Gateway) Apply(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	snap, err := g.build(ctx)
+	if err != nil {
+		g.recordError(err)
+		return err
+	}
+	if cur := g.router.Load(); cur != nil && snap.Revision < cur.Revision {
+		return nil // an older state than what serves: never go back
+	}
+	g.router.Store(snap)
+	return nil
+}
+
+func (g *Gateway) recordError(err error) {
+	g.metrics.Reloaded("error", 0)
+	now := g.opts.Now()
+	g.status.LastResult, g.status.LastError, g.status.LastErrorAt = "error", err.Error(), &now
+	g.log.Error("reload failed; the previous rules keep serving", "err", err)
+}
+
+// ReloadConfig validates a new config and, if it compiles with every stored
+// rule, makes it current. A bad config keeps the old one serving.
+func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
+	g.cfg, g.reg = cfg, g.reg.WithNamed(cfg.Pools())
+	g.status.ConfigGen++
+	snap, err := g.build(ctx)
+	if err == nil {
+		err = newlyBroken(oldBroken, g.status.BrokenRules)
+	}
+	if err == nil {
+		if err = g.seed(ctx, cfg); err == nil {
+			snap, err = g.build(ctx)
+		}
+	}
+	if err != nil {
+		g.cfg, g.reg, g.status.ConfigGen = oldCfg, oldReg, oldGen
+		if _, rerr := g.build(ctx); rerr != nil { // restore the cache and status of the old config
+			g.log.Error("rebuild with the previous config", "err", rerr)
+		}
+		g.recordError(fmt.Errorf("config reload: %w", err))
+		return err
+	}
+	g.router.Store(snap)
+	g.status.configReloads++
+	g.log.Info("config reloaded", "generation", g.status.ConfigGen)
+	return nil
+}
+
+// ReloadConfigFile loads a config with load and makes it current; a config
+// that does not load or compile keeps the old one serving, and the error
+// shows in the status.
+func (g *Gateway) ReloadConfigFile(ctx context.Context, load func() (*config.Config, error)) error {
+	cfg, err := load()
+	if err != nil {
+		g.mu.Lock()
+		g.recordError(fmt.Errorf("config reload: %w", err))
+		g.mu.Unlock()
+		return err
+	}
+	g.mu.Lock()
+	old := g.cfg
+	g.mu.Unlock()
+	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || cfg.DataDir != old.DataDir {
+		g.log.Warn("listen, admin_listen and data_dir changes take effect at the next restart",
+			"listen", cfg.Listen, "admin_listen", cfg.AdminListen, "data_dir", cfg.DataDir)
+	}
+	return g.ReloadConfig(ctx, cfg)
+}
+
+// newlyBroken refuses a config under which stored rules that compiled
+// before no longer do: operators fix the config, not lose a rule.
+func newlyBroken(before, after map[string]string) error {
+	var errs []error
+	for k, e := range after {
+		if _, was := before[k]; !was {
+			errs = append(errs, fmt.Errorf("rule %q would stop compiling: %s", k, e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Status returns a copy of the status document.
+func (g *Gateway) Status() Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.status
+}
+
+func (g *Gateway) ready() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.serving {
+		return errors.New("not serving")
+	}
+	return nil
+}
+
+// Router returns the router, for tests and explain.
+func (g *Gateway) Router() *router.Router { return g.router }
+
+// AdminHandler returns the admin API handler.
+func (g *Gateway) AdminHandler() http.Handler { return g.admin }
+
+// Serve serves the data plane on dataLn and the admin API on adminLn until
+// ctx is done, then shuts both down gracefully.
+func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error {
+	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- g.proxy.Serve(dataLn) }()
+	go func() {
+		if err := adminSrv.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+			return
+		}
+		errc <- nil
+	}()
+	go g.watchStore(ctx)
+	g.mu.Lock()
+	g.serving = true
+	g.mu.Unlock()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	g.mu.Lock()
+	g.serving = false
+	g.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = adminSrv.Shutdown(sctx)
+	_ = g.proxy.Shutdown(sctx)
+	_ = g.store.Close()
+	return err
+}
+
+// watchStore applies changes that other writers (another gateway sharing the
+// store) commit.
+func (g *Gateway) watchStore(ctx context.Context) {
+	ch := g.store.Changes()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rev, ok := <-ch:
+			if !ok {
+				return
+			}
+			if cur := g.router.Load(); cur != nil && rev <= cur.Revision {
+				continue
+			}
+			if err := g.Apply(ctx); err != nil {
+				g.log.Error("apply store change", "revision", rev, "err", err)
+			}
+		}
+	}
+}
