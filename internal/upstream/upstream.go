@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/graygate/graygate/internal/limit"
 )
 
 // Instance is one upstream server.
@@ -32,7 +34,10 @@ type Instance struct {
 type Pool struct {
 	Name      string
 	Instances []*Instance
-	cursor    *atomic.Uint64
+	// Gate caps concurrent requests to the pool (nil: no cap); the data
+	// plane answers 503 when it is full.
+	Gate   *limit.Gate
+	cursor *atomic.Uint64
 }
 
 // ErrNoInstance is returned by Pick when the pool has no usable instance.
