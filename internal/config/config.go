@@ -18,7 +18,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
+	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -40,6 +42,13 @@ type Config struct {
 	TrustedProxies []string `json:"trusted_proxies,omitempty"`
 	// TrustGrayTag honours an inbound X-Gray-Tag, for east-west hops.
 	TrustGrayTag bool `json:"trust_gray_tag,omitempty"`
+
+	// Breaker holds the circuit-breaker defaults for every gray rule; a
+	// rule's own "breaker" fields override them.
+	Breaker breaker.Config `json:"breaker,omitempty"`
+	// Limits apply to requests no route owns, and are the defaults of
+	// every route that does not set its own.
+	Limits Limits `json:"limits,omitempty"`
 
 	Admin     Admin               `json:"admin,omitempty"`
 	Identity  identity.Config     `json:"identity,omitempty"`
@@ -92,9 +101,60 @@ type Store struct {
 	HistoryLimit int `json:"history_limit,omitempty"`
 }
 
+// Limits protect a route and its upstreams from slow, large or too many requests.
+type Limits struct {
+	// Timeout bounds the wait for the upstream's response header (default:
+	// proxy.response_header_timeout).
+	Timeout Duration `json:"timeout,omitempty"`
+	// MaxBodyBytes answers 413 to larger request bodies (0: no limit).
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// FallbackBodyBytes is the largest request body buffered so that a
+	// request that failed on a gray target can be replayed on stable
+	// (default 65536).
+	FallbackBodyBytes int64 `json:"fallback_body_bytes,omitempty"`
+	// RateLimit is a token bucket for the route, or per identity; over it
+	// requests get 429 with Retry-After.
+	RateLimit *limit.Config `json:"rate_limit,omitempty"`
+}
+
+// Validate reports every problem under path.
+func (l *Limits) Validate(path string) error {
+	var errs []error
+	if l.MaxBodyBytes < 0 {
+		errs = append(errs, strict.Errorf(strict.Join(path, "max_body_bytes"), "must not be negative, got %d", l.MaxBodyBytes))
+	}
+	if l.FallbackBodyBytes < 0 {
+		errs = append(errs, strict.Errorf(strict.Join(path, "fallback_body_bytes"), "must not be negative, got %d", l.FallbackBodyBytes))
+	}
+	if l.RateLimit != nil {
+		errs = append(errs, l.RateLimit.Validate(strict.Join(path, "rate_limit")))
+	}
+	return errors.Join(errs...)
+}
+
+// Over returns l with unset fields taken from defaults.
+func (l Limits) Over(defaults Limits) Limits {
+	if l.Timeout == 0 {
+		l.Timeout = defaults.Timeout
+	}
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = defaults.MaxBodyBytes
+	}
+	if l.FallbackBodyBytes == 0 {
+		l.FallbackBodyBytes = defaults.FallbackBodyBytes
+	}
+	if l.RateLimit == nil {
+		l.RateLimit = defaults.RateLimit
+	}
+	return l
+}
+
 // Upstream is a named pool.
 type Upstream struct {
 	Instances []Instance `json:"instances"`
+	// MaxConcurrent caps requests in flight to the pool (0: no cap); over
+	// it requests get 503.
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
 }
 
 // Instance is one static upstream instance.
@@ -113,6 +173,9 @@ type Route struct {
 	// Upstream serves what no rule claims (default: the global default upstream).
 	Upstream     string `json:"upstream,omitempty"`
 	PreserveHost *bool  `json:"preserve_host,omitempty"`
+	// Limits (timeout, max_body_bytes, fallback_body_bytes, rate_limit)
+	// override the top-level limits for this route.
+	Limits
 }
 
 // Duration is a time.Duration written as "2s", "150ms".
@@ -295,6 +358,12 @@ func (c *Config) Validate() error {
 	if c.Proxy.MaxConnsPerHost < 0 {
 		add("proxy.max_conns_per_host", "must not be negative, got %d", c.Proxy.MaxConnsPerHost)
 	}
+	if err := c.Breaker.Validate("breaker"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Limits.Validate("limits"); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Store.HistoryLimit < 1 {
 		add("store.history_limit", "must be at least 1, got %d", c.Store.HistoryLimit)
 	}
@@ -305,6 +374,9 @@ func (c *Config) Validate() error {
 		}
 		if len(u.Instances) == 0 {
 			add(p+".instances", "needs at least one instance")
+		}
+		if u.MaxConcurrent < 0 {
+			add(p+".max_concurrent", "must not be negative, got %d", u.MaxConcurrent)
 		}
 		for i, in := range u.Instances {
 			ip := strict.Index(p+".instances", i)
@@ -333,6 +405,9 @@ func (c *Config) Validate() error {
 			if err := c.checkTarget(r.Upstream); err != nil {
 				add(p+".upstream", "%v", err)
 			}
+		}
+		if err := r.Limits.Validate(p); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -14,11 +14,14 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/graygate/graygate/internal/admin"
+	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/metrics"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/router"
@@ -44,13 +47,15 @@ type Options struct {
 
 // Gateway is one running graygate process's worth of parts.
 type Gateway struct {
-	opts    Options
-	log     *slog.Logger
-	store   store.Store
-	router  *router.Router
-	proxy   *proxy.Proxy
-	admin   *admin.Server
-	metrics *metrics.Metrics
+	opts     Options
+	log      *slog.Logger
+	store    store.Store
+	router   *router.Router
+	proxy    *proxy.Proxy
+	admin    *admin.Server
+	metrics  *metrics.Metrics
+	breakers *breaker.Set
+	limits   *limit.Set
 
 	mu      sync.Mutex // the one writer: guards cfg, reg, cache and status
 	cfg     *config.Config
@@ -69,17 +74,18 @@ type cached struct {
 
 // Status is the document GET /api/v1/status returns.
 type Status struct {
-	Revision      int64             `json:"revision"`
-	Rules         int               `json:"rules"`
-	RolledBack    bool              `json:"rolled_back"`
-	StoreKind     string            `json:"store"`
-	LastReload    time.Time         `json:"last_reload"`
-	LastResult    string            `json:"last_reload_result"`
-	LastError     string            `json:"last_error,omitempty"`
-	LastErrorAt   *time.Time        `json:"last_error_at,omitempty"`
-	BrokenRules   map[string]string `json:"broken_rules,omitempty"`
-	ConfigGen     int               `json:"config_generation"`
-	StartedAt     time.Time         `json:"started_at"`
+	Revision      int64              `json:"revision"`
+	Rules         int                `json:"rules"`
+	RolledBack    bool               `json:"rolled_back"`
+	StoreKind     string             `json:"store"`
+	LastReload    time.Time          `json:"last_reload"`
+	LastResult    string             `json:"last_reload_result"`
+	LastError     string             `json:"last_error,omitempty"`
+	LastErrorAt   *time.Time         `json:"last_error_at,omitempty"`
+	BrokenRules   map[string]string  `json:"broken_rules,omitempty"`
+	Breakers      []breaker.Snapshot `json:"breakers"`
+	ConfigGen     int                `json:"config_generation"`
+	StartedAt     time.Time          `json:"started_at"`
 	configReloads int
 }
 
@@ -96,7 +102,9 @@ func New(opts Options) (*Gateway, error) {
 	cfg := opts.Config
 	g := &Gateway{opts: opts, log: opts.Logger.With("component", "gateway"), cfg: cfg, cache: map[string]cached{}, metrics: metrics.New()}
 	g.status.StartedAt = opts.Now()
-	g.reg = upstream.NewRegistry(cfg.Pools())
+	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
+	g.limits = limit.NewSet(opts.Now)
+	g.reg = upstream.NewRegistry(g.pools(cfg))
 	st := opts.Store
 	if st == nil {
 		fs, err := store.OpenFile(cfg.DataDir, store.FileOptions{HistoryLimit: cfg.Store.HistoryLimit, Logger: opts.Logger})
@@ -256,7 +264,27 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 			delete(g.cache, k)
 		}
 	}
+	breakers := map[string]*breaker.Breaker{}
+	inUse := map[string]bool{}
+	for _, r := range rules {
+		if r.Type != rule.TypeGray {
+			continue
+		}
+		key := breakerKey(r)
+		b, err := g.breakers.Get(key, mergeBreaker(r.Source.Breaker, cfg.Breaker))
+		if err != nil {
+			broken[r.Key] = err.Error()
+			continue
+		}
+		breakers[r.Key], inUse[key] = b, true
+	}
+	for _, key := range g.breakers.Retain(func(k string) bool { return inUse[k] }) {
+		rk, target, _ := strings.Cut(key, "|")
+		g.metrics.ForgetBreaker(rk, target)
+	}
 	in := router.Input{
+		Breakers:      breakers,
+		Policy:        g.policy("", cfg.Limits),
 		Revision:      st.Revision,
 		Identity:      cfg.Identity,
 		Random:        g.opts.Random,
@@ -274,7 +302,8 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 		in.Default = p
 	}
 	for _, rt := range cfg.Routes {
-		spec := router.RouteSpec{Name: rt.Name, Host: rt.Host, PathPrefix: rt.PathPrefix, UpstreamHost: !*cfg.PreserveHost}
+		spec := router.RouteSpec{Name: rt.Name, Host: rt.Host, PathPrefix: rt.PathPrefix, UpstreamHost: !*cfg.PreserveHost,
+			Policy: g.policy(rt.Name, rt.Limits.Over(cfg.Limits))}
 		if rt.PreserveHost != nil {
 			spec.UpstreamHost = !*rt.PreserveHost
 		}
@@ -307,6 +336,87 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	return snap, nil
 }
 
+// pools builds the config's named pools with their concurrency gates, which
+// keep their in-flight counts across reloads.
+func (g *Gateway) pools(cfg *config.Config) map[string]*upstream.Pool {
+	pools := cfg.Pools()
+	for name, u := range cfg.Upstreams {
+		if u.MaxConcurrent > 0 {
+			pools[name].Gate = g.limits.Gate(name, u.MaxConcurrent)
+		}
+	}
+	return pools
+}
+
+// policy builds a route's limits; its rate limiter keeps its tokens across
+// reloads.
+func (g *Gateway) policy(route string, l config.Limits) *router.Policy {
+	p := &router.Policy{UpstreamTimeout: l.Timeout.Std(), MaxBodyBytes: l.MaxBodyBytes, FallbackBodyBytes: l.FallbackBodyBytes}
+	if p.FallbackBodyBytes == 0 {
+		p.FallbackBodyBytes = router.DefaultFallbackBodyBytes
+	}
+	if l.RateLimit != nil {
+		p.Limiter = g.limits.Limiter("route:"+route, *l.RateLimit)
+	}
+	return p
+}
+
+// breakerKey names a gray rule's breaker: rule and gray target, so that a
+// rule pointed at a new gray target starts with a fresh breaker.
+func breakerKey(r *rule.Compiled) string { return r.Key + "|" + r.Source.Targets.Gray }
+
+// mergeBreaker lays a rule's breaker settings over the config's defaults.
+func mergeBreaker(r *breaker.Config, d breaker.Config) breaker.Config {
+	if r == nil {
+		return d
+	}
+	out := *r
+	if out.Enabled == nil {
+		out.Enabled = d.Enabled
+	}
+	if out.Window == 0 {
+		out.Window = d.Window
+	}
+	if out.ErrorRate == 0 {
+		out.ErrorRate = d.ErrorRate
+	}
+	if out.P99Latency == 0 {
+		out.P99Latency = d.P99Latency
+	}
+	if out.MinRequests == 0 {
+		out.MinRequests = d.MinRequests
+	}
+	if out.OpenFor == 0 {
+		out.OpenFor = d.OpenFor
+	}
+	if out.HalfOpenProbes == 0 {
+		out.HalfOpenProbes = d.HalfOpenProbes
+	}
+	if out.ErrorStatuses == nil {
+		out.ErrorStatuses = d.ErrorStatuses
+	}
+	return out
+}
+
+// breakerTransition logs a breaker transition and counts it.
+func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason string) {
+	rk, target, _ := strings.Cut(key, "|")
+	level := slog.LevelInfo
+	if to == breaker.Open {
+		level = slog.LevelWarn
+	}
+	g.log.Log(context.Background(), level, "breaker "+to.String(), "rule", rk, "target", target, "from", from.String(), "to", to.String(), "reason", reason)
+	g.metrics.BreakerTransition(rk, target, from.String(), to.String())
+	state := metrics.BreakerClosed
+	switch to {
+	case breaker.Open:
+		state = metrics.BreakerOpen
+	case breaker.HalfOpen:
+		state = metrics.BreakerHalfOpen
+	}
+	g.metrics.BreakerState(rk, target, state)
+}
+
 // Apply rebuilds the snapshot from the store and publishes it. It returns
 // once the new snapshot serves.
 func (g *Gateway) Apply(ctx context.Context) error {
@@ -337,7 +447,7 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
-	g.cfg, g.reg = cfg, g.reg.WithNamed(cfg.Pools())
+	g.cfg, g.reg = cfg, g.reg.WithNamed(g.pools(cfg))
 	g.status.ConfigGen++
 	snap, err := g.build(ctx)
 	if err == nil {
@@ -398,8 +508,10 @@ func newlyBroken(before, after map[string]string) error {
 // Status returns a copy of the status document.
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.status
+	st := g.status
+	g.mu.Unlock()
+	st.Breakers = g.breakers.Snapshots()
+	return st
 }
 
 func (g *Gateway) ready() error {

@@ -25,6 +25,8 @@ type Metrics struct {
 	reloads  *prometheus.CounterVec
 	rollback *prometheus.GaugeVec
 	degraded *prometheus.CounterVec
+	brkState *prometheus.GaugeVec
+	brkTrans *prometheus.CounterVec
 
 	children sync.Map // key → *child
 }
@@ -64,7 +66,13 @@ func New() *Metrics {
 	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "graygate_degraded_requests_total", Help: "Requests served somewhere other than their rule's choice, by reason (rollback, breaker, fallback).",
 	}, []string{"rule", "reason"})
-	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded,
+	m.brkState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "graygate_breaker_state", Help: "Circuit breaker state per gray target: 0 closed, 1 half-open, 2 open.",
+	}, []string{"rule", "target"})
+	m.brkTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "graygate_breaker_transitions_total", Help: "Circuit breaker transitions per gray target.",
+	}, []string{"rule", "target", "from", "to"})
+	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkState, m.brkTrans,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -123,6 +131,28 @@ func (m *Metrics) SetRollback(global bool, rules map[string]bool) {
 	for r, on := range rules {
 		m.rollback.WithLabelValues(r).Set(b2f(on))
 	}
+}
+
+// Breaker states for BreakerState.
+const (
+	BreakerClosed   = 0
+	BreakerHalfOpen = 1
+	BreakerOpen     = 2
+)
+
+// BreakerState sets a gray target's breaker state gauge.
+func (m *Metrics) BreakerState(rule, target string, state int) {
+	m.brkState.WithLabelValues(rule, target).Set(float64(state))
+}
+
+// BreakerTransition counts one breaker transition.
+func (m *Metrics) BreakerTransition(rule, target, from, to string) {
+	m.brkTrans.WithLabelValues(rule, target, from, to).Inc()
+}
+
+// ForgetBreaker removes the gauges of a breaker that no longer exists.
+func (m *Metrics) ForgetBreaker(rule, target string) {
+	m.brkState.DeleteLabelValues(rule, target)
 }
 
 func b2f(b bool) float64 {

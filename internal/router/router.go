@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/match"
 	"github.com/graygate/graygate/internal/rule"
@@ -34,6 +35,8 @@ type RouteSpec struct {
 	Default *upstream.Pool
 	// UpstreamHost sends the instance address as Host instead of the client's.
 	UpstreamHost bool
+	// Policy holds the route's limits (nil: none).
+	Policy *Policy
 }
 
 // Input is everything a Snapshot is built from.
@@ -52,6 +55,11 @@ type Input struct {
 	RolledBack    map[string]bool
 	// TrustGrayTag honours an inbound X-Gray-Tag (east-west hops).
 	TrustGrayTag bool
+	// Breakers guard gray targets, by rule key. They live outside the
+	// snapshot (breaker.Set) so that their state survives reloads.
+	Breakers map[string]*breaker.Breaker
+	// Policy holds the limits of requests no route owns (nil: none).
+	Policy *Policy
 }
 
 // Snapshot is a compiled, immutable routing table. It must not be modified
@@ -72,6 +80,7 @@ type route struct {
 	name, host, prefix string
 	def                *upstream.Pool
 	upstreamHost       bool
+	policy             *Policy
 	// entries are the route's rules in evaluation order. bySegment holds,
 	// for each first path segment some rule pins, the entries that can
 	// match a path starting with that segment (in order); unpinned holds
@@ -126,6 +135,7 @@ func (r *route) candidates(path string) []entry {
 type entry struct {
 	rule       *rule.Compiled
 	rolledBack bool
+	breaker    *breaker.Breaker
 }
 
 // Build compiles an Input into a Snapshot.
@@ -146,7 +156,7 @@ func Build(in Input) (*Snapshot, error) {
 		var out []entry
 		for _, r := range sorted {
 			if r.Route == "" || r.Route == routeName {
-				out = append(out, entry{rule: r, rolledBack: in.RolledBackAll || in.RolledBack[r.Key]})
+				out = append(out, entry{rule: r, rolledBack: in.RolledBackAll || in.RolledBack[r.Key], breaker: in.Breakers[r.Key]})
 			}
 		}
 		return out
@@ -163,7 +173,7 @@ func Build(in Input) (*Snapshot, error) {
 			return nil, fmt.Errorf("route %q is defined twice", rs.Name)
 		}
 		names[rs.Name] = true
-		rt := &route{name: rs.Name, host: strings.ToLower(rs.Host), prefix: rs.PathPrefix, def: rs.Default, upstreamHost: rs.UpstreamHost, entries: entriesFor(rs.Name)}
+		rt := &route{name: rs.Name, host: strings.ToLower(rs.Host), prefix: rs.PathPrefix, def: rs.Default, upstreamHost: rs.UpstreamHost, policy: orNoPolicy(rs.Policy), entries: entriesFor(rs.Name)}
 		if rt.prefix == "" {
 			rt.prefix = "/"
 		}
@@ -186,7 +196,7 @@ func Build(in Input) (*Snapshot, error) {
 	if def == nil {
 		def = upstream.NewPool("default", nil)
 	}
-	s.fallback = &route{def: def, upstreamHost: in.UpstreamHost, entries: entriesFor("")}
+	s.fallback = &route{def: def, upstreamHost: in.UpstreamHost, policy: orNoPolicy(in.Policy), entries: entriesFor("")}
 	s.fallback.index()
 	for _, r := range sorted {
 		if r.Route != "" && !names[r.Route] {
@@ -222,6 +232,13 @@ func (s *Snapshot) route(host, path string) *route {
 	return s.fallback
 }
 
+func orNoPolicy(p *Policy) *Policy {
+	if p == nil {
+		return NoPolicy
+	}
+	return p
+}
+
 func hasUpper(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if 'A' <= s[i] && s[i] <= 'Z' {
@@ -246,7 +263,7 @@ type Trace struct {
 func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	id := s.identity.Resolve(req)
 	rt := s.route(req.Host(), req.Path())
-	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost}
+	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy}
 	if tr != nil {
 		tr.Identity, tr.Route = id, rt.name
 	}
@@ -281,6 +298,15 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 			d.Tag = out.Target.Tag
 		}
 		d.Stable = stableOf(e.rule)
+		if out.Degraded != "" {
+			d.Intended = e.rule.Gray.Pool
+			if e.rule.Type == rule.TypeAB {
+				d.Intended = nil // the walk's group is not computed under rollback
+			}
+		}
+		if out.Target == &e.rule.Gray {
+			guard(e, &d, rtr)
+		}
 		if tr != nil {
 			tr.Reason = fmt.Sprintf("rule %q claimed the request: group %q → %s", e.rule.Key, d.Group, d.Target.Name)
 		}
@@ -304,12 +330,15 @@ func (s *Snapshot) decideColored(req attr.Request, rt *route, tag string, d *Dec
 		}
 		d.Rule, d.Group, d.Target = e.rule.Key, t.Group, t.Pool
 		d.Stable = stableOf(e.rule)
-		if e.rolledBack {
-			if e.rule.Type == rule.TypeGray && t == &e.rule.Gray {
-				d.Group, d.Target, d.Degraded = GroupStable, e.rule.Stable.Pool, DegradedRollback
-			} else if c := e.rule.ControlGroup(); c != nil && c != t {
-				d.Group, d.Target, d.Degraded = c.Group, c.Pool, DegradedRollback
+		switch {
+		case e.rolledBack && e.rule.Type == rule.TypeGray && t == &e.rule.Gray:
+			d.Group, d.Target, d.Degraded, d.Intended = GroupStable, e.rule.Stable.Pool, DegradedRollback, t.Pool
+		case e.rolledBack && e.rule.Type == rule.TypeAB:
+			if c := e.rule.ControlGroup(); c != t {
+				d.Group, d.Target, d.Degraded, d.Intended = c.Group, c.Pool, DegradedRollback, t.Pool
 			}
+		case t == &e.rule.Gray:
+			guard(e, d, nil)
 		}
 		if tr != nil {
 			tr.Reason = fmt.Sprintf("request arrived colored %q by a trusted hop; rule %q has a target with that tag: group %q → %s", tag, e.rule.Key, d.Group, d.Target.Name)
@@ -317,6 +346,36 @@ func (s *Snapshot) decideColored(req attr.Request, rt *route, tag string, d *Dec
 		return true
 	}
 	return false
+}
+
+// guard asks the gray target's breaker whether it may take the request; an
+// open breaker sends it to the rule's stable target instead (seed 004
+// 3.3.1). Explain (tr != nil) only reads the state, so that it never
+// spends a half-open probe.
+func guard(e *entry, d *Decision, tr *rule.Trace) {
+	b := e.breaker
+	if b == nil {
+		return
+	}
+	if tr != nil {
+		st := b.State()
+		tr.Breaker = st.String()
+		if r := b.Snapshot().Reason; r != "" {
+			tr.Breaker += ": " + r
+		}
+		if st != breaker.Open {
+			return
+		}
+	} else if t, ok := b.Allow(); ok {
+		d.Breaker, d.Ticket = b, t
+		return
+	}
+	d.Intended = d.Target
+	d.Group, d.Target, d.Tag, d.Degraded = GroupStable, e.rule.Stable.Pool, e.rule.Stable.Tag, DegradedBreaker
+	if tr != nil {
+		tr.Group, tr.Target = d.Group, d.Target.Name
+		tr.Reason += "; the gray target's breaker is open, so stable instead"
+	}
 }
 
 func stableOf(c *rule.Compiled) *upstream.Pool {

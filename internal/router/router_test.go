@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/upstream"
@@ -326,5 +329,54 @@ func BenchmarkDecide100RulesAllApply(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Decide(r, nil)
+	}
+}
+
+func TestBreakerDegradesGrayToStable(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	brk, err := breaker.New(breaker.Config{}, breaker.Options{Name: "g", Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := compile(t, `{"key":"g","type":"gray","gray_percent":100,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"stable":"v1"}}`)
+	s := build(t, Input{Rules: []*rule.Compiled{g}, Breakers: map[string]*breaker.Breaker{"g": brk}})
+	d := s.Decide(get("/", "X-User-Id", "1"), nil)
+	if d.Group != "gray" || d.Breaker != brk {
+		t.Fatalf("closed breaker: %+v", d)
+	}
+	brk.Record(d.Ticket, breaker.Outcome{Latency: time.Millisecond, Failed: true, End: now})
+	for i := 0; i < 30; i++ {
+		d := s.Decide(get("/", "X-User-Id", fmt.Sprint(i)), nil)
+		if d.Breaker == nil {
+			break
+		}
+		brk.Record(d.Ticket, breaker.Outcome{Latency: time.Millisecond, Failed: true, End: now})
+	}
+	if brk.State() != breaker.Open {
+		t.Fatalf("breaker did not open: %v", brk.Snapshot())
+	}
+	d = s.Decide(get("/", "X-User-Id", "1"), nil)
+	if d.Group != GroupStable || d.Degraded != DegradedBreaker || d.Target.Name != "stable" || d.Intended.Name != "gray" || d.Tag != "v1" || d.Breaker != nil {
+		t.Errorf("open breaker: %+v", d)
+	}
+	var tr Trace
+	s.Decide(get("/", "X-User-Id", "1"), &tr)
+	if !strings.HasPrefix(tr.Rules[0].Breaker, "open: error rate") {
+		t.Errorf("trace breaker = %q", tr.Rules[0].Breaker)
+	}
+	// After open_for the breaker lets probes through; explain must not spend them.
+	now = now.Add(61 * time.Second)
+	for i := 0; i < 10; i++ {
+		s.Decide(get("/", "X-User-Id", "1"), &tr)
+	}
+	probes := 0
+	for i := 0; i < 10; i++ {
+		if d := s.Decide(get("/", "X-User-Id", "1"), nil); d.Breaker != nil {
+			probes++
+		}
+	}
+	if probes != 5 {
+		t.Errorf("half-open let %d probes through, want 5", probes)
 	}
 }

@@ -158,6 +158,7 @@ type Trace struct {
 	Buckets    uint64         `json:"buckets,omitempty"`
 	Threshold  *uint64        `json:"threshold,omitempty"`
 	RolledBack bool           `json:"rolled_back,omitempty"`
+	Breaker    string         `json:"breaker,omitempty"`
 	Claimed    bool           `json:"claimed"`
 	Group      string         `json:"group,omitempty"`
 	Target     string         `json:"target,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/bucket"
 	"github.com/graygate/graygate/internal/match"
 	"github.com/graygate/graygate/internal/strict"
@@ -58,6 +59,9 @@ type Rule struct {
 	Targets *Targets `json:"targets,omitempty"`
 	// TargetTags overrides the X-Gray-Tag coloring value per target (gray); it defaults to the group name.
 	TargetTags *TargetTags `json:"target_tags,omitempty"`
+	// Breaker tunes the circuit breaker guarding the gray target (gray);
+	// unset fields take the config's breaker defaults.
+	Breaker *breaker.Config `json:"breaker,omitempty"`
 
 	// ExperimentID salts the ab group assignment (ab).
 	ExperimentID string `json:"experiment_id,omitempty"`
@@ -177,6 +181,11 @@ func (r *Rule) validateGray() []error {
 			add("targets.stable", "is required")
 		}
 	}
+	if r.Breaker != nil {
+		if err := r.Breaker.Validate("breaker"); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if r.ExperimentID != "" {
 		add("experiment_id", "is only for ab rules")
 	}
@@ -234,6 +243,9 @@ func (r *Rule) validateAB() []error {
 	}
 	if r.Targets != nil {
 		add("targets", "are only for gray rules; ab rules put a target in each group")
+	}
+	if r.Breaker != nil {
+		add("breaker", "is only for gray rules: it guards the gray target")
 	}
 	if r.TargetTags != nil {
 		add("target_tags", "are only for gray rules; ab rules put a tag in each group")
