@@ -37,6 +37,8 @@ type Map struct {
 	Cookies map[string]string
 	Queries map[string]string
 	IP      netip.Addr
+	// Trusted says the TCP peer is a trusted proxy (see match.Trust).
+	Trusted bool
 }
 
 func (m *Map) Method() string { return m.MethodV }
@@ -58,3 +60,6 @@ func (m *Map) Header(name string) (string, bool) {
 func (m *Map) Cookie(name string) (string, bool) { v, ok := m.Cookies[name]; return v, ok }
 func (m *Map) Query(name string) (string, bool)  { v, ok := m.Queries[name]; return v, ok }
 func (m *Map) ClientIP() netip.Addr              { return m.IP }
+
+// PeerTrusted reports whether the peer is a trusted proxy.
+func (m *Map) PeerTrusted() bool { return m.Trusted }

@@ -19,9 +19,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/graygate/graygate/internal/breaker"
+	"github.com/graygate/graygate/internal/geo"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/tags"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -49,6 +51,9 @@ type Config struct {
 	// Limits apply to requests no route owns, and are the defaults of
 	// every route that does not set its own.
 	Limits Limits `json:"limits,omitempty"`
+
+	// Targeting configures where regions and user tags come from.
+	Targeting Targeting `json:"targeting,omitempty"`
 
 	Admin     Admin               `json:"admin,omitempty"`
 	Identity  identity.Config     `json:"identity,omitempty"`
@@ -99,6 +104,38 @@ type AccessLog struct {
 type Store struct {
 	// HistoryLimit is how many versions are kept per rule (default 100).
 	HistoryLimit int `json:"history_limit,omitempty"`
+}
+
+// Targeting configures the request attributes of seed 004's strategies.
+type Targeting struct {
+	// Region resolves region_in conditions: a trusted header, a GeoIP
+	// database, a phone number.
+	Region *geo.Config `json:"region,omitempty"`
+	// Tags resolves tag conditions: a trusted header, a verified JWT, Redis.
+	Tags *tags.Config `json:"tags,omitempty"`
+	// TagTypes declares tag kinds ("number", "bool", "string") so that a
+	// rule comparing a tag with a value of another type is refused when it
+	// is stored.
+	TagTypes map[string]string `json:"tag_types,omitempty"`
+}
+
+// Validate reports every problem under path.
+func (t *Targeting) Validate(path string) error {
+	var errs []error
+	if t.Region != nil {
+		errs = append(errs, t.Region.Validate(strict.Join(path, "region")))
+	}
+	if t.Tags != nil {
+		c := *t.Tags
+		c.Defaults()
+		errs = append(errs, c.Validate(strict.Join(path, "tags")))
+	}
+	for k, v := range t.TagTypes {
+		if v != "number" && v != "bool" && v != "string" {
+			errs = append(errs, strict.Errorf(strict.Join(strict.Join(path, "tag_types"), k), "must be \"number\", \"bool\" or \"string\", got %q", v))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Limits protect a route and its upstreams from slow, large or too many requests.
@@ -359,6 +396,9 @@ func (c *Config) Validate() error {
 		add("proxy.max_conns_per_host", "must not be negative, got %d", c.Proxy.MaxConnsPerHost)
 	}
 	if err := c.Breaker.Validate("breaker"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Targeting.Validate("targeting"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Limits.Validate("limits"); err != nil {

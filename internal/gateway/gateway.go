@@ -14,8 +14,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/graygate/graygate/internal/admin"
@@ -56,6 +58,8 @@ type Gateway struct {
 	metrics  *metrics.Metrics
 	breakers *breaker.Set
 	limits   *limit.Set
+	tgt      atomic.Pointer[targeting]
+	serveCtx context.Context // set by Serve, for watches started on reload
 
 	mu      sync.Mutex // the one writer: guards cfg, reg, cache and status
 	cfg     *config.Config
@@ -105,6 +109,15 @@ func New(opts Options) (*Gateway, error) {
 	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
 	g.limits = limit.NewSet(opts.Now)
 	g.reg = upstream.NewRegistry(g.pools(cfg))
+	tgt, err := newTargeting(cfg.Targeting, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	g.tgt.Store(tgt)
+	g.metrics.TagStore(func() metrics.TagStats {
+		s := g.tgt.Load().redisStats()
+		return metrics.TagStats{Hits: s.Hits, Misses: s.Misses, Unknown: s.Unknown, Errors: s.Errors, Rejected: s.Rejected}
+	})
 	st := opts.Store
 	if st == nil {
 		fs, err := store.OpenFile(cfg.DataDir, store.FileOptions{HistoryLimit: cfg.Store.HistoryLimit, Logger: opts.Logger})
@@ -215,7 +228,7 @@ func (g *Gateway) compileWith(cfg *config.Config, reg *upstream.Registry, r rule
 	for _, rt := range cfg.Routes {
 		routes[rt.Name] = true
 	}
-	return rule.Compile(r, rule.Env{Resolve: reg.Resolve, HasRoute: func(n string) bool { return routes[n] }})
+	return rule.Compile(r, rule.Env{Resolve: reg.Resolve, HasRoute: func(n string) bool { return routes[n] }, TagTypes: cfg.Targeting.TagTypes})
 }
 
 // compile validates a rule against the current config (for the admin API).
@@ -283,6 +296,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 		g.metrics.ForgetBreaker(rk, target)
 	}
 	in := router.Input{
+		Sources:       g.tgt.Load().src,
 		Breakers:      breakers,
 		Policy:        g.policy("", cfg.Limits),
 		Revision:      st.Revision,
@@ -447,6 +461,15 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
+	oldTgt := g.tgt.Load()
+	if !reflect.DeepEqual(cfg.Targeting, oldCfg.Targeting) {
+		t, err := newTargeting(cfg.Targeting, g.opts.Logger)
+		if err != nil {
+			g.recordError(fmt.Errorf("config reload: %w", err))
+			return err
+		}
+		g.tgt.Store(t)
+	}
 	g.cfg, g.reg = cfg, g.reg.WithNamed(g.pools(cfg))
 	g.status.ConfigGen++
 	snap, err := g.build(ctx)
@@ -459,6 +482,10 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	if err != nil {
+		if t := g.tgt.Load(); t != oldTgt {
+			g.tgt.Store(oldTgt)
+			_ = t.close()
+		}
 		g.cfg, g.reg, g.status.ConfigGen = oldCfg, oldReg, oldGen
 		if _, rerr := g.build(ctx); rerr != nil { // restore the cache and status of the old config
 			g.log.Error("rebuild with the previous config", "err", rerr)
@@ -467,7 +494,16 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	g.router.Store(snap)
-	g.status.configReloads++
+	if t := g.tgt.Load(); t != oldTgt {
+		// Requests already past Decide may still read the old resolvers;
+		// closing them makes such a request's tags unknown, never fails it.
+		_ = oldTgt.close()
+		if g.serveCtx != nil {
+			if err := t.watch(g.serveCtx); err != nil {
+				g.log.Error("watch the GeoIP database", "err", err)
+			}
+		}
+	}
 	g.log.Info("config reloaded", "generation", g.status.ConfigGen)
 	return nil
 }
@@ -544,6 +580,12 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	}()
 	go g.watchStore(ctx)
 	g.mu.Lock()
+	g.serveCtx = ctx
+	if err := g.tgt.Load().watch(ctx); err != nil {
+		g.log.Error("watch the GeoIP database", "err", err)
+	}
+	g.mu.Unlock()
+	g.mu.Lock()
 	g.serving = true
 	g.mu.Unlock()
 	var err error
@@ -559,6 +601,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
 	_ = g.store.Close()
+	_ = g.tgt.Load().close()
 	return err
 }
 

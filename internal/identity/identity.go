@@ -32,7 +32,14 @@ type Config struct {
 	Anonymous string `json:"anonymous,omitempty"`
 	// AnonymousCookie names the cookie that carries an issued id (default gg_uid).
 	AnonymousCookie string `json:"anonymous_cookie,omitempty"`
+	// JWT takes the identity from a verified token (configured under
+	// targeting.tags.jwt): "first" tries it before the sources, "only"
+	// ignores the sources, so a spoofed X-User-Id counts for nothing.
+	JWT string `json:"jwt,omitempty"`
 }
+
+// SourceJWT names identities taken from a verified token.
+const SourceJWT = "jwt"
 
 // Defaults used when the config leaves them empty.
 var (
@@ -73,6 +80,9 @@ func (c *Config) Validate(path string) error {
 	default:
 		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous"), "must be \"cookie\" or \"ip\", got %q", c.Anonymous))
 	}
+	if c.JWT != "" && c.JWT != "first" && c.JWT != "only" {
+		errs = append(errs, strict.Errorf(strict.Join(path, "jwt"), "must be \"first\" or \"only\", got %q", c.JWT))
+	}
 	if c.AnonymousCookie != "" && !validToken(c.AnonymousCookie) {
 		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous_cookie"), "invalid cookie name %q", c.AnonymousCookie))
 	}
@@ -100,6 +110,9 @@ type source struct {
 
 // Resolver is a compiled Config. It is immutable and safe for concurrent use.
 type Resolver struct {
+	// JWT is "", "first" or "only" (see Config.JWT); the caller consults the
+	// token before calling Resolve, which then skips the sources for "only".
+	JWT     string
 	sources []source
 	anonIP  bool
 	cookie  string
@@ -116,9 +129,12 @@ func NewResolver(c Config, random io.Reader) *Resolver {
 	if len(srcs) == 0 {
 		srcs = DefaultSources
 	}
-	r := &Resolver{anonIP: c.Anonymous == "ip", cookie: c.AnonymousCookie, random: random}
+	r := &Resolver{anonIP: c.Anonymous == "ip", cookie: c.AnonymousCookie, random: random, JWT: c.JWT}
 	if r.cookie == "" {
 		r.cookie = DefaultAnonymousCookie
+	}
+	if c.JWT == "only" {
+		srcs = nil
 	}
 	for _, s := range srcs {
 		switch {

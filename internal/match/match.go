@@ -9,8 +9,9 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/geo"
 	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/tags"
 )
 
 // List is a list of strings that also accepts a single JSON string.
@@ -39,12 +40,47 @@ type Conditions struct {
 	PathPrefix List `json:"path_prefix,omitempty"`
 	// HeaderExists matches when any of the named headers is present.
 	HeaderExists List `json:"header_exists,omitempty"`
+	// RegionIn matches when the request's region (country, province or
+	// city, as a name or ISO code) is any of these (seed 004, 3.1.2).
+	RegionIn List `json:"region_in,omitempty"`
+	// Tags match when every condition on the user's tags holds (seed 004,
+	// 3.1.3). Unknown tags (a source failed) match nothing.
+	Tags []TagCond `json:"tags,omitempty"`
 }
 
 // Validate reports every problem, each under path.
 func (c *Conditions) Validate(path string) error {
+	_, err := Compile(c, path, nil)
+	return err
+}
+
+// Result is what one condition did, for the explain trace.
+type Result struct {
+	Condition string `json:"condition"`
+	Want      any    `json:"want"`
+	Got       string `json:"got"`
+	Source    string `json:"source,omitempty"`
+	Matched   bool   `json:"matched"`
+}
+
+// Predicate is a compiled scope. The zero Predicate matches everything. It
+// is immutable and safe for concurrent use.
+type Predicate struct {
+	ua     []string
+	prefix []string
+	header []string
+	region *geo.Matcher
+	tags   []tagCond
+	// NeedsRegion and NeedsTags say which costly attributes Match may resolve.
+	NeedsRegion, NeedsTags bool
+}
+
+// Compile validates conditions under path and compiles them. tagTypes
+// declares tag kinds ("number", "bool", "string") so that type mismatches
+// are found now; undeclared tags are compared by the condition value's type.
+func Compile(c *Conditions, path string, tagTypes map[string]string) (Predicate, error) {
 	if c == nil {
-		return nil
+		return Predicate{}, nil
 	}
 	var errs []error
 	check := func(name string, l List) {
@@ -62,45 +98,47 @@ func (c *Conditions) Validate(path string) error {
 			errs = append(errs, strict.Errorf(strict.Index(strict.Join(path, "path_prefix"), i), "must start with \"/\", got %q", p))
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// Result is what one condition did, for the explain trace.
-type Result struct {
-	Condition string `json:"condition"`
-	Want      List   `json:"want"`
-	Got       string `json:"got"`
-	Matched   bool   `json:"matched"`
-}
-
-// Predicate is a compiled scope. The zero Predicate matches everything. It
-// is immutable and safe for concurrent use.
-type Predicate struct {
-	ua     []string
-	prefix []string
-	header []string
-}
-
-// Compile turns validated conditions into a Predicate.
-func Compile(c *Conditions) Predicate {
-	if c == nil {
-		return Predicate{}
-	}
-	return Predicate{
+	p := Predicate{
 		ua:     append([]string(nil), c.UAContains...),
 		prefix: append([]string(nil), c.PathPrefix...),
 		header: append([]string(nil), c.HeaderExists...),
 	}
+	if c.RegionIn != nil {
+		m, err := geo.NewMatcher(c.RegionIn)
+		if err != nil {
+			errs = append(errs, strict.Prefix(strict.Join(path, "region_in"), err))
+		} else if len(c.RegionIn) == 0 {
+			errs = append(errs, strict.Errorf(strict.Join(path, "region_in"), "must list at least one region"))
+		} else {
+			p.region, p.NeedsRegion = &m, true
+		}
+	}
+	for i, tc := range c.Tags {
+		t, err := compileTag(tc, strict.Index(strict.Join(path, "tags"), i), tagTypes)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.tags = append(p.tags, t)
+		p.NeedsTags = true
+	}
+	if len(errs) > 0 {
+		return Predicate{}, errors.Join(errs...)
+	}
+	return p, nil
 }
 
 // Empty reports whether the predicate matches every request.
 func (p *Predicate) Empty() bool {
-	return len(p.ua) == 0 && len(p.prefix) == 0 && len(p.header) == 0
+	return len(p.ua) == 0 && len(p.prefix) == 0 && len(p.header) == 0 && p.region == nil && len(p.tags) == 0
 }
 
-// Match reports whether r is in scope. When trace is non-nil every evaluated
-// condition is appended to it; evaluation stops at the first failure.
-func (p *Predicate) Match(r attr.Request, trace *[]Result) bool {
+// Match reports whether the request is in scope. Cheap conditions run
+// first; the region and tags are resolved only if they are still needed.
+// When trace is non-nil every evaluated condition is appended to it;
+// evaluation stops at the first failure.
+func (p *Predicate) Match(f *Facts, trace *[]Result) bool {
+	r := f.Req
 	if len(p.prefix) > 0 {
 		path := r.Path()
 		ok := false
@@ -148,6 +186,47 @@ func (p *Predicate) Match(r attr.Request, trace *[]Result) bool {
 		}
 		if !ok {
 			return false
+		}
+	}
+	if p.region != nil {
+		reg, found := f.Region()
+		ok := found && p.region.Match(reg)
+		if trace != nil {
+			got := "unknown"
+			if found {
+				got = reg.String()
+			}
+			*trace = append(*trace, Result{Condition: "region_in", Want: p.region.Values(), Got: got, Source: reg.Source, Matched: ok})
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(p.tags) > 0 {
+		res := f.Tags()
+		for i := range p.tags {
+			c := &p.tags[i]
+			ok := res.Status == tags.Known && c.eval(res.Tags)
+			if trace != nil {
+				got := res.Status.String()
+				if res.Status == tags.Known {
+					if v, present := res.Tags[c.tag]; present {
+						got = v
+					} else {
+						got = "(absent)"
+					}
+				} else if res.Err != nil {
+					got += ": " + res.Err.Error()
+				}
+				src := ""
+				if f.src != nil && f.src.Tags != nil {
+					src = f.src.Tags.SourceOf(f.Req, f.trusted(), res, c.tag)
+				}
+				*trace = append(*trace, Result{Condition: "tag", Want: c.text, Got: got, Source: src, Matched: ok})
+			}
+			if !ok {
+				return false
+			}
 		}
 	}
 	return true

@@ -12,7 +12,10 @@ func TestPredicate(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"ua_contains":"WeChat","path_prefix":["/api/user/","/u/"],"header_exists":["X-Beta"]}`), &c); err != nil {
 		t.Fatal(err)
 	}
-	p := Compile(&c)
+	p, err := Compile(&c, "conditions", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name       string
 		path, ua   string
@@ -31,7 +34,8 @@ func TestPredicate(t *testing.T) {
 				h["x-beta"] = ""
 			}
 			var trace []Result
-			got := p.Match(&attr.Map{PathV: tt.path, Headers: h}, &trace)
+			f := NewFacts(&attr.Map{PathV: tt.path, Headers: h}, "u", nil)
+			got := p.Match(&f, &trace)
 			if got != tt.want {
 				t.Errorf("Match(%s, %s) = %v, want %v (%+v)", tt.path, tt.ua, got, tt.want, trace)
 			}
@@ -41,7 +45,8 @@ func TestPredicate(t *testing.T) {
 		})
 	}
 	var empty Predicate
-	if !empty.Match(&attr.Map{}, nil) || !empty.Empty() {
+	f := NewFacts(&attr.Map{}, "", nil)
+	if !empty.Match(&f, nil) || !empty.Empty() {
 		t.Error("the zero predicate must match everything")
 	}
 }
@@ -60,7 +65,7 @@ func TestSegments(t *testing.T) {
 		{nil, nil, false},
 	}
 	for _, tt := range tests {
-		p := Compile(&Conditions{PathPrefix: tt.prefixes})
+		p, _ := Compile(&Conditions{PathPrefix: tt.prefixes}, "", nil)
 		got, ok := p.Segments()
 		if ok != tt.ok || len(got) != len(tt.want) {
 			t.Errorf("Segments(%v) = %v %v, want %v %v", tt.prefixes, got, ok, tt.want, tt.ok)

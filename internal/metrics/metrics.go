@@ -133,6 +133,26 @@ func (m *Metrics) SetRollback(global bool, rules map[string]bool) {
 	}
 }
 
+// TagStats are the tag store's counters.
+type TagStats struct{ Hits, Misses, Unknown, Errors, Rejected uint64 }
+
+// TagStore exports the tag store's counters, read at scrape time.
+func (m *Metrics) TagStore(read func() TagStats) {
+	for _, c := range []struct {
+		name, help string
+		get        func(TagStats) uint64
+	}{
+		{"graygate_tags_cache_hits_total", "Tag lookups answered from the local cache.", func(s TagStats) uint64 { return s.Hits }},
+		{"graygate_tags_cache_misses_total", "Tag lookups that went to Redis.", func(s TagStats) uint64 { return s.Misses }},
+		{"graygate_tags_unknown_total", "Requests whose tags were unknown because Redis was slow, down or its breaker open; they were served without tag matches.", func(s TagStats) uint64 { return s.Unknown }},
+		{"graygate_tags_redis_errors_total", "Redis lookups that failed or timed out.", func(s TagStats) uint64 { return s.Errors }},
+		{"graygate_tags_redis_rejected_total", "Lookups skipped because the Redis breaker was open.", func(s TagStats) uint64 { return s.Rejected }},
+	} {
+		get := c.get
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 { return float64(get(read())) }))
+	}
+}
+
 // Breaker states for BreakerState.
 const (
 	BreakerClosed   = 0

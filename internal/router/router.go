@@ -60,6 +60,8 @@ type Input struct {
 	Breakers map[string]*breaker.Breaker
 	// Policy holds the limits of requests no route owns (nil: none).
 	Policy *Policy
+	// Sources resolve regions and user tags for conditions (nil: none).
+	Sources *match.Sources
 }
 
 // Snapshot is a compiled, immutable routing table. It must not be modified
@@ -69,6 +71,7 @@ type Snapshot struct {
 	RuleSet  map[string]*rule.Compiled
 
 	identity      *identity.Resolver
+	sources       *match.Sources
 	hosts         map[string][]*route // exact host → routes, longest prefix first
 	anyHost       []*route
 	fallback      *route
@@ -136,6 +139,9 @@ type entry struct {
 	rule       *rule.Compiled
 	rolledBack bool
 	breaker    *breaker.Breaker
+	// stable is where degraded requests go: the rule's stable target, or
+	// for a tag rule without one, the route's default upstream.
+	stable *upstream.Pool
 }
 
 // Build compiles an Input into a Snapshot.
@@ -144,6 +150,7 @@ func Build(in Input) (*Snapshot, error) {
 		Revision:      in.Revision,
 		RuleSet:       make(map[string]*rule.Compiled, len(in.Rules)),
 		identity:      identity.NewResolver(in.Identity, in.Random),
+		sources:       in.Sources,
 		hosts:         map[string][]*route{},
 		trustTag:      in.TrustGrayTag,
 		rolledBackAll: in.RolledBackAll,
@@ -152,11 +159,15 @@ func Build(in Input) (*Snapshot, error) {
 	slices.SortFunc(sorted, func(a, b *rule.Compiled) int {
 		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.Key, b.Key))
 	})
-	entriesFor := func(routeName string) []entry {
+	entriesFor := func(routeName string, def *upstream.Pool) []entry {
 		var out []entry
 		for _, r := range sorted {
 			if r.Route == "" || r.Route == routeName {
-				out = append(out, entry{rule: r, rolledBack: in.RolledBackAll || in.RolledBack[r.Key], breaker: in.Breakers[r.Key]})
+				e := entry{rule: r, rolledBack: in.RolledBackAll || in.RolledBack[r.Key], breaker: in.Breakers[r.Key], stable: stableOf(r)}
+				if e.stable == nil {
+					e.stable = def
+				}
+				out = append(out, e)
 			}
 		}
 		return out
@@ -173,14 +184,18 @@ func Build(in Input) (*Snapshot, error) {
 			return nil, fmt.Errorf("route %q is defined twice", rs.Name)
 		}
 		names[rs.Name] = true
-		rt := &route{name: rs.Name, host: strings.ToLower(rs.Host), prefix: rs.PathPrefix, def: rs.Default, upstreamHost: rs.UpstreamHost, policy: orNoPolicy(rs.Policy), entries: entriesFor(rs.Name)}
+		rt := &route{name: rs.Name, host: strings.ToLower(rs.Host), prefix: rs.PathPrefix, def: rs.Default, upstreamHost: rs.UpstreamHost, policy: orNoPolicy(rs.Policy)}
 		if rt.prefix == "" {
 			rt.prefix = "/"
 		}
-		rt.index()
 		if rt.def == nil {
 			rt.def = in.Default
 		}
+		if rt.def == nil {
+			rt.def = emptyDefault
+		}
+		rt.entries = entriesFor(rs.Name, rt.def)
+		rt.index()
 		if rt.host == "" {
 			s.anyHost = append(s.anyHost, rt)
 		} else {
@@ -194,9 +209,9 @@ func Build(in Input) (*Snapshot, error) {
 	slices.SortStableFunc(s.anyHost, byPrefix)
 	def := in.Default
 	if def == nil {
-		def = upstream.NewPool("default", nil)
+		def = emptyDefault
 	}
-	s.fallback = &route{def: def, upstreamHost: in.UpstreamHost, policy: orNoPolicy(in.Policy), entries: entriesFor("")}
+	s.fallback = &route{def: def, upstreamHost: in.UpstreamHost, policy: orNoPolicy(in.Policy), entries: entriesFor("", def)}
 	s.fallback.index()
 	for _, r := range sorted {
 		if r.Route != "" && !names[r.Route] {
@@ -232,6 +247,9 @@ func (s *Snapshot) route(host, path string) *route {
 	return s.fallback
 }
 
+// emptyDefault answers 503 when no default upstream is configured.
+var emptyDefault = upstream.NewPool("default", nil)
+
 func orNoPolicy(p *Policy) *Policy {
 	if p == nil {
 		return NoPolicy
@@ -261,7 +279,9 @@ type Trace struct {
 // considered; on the hot path tr is nil and Decide does not allocate (except
 // to issue an anonymous id).
 func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
-	id := s.identity.Resolve(req)
+	f := match.NewFacts(req, "", s.sources)
+	id := s.resolveIdentity(req, &f)
+	f.UID = id.Value
 	rt := s.route(req.Host(), req.Path())
 	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy}
 	if tr != nil {
@@ -273,7 +293,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 			if tr != nil {
 				tr.Colored = tag
 			}
-			if s.decideColored(req, rt, tag, &d, tr) {
+			if s.decideColored(&f, rt, tag, &d, tr) {
 				return d
 			}
 		}
@@ -289,20 +309,20 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 			tr.Rules = append(tr.Rules, rule.Trace{})
 			rtr = &tr.Rules[len(tr.Rules)-1]
 		}
-		out, ok := e.rule.Eval(req, id.Value, e.rolledBack, rtr)
+		out, ok := e.rule.Eval(&f, e.rolledBack, rtr)
 		if !ok {
 			continue
 		}
 		d.Rule, d.Group, d.Target, d.Degraded = e.rule.Key, out.Target.Group, out.Target.Pool, out.Degraded
+		if d.Target == nil {
+			d.Target = e.stable // a tag rule without a stable target, rolled back
+		}
 		if d.Tag == "" {
 			d.Tag = out.Target.Tag
 		}
-		d.Stable = stableOf(e.rule)
-		if out.Degraded != "" {
+		d.Stable = e.stable
+		if out.Degraded != "" && e.rule.Type != rule.TypeAB {
 			d.Intended = e.rule.Gray.Pool
-			if e.rule.Type == rule.TypeAB {
-				d.Intended = nil // the walk's group is not computed under rollback
-			}
 		}
 		if out.Target == &e.rule.Gray {
 			guard(e, &d, rtr)
@@ -319,20 +339,31 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	return d
 }
 
+// resolveIdentity takes the user id from a verified token when the identity
+// config says so, else from the configured sources.
+func (s *Snapshot) resolveIdentity(req attr.Request, f *match.Facts) identity.ID {
+	if s.identity.JWT != "" {
+		if v, ok := f.JWTIdentity(); ok {
+			return identity.ID{Value: v, Source: identity.SourceJWT}
+		}
+	}
+	return s.identity.Resolve(req)
+}
+
 // decideColored routes a request that a trusted hop already colored to the
 // first in-scope rule target carrying that tag.
-func (s *Snapshot) decideColored(req attr.Request, rt *route, tag string, d *Decision, tr *Trace) bool {
+func (s *Snapshot) decideColored(f *match.Facts, rt *route, tag string, d *Decision, tr *Trace) bool {
 	for i := range rt.entries {
 		e := &rt.entries[i]
 		t := e.rule.Colored(tag)
-		if t == nil || !e.rule.InScope(req) {
+		if t == nil || !e.rule.InScope(f) {
 			continue
 		}
 		d.Rule, d.Group, d.Target = e.rule.Key, t.Group, t.Pool
-		d.Stable = stableOf(e.rule)
+		d.Stable = e.stable
 		switch {
-		case e.rolledBack && e.rule.Type == rule.TypeGray && t == &e.rule.Gray:
-			d.Group, d.Target, d.Degraded, d.Intended = GroupStable, e.rule.Stable.Pool, DegradedRollback, t.Pool
+		case e.rolledBack && e.rule.Type != rule.TypeAB && t == &e.rule.Gray:
+			d.Group, d.Target, d.Degraded, d.Intended = GroupStable, e.stable, DegradedRollback, t.Pool
 		case e.rolledBack && e.rule.Type == rule.TypeAB:
 			if c := e.rule.ControlGroup(); c != t {
 				d.Group, d.Target, d.Degraded, d.Intended = c.Group, c.Pool, DegradedRollback, t.Pool
@@ -371,7 +402,7 @@ func guard(e *entry, d *Decision, tr *rule.Trace) {
 		return
 	}
 	d.Intended = d.Target
-	d.Group, d.Target, d.Tag, d.Degraded = GroupStable, e.rule.Stable.Pool, e.rule.Stable.Tag, DegradedBreaker
+	d.Group, d.Target, d.Tag, d.Degraded = GroupStable, e.stable, e.rule.Stable.Tag, DegradedBreaker
 	if tr != nil {
 		tr.Group, tr.Target = d.Group, d.Target.Name
 		tr.Reason += "; the gray target's breaker is open, so stable instead"
@@ -379,7 +410,7 @@ func guard(e *entry, d *Decision, tr *rule.Trace) {
 }
 
 func stableOf(c *rule.Compiled) *upstream.Pool {
-	if c.Type == rule.TypeGray {
+	if c.Type != rule.TypeAB {
 		return c.Stable.Pool
 	}
 	if g := c.ControlGroup(); g != nil {

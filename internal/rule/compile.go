@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/bucket"
@@ -20,6 +21,9 @@ type Env struct {
 	Resolve func(target string) (*upstream.Pool, error)
 	// HasRoute reports whether a route name is configured.
 	HasRoute func(name string) bool
+	// TagTypes declares the kind of known user tags ("number", "bool",
+	// "string"), so that tag conditions are type-checked when stored.
+	TagTypes map[string]string
 }
 
 // Target is a resolved destination with its coloring tag.
@@ -39,7 +43,8 @@ type Compiled struct {
 	Priority int
 	Mode     bucket.Mode
 
-	scope match.Predicate
+	scope    match.Predicate
+	tagRules match.Predicate // a tag rule's "rules"
 
 	// gray
 	gate      *bucket.Hasher
@@ -84,14 +89,36 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 		errs = append(errs, strict.Errorf("route", "no route named %q is configured", r.Route))
 	}
 	mode, _ := bucket.ParseMode(r.Hash)
+	typ := r.EffectiveType()
+	scope, err := match.Compile(r.Conditions, "conditions", env.TagTypes)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var tagRules match.Predicate
+	if typ == TypeTag {
+		tagRules, err = match.Compile(&match.Conditions{Tags: r.Rules}, "", env.TagTypes)
+		if err != nil {
+			errs = append(errs, renamePaths(err, "tags", "rules"))
+		}
+	}
 	c := &Compiled{
 		Source:   r,
 		Key:      r.Key,
-		Type:     r.Type,
+		Type:     typ,
 		Route:    r.Route,
 		Priority: r.EffectivePriority(),
 		Mode:     mode,
-		scope:    match.Compile(r.Conditions),
+		scope:    scope,
+		tagRules: tagRules,
+	}
+	if typ == TypeTag {
+		c.gate = bucket.New(mode, r.Key)
+		c.threshold = mode.Size()
+		c.Gray = Target{Group: "gray", Tag: "gray", Pool: resolve("target", r.Target)}
+		c.Stable = Target{Group: "stable", Tag: "stable"}
+		if r.Stable != "" {
+			c.Stable.Pool = resolve("stable", r.Stable)
+		}
 	}
 	switch r.Type {
 	case TypeGray:
@@ -171,18 +198,18 @@ type Outcome struct {
 	Degraded string // "rollback" when the rollback state changed the answer
 }
 
-// Eval decides whether the rule claims the request for user uid. rolledBack
-// applies one-click rollback: a gray rule sends what it would have sent to
-// gray to stable instead, and an ab rule sends everyone to its control group.
-// When tr is non-nil it is filled in; on the hot path it is nil and Eval does
-// not allocate.
-func (c *Compiled) Eval(req attr.Request, uid string, rolledBack bool, tr *Trace) (Outcome, bool) {
+// Eval decides whether the rule claims the request described by f.
+// rolledBack applies one-click rollback: a gray rule sends what it would
+// have sent to gray to stable instead, and an ab rule sends everyone to its
+// control group. When tr is non-nil it is filled in; on the hot path it is
+// nil and Eval does not allocate.
+func (c *Compiled) Eval(f *match.Facts, rolledBack bool, tr *Trace) (Outcome, bool) {
 	var conds *[]match.Result
 	if tr != nil {
 		*tr = Trace{Key: c.Key, Type: c.Type, Priority: c.Priority, Hash: c.Mode.String(), RolledBack: rolledBack}
 		conds = &tr.Conditions
 	}
-	if !c.scope.Match(req, conds) {
+	if !c.scope.Match(f, conds) || !c.tagRules.Match(f, conds) {
 		if tr != nil {
 			tr.Reason = "out of scope: a condition did not match"
 		}
@@ -192,9 +219,12 @@ func (c *Compiled) Eval(req attr.Request, uid string, rolledBack bool, tr *Trace
 		tr.InScope = true
 	}
 	if c.Type == TypeAB {
-		return c.evalAB(uid, rolledBack, tr), true
+		return c.evalAB(f.UID, rolledBack, tr), true
 	}
-	return c.evalGray(req, uid, rolledBack, tr)
+	if c.Type == TypeTag {
+		return c.grayOutcome(rolledBack, tr, "every tag condition holds")
+	}
+	return c.evalGray(f.Req, f.UID, rolledBack, tr)
 }
 
 func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *Trace) (Outcome, bool) {
@@ -256,7 +286,9 @@ func (c *Compiled) whitelisted(req attr.Request, uid string) byte {
 }
 
 // InScope reports whether the rule's conditions match the request.
-func (c *Compiled) InScope(req attr.Request) bool { return c.scope.Match(req, nil) }
+func (c *Compiled) InScope(f *match.Facts) bool {
+	return c.scope.Match(f, nil) && c.tagRules.Match(f, nil)
+}
 
 func (c *Compiled) grayOutcome(rolledBack bool, tr *Trace, why string) (Outcome, bool) {
 	out := Outcome{Target: &c.Gray}
@@ -305,11 +337,11 @@ func (c *Compiled) ControlGroup() *Target {
 // Colored returns the rule's target whose tag equals tag, for requests that
 // arrive already colored by a trusted hop.
 func (c *Compiled) Colored(tag string) *Target {
-	if c.Type == TypeGray {
-		switch tag {
-		case c.Gray.Tag:
+	if c.Type != TypeAB {
+		switch {
+		case tag == c.Gray.Tag:
 			return &c.Gray
-		case c.Stable.Tag:
+		case tag == c.Stable.Tag && c.Stable.Pool != nil:
 			return &c.Stable
 		}
 		return nil
@@ -320,6 +352,18 @@ func (c *Compiled) Colored(tag string) *Target {
 		}
 	}
 	return nil
+}
+
+// renamePaths rewrites the first path element from to to in every problem.
+func renamePaths(err error, from, to string) error {
+	var errs []error
+	for _, f := range strict.Fields(err) {
+		if rest, ok := strings.CutPrefix(f.Path, from); ok {
+			f.Path = to + rest
+		}
+		errs = append(errs, &strict.FieldError{Path: f.Path, Message: f.Message})
+	}
+	return errors.Join(errs...)
 }
 
 // ptr allocates only when the trace asks for it, so b stays on the stack.

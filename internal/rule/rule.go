@@ -21,6 +21,10 @@ import (
 const (
 	TypeGray = "gray"
 	TypeAB   = "ab"
+	// TypeTag is seed 004's tag rule (section 3.1.3): {"rules": [tag
+	// conditions], "target": ...}. Every user whose tags meet all the
+	// conditions goes to target; it is a gray rule at 100% scoped by tags.
+	TypeTag = "tag"
 )
 
 // MaxWhitelist is the most entries one rule's white_list may hold.
@@ -62,6 +66,14 @@ type Rule struct {
 	// Breaker tunes the circuit breaker guarding the gray target (gray);
 	// unset fields take the config's breaker defaults.
 	Breaker *breaker.Config `json:"breaker,omitempty"`
+
+	// Rules are seed 004's tag conditions, ANDed (tag rules).
+	Rules []match.TagCond `json:"rules,omitempty"`
+	// Target is where a tag rule sends the users it matches (tag rules).
+	Target string `json:"target,omitempty"`
+	// Stable is a tag rule's fallback target when its target fails or its
+	// breaker is open (tag rules; default: the route's default upstream).
+	Stable string `json:"stable,omitempty"`
 
 	// ExperimentID salts the ab group assignment (ab).
 	ExperimentID string `json:"experiment_id,omitempty"`
@@ -118,6 +130,15 @@ func (r *Rule) EffectivePriority() int {
 	return DefaultGrayPriority
 }
 
+// EffectiveType returns the rule's type; seed 004's shape has no "type"
+// field and is a tag rule.
+func (r *Rule) EffectiveType() string {
+	if r.Type == "" && (r.Rules != nil || r.Target != "") {
+		return TypeTag
+	}
+	return r.Type
+}
+
 // Validate reports every semantic problem of r, each named by its JSON path.
 // Targets are only checked for syntax here; Compile resolves them.
 func (r *Rule) Validate() error {
@@ -137,17 +158,52 @@ func (r *Rule) Validate() error {
 	if err := r.Conditions.Validate("conditions"); err != nil {
 		errs = append(errs, err)
 	}
-	switch r.Type {
+	typ := r.EffectiveType()
+	if typ != TypeTag && (r.Rules != nil || r.Target != "" || r.Stable != "") {
+		add("rules", "rules, target and stable belong to tag rules (seed 004's shape); this rule is of type %q", typ)
+	}
+	switch typ {
 	case TypeGray:
 		errs = append(errs, r.validateGray()...)
 	case TypeAB:
 		errs = append(errs, r.validateAB()...)
+	case TypeTag:
+		errs = append(errs, r.validateTag()...)
 	case "":
-		add("type", "is required: \"gray\" or \"ab\"")
+		add("type", "is required: \"gray\" or \"ab\" (or seed 004's {\"rules\": [...], \"target\": ...})")
 	default:
-		add("type", "must be \"gray\" or \"ab\", got %q", r.Type)
+		add("type", "must be \"gray\", \"ab\" or \"tag\", got %q", r.Type)
 	}
 	return errors.Join(errs...)
+}
+
+func (r *Rule) validateTag() []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, strict.Errorf(path, format, args...))
+	}
+	if len(r.Rules) == 0 {
+		add("rules", "a tag rule needs at least one tag condition")
+	} else if _, err := match.Compile(&match.Conditions{Tags: r.Rules}, "", nil); err != nil {
+		errs = append(errs, renamePaths(err, "tags", "rules"))
+	}
+	if r.Target == "" {
+		add("target", "is required for a tag rule")
+	}
+	for _, f := range []struct {
+		set  bool
+		name string
+	}{{r.GrayPercent != nil, "gray_percent"}, {r.WhiteList != nil, "white_list"}, {r.Targets != nil, "targets"}, {r.ExperimentID != "", "experiment_id"}, {r.Groups != nil, "groups"}} {
+		if f.set {
+			add(f.name, "is not for tag rules; use a gray rule with conditions.tags to combine tags with a percentage")
+		}
+	}
+	if r.Breaker != nil {
+		if err := r.Breaker.Validate("breaker"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 func (r *Rule) validateGray() []error {

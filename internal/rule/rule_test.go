@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/match"
 	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/tags"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -79,7 +81,10 @@ func TestValidationErrors(t *testing.T) {
 		{"fractional weight", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":50.5,"target":"h:1"}]}`,
 			[]string{"groups[0].weight: expected an integer, got 50.5"}},
 		{"missing type", `{"key":"a"}`, []string{"type: is required"}},
-		{"bad type", `{"key":"a","type":"canary"}`, []string{`type: must be "gray" or "ab", got "canary"`}},
+		{"bad type", `{"key":"a","type":"canary"}`, []string{`type: must be "gray", "ab" or "tag", got "canary"`}},
+		{"tag rule without target", `{"key":"a","rules":[{"tag":"vip","operator":"eq","value":true}]}`, []string{"target: is required for a tag rule"}},
+		{"tag rule bad condition", `{"key":"a","rules":[{"tag":"vip","operator":"gt","value":true}],"target":"h:1","gray_percent":5}`, []string{"rules[0].value: type mismatch", "gray_percent: is not for tag rules"}},
+		{"tag fields on gray", `{"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"},"target":"h:3"}`, []string{"rules: rules, target and stable belong to tag rules"}},
 		{"bad key", `{"key":"a b","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, []string{"key: must match"}},
 		{"gray missing everything", `{"key":"a","type":"gray"}`,
 			[]string{"gray_percent: is required", "targets: is required"}},
@@ -140,6 +145,11 @@ func TestWhitelistLimit(t *testing.T) {
 	}
 }
 
+func facts(r attr.Request, uid string) *match.Facts {
+	f := match.NewFacts(r, uid, nil)
+	return &f
+}
+
 func req(path, ua string, ip string, headers ...string) *attr.Map {
 	m := &attr.Map{MethodV: "GET", PathV: path, Headers: map[string]string{"User-Agent": ua}}
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -178,7 +188,7 @@ func TestGraySemantics(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var tr Trace
-			out, ok := c.Eval(tt.r, tt.uid, tt.rolledBack, &tr)
+			out, ok := c.Eval(facts(tt.r, tt.uid), tt.rolledBack, &tr)
 			if ok != tt.claimed {
 				t.Fatalf("Eval claimed = %v, want %v (trace %+v)", ok, tt.claimed, tr)
 			}
@@ -196,14 +206,14 @@ func TestABRollbackGoesToControl(t *testing.T) {
 	c := mustParse(t, `{"key":"ab","type":"ab","experiment_id":"e","groups":[
 		{"name":"A","weight":50,"target":"127.0.0.1:1"},{"name":"B","weight":50,"target":"127.0.0.1:2","control":true}]}`)
 	for _, u := range []string{"1", "2", "3", "4", "5", "6"} {
-		out, ok := c.Eval(req("/", "", ""), u, true, nil)
+		out, ok := c.Eval(facts(req("/", "", ""), u), true, nil)
 		if !ok || out.Target.Group != "B" || out.Degraded != "rollback" {
 			t.Errorf("rolled back Eval(%s) = %+v, want control group B", u, out)
 		}
 	}
 	d := mustParse(t, `{"key":"ab","type":"ab","experiment_id":"e","groups":[
 		{"name":"A","weight":0,"target":"127.0.0.1:1"},{"name":"B","weight":100,"target":"127.0.0.1:2"}]}`)
-	if out, _ := d.Eval(req("/", "", ""), "x", true, nil); out.Target.Group != "A" {
+	if out, _ := d.Eval(facts(req("/", "", ""), "x"), true, nil); out.Target.Group != "A" {
 		t.Errorf("without a control group rollback goes to the first group, got %s", out.Target.Group)
 	}
 }
@@ -237,7 +247,7 @@ func TestSeedPHPGolden(t *testing.T) {
 			t.Fatalf("Parse(%s): %v", g.Rule, err)
 		}
 		for i, u := range golden.Users {
-			_, ok := c.Eval(r, u, false, nil)
+			_, ok := c.Eval(facts(r, u), false, nil)
 			if ok != g.Gray[i] {
 				t.Errorf("rule %s percent %v: user %q gray = %v, PHP says %v", c.Key, *c.Source.GrayPercent, u, ok, g.Gray[i])
 			}
@@ -250,7 +260,7 @@ func TestSeedPHPGolden(t *testing.T) {
 			t.Fatalf("Parse(%s): %v", g.Rule, err)
 		}
 		for i, u := range golden.Users {
-			out, _ := c.Eval(r, u, false, nil)
+			out, _ := c.Eval(facts(r, u), false, nil)
 			if out.Target.Group != g.Group[i] {
 				t.Errorf("rule %s: user %q group = %s, PHP says %s", c.Key, u, out.Target.Group, g.Group[i])
 			}
@@ -266,7 +276,8 @@ func TestEvalDoesNotAllocate(t *testing.T) {
 	c := mustParse(t, `{"key":"g","type":"gray","gray_percent":50,"white_list":["uid:a","ip:10.0.0.0/8"],
 		"conditions":{"path_prefix":["/api/"]},"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"}}`)
 	r := req("/api/x", "ua", "10.9.9.9")
-	allocs := testing.AllocsPerRun(100, func() { c.Eval(r, "user-1", false, nil) })
+	f := facts(r, "user-1")
+	allocs := testing.AllocsPerRun(100, func() { c.Eval(f, false, nil) })
 	if allocs != 0 {
 		t.Errorf("Eval allocates %v times per call", allocs)
 	}
@@ -288,7 +299,40 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		// A compiled rule must evaluate without panicking.
-		c.Eval(req("/api/user/1", "WeChat", "10.0.0.1"), "u1", false, &Trace{})
-		c.Eval(req("/", "", ""), "", true, nil)
+		c.Eval(facts(req("/api/user/1", "WeChat", "10.0.0.1"), "u1"), false, &Trace{})
+		c.Eval(facts(req("/", "", ""), ""), true, nil)
 	})
+}
+
+// TestSeed004TagRuleVerbatim accepts seed 004's tag rule (section 3.1.3) as
+// written, with only the key added.
+func TestSeed004TagRuleVerbatim(t *testing.T) {
+	c := mustParse(t, `{"key":"credit_v21",
+"rules": [
+{"tag": "multi_loan_index", "operator": "gt", "value": 0.7},
+{"tag": "blacklist_flag", "operator": "eq", "value": false}
+],
+"target": "user-center"
+}`)
+	if c.Type != TypeTag || c.Gray.Pool.Name != "user-center" || c.Stable.Pool != nil {
+		t.Fatalf("compiled = %+v", c)
+	}
+	src, err := tags.New(tags.Config{Header: "X-User-Tags"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		header string
+		want   bool
+	}{{"multi_loan_index=0.82;blacklist_flag=false", true}, {"multi_loan_index=0.5;blacklist_flag=false", false}, {"", false}} {
+		r := req("/", "", "")
+		r.Headers["X-User-Tags"] = tt.header
+		r.Trusted = true
+		f := match.NewFacts(r, "u1", &match.Sources{Tags: src})
+		var tr Trace
+		out, ok := c.Eval(&f, false, &tr)
+		if ok != tt.want || ok && out.Target.Group != "gray" {
+			t.Errorf("tags %q: claimed %v (%+v), want %v; trace %+v", tt.header, ok, out, tt.want, tr)
+		}
+	}
 }

@@ -166,3 +166,27 @@ func (r *Resolver) Close() error {
 	}
 	return nil
 }
+
+// SourceOf says which source supplied tag in res, for the explain trace:
+// "jwt", "header" or "redis", in the order Resolve lets them win. It parses
+// the header again, so it is meant for explain, not the hot path.
+func (r *Resolver) SourceOf(req attr.Request, trusted bool, res Result, tag string) string {
+	if res.Claims != nil {
+		if _, ok := res.Claims.Tags[tag]; ok {
+			return "jwt"
+		}
+	}
+	if r.header != "" && trusted {
+		if v, ok := req.Header(r.header); ok {
+			if s, err := ParseHeader(v); err == nil {
+				if _, ok := s[tag]; ok {
+					return "header"
+				}
+			}
+		}
+	}
+	if r.redis != nil {
+		return "redis"
+	}
+	return ""
+}

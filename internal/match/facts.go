@@ -1,0 +1,98 @@
+package match
+
+import (
+	"context"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/geo"
+	"github.com/graygate/graygate/internal/tags"
+)
+
+// Sources resolve the request attributes that cost something: the region
+// and the user's tags. A nil field means that attribute is not configured
+// (region and tag conditions then never match). Sources are immutable and
+// shared by every request of a snapshot.
+type Sources struct {
+	Geo  *geo.Resolver
+	Tags *tags.Resolver
+}
+
+// Trust is implemented by request views that know whether the TCP peer is
+// a trusted proxy; headers set by a CDN or load balancer (region, tags)
+// are believed only from trusted peers.
+type Trust interface {
+	PeerTrusted() bool
+}
+
+// Facts is one request as the conditions see it: the attribute view, the
+// user id, and the region and tags, each resolved at most once and only
+// when a condition asks. A Facts belongs to one request and is not safe for
+// concurrent use.
+type Facts struct {
+	Req attr.Request
+	UID string
+	src *Sources
+
+	regionDone, regionOK bool
+	region               geo.Region
+
+	tagsDone bool
+	tags     tags.Result
+}
+
+// NewFacts starts the facts of one request.
+func NewFacts(req attr.Request, uid string, src *Sources) Facts {
+	return Facts{Req: req, UID: uid, src: src}
+}
+
+func (f *Facts) trusted() bool {
+	t, ok := f.Req.(Trust)
+	return ok && t.PeerTrusted()
+}
+
+// Tags returns the user's tags and whether they are known. Sources that
+// fail (Redis down, a bad token) make them Unknown: tag conditions then do
+// not match, and the request is still served.
+func (f *Facts) Tags() tags.Result {
+	if !f.tagsDone {
+		f.tagsDone = true
+		if f.src == nil || f.src.Tags == nil {
+			f.tags = tags.Result{Status: tags.None}
+		} else {
+			f.tags = f.src.Tags.Resolve(context.Background(), f.Req, f.trusted(), f.UID)
+		}
+	}
+	return f.tags
+}
+
+// JWTIdentity returns the identity claim of the request's verified token.
+func (f *Facts) JWTIdentity() (string, bool) {
+	if c := f.Tags().Claims; c != nil && c.Identity != "" {
+		return c.Identity, true
+	}
+	return "", false
+}
+
+// Region returns the request's region, from the sources configured in order.
+func (f *Facts) Region() (geo.Region, bool) {
+	if !f.regionDone {
+		f.regionDone = true
+		if f.src != nil && f.src.Geo != nil {
+			in := f.src.Geo.InputFrom(f.Req, f.trusted(), f.claim)
+			f.region, f.regionOK = f.src.Geo.Resolve(in)
+		}
+	}
+	return f.region, f.regionOK
+}
+
+// claim looks a phone claim up in the verified token, resolving tags (and
+// so the token) if needed.
+func (f *Facts) claim(string) (string, bool) {
+	if f.src == nil || f.src.Tags == nil {
+		return "", false
+	}
+	if c := f.Tags().Claims; c != nil && c.Phone != "" {
+		return c.Phone, true
+	}
+	return "", false
+}
