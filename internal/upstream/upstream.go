@@ -1,7 +1,3 @@
-// Package upstream holds named pools of upstream instances and picks one
-// instance per request. Pools are immutable once built; per-instance state
-// that must survive rule reloads (the round-robin cursor, later health) lives
-// in values shared through the Registry, keyed by address.
 package upstream
 
 import (
@@ -11,10 +7,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-
-	"github.com/graygate/graygate/internal/limit"
 )
 
 // Instance is one upstream server.
@@ -29,37 +21,51 @@ type Instance struct {
 	Metadata map[string]string
 }
 
-// Pool is a named set of instances. It is safe for concurrent use and must
-// not be modified after it has been published in a snapshot.
-type Pool struct {
-	Name      string
-	Instances []*Instance
-	// Gate caps concurrent requests to the pool (nil: no cap); the data
-	// plane answers 503 when it is full.
-	Gate   *limit.Gate
-	cursor *atomic.Uint64
-}
-
-// ErrNoInstance is returned by Pick when the pool has no usable instance.
+// ErrNoInstance is wrapped by every error of Pick and PickVersion when the
+// pool has no usable instance; the data plane answers 503.
 var ErrNoInstance = errors.New("no healthy instance")
 
-// NewPool returns a pool; cursor state is private to this pool value.
-func NewPool(name string, instances []*Instance) *Pool {
-	return &Pool{Name: name, Instances: instances, cursor: new(atomic.Uint64)}
+// NoInstanceError says why a pool had no instance to offer. Its message
+// names the pool, as in `pool "user-center": no healthy instance (3 ejected)`.
+type NoInstanceError struct {
+	// Pool is the pool's name; for a subset, the whole target string.
+	Pool string
+	// Size is how many instances the pool (or subset) has.
+	Size int
+	// Ejected counts instances ejected by passive health, Failing those
+	// failing their active probes.
+	Ejected, Failing int
+	// Selector is the subset's selector ("version=2"), empty for a pool.
+	Selector string
 }
 
-// Pick chooses an instance round robin.
-func (p *Pool) Pick() (*Instance, error) {
-	n := len(p.Instances)
-	if n == 0 {
-		return nil, fmt.Errorf("pool %q: %w", p.Name, ErrNoInstance)
+func (e *NoInstanceError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pool %q: %s (", e.Pool, ErrNoInstance)
+	switch {
+	case e.Size == 0 && e.Selector != "":
+		fmt.Fprintf(&b, "no instance has %s", e.Selector)
+	case e.Size == 0:
+		b.WriteString("no instances")
+	default:
+		sep := ""
+		if e.Ejected > 0 {
+			fmt.Fprintf(&b, "%d ejected", e.Ejected)
+			sep = ", "
+		}
+		if e.Failing > 0 {
+			fmt.Fprintf(&b, "%s%d failing health checks", sep, e.Failing)
+		}
+		if e.Ejected == 0 && e.Failing == 0 {
+			fmt.Fprintf(&b, "%d unavailable", e.Size)
+		}
 	}
-	if n == 1 {
-		return p.Instances[0], nil
-	}
-	i := p.cursor.Add(1) - 1
-	return p.Instances[i%uint64(n)], nil
+	b.WriteByte(')')
+	return b.String()
 }
+
+// Unwrap returns ErrNoInstance.
+func (e *NoInstanceError) Unwrap() error { return ErrNoInstance }
 
 // ParseAddress turns a target that is not a pool name into an instance:
 // "host:port", "http://host[:port]" or "https://host[:port]". Paths in URLs
@@ -103,59 +109,4 @@ func ParseAddress(s string) (*Instance, error) {
 		return nil, fmt.Errorf("invalid address %q: port must be 1..65535", s)
 	}
 	return &Instance{Addr: s}, nil
-}
-
-// Registry resolves target strings to pools: names of configured upstreams
-// first, then literal addresses. Pools for literal addresses are cached so that
-// a target keeps one pool (and one cursor) across snapshots.
-type Registry struct {
-	named map[string]*Pool
-	lit   *literalCache
-}
-
-type literalCache struct {
-	mu    sync.Mutex
-	pools map[string]*Pool
-}
-
-// NewRegistry builds a registry over the configured named pools.
-func NewRegistry(named map[string]*Pool) *Registry {
-	if named == nil {
-		named = map[string]*Pool{}
-	}
-	return &Registry{named: named, lit: &literalCache{pools: map[string]*Pool{}}}
-}
-
-// WithNamed returns a registry with a new set of named pools that shares this
-// registry's literal-address pools.
-func (r *Registry) WithNamed(named map[string]*Pool) *Registry {
-	if named == nil {
-		named = map[string]*Pool{}
-	}
-	return &Registry{named: named, lit: r.lit}
-}
-
-// Named returns the configured pool with that name.
-func (r *Registry) Named(name string) (*Pool, bool) {
-	p, ok := r.named[name]
-	return p, ok
-}
-
-// Resolve returns the pool a rule target names.
-func (r *Registry) Resolve(target string) (*Pool, error) {
-	if p, ok := r.named[target]; ok {
-		return p, nil
-	}
-	r.lit.mu.Lock()
-	defer r.lit.mu.Unlock()
-	if p, ok := r.lit.pools[target]; ok {
-		return p, nil
-	}
-	inst, err := ParseAddress(target)
-	if err != nil {
-		return nil, err
-	}
-	p := NewPool(target, []*Instance{inst})
-	r.lit.pools[target] = p
-	return p, nil
 }
