@@ -114,7 +114,11 @@ func splitRules(data []byte) ([]json.RawMessage, error) {
 // validateRules compiles raws against cfg and names every problem with its
 // path below prefix.
 func validateRules(cfg *config.Config, raws []json.RawMessage, prefix string) error {
-	reg := upstream.NewRegistry(cfg.Pools())
+	pools, err := cfg.Pools(nil) // nil: no health probes while validating
+	if err != nil {
+		return err
+	}
+	reg := upstream.NewRegistry(pools)
 	routes := map[string]bool{}
 	for _, r := range cfg.Routes {
 		routes[r.Name] = true

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -189,6 +190,9 @@ func (l Limits) Over(defaults Limits) Limits {
 // Upstream is a named pool.
 type Upstream struct {
 	Instances []Instance `json:"instances"`
+	// Config holds balancer, version_header, passive_health and
+	// active_health.
+	upstream.Config
 	// MaxConcurrent caps requests in flight to the pool (0: no cap); over
 	// it requests get 503.
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
@@ -415,6 +419,12 @@ func (c *Config) Validate() error {
 		if len(u.Instances) == 0 {
 			add(p+".instances", "needs at least one instance")
 		}
+		if strings.ContainsAny(name, "@=,") {
+			add(p, "an upstream name must not contain '@', '=' or ','")
+		}
+		if err := u.Config.Validate(p); err != nil {
+			errs = append(errs, err)
+		}
 		if u.MaxConcurrent < 0 {
 			add(p+".max_concurrent", "must not be negative, got %d", u.MaxConcurrent)
 		}
@@ -457,6 +467,14 @@ func (c *Config) checkTarget(t string) error {
 	if _, ok := c.Upstreams[t]; ok {
 		return nil
 	}
+	if s, ok, err := upstream.ParseSubset(t); err != nil {
+		return err
+	} else if ok {
+		if _, ok := c.Upstreams[s.Pool]; !ok {
+			return fmt.Errorf("subset %q: no upstream named %q", t, s.Pool)
+		}
+		return nil
+	}
 	if _, err := upstream.ParseAddress(t); err != nil {
 		return fmt.Errorf("%q is neither a configured upstream nor an address: %v", t, err)
 	}
@@ -477,7 +495,9 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 }
 
 // Pools builds the named upstream pools.
-func (c *Config) Pools() map[string]*upstream.Pool {
+// h keeps per-instance health across rebuilds; nil builds pools without
+// active probes (for validation).
+func (c *Config) Pools(h *upstream.Health) (map[string]*upstream.Pool, error) {
 	out := make(map[string]*upstream.Pool, len(c.Upstreams))
 	for name, u := range c.Upstreams {
 		var ins []*upstream.Instance
@@ -487,7 +507,14 @@ func (c *Config) Pools() map[string]*upstream.Pool {
 			i.Metadata = in.Metadata
 			ins = append(ins, i)
 		}
-		out[name] = upstream.NewPool(name, ins)
+		p, err := upstream.NewPoolWith(name, ins, u.Config.Options(h))
+		if err != nil {
+			for _, built := range out {
+				built.Close()
+			}
+			return nil, fmt.Errorf("upstreams.%s: %w", name, err)
+		}
+		out[name] = p
 	}
-	return out
+	return out, nil
 }

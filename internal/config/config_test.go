@@ -37,7 +37,8 @@ rules:
 	if c.Proxy.DialTimeout.Std() != 500*time.Millisecond || c.Admin.Tokens[0].Role != "admin" || c.Admin.Tokens[1].Role != "viewer" {
 		t.Errorf("decoded wrong: %+v", c)
 	}
-	if p := c.Pools()["gray"]; p.Instances[0].Addr != "127.0.0.1:9002" || p.Instances[0].Metadata["version"] != "2" {
+	pools, _ := c.Pools(nil)
+	if p := pools["gray"]; p.Instances[0].Addr != "127.0.0.1:9002" || p.Instances[0].Metadata["version"] != "2" {
 		t.Errorf("pool = %+v", p.Instances[0])
 	}
 	if len(c.Rules) != 1 {

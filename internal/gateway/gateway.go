@@ -58,6 +58,7 @@ type Gateway struct {
 	metrics  *metrics.Metrics
 	breakers *breaker.Set
 	limits   *limit.Set
+	health   *upstream.Health
 	tgt      atomic.Pointer[targeting]
 	serveCtx context.Context // set by Serve, for watches started on reload
 
@@ -108,12 +109,28 @@ func New(opts Options) (*Gateway, error) {
 	g.status.StartedAt = opts.Now()
 	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
 	g.limits = limit.NewSet(opts.Now)
-	g.reg = upstream.NewRegistry(g.pools(cfg))
+	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
+	pools, err := g.pools(cfg)
+	if err != nil {
+		_ = g.health.Close()
+		return nil, err
+	}
+	g.reg = upstream.NewRegistry(pools)
 	tgt, err := newTargeting(cfg.Targeting, opts.Logger)
 	if err != nil {
+		g.reg.Close()
+		_ = g.health.Close()
 		return nil, err
 	}
 	g.tgt.Store(tgt)
+	built := false
+	defer func() {
+		if !built { // release what New made before it failed
+			g.reg.Close()
+			_ = g.health.Close()
+			_ = tgt.close()
+		}
+	}()
 	g.metrics.TagStore(func() metrics.TagStats {
 		s := g.tgt.Load().redisStats()
 		return metrics.TagStats{Hits: s.Hits, Misses: s.Misses, Unknown: s.Unknown, Errors: s.Errors, Rejected: s.Rejected}
@@ -159,6 +176,7 @@ func New(opts Options) (*Gateway, error) {
 		Tokens:  tokens(cfg, opts.AdminToken),
 		Logger:  opts.Logger,
 	})
+	built = true
 	return g, nil
 }
 
@@ -352,14 +370,17 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 
 // pools builds the config's named pools with their concurrency gates, which
 // keep their in-flight counts across reloads.
-func (g *Gateway) pools(cfg *config.Config) map[string]*upstream.Pool {
-	pools := cfg.Pools()
+func (g *Gateway) pools(cfg *config.Config) (map[string]*upstream.Pool, error) {
+	pools, err := cfg.Pools(g.health)
+	if err != nil {
+		return nil, err
+	}
 	for name, u := range cfg.Upstreams {
 		if u.MaxConcurrent > 0 {
 			pools[name].Gate = g.limits.Gate(name, u.MaxConcurrent)
 		}
 	}
-	return pools
+	return pools, nil
 }
 
 // policy builds a route's limits; its rate limiter keeps its tokens across
@@ -462,15 +483,22 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 	defer g.mu.Unlock()
 	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
 	oldTgt := g.tgt.Load()
+	pools, err := g.pools(cfg)
+	if err != nil {
+		g.recordError(fmt.Errorf("config reload: %w", err))
+		return err
+	}
+	newReg := g.reg.WithNamed(pools)
 	if !reflect.DeepEqual(cfg.Targeting, oldCfg.Targeting) {
 		t, err := newTargeting(cfg.Targeting, g.opts.Logger)
 		if err != nil {
+			newReg.Retire(oldReg)
 			g.recordError(fmt.Errorf("config reload: %w", err))
 			return err
 		}
 		g.tgt.Store(t)
 	}
-	g.cfg, g.reg = cfg, g.reg.WithNamed(g.pools(cfg))
+	g.cfg, g.reg = cfg, newReg
 	g.status.ConfigGen++
 	snap, err := g.build(ctx)
 	if err == nil {
@@ -486,6 +514,7 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 			g.tgt.Store(oldTgt)
 			_ = t.close()
 		}
+		newReg.Retire(oldReg)
 		g.cfg, g.reg, g.status.ConfigGen = oldCfg, oldReg, oldGen
 		if _, rerr := g.build(ctx); rerr != nil { // restore the cache and status of the old config
 			g.log.Error("rebuild with the previous config", "err", rerr)
@@ -494,6 +523,7 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	g.router.Store(snap)
+	oldReg.Retire(g.reg)
 	if t := g.tgt.Load(); t != oldTgt {
 		// Requests already past Decide may still read the old resolvers;
 		// closing them makes such a request's tags unknown, never fails it.
@@ -600,6 +630,10 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
+	g.mu.Lock()
+	g.reg.Close()
+	g.mu.Unlock()
+	_ = g.health.Close()
 	_ = g.store.Close()
 	_ = g.tgt.Load().close()
 	return err

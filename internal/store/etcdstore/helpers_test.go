@@ -1,0 +1,116 @@
+package etcdstore
+
+import (
+	"encoding/json"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/store/etcdstore/etcdtest"
+)
+
+var testEpoch = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// newClock returns a clock that advances one second per call, so that every
+// change has a distinct, predictable time (as in the file store's tests).
+func newClock() func() time.Time {
+	var n atomic.Int64
+	return func() time.Time { return testEpoch.Add(time.Duration(n.Add(1)) * time.Second) }
+}
+
+// at is the time the n-th call of a newClock clock returns.
+func at(n int) time.Time { return testEpoch.Add(time.Duration(n) * time.Second) }
+
+func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+// testLogger discards, unless GRAYGATE_TEST_LOG=1 asks for the store's logs
+// on stderr.
+func testLogger() *slog.Logger {
+	if os.Getenv("GRAYGATE_TEST_LOG") == "1" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// fastOptions are Options that notice an outage within about half a second
+// and reconnect quickly, with a ticking test clock. DialTimeout and
+// WriteTimeout stay long, because on a loaded machine a fresh server's
+// first read, or an fsync behind a write, can take seconds; the tests that
+// measure how fast calls fail during an outage shorten them.
+func fastOptions() Options {
+	return Options{
+		Now:           newClock(),
+		DialTimeout:   5 * time.Second,
+		WriteTimeout:  5 * time.Second,
+		ProbeInterval: 150 * time.Millisecond,
+		ProbeTimeout:  300 * time.Millisecond,
+		MaxBackoff:    300 * time.Millisecond,
+		Logger:        testLogger(),
+	}
+}
+
+// prefixOf turns a test name into a prefix of its own, so that subtests
+// can share one server.
+func prefixOf(t testing.TB) string {
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '.':
+			return r
+		}
+		return '_'
+	}, t.Name())
+	return "/test/" + name
+}
+
+// openStore opens a store on prefix, closed when t ends.
+func openStore(t testing.TB, srv *etcdtest.Server, prefix string, opts Options) *Store {
+	t.Helper()
+	cfg, err := ParseURL(srv.URL(prefix))
+	if err != nil {
+		t.Fatalf("ParseURL(%q) = %v", srv.URL(prefix), err)
+	}
+	s, err := Open(t.Context(), cfg, opts)
+	if err != nil {
+		t.Fatalf("Open(%s) = %v", srv.URL(prefix), err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// eventually polls cond every 20ms until it holds or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nextChange waits for a notification on ch.
+func nextChange(t testing.TB, ch <-chan int64, timeout time.Duration) int64 {
+	t.Helper()
+	select {
+	case rev, ok := <-ch:
+		if !ok {
+			t.Fatal("Changes channel closed")
+		}
+		return rev
+	case <-time.After(timeout):
+		t.Fatalf("no Changes notification within %v", timeout)
+	}
+	panic("unreachable")
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
