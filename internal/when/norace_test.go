@@ -1,0 +1,5 @@
+//go:build !race
+
+package when
+
+const raceEnabled = false
