@@ -15,12 +15,14 @@ import (
 
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/gateway"
+	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/store/etcdstore"
 )
 
 // serveFlags are serve's flags; set ones override the config file.
 type serveFlags struct {
-	config, listen, adminListen, adminToken, dataDir, defaultUpstream string
-	accessLog                                                         bool
+	config, listen, adminListen, adminToken, dataDir, defaultUpstream, store string
+	accessLog                                                                bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -31,6 +33,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", "", "`DIR` for the embedded rule store (default \"./data\")")
 	fs.StringVar(&f.defaultUpstream, "default-upstream", "", "`HOST:PORT|URL` for requests no rule claims")
 	fs.BoolVar(&f.accessLog, "access-log", false, "write a JSON access log line per request to stdout")
+	fs.StringVar(&f.store, "store", "", "shared rule store `URL`: etcd://HOST:PORT[,HOST:PORT]/PREFIX (default: the file store in --data-dir)")
 }
 
 // load reads the config file (if any) and applies set flags over it.
@@ -65,6 +68,9 @@ func (f *serveFlags) load(fs *flag.FlagSet) (*config.Config, error) {
 	}
 	if set["access-log"] {
 		cfg.AccessLog.Enabled = f.accessLog
+	}
+	if set["store"] {
+		cfg.Store.URL = f.store
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("flags: %w", err)
@@ -112,8 +118,24 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	if adminToken == "" && len(cfg.Admin.Tokens) == 0 {
 		logger.Warn("no admin token configured: the admin API will refuse every /api request (set --admin-token or GRAYGATE_ADMIN_TOKEN)")
 	}
-	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, AccessLog: accessLog})
+	var st store.Store
+	if ec, ok, err := cfg.Store.Etcd(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	} else if ok {
+		es, err := etcdstore.Open(ctx, ec, etcdstore.Options{DataDir: cfg.DataDir, HistoryLimit: cfg.Store.HistoryLimit, Logger: logger})
+		if err != nil {
+			return fmt.Errorf("open the etcd store %s: %w", cfg.Store.URL, err)
+		}
+		if es.Stale() {
+			logger.Warn("etcd is unreachable: serving the rules cached in the data dir until it returns", "data_dir", cfg.DataDir)
+		}
+		st = es
+	}
+	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, AccessLog: accessLog, Store: st})
 	if err != nil {
+		if st != nil {
+			_ = st.Close()
+		}
 		return err
 	}
 	dataLn, err := net.Listen("tcp", cfg.Listen)

@@ -114,7 +114,7 @@ func splitRules(data []byte) ([]json.RawMessage, error) {
 // validateRules compiles raws against cfg and names every problem with its
 // path below prefix.
 func validateRules(cfg *config.Config, raws []json.RawMessage, prefix string) error {
-	pools, err := cfg.Pools(nil) // nil: no health probes while validating
+	pools, err := cfg.Pools(nil, nil) // no health probes, no discovery while validating
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/graygate/graygate/internal/geo"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/store/etcdstore"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/tags"
 	"github.com/graygate/graygate/internal/upstream"
@@ -105,6 +106,31 @@ type AccessLog struct {
 type Store struct {
 	// HistoryLimit is how many versions are kept per rule (default 100).
 	HistoryLimit int `json:"history_limit,omitempty"`
+	// URL selects a shared store, etcd://HOST:PORT[,HOST:PORT]/PREFIX
+	// (etcds:// for TLS); empty is the embedded file store in data_dir.
+	URL string `json:"url,omitempty"`
+	// TLS, Username and PasswordEnv configure the etcd connection.
+	TLS         etcdstore.TLS `json:"tls,omitzero"`
+	Username    string        `json:"username,omitempty"`
+	PasswordEnv string        `json:"password_env,omitempty"`
+}
+
+// Etcd returns the etcd store config, or ok false for the file store.
+func (s *Store) Etcd() (etcdstore.Config, bool, error) {
+	if s.URL == "" {
+		return etcdstore.Config{}, false, nil
+	}
+	c, err := etcdstore.ParseURL(s.URL)
+	if err != nil {
+		return c, true, err
+	}
+	if s.TLS.On() {
+		c.TLS = s.TLS
+	}
+	if s.Username != "" {
+		c.Username, c.PasswordEnv = s.Username, s.PasswordEnv
+	}
+	return c, true, c.Validate()
 }
 
 // Targeting configures the request attributes of seed 004's strategies.
@@ -189,7 +215,11 @@ func (l Limits) Over(defaults Limits) Limits {
 
 // Upstream is a named pool.
 type Upstream struct {
-	Instances []Instance `json:"instances"`
+	Instances []Instance `json:"instances,omitempty"`
+	// Discover adds the instances registered in etcd under this service
+	// name (graygate register, or any client writing the same keys); it
+	// needs --store etcd://.
+	Discover string `json:"discover,omitempty"`
 	// Config holds balancer, version_header, passive_health and
 	// active_health.
 	upstream.Config
@@ -408,6 +438,9 @@ func (c *Config) Validate() error {
 	if err := c.Limits.Validate("limits"); err != nil {
 		errs = append(errs, err)
 	}
+	if _, _, err := c.Store.Etcd(); err != nil {
+		errs = append(errs, strict.Prefix("store.url", err))
+	}
 	if c.Store.HistoryLimit < 1 {
 		add("store.history_limit", "must be at least 1, got %d", c.Store.HistoryLimit)
 	}
@@ -416,8 +449,8 @@ func (c *Config) Validate() error {
 		if name == "" {
 			add("upstreams", "an upstream name must not be empty")
 		}
-		if len(u.Instances) == 0 {
-			add(p+".instances", "needs at least one instance")
+		if len(u.Instances) == 0 && u.Discover == "" {
+			add(p+".instances", "needs at least one instance (or discover: SERVICE)")
 		}
 		if strings.ContainsAny(name, "@=,") {
 			add(p, "an upstream name must not contain '@', '=' or ','")
@@ -497,12 +530,22 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 // Pools builds the named upstream pools.
 // h keeps per-instance health across rebuilds; nil builds pools without
 // active probes (for validation).
-func (c *Config) Pools(h *upstream.Health) (map[string]*upstream.Pool, error) {
+//
+// discovered holds the instances found by discovery, by service name; they
+// join the static instances of every upstream that discovers that service.
+func (c *Config) Pools(h *upstream.Health, discovered map[string][]Instance) (map[string]*upstream.Pool, error) {
 	out := make(map[string]*upstream.Pool, len(c.Upstreams))
 	for name, u := range c.Upstreams {
 		var ins []*upstream.Instance
-		for _, in := range u.Instances {
-			i, _ := upstream.ParseAddress(in.Addr)
+		all := u.Instances
+		if u.Discover != "" {
+			all = append(append([]Instance(nil), all...), discovered[u.Discover]...)
+		}
+		for _, in := range all {
+			i, err := upstream.ParseAddress(in.Addr)
+			if err != nil {
+				continue // a discovered instance with a bad address; static ones were validated
+			}
 			i.Weight = in.Weight
 			i.Metadata = in.Metadata
 			ins = append(ins, i)

@@ -37,7 +37,7 @@ rules:
 	if c.Proxy.DialTimeout.Std() != 500*time.Millisecond || c.Admin.Tokens[0].Role != "admin" || c.Admin.Tokens[1].Role != "viewer" {
 		t.Errorf("decoded wrong: %+v", c)
 	}
-	pools, _ := c.Pools(nil)
+	pools, _ := c.Pools(nil, nil)
 	if p := pools["gray"]; p.Instances[0].Addr != "127.0.0.1:9002" || p.Instances[0].Metadata["version"] != "2" {
 		t.Errorf("pool = %+v", p.Instances[0])
 	}

@@ -59,8 +59,10 @@ type Gateway struct {
 	breakers *breaker.Set
 	limits   *limit.Set
 	health   *upstream.Health
-	tgt      atomic.Pointer[targeting]
-	serveCtx context.Context // set by Serve, for watches started on reload
+	// discovered holds instances found in the etcd registry, by service.
+	discovered map[string][]config.Instance
+	tgt        atomic.Pointer[targeting]
+	serveCtx   context.Context // set by Serve, for watches started on reload
 
 	mu      sync.Mutex // the one writer: guards cfg, reg, cache and status
 	cfg     *config.Config
@@ -89,6 +91,8 @@ type Status struct {
 	LastErrorAt   *time.Time         `json:"last_error_at,omitempty"`
 	BrokenRules   map[string]string  `json:"broken_rules,omitempty"`
 	Breakers      []breaker.Snapshot `json:"breakers"`
+	Stale         bool               `json:"stale"`
+	Sync          *StoreSync         `json:"store_sync,omitempty"`
 	ConfigGen     int                `json:"config_generation"`
 	StartedAt     time.Time          `json:"started_at"`
 	configReloads int
@@ -145,6 +149,27 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.store = st
 	g.status.StoreKind = st.Kind()
+	if err := g.checkDiscovery(cfg); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	g.exportStoreMetrics()
+	g.metrics.Pools(func() []metrics.PoolStats {
+		g.mu.Lock()
+		stats := g.reg.Stats()
+		g.mu.Unlock()
+		out := make([]metrics.PoolStats, 0, len(stats))
+		for _, p := range stats {
+			out = append(out, metrics.PoolStats{Name: p.Name, Size: p.Size, Healthy: p.Healthy, Ejected: p.Ejected, InFlight: p.InFlight})
+		}
+		return out
+	}, func() map[string]uint64 {
+		out := map[string]uint64{}
+		for _, h := range g.health.Snapshot() {
+			out[h.Addr] = h.Ejections
+		}
+		return out
+	})
 	if err := g.seed(context.Background(), cfg); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -371,7 +396,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 // pools builds the config's named pools with their concurrency gates, which
 // keep their in-flight counts across reloads.
 func (g *Gateway) pools(cfg *config.Config) (map[string]*upstream.Pool, error) {
-	pools, err := cfg.Pools(g.health)
+	pools, err := cfg.Pools(g.health, g.discovered)
 	if err != nil {
 		return nil, err
 	}
@@ -483,6 +508,10 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 	defer g.mu.Unlock()
 	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
 	oldTgt := g.tgt.Load()
+	if err := g.checkDiscovery(cfg); err != nil {
+		g.recordError(fmt.Errorf("config reload: %w", err))
+		return err
+	}
 	pools, err := g.pools(cfg)
 	if err != nil {
 		g.recordError(fmt.Errorf("config reload: %w", err))
@@ -577,6 +606,9 @@ func (g *Gateway) Status() Status {
 	st := g.status
 	g.mu.Unlock()
 	st.Breakers = g.breakers.Snapshots()
+	if st.Sync = g.storeSync(); st.Sync != nil {
+		st.Stale = st.Sync.Stale || !st.Sync.Synced
+	}
 	return st
 }
 
@@ -585,6 +617,9 @@ func (g *Gateway) ready() error {
 	defer g.mu.Unlock()
 	if !g.serving {
 		return errors.New("not serving")
+	}
+	if s, ok := g.store.(syncer); ok && !s.Synced() {
+		return errors.New("the rule store is not in sync with etcd; serving the last good rules")
 	}
 	return nil
 }
@@ -609,6 +644,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 		errc <- nil
 	}()
 	go g.watchStore(ctx)
+	go g.discover(ctx)
 	g.mu.Lock()
 	g.serveCtx = ctx
 	if err := g.tgt.Load().watch(ctx); err != nil {

@@ -153,6 +153,70 @@ func (m *Metrics) TagStore(read func() TagStats) {
 	}
 }
 
+// StoreFuncs read a shared store's sync state at scrape time.
+type StoreFuncs struct {
+	Synced, Stale  func() bool
+	WatchRestarts  func() float64
+	PropagationLag func() float64 // seconds
+}
+
+// Store exports a shared store's sync state, watch restarts and
+// propagation lag (from an etcd revision's commit to its local application).
+func (m *Metrics) Store(f StoreFuncs) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_synced", Help: "1 while the rule store is in sync with etcd."}, func() float64 { return b2f(f.Synced()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_stale", Help: "1 while serving rules cached from an earlier run because etcd could not be read."}, func() float64 { return b2f(f.Stale()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "graygate_store_watch_restarts_total", Help: "Times the etcd watch was re-established (compaction, lost connection)."}, f.WatchRestarts),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_propagation_lag_seconds", Help: "Time from the last rule change's commit in etcd to its application here."}, f.PropagationLag),
+	)
+}
+
+// Pools exports per-pool size, healthy instances and in-flight requests,
+// and per-instance ejections, read at scrape time.
+func (m *Metrics) Pools(read func() []PoolStats, ejections func() map[string]uint64) {
+	m.reg.MustRegister(&poolCollector{read: read, ejections: ejections})
+}
+
+// PoolStats is one pool's health.
+type PoolStats struct {
+	Name                   string
+	Size, Healthy, Ejected int
+	InFlight               int64
+}
+
+type poolCollector struct {
+	read      func() []PoolStats
+	ejections func() map[string]uint64
+}
+
+var (
+	poolSize    = prometheus.NewDesc("graygate_pool_instances", "Instances in the pool.", []string{"pool"}, nil)
+	poolHealthy = prometheus.NewDesc("graygate_pool_healthy_instances", "Instances of the pool that take traffic.", []string{"pool"}, nil)
+	poolEjected = prometheus.NewDesc("graygate_pool_ejected_instances", "Instances of the pool ejected by passive health.", []string{"pool"}, nil)
+	poolFlight  = prometheus.NewDesc("graygate_pool_in_flight", "Requests in flight to the pool.", []string{"pool"}, nil)
+	ejections   = prometheus.NewDesc("graygate_instance_ejections_total", "Times passive health ejected the instance.", []string{"addr"}, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolSize
+	ch <- poolHealthy
+	ch <- poolEjected
+	ch <- poolFlight
+	ch <- ejections
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.read() {
+		ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, float64(p.Size), p.Name)
+		ch <- prometheus.MustNewConstMetric(poolHealthy, prometheus.GaugeValue, float64(p.Healthy), p.Name)
+		ch <- prometheus.MustNewConstMetric(poolEjected, prometheus.GaugeValue, float64(p.Ejected), p.Name)
+		ch <- prometheus.MustNewConstMetric(poolFlight, prometheus.GaugeValue, float64(p.InFlight), p.Name)
+	}
+	for addr, n := range c.ejections() {
+		ch <- prometheus.MustNewConstMetric(ejections, prometheus.CounterValue, float64(n), addr)
+	}
+}
+
 // Breaker states for BreakerState.
 const (
 	BreakerClosed   = 0

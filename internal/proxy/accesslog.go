@@ -34,18 +34,26 @@ func newAccessLog(out io.Writer, queue int, flushEvery time.Duration) *accessLog
 // record logs ex. The strings passed alias the exchange's buffers; the JSON
 // handler has encoded them into its own buffer by the time LogAttrs returns.
 func (a *accessLog) record(ex *exchange, elapsed time.Duration) {
-	upstreamAddr := ""
+	upstreamAddr, pool, intended := "", "", ""
 	if ex.inst != nil {
 		upstreamAddr = ex.inst.Addr
+	}
+	if ex.d.Target != nil {
+		pool = ex.d.Target.Name
+	}
+	if ex.d.Intended != nil {
+		intended = ex.d.Intended.Name
 	}
 	a.logger.LogAttrs(context.Background(), slog.LevelInfo, "",
 		slog.String("method", b2s(ex.method)),
 		slog.String("path", b2s(ex.path)),
 		slog.Int("status", ex.status),
 		slog.String("upstream", upstreamAddr),
+		slog.String("pool", pool),
 		slog.String("rule", ex.d.Rule),
 		slog.String("group", ex.d.Group),
 		slog.String("degraded", ex.d.Degraded),
+		slog.String("intended_upstream", intended),
 		slog.String("identity_source", ex.d.Identity.Source),
 		slog.Float64("latency_ms", float64(elapsed)/float64(time.Millisecond)),
 		slog.Int64("bytes", ex.bytesOut),

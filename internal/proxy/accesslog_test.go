@@ -63,8 +63,8 @@ func TestAccessLog(t *testing.T) {
 		t.Fatalf("line %q: %v", lines[0], err)
 	}
 	want := map[string]any{
-		"method": "GET", "path": "/a/b", "status": float64(200), "upstream": addrOf(backend),
-		"rule": "r1", "group": "gray", "degraded": "rollback", "identity_source": "header:X-User-Id",
+		"method": "GET", "path": "/a/b", "status": float64(200), "upstream": addrOf(backend), "pool": "gray",
+		"rule": "r1", "group": "gray", "degraded": "rollback", "intended_upstream": "", "identity_source": "header:X-User-Id",
 		"bytes": float64(n),
 	}
 	for k, v := range want {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/graygate/graygate/internal/breaker"
+	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/router"
 )
 
@@ -64,6 +66,36 @@ func BenchmarkProxy(b *testing.B) {
 	})
 	b.Run("access_log", func(b *testing.B) {
 		_, addr := startProxy(b, Options{OnDone: onDone, AccessLog: io.Discard}, d)
+		benchRequests(b, addr)
+	})
+	// A gray request with every check of the resilience work armed: a
+	// breaker (Allow in the decider, Record with two clock reads), a
+	// stable target (so the request is checked for replayability), a pool
+	// gate, a route timeout, a body limit and a rate limiter that never
+	// refuses.
+	b.Run("gray_guarded", func(b *testing.B) {
+		br, err := breaker.New(breaker.Config{}, breaker.Options{Name: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		gray := poolOf("gray", backend)
+		gray.Gate = limit.NewSet(nil).Gate("gray", 1<<20)
+		pol := &router.Policy{
+			UpstreamTimeout: 5 * time.Second, MaxBodyBytes: 1 << 20, FallbackBodyBytes: router.DefaultFallbackBodyBytes,
+			Limiter: limit.New(limit.Config{RPS: 1e9, Burst: 1 << 20}, nil),
+		}
+		_, addr := startProxy(b, Options{OnDone: onDone}, &grayRoute{gray: gray, stable: poolOf("stable", backend), b: br, pol: pol})
+		benchRequests(b, addr)
+	})
+	b.Run("gray_guarded_no_limiter", func(b *testing.B) {
+		br, err := breaker.New(breaker.Config{}, breaker.Options{Name: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		gray := poolOf("gray", backend)
+		gray.Gate = limit.NewSet(nil).Gate("gray", 1<<20)
+		pol := &router.Policy{UpstreamTimeout: 5 * time.Second, MaxBodyBytes: 1 << 20, FallbackBodyBytes: router.DefaultFallbackBodyBytes}
+		_, addr := startProxy(b, Options{OnDone: onDone}, &grayRoute{gray: gray, stable: poolOf("stable", backend), b: br, pol: pol})
 		benchRequests(b, addr)
 	})
 }

@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -14,11 +18,24 @@ import (
 // access log and OnDone record.
 const StatusClientClosedRequest = 499
 
+// Refusals by the route's policy, answered through fail like transport
+// failures so that there is one mapping to a status.
+var (
+	// errRateLimited: the route's rate limit has no token (429); the wait
+	// until the next one is in exchange.retryAfter.
+	errRateLimited = errors.New("rate limit exceeded")
+	// errBodyTooLarge: the request body is over Policy.MaxBodyBytes (413).
+	errBodyTooLarge = errors.New("request body too large")
+	// errGateFull: the pool's concurrency cap is reached (503).
+	errGateFull = errors.New("upstream at its concurrency cap")
+)
+
 // classify is the one mapping from a forwarding failure to a status, after
 // net/http's ReverseProxy: client gone → 499, no instance or no free
 // connection → 503, timeout (dial, pool wait or response header) → 504, any
 // other transport failure → 502. A client too slow to send its body is the
-// client's fault: 408. reason completes the sentence
+// client's fault: 408. The route's policy adds 429 (rate limit), 413 (body
+// size) and 503 (the pool's concurrency cap). reason completes the sentence
 // `graygate: upstream "<pool>" (<addr>) <reason>`.
 func classify(err error) (status int, reason string) {
 	var de *dialError
@@ -27,6 +44,12 @@ func classify(err error) (status int, reason string) {
 		return StatusClientClosedRequest, "abandoned: client closed the request"
 	case errors.Is(err, errRequestTimeout):
 		return fasthttp.StatusRequestTimeout, "abandoned: request body timed out"
+	case errors.Is(err, errRateLimited):
+		return fasthttp.StatusTooManyRequests, "refused: rate limit exceeded"
+	case errors.Is(err, errBodyTooLarge):
+		return fasthttp.StatusRequestEntityTooLarge, "refused: request body too large"
+	case errors.Is(err, errGateFull):
+		return fasthttp.StatusServiceUnavailable, "is at its concurrency cap"
 	case errors.Is(err, upstream.ErrNoInstance):
 		return fasthttp.StatusServiceUnavailable, "has no available instance"
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
@@ -42,7 +65,10 @@ func classify(err error) (status int, reason string) {
 }
 
 // fail answers a request the gateway could not forward: the status from
-// classify, a one-line body naming the upstream, and the decision headers.
+// classify, a one-line body naming the upstream (or, for the client's own
+// faults, the limit it broke), and the decision headers. Upstream failures
+// are logged as warnings; refusals by policy and client faults, which a
+// misbehaving client can produce at any rate, only at debug level.
 func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 	status, reason := classify(err)
 	poolName, addr := "", ""
@@ -55,7 +81,13 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 	var body []byte
 	switch {
 	case status == fasthttp.StatusRequestTimeout:
-		body = fmt.Appendf(ex.scratch[:0], "graygate: request timeout\n")
+		body = append(ex.scratch[:0], "graygate: request timeout\n"...)
+	case status == fasthttp.StatusTooManyRequests:
+		body = append(ex.scratch[:0], "graygate: too many requests\n"...)
+	case status == fasthttp.StatusRequestEntityTooLarge:
+		body = append(ex.scratch[:0], "graygate: request body larger than "...)
+		body = strconv.AppendInt(body, ex.pol.MaxBodyBytes, 10)
+		body = append(body, " bytes\n"...)
 	case ex.d.Target == nil:
 		body = fmt.Appendf(ex.scratch[:0], "graygate: no upstream for this request\n")
 	case addr == "":
@@ -65,23 +97,48 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 	}
 	ex.scratch = body[:0]
 
+	// The body is copied into the response before setDecisionHeaders and
+	// appendRetryAfter reuse ex.scratch, which body shares.
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
-	ex.setDecisionHeaders(&ctx.Response.Header)
 	ex.status = status
-	if status == StatusClientClosedRequest || status == fasthttp.StatusRequestTimeout {
-		// What is left of the request on the connection cannot be trusted.
+	if status != StatusClientClosedRequest {
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.SetBody(body)
+		ex.bytesOut = int64(len(body))
+	}
+	ex.setDecisionHeaders(&ctx.Response.Header)
+	switch status {
+	case StatusClientClosedRequest, fasthttp.StatusRequestTimeout, fasthttp.StatusRequestEntityTooLarge:
+		// What is left of the request on the connection cannot be trusted,
+		// or is not worth reading.
 		ctx.SetConnectionClose()
+	case fasthttp.StatusTooManyRequests:
+		ex.scratch = appendRetryAfter(ex.scratch[:0], ex.retryAfter)
+		ctx.Response.Header.SetBytesV(fasthttp.HeaderRetryAfter, ex.scratch)
+		ex.scratch = ex.scratch[:0]
 	}
-	if status == StatusClientClosedRequest {
-		p.log.Debug("client went away", "upstream", addr, "rule", ex.d.Rule, "error", err)
-		return
+	switch {
+	case status == StatusClientClosedRequest:
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("client went away", "upstream", addr, "rule", ex.d.Rule, "error", err)
+		}
+	case status == fasthttp.StatusRequestTimeout, status == fasthttp.StatusTooManyRequests,
+		status == fasthttp.StatusRequestEntityTooLarge, errors.Is(err, errGateFull):
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("request refused", "status", status, "pool", poolName, "rule", ex.d.Rule, "error", err)
+		}
+	default:
+		p.log.Warn("upstream request failed",
+			"status", status, "pool", poolName, "upstream", addr, "rule", ex.d.Rule, "error", err)
 	}
-	ctx.SetContentType("text/plain; charset=utf-8")
-	ctx.SetBody(body)
-	ex.bytesOut = int64(len(body))
-	p.log.Warn("upstream request failed",
-		"status", status, "pool", poolName, "upstream", addr, "rule", ex.d.Rule, "error", err)
+}
+
+// appendRetryAfter appends the Retry-After value for a wait of d: whole
+// seconds, rounded up, at least 1 (RFC 9110 section 10.2.3).
+func appendRetryAfter(dst []byte, d time.Duration) []byte {
+	secs := int64((d + time.Second - 1) / time.Second)
+	return strconv.AppendInt(dst, max(secs, 1), 10)
 }
 
 // reject answers a request refused before routing (malformed or

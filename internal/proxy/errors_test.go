@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -298,5 +299,23 @@ func TestShutdownWithoutServe(t *testing.T) {
 	}
 	if err := p.Shutdown(ctx); err != nil {
 		t.Errorf("second Shutdown: %v", err)
+	}
+}
+
+// TestErrorBodyWithIssuedCookie: an error answer that also issues an
+// anonymous id cookie keeps its body intact (both are built in the
+// exchange's scratch buffer).
+func TestErrorBodyWithIssuedCookie(t *testing.T) {
+	dead := closedAddr(t)
+	_, addr := startProxy(t, Options{}, staticDecider{
+		Rule: "r", Group: "stable", Target: poolOf("stable", dead),
+		Identity: identity.ID{Value: "anon-0123456789abcdef", Source: identity.SourceAnonymousCookie, Issued: true, Cookie: "gg_uid"},
+	})
+	resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if want := fmt.Sprintf("graygate: upstream \"stable\" (%s) unreachable\n", dead); resp.StatusCode != 502 || body != want {
+		t.Errorf("got %d %q, want 502 %q", resp.StatusCode, body, want)
+	}
+	if c := resp.Header.Get("Set-Cookie"); !strings.HasPrefix(c, "gg_uid=anon-0123456789abcdef;") {
+		t.Errorf("Set-Cookie %q, want the issued id", c)
 	}
 }

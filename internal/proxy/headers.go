@@ -150,14 +150,29 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted boo
 		out.Add(hdrGrayTag, ex.d.Tag)
 	}
 
-	// The body. fasthttp sets Content-Length or chunked framing from the size
-	// given here when the request is written.
-	switch cl := in.ContentLength(); {
+	ex.setBody(ctx)
+}
+
+// setBody gives the upstream request its body. fasthttp sets
+// Content-Length or chunked framing from the size given here when the
+// request is written. A body buffered for a replay (prepareReplay) is sent
+// from the buffer, with Content-Length; otherwise the client's body is
+// streamed, and a chunked one is cut off with errBodyTooLarge past
+// Policy.MaxBodyBytes.
+func (ex *exchange) setBody(ctx *fasthttp.RequestCtx) {
+	switch cl := ctx.Request.Header.ContentLength(); {
+	case ex.buffered:
+		ex.req.SetBodyRaw(ex.body)
+	case ex.reqBody.pre != nil:
+		// A chunked body that outgrew the replay buffer: what was read,
+		// then the rest of the stream.
+		ex.req.SetBodyStream(&ex.reqBody, -1)
 	case cl == 0 || cl == -2:
 		// No body. A POST still gets "Content-Length: 0" from fasthttp.
 	default:
 		if s := ctx.RequestBodyStream(); s != nil {
 			ex.reqBody.src, ex.reqBody.size, ex.reqBody.n = s, int64(cl), 0
+			ex.reqBody.max = ex.pol.MaxBodyBytes
 			ex.req.SetBodyStream(&ex.reqBody, cl)
 		} else {
 			// The handler runs in a server without StreamRequestBody; the

@@ -73,6 +73,16 @@ func poolOf(name string, addrs ...string) *upstream.Pool {
 	return upstream.NewPool(name, insts)
 }
 
+// listenLoopback listens on a free loopback port.
+func listenLoopback(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
 // startProxy serves a new Proxy on a loopback port and shuts it down when
 // the test ends.
 func startProxy(t testing.TB, opts Options, d Decider) (*Proxy, string) {
@@ -81,6 +91,13 @@ func startProxy(t testing.TB, opts Options, d Decider) (*Proxy, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startProxyOn(t, ln, opts, d)
+}
+
+// startProxyOn serves a new Proxy on ln and shuts it down when the test
+// ends.
+func startProxyOn(t testing.TB, ln net.Listener, opts Options, d Decider) (*Proxy, string) {
+	t.Helper()
 	p := New(opts, d, nil)
 	done := make(chan error, 1)
 	go func() { done <- p.Serve(ln) }()
@@ -224,10 +241,11 @@ type doneRecorder struct {
 }
 
 type doneCall struct {
-	rule, group, tag, idValue string
-	status                    int
-	bytes                     int64
-	elapsed                   time.Duration
+	rule, group, tag, idValue  string
+	degraded, target, intended string // pool names
+	status                     int
+	bytes                      int64
+	elapsed                    time.Duration
 }
 
 func newDoneRecorder() *doneRecorder { return &doneRecorder{ch: make(chan doneCall, 1024)} }
@@ -235,7 +253,13 @@ func newDoneRecorder() *doneRecorder { return &doneRecorder{ch: make(chan doneCa
 func (r *doneRecorder) onDone(d *router.Decision, status int, elapsed time.Duration, bytesOut int64) {
 	c := doneCall{
 		rule: strings.Clone(d.Rule), group: strings.Clone(d.Group), tag: strings.Clone(d.Tag),
-		idValue: strings.Clone(d.Identity.Value), status: status, bytes: bytesOut, elapsed: elapsed,
+		idValue: strings.Clone(d.Identity.Value), degraded: d.Degraded, status: status, bytes: bytesOut, elapsed: elapsed,
+	}
+	if d.Target != nil {
+		c.target = d.Target.Name
+	}
+	if d.Intended != nil {
+		c.intended = d.Intended.Name
 	}
 	select {
 	case r.ch <- c:

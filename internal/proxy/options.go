@@ -90,6 +90,15 @@ type Options struct {
 	// requests rejected before routing it is a zero Decision. OnDone runs on
 	// the request's goroutine and must be fast and safe for concurrent use.
 	OnDone func(d *router.Decision, status int, elapsed time.Duration, bytesOut int64)
+
+	// Now is the clock that times requests: the elapsed time OnDone and the
+	// access log report, and the latency and end time of the outcomes
+	// reported to breakers. Breakers measure their windows with their own
+	// clock and take the end time given to Record as a reading of it, so
+	// Now must be the clock the breakers in the decisions were built with
+	// (the gateway passes the one it gives its breaker.Set). Network
+	// deadlines always use the real clock. Default time.Now.
+	Now func() time.Time
 }
 
 // withDefaults returns o with zero fields set to their defaults and the
@@ -124,6 +133,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AccessLogFlushInterval <= 0 {
 		o.AccessLogFlushInterval = DefaultAccessLogFlushInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	trusted := make([]netip.Prefix, 0, len(o.TrustedProxies))
 	for _, p := range o.TrustedProxies {

@@ -16,14 +16,20 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
 // Decider routes one request. Decide is called exactly once for every
-// request that passes validation, from many goroutines at once. The attr.Request is valid only during the
-// call; the returned Decision may keep strings from it, which the Proxy
-// copies before the request's buffers are reused.
+// request that passes validation, from many goroutines at once. The
+// attr.Request is valid only during the call; the returned Decision's
+// Identity.Value and Tag may keep strings from it, which the Proxy copies
+// before the request's buffers are reused. Its other strings (Rule, Group,
+// Identity.Source, pool names) must not alias the request: they are logged
+// after the handler has returned. If the Decision carries a Breaker, the
+// Proxy reports the request's outcome to it (see the package doc for the
+// requests it cannot report).
 type Decider interface {
 	Decide(req attr.Request) router.Decision
 }
@@ -33,19 +39,23 @@ type Proxy struct {
 	opts    Options
 	decider Decider
 	log     *slog.Logger
+	now     func() time.Time
 	server  *fasthttp.Server
 	access  *accessLog // nil when the access log is off
+	degrade *degradeLog
 
 	clients   atomic.Pointer[map[clientKey]*upstreamClient]
 	clientsMu sync.Mutex
 
 	exchanges sync.Pool
 	tunnels   tunnelSet
+	conns     connSet
 }
 
 // New returns a Proxy that routes with decider. Zero Options fields take the
-// defaults documented on Options. A nil logger discards. If opts.AccessLog
-// is set, New starts the access log writer goroutine, which Shutdown stops.
+// defaults documented on Options. A nil logger discards. New starts the
+// goroutine that logs degraded requests and, if opts.AccessLog is set, the
+// access log writer goroutine; Shutdown stops both.
 func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -55,6 +65,8 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 		decider: decider,
 		log:     logger.With("component", "proxy"),
 	}
+	p.now = p.opts.Now
+	p.degrade = newDegradeLog(p.log.Handler(), DefaultDegradationLogQueue)
 	p.exchanges.New = func() any { return p.newExchange() }
 	if p.opts.AccessLog != nil {
 		p.access = newAccessLog(p.opts.AccessLog, p.opts.AccessLogQueue, p.opts.AccessLogFlushInterval)
@@ -75,6 +87,9 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 		ReadTimeout:    p.opts.ReadHeaderTimeout,
 		HeaderReceived: p.headerReceived,
 		IdleTimeout:    p.opts.IdleTimeout,
+		// Tracks client connections so that Shutdown can close the ones
+		// still busy when its deadline passes; fasthttp leaves them open.
+		ConnState: p.conns.track,
 		// Pass the upstream's Server and Content-Type through untouched.
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
@@ -85,16 +100,26 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
-// Shutdown and the listener's error otherwise.
+// Shutdown and the listener's error otherwise. For a restart without
+// downtime, open ln with Listen and reusePort set (see the package doc).
 func (p *Proxy) Serve(ln net.Listener) error {
 	return p.server.Serve(ln)
 }
 
-// Shutdown stops accepting, waits (until ctx is done) for requests in
-// flight, closes WebSocket tunnels and idle upstream connections, and
-// flushes the access log.
+// Shutdown stops accepting (it closes the listeners), closes idle client
+// connections, and waits until ctx is done for requests in flight, which
+// are answered with "Connection: close". It then closes the client
+// connections still busy (only if ctx ran out), WebSocket tunnels and idle
+// upstream connections, and flushes the access log and the degradation
+// log. It returns ctx's error if requests were still in flight at the
+// deadline.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
+	if err != nil && ctx.Err() != nil {
+		// fasthttp gives up waiting but leaves the connections open, and
+		// serving: its stop flag is cleared again when it returns.
+		p.conns.closeAll()
+	}
 	p.tunnels.closeAll()
 	if m := p.clients.Load(); m != nil {
 		for _, c := range *m {
@@ -106,6 +131,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			err = errors.Join(err, fmt.Errorf("access log: %w", aerr))
 		}
 	}
+	if derr := p.degrade.close(ctx); derr != nil && !errors.Is(err, derr) {
+		err = errors.Join(err, fmt.Errorf("degradation log: %w", derr))
+	}
 	return err
 }
 
@@ -116,6 +144,13 @@ func (p *Proxy) AccessLogDropped() uint64 {
 		return 0
 	}
 	return p.access.w.dropped.Load()
+}
+
+// DegradationLogDropped returns how many degraded requests were not logged
+// one by one because the logger could not keep up. They are still counted
+// in a summary record ("degraded requests not logged individually").
+func (p *Proxy) DegradationLogDropped() uint64 {
+	return p.degrade.dropped.Load()
 }
 
 // exchange is the state of one request, pooled. It outlives the handler
@@ -132,6 +167,23 @@ type exchange struct {
 	uc   *upstreamClient
 	req  fasthttp.Request
 	resp fasthttp.Response
+
+	// Route policy state (resilience.go).
+	pol           *router.Policy
+	headerTimeout time.Duration // the route's, or Options.ResponseHeaderTimeout
+	gate          *limit.Gate   // acquired for the pool being tried, released by finish
+	retryAfter    time.Duration // for a 429
+	body          []byte        // a request body buffered for a replay on stable
+	buffered      bool          // body holds the whole request body
+	replayable    bool          // the request may be sent again, to stable
+	fellBack      bool
+	fallbackErr   error  // why the gray target failed
+	fallbackAddr  string // the gray instance that failed ("" if none was picked)
+	sent          bool   // the request was (partly) written to the current target
+	respStarted   bool   // a response byte arrived from the current target
+	recorded      bool   // the breaker has the outcome
+	tooLarge      bool   // the body exceeded Policy.MaxBodyBytes while streaming
+	bodyWait      time.Duration
 
 	reqBody  reqBody
 	respBody respBody
@@ -176,20 +228,29 @@ func (p *Proxy) newExchange() *exchange {
 
 func (p *Proxy) getExchange() *exchange {
 	ex := p.exchanges.Get().(*exchange)
-	ex.start = time.Now()
+	ex.start = p.now()
 	return ex
 }
 
-// finish records the exchange (OnDone, access log) and returns it to the
-// pool.
+// finish ends the exchange: it releases the pool's concurrency slot,
+// records the exchange (OnDone, access log, degradation log) and returns it
+// to the pool.
 func (ex *exchange) finish() {
 	p := ex.p
-	elapsed := time.Since(ex.start)
+	end := p.now()
+	elapsed := end.Sub(ex.start)
+	if ex.gate != nil {
+		ex.gate.Release()
+		ex.gate = nil
+	}
 	if p.opts.OnDone != nil {
 		p.opts.OnDone(&ex.d, ex.status, elapsed, ex.bytesOut)
 	}
 	if p.access != nil {
 		p.access.record(ex, elapsed)
+	}
+	if ex.d.Degraded != "" {
+		p.degrade.record(ex, end)
 	}
 	ex.reset()
 	p.exchanges.Put(ex)
@@ -202,7 +263,14 @@ func (ex *exchange) reset() {
 	ex.inst, ex.uc = nil, nil
 	ex.req.Reset()
 	ex.resp.Reset()
-	ex.reqBody.src, ex.reqBody.n, ex.reqBody.size = nil, 0, 0
+	ex.reqBody.src, ex.reqBody.n, ex.reqBody.size, ex.reqBody.max, ex.reqBody.pre = nil, 0, 0, 0, nil
+	ex.pol, ex.headerTimeout, ex.gate, ex.retryAfter = nil, 0, nil, 0
+	if cap(ex.body) > maxPooledBody {
+		ex.body = nil // a route with a large FallbackBodyBytes; don't pool it
+	}
+	ex.body = ex.body[:0]
+	ex.buffered, ex.replayable, ex.fellBack, ex.fallbackErr, ex.fallbackAddr = false, false, false, nil, ""
+	ex.sent, ex.respStarted, ex.recorded, ex.tooLarge, ex.bodyWait = false, false, false, false, 0
 	ex.up, ex.br, ex.upBody = nil, nil, nil
 	ex.status, ex.bytesOut = 0, 0
 	ex.streaming, ex.upEOF, ex.upErr, ex.clientErr = false, false, nil, nil
@@ -251,6 +319,13 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 
 // serve does the work of Handler. It returns true if the exchange now
 // belongs to a streamed body or a tunnel, which will finish it.
+//
+// After routing, the route's policy is applied in order of cost, and
+// before anything is sent upstream: the rate limit (429), the declared
+// body size (413), then, for a request that may fall back to stable, the
+// body is buffered. Each attempt (forward) takes a concurrency slot of the
+// pool it tries; a gray attempt that fails before any response byte is
+// followed by one on stable when fallBackOK allows it.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	in := &ctx.Request.Header
 	if err := checkHeaderBlock(in.RawHeaders()); err != nil {
@@ -276,23 +351,51 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		p.fail(ctx, ex, fmt.Errorf("no target: %w", upstream.ErrNoInstance))
 		return false
 	}
-	inst, err := ex.d.Target.Pick()
-	if err != nil {
+	if err := p.admit(ctx, ex); err != nil {
 		p.fail(ctx, ex, err)
 		return false
+	}
+	ws := isWebSocketUpgrade(in)
+	for {
+		streamed, err := p.forward(ctx, ex, trusted, ws)
+		if err == nil {
+			return streamed
+		}
+		if !ex.fallBackOK(err) {
+			p.fail(ctx, ex, err)
+			return false
+		}
+		ex.fallBack(err)
+	}
+}
+
+// forward makes one attempt on ex.d.Target: take a concurrency slot, pick
+// an instance, build and send the request, and relay the answer. An error
+// means nothing has been written to the client yet; the caller answers it
+// or falls back.
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) (bool, error) {
+	pool := ex.d.Target
+	if g := pool.Gate; g != nil {
+		if !g.Acquire() {
+			return false, errGateFull
+		}
+		ex.gate = g
+	}
+	inst, err := pool.Pick()
+	if err != nil {
+		ex.recordOutcome(time.Time{}, err)
+		return false, err
 	}
 	ex.inst = inst
 	ex.uc = p.client(inst)
 	p.buildRequest(ctx, ex, trusted)
-
-	if isWebSocketUpgrade(in) {
+	if ws {
 		return p.serveUpgrade(ctx, ex)
 	}
 	if err := p.roundTrip(ctx, ex); err != nil {
-		p.fail(ctx, ex, err)
-		return false
+		return false, err
 	}
-	return p.respond(ctx, ex)
+	return p.respond(ctx, ex), nil
 }
 
 // respond writes the upstream response header and hands the body stream to

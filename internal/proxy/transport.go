@@ -243,12 +243,31 @@ var errClientGone = errors.New("client closed the request")
 var errRequestTimeout = errors.New("request body read timed out")
 
 // roundTrip sends ex.req upstream and reads the response header into
-// ex.resp, leaving the body as a stream on a held connection (ex.up, ex.br)
-// that releaseUpstream gives back. A request without a body whose method is
-// safe is sent once more if a reused connection turns out to be stale.
+// ex.resp (see send), and reports the outcome to the decision's breaker.
+// Only a request guarded by a breaker reads the clock here.
 func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
+	if ex.d.Breaker == nil {
+		return p.send(ctx, ex)
+	}
+	start := p.now()
+	err := p.send(ctx, ex)
+	ex.recordOutcome(start, err)
+	return err
+}
+
+// send sends ex.req upstream and reads the response header into ex.resp,
+// leaving the body as a stream on a held connection (ex.up, ex.br) that
+// releaseUpstream gives back. A request without a body whose method is
+// safe is sent once more if a reused connection turns out to be stale.
+// It sets ex.sent before writing and ex.respStarted once a response byte
+// has arrived, which is what decides whether a failure may be retried on
+// stable.
+func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	uc := ex.uc
 	replayable := !ex.req.IsBodyStream() && len(ex.req.Body()) == 0 && safeMethod(ex.req.Header.Method())
+	// The time a streamed body takes to arrive from the client is not the
+	// upstream's latency; it is left out of the breaker's measurement.
+	timeBody := ex.d.Breaker != nil && ex.req.IsBodyStream()
 	for attempt := 0; ; attempt++ {
 		c, err := uc.conns.get()
 		if err != nil {
@@ -257,9 +276,17 @@ func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		reused := c.Reused()
 		conn := c.Conn()
 		bw := uc.hc.AcquireWriter(conn)
+		var w0 time.Time
+		if timeBody {
+			w0 = p.now()
+		}
+		ex.sent = true
 		err = ex.req.Write(bw)
 		if err == nil {
 			err = bw.Flush()
+		}
+		if timeBody {
+			ex.bodyWait += p.now().Sub(w0)
 		}
 		uc.hc.ReleaseWriter(bw)
 		if err != nil {
@@ -276,6 +303,8 @@ func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		c.Release(false)
 		var stale *staleError
 		switch {
+		case ex.tooLarge:
+			return fmt.Errorf("%w: sending request to %s", errBodyTooLarge, uc.addr)
 		case ex.clientErr != nil && isTimeout(ex.clientErr):
 			return fmt.Errorf("%w: %w", errRequestTimeout, ex.clientErr)
 		case ex.clientErr != nil:
@@ -296,7 +325,7 @@ func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 // watchDelay, the client connection is watched so that a client hanging up
 // aborts the wait (499) instead of holding an upstream connection.
 func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader) error {
-	timeout := p.opts.ResponseHeaderTimeout
+	timeout := ex.headerTimeout
 	start := time.Now()
 	if err := conn.SetReadDeadline(start.Add(min(watchDelay, timeout))); err != nil {
 		return err
@@ -310,6 +339,7 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 		}
 	}
 	if err == nil {
+		ex.respStarted = true
 		ex.resp.SkipBody = ex.req.Header.IsHead()
 		ex.resp.StreamBody = true
 		err = ex.resp.ReadLimitBody(br, 0)
@@ -374,6 +404,18 @@ func safeMethod(m []byte) bool {
 		return true
 	}
 	return false
+}
+
+// idempotentMethod reports whether sending a request twice has the effect
+// of sending it once (RFC 9110 section 9.2.2): the safe methods, PUT and
+// DELETE. Only those are replayed on stable after the request may have
+// reached the gray target.
+func idempotentMethod(m []byte) bool {
+	switch b2s(m) {
+	case fasthttp.MethodPut, fasthttp.MethodDelete:
+		return true
+	}
+	return safeMethod(m)
 }
 
 func isTimeout(err error) bool {

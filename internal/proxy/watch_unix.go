@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"syscall"
 	"time"
@@ -41,7 +42,12 @@ func (ex *exchange) watch(ctx *fasthttp.RequestCtx, up net.Conn) bool {
 }
 
 func (ex *exchange) watchClient(rc syscall.RawConn) {
-	_ = rc.Read(ex.peekFn)
+	// A connection closed under the watcher (Shutdown past its deadline)
+	// is as gone as one the client closed; unwatch ends the wait with a
+	// deadline error instead.
+	if err := rc.Read(ex.peekFn); errors.Is(err, net.ErrClosed) {
+		ex.gone = true
+	}
 	if ex.gone {
 		ex.cancel()
 	}

@@ -36,31 +36,42 @@ func isWebSocketUpgrade(h *fasthttp.RequestHeader) bool {
 // that hop-by-hop removal took out, as net/http does), read the answer, and
 // on 101 hijack the client connection and copy bytes both ways until either
 // side closes. Any other answer is relayed as a normal response. It returns
-// true when a tunnel now owns the exchange.
-func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) bool {
+// true when a tunnel now owns the exchange, and an error, with nothing
+// written to the client, when no answer could be read; the caller then
+// answers or falls back to stable like for any request. The handshake's
+// outcome (until the answer's header) is what the breaker records.
+func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, error) {
 	ex.req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
 	ex.req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
 
+	var start time.Time
+	if ex.d.Breaker != nil {
+		start = p.now()
+	}
 	up, err := p.dial(ex.inst.Addr, ex.uc.tls)
 	if err != nil {
-		p.fail(ctx, ex, err)
-		return false
+		ex.recordOutcome(start, err)
+		return false, err
 	}
-	_ = up.SetDeadline(time.Now().Add(p.opts.ResponseHeaderTimeout))
+	_ = up.SetDeadline(time.Now().Add(ex.headerTimeout))
 	ex.scratch = ex.req.Header.AppendBytes(ex.scratch[:0])
+	ex.sent = true
 	_, err = up.Write(ex.scratch)
 	ex.scratch = ex.scratch[:0]
 	br := bufio.NewReaderSize(up, p.opts.MaxResponseHeaderBytes)
 	if err == nil {
-		err = ex.resp.ReadLimitBody(br, maxUpgradeRefusalBody)
+		if _, err = br.Peek(1); err == nil {
+			ex.respStarted = true
+			err = ex.resp.ReadLimitBody(br, maxUpgradeRefusalBody)
+		}
 	}
 	if err == nil {
 		err = up.SetDeadline(time.Time{})
 	}
+	ex.recordOutcome(start, err)
 	if err != nil {
 		_ = up.Close()
-		p.fail(ctx, ex, err)
-		return false
+		return false, err
 	}
 
 	out := &ctx.Response
@@ -71,7 +82,7 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		out.SetBody(ex.resp.Body())
 		ex.status = ex.resp.StatusCode()
 		ex.bytesOut = int64(len(ex.resp.Body()))
-		return false
+		return false, nil
 	}
 
 	// The 101 is written by the tunnel on the hijacked connection rather
@@ -98,7 +109,7 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	p.tunnels.add(t)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(t.run)
-	return true
+	return true, nil
 }
 
 // tunnel is one WebSocket connection pair.

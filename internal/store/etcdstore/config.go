@@ -282,3 +282,18 @@ func (t TLS) config() (*tls.Config, error) {
 	}
 	return conf, nil
 }
+
+// NewClient connects a plain etcd client with cfg's endpoints, TLS and
+// auth, for tools that share a gateway fleet's etcd (graygate register).
+func NewClient(cfg Config, dialTimeout time.Duration) (*clientv3.Client, error) {
+	o := Options{DialTimeout: dialTimeout, LookupEnv: os.LookupEnv, MaxRequestBytes: 1536 << 10}
+	cc, err := cfg.clientConfig(&o)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", cfg.where(), err)
+	}
+	return cli, nil
+}
