@@ -13,6 +13,7 @@ import (
 	"github.com/graygate/graygate/internal/match"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/upstream"
+	"github.com/graygate/graygate/internal/when"
 )
 
 // Env is what Compile needs from the rest of the configuration.
@@ -45,6 +46,7 @@ type Compiled struct {
 
 	scope    match.Predicate
 	tagRules match.Predicate // a tag rule's "rules"
+	when     *when.Expr
 
 	// gray
 	gate      *bucket.Hasher
@@ -94,6 +96,12 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	var expr *when.Expr
+	if r.When != "" {
+		if expr, err = when.Compile(r.When, when.Options{}); err != nil {
+			errs = append(errs, whenErrors(err))
+		}
+	}
 	var tagRules match.Predicate
 	if typ == TypeTag {
 		tagRules, err = match.Compile(&match.Conditions{Tags: r.Rules}, "", env.TagTypes)
@@ -110,6 +118,7 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 		Mode:     mode,
 		scope:    scope,
 		tagRules: tagRules,
+		when:     expr,
 	}
 	if typ == TypeTag {
 		c.gate = bucket.New(mode, r.Key)
@@ -209,7 +218,7 @@ func (c *Compiled) Eval(f *match.Facts, rolledBack bool, tr *Trace) (Outcome, bo
 		*tr = Trace{Key: c.Key, Type: c.Type, Priority: c.Priority, Hash: c.Mode.String(), RolledBack: rolledBack}
 		conds = &tr.Conditions
 	}
-	if !c.scope.Match(f, conds) || !c.tagRules.Match(f, conds) {
+	if !c.scope.Match(f, conds) || !c.tagRules.Match(f, conds) || !c.whenHolds(f, conds) {
 		if tr != nil {
 			tr.Reason = "out of scope: a condition did not match"
 		}
@@ -287,7 +296,34 @@ func (c *Compiled) whitelisted(req attr.Request, uid string) byte {
 
 // InScope reports whether the rule's conditions match the request.
 func (c *Compiled) InScope(f *match.Facts) bool {
-	return c.scope.Match(f, nil) && c.tagRules.Match(f, nil)
+	return c.scope.Match(f, nil) && c.tagRules.Match(f, nil) && c.whenHolds(f, nil)
+}
+
+// whenHolds evaluates the rule's CEL expression; an evaluation error (a
+// missing tag, a value that is not a number) is no match, and the trace
+// says why.
+func (c *Compiled) whenHolds(f *match.Facts, trace *[]match.Result) bool {
+	if c.when == nil {
+		return true
+	}
+	ok, err := f.EvalWhen(c.when)
+	if trace != nil {
+		got := strconv.FormatBool(ok)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		*trace = append(*trace, match.Result{Condition: "when", Want: c.when.Source(), Got: got, Matched: ok && err == nil})
+	}
+	return ok && err == nil
+}
+
+// whenErrors names every CEL problem by the "when" path.
+func whenErrors(err error) error {
+	var errs []error
+	for _, f := range strict.Fields(err) {
+		errs = append(errs, &strict.FieldError{Path: "when", Message: f.Message})
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Compiled) grayOutcome(rolledBack bool, tr *Trace, why string) (Outcome, bool) {

@@ -54,6 +54,9 @@ type Rule struct {
 	Hash string `json:"hash,omitempty"`
 	// Conditions scope the rule; all must match.
 	Conditions *match.Conditions `json:"conditions,omitempty"`
+	// When is a CEL expression over request, user and client that must
+	// also hold; it is type-checked and cost-limited when the rule is stored.
+	When string `json:"when,omitempty"`
 
 	// GrayPercent is the share of users sent to the gray target, 0..100 with up to two decimals (gray).
 	GrayPercent *float64 `json:"gray_percent,omitempty"`
