@@ -20,6 +20,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/store"
 )
 
 const token = "test-admin-token"
@@ -35,6 +36,8 @@ type env struct {
 	stop      context.CancelFunc
 	done      chan error
 	accessLog *bytes.Buffer
+	// openStore, when set, opens the store for each (re)start (etcd).
+	openStore func() store.Store
 }
 
 func startBackends(t *testing.T, names ...string) map[string]string {
@@ -73,7 +76,11 @@ func start(t *testing.T, yaml string, dataDir string) *env {
 
 func (e *env) restart(cfg *config.Config) {
 	t := e.t
-	g, err := New(Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.DiscardHandler)})
+	var st store.Store
+	if e.openStore != nil {
+		st = e.openStore()
+	}
+	g, err := New(Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.DiscardHandler), Store: st})
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
@@ -87,7 +94,7 @@ func (e *env) restart(cfg *config.Config) {
 	t.Cleanup(e.shutdown)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		resp, err := e.client.Get(e.admin + "/readyz")
+		resp, err := e.client.Get(e.admin + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {

@@ -1,0 +1,311 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/store/etcdstore"
+	"github.com/graygate/graygate/internal/store/etcdstore/etcdtest"
+)
+
+// fleet starts n gateways sharing one etcd, with the same backends.
+func fleet(t *testing.T, srv *etcdtest.Server, n int) []*env {
+	t.Helper()
+	backends := startBackends(t, "stable", "gray", "a", "b")
+	var out []*env
+	for i := 0; i < n; i++ {
+		out = append(out, startFleetMember(t, srv, backends, t.TempDir()))
+	}
+	return out
+}
+
+func startFleetMember(t *testing.T, srv *etcdtest.Server, backends map[string]string, dataDir string) *env {
+	t.Helper()
+	yaml := baseConfig
+	for name, addr := range backends {
+		yaml = replaceAll(yaml, "{{"+name+"}}", addr)
+	}
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = dataDir
+	ecfg, err := etcdstore.ParseURL(srv.URL("/graygate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, backends: backends}
+	e.openStore = func() store.Store {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := etcdstore.Open(ctx, ecfg, etcdstore.Options{DataDir: dataDir, Logger: slog.New(slog.DiscardHandler),
+			ProbeInterval: 200 * time.Millisecond, DialTimeout: time.Second, WriteTimeout: time.Second})
+		if err != nil {
+			t.Fatalf("open etcd store: %v", err)
+		}
+		return s
+	}
+	e.restart(cfg)
+	return e
+}
+
+func replaceAll(s, old, new string) string {
+	for {
+		i := indexOf(s, old)
+		if i < 0 {
+			return s
+		}
+		s = s[:i] + new + s[i+len(old):]
+	}
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitFor polls until cond holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFleet runs three gateways on one etcd: a rule PUT on one is served by
+// all, 10,000 users get the same group everywhere, etcd dies under load
+// without a failed request, a gateway restarted while etcd is down serves
+// the cached rules, and everyone resyncs when etcd returns.
+func TestFleet(t *testing.T) {
+	srv := etcdtest.Start(t)
+	gws := fleet(t, srv, 3)
+	rule := refRule{Type: "gray", GrayPercent: pct(30), WhiteList: []string{"uid:vip"}, Targets: &refTgts{Gray: "gray", Stable: "stable"}}
+	gws[0].mustPut("canary", rule)
+	exp := refRule{Type: "ab", Experiment: "fleet_exp", Groups: []refGrp{{Name: "A", Weight: 50, Target: "a"}, {Name: "B", Weight: 50, Target: "b"}}}
+	gws[0].mustPut("exp", exp)
+	for i, g := range gws[1:] {
+		waitFor(t, fmt.Sprintf("gateway %d to serve the rule", i+2), 10*time.Second, func() bool {
+			a, err := g.get("/", "X-User-Id", "vip")
+			return err == nil && a.rule == "canary" && a.group == "gray"
+		})
+	}
+
+	// The same 10,000 users get the same group from all three.
+	rules := []refRule{{Key: "canary", Type: "gray", GrayPercent: pct(30), WhiteList: []string{"uid:vip"}, Targets: &refTgts{Gray: "gray", Stable: "stable"}},
+		{Key: "exp", Type: "ab", Experiment: "fleet_exp", Groups: exp.Groups}}
+	users := 10000
+	if testing.Short() {
+		users = 1000
+	}
+	var mismatches atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range work {
+				uid := fmt.Sprint("user-", u)
+				_, want, _ := refDecide(rules, uid, "/")
+				for i, g := range gws {
+					a, err := g.get("/", "X-User-Id", uid)
+					if err != nil || a.group != want {
+						if mismatches.Add(1) < 5 {
+							t.Errorf("gateway %d, %s: %+v %v, want group %s", i+1, uid, a, err, want)
+						}
+					}
+				}
+			}
+		}()
+	}
+	for u := 0; u < users; u++ {
+		work <- u
+	}
+	close(work)
+	wg.Wait()
+	if n := mismatches.Load(); n > 0 {
+		t.Fatalf("%d answers differed", n)
+	}
+
+	// etcd is killed while traffic flows: no request fails.
+	stop := make(chan struct{})
+	var failed, served atomic.Int64
+	var load sync.WaitGroup
+	for i, g := range gws[:2] { // the third is restarted below
+		load.Add(1)
+		go func() {
+			defer load.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a, err := g.get("/", "X-User-Id", fmt.Sprint("load-", i, "-", n%500))
+				if err != nil || a.status != 200 {
+					failed.Add(1)
+				}
+				served.Add(1)
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	srv.Stop()
+	waitFor(t, "the gateways to notice etcd is gone", 10*time.Second, func() bool {
+		resp, err := http.Get(gws[1].admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	})
+	// Writes fail with 503 and are not applied anywhere.
+	code, out := gws[1].api("PUT", "/api/v1/rules/canary", grayRule(100))
+	if code != 503 {
+		t.Errorf("PUT while etcd is down = %d %v, want 503", code, out)
+	}
+	// A gateway restarted while etcd is down serves the cached rules.
+	g3 := gws[2]
+	g3.shutdown()
+	cfg := g3.gw.cfg
+	g3.restart(cfg)
+	a, err := g3.get("/", "X-User-Id", "vip")
+	if err != nil || a.rule != "canary" || a.group != "gray" {
+		t.Errorf("restarted during the outage: %+v %v", a, err)
+	}
+	_, st := g3.api("GET", "/api/v1/status", nil)
+	if st["stale"] != true {
+		t.Errorf("status during the outage = %v, want stale", st)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	load.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d requests failed while etcd was down", failed.Load(), served.Load())
+	}
+
+	// etcd returns: everyone resyncs, and a change made now reaches all.
+	srv.Restart()
+	for i, g := range gws {
+		waitFor(t, fmt.Sprintf("gateway %d to resync", i+1), 20*time.Second, func() bool {
+			resp, err := http.Get(g.admin + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200
+		})
+	}
+	waitFor(t, "a write after the outage", 10*time.Second, func() bool {
+		code, _ := gws[1].api("PUT", "/api/v1/rules/canary", grayRule(100))
+		return code == 200
+	})
+	for i, g := range gws {
+		waitFor(t, fmt.Sprintf("gateway %d to serve the new rule", i+1), 10*time.Second, func() bool {
+			a, err := g.get("/", "X-User-Id", "someone")
+			return err == nil && a.group == "gray"
+		})
+	}
+}
+
+// TestPropagationLatency measures, over 100 updates, the time from a PUT
+// answered by one gateway to the change being served by another.
+func TestPropagationLatency(t *testing.T) {
+	srv := etcdtest.Start(t)
+	gws := fleet(t, srv, 2)
+	n := 100
+	if testing.Short() {
+		n = 20
+	}
+	var lat []time.Duration
+	for i := 0; i < n; i++ {
+		p := float64(i%2) * 100 // flips everyone between gray and not
+		t0 := time.Now()
+		gws[0].mustPut("flip", grayRule(p))
+		want := map[bool]string{true: "gray", false: "default"}[p == 100]
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			a, err := gws[1].get("/", "X-User-Id", "u")
+			if err == nil && a.group == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("update %d not served by the second gateway", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	t.Logf("propagation from PUT on gateway 1 to served by gateway 2 over %d updates: p50 %v, p99 %v, max %v",
+		n, lat[n/2], lat[n*99/100], lat[n-1])
+}
+
+// TestDiscovery registers an instance in etcd, routes to it through a pool
+// that discovers its service, and sees it disappear when its lease expires.
+func TestDiscovery(t *testing.T) {
+	srv := etcdtest.Start(t)
+	backends := startBackends(t, "stable", "gray", "a", "b")
+	yaml := `
+default_upstream: svc
+upstreams:
+  svc: {discover: user-center}
+`
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	cfg.DataDir = dataDir
+	ecfg, _ := etcdstore.ParseURL(srv.URL("/graygate"))
+	e := &env{t: t, backends: backends}
+	e.openStore = func() store.Store {
+		s, err := etcdstore.Open(context.Background(), ecfg, etcdstore.Options{DataDir: dataDir, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	e.restart(cfg)
+	if a, _ := e.get("/"); a.status != 503 {
+		t.Fatalf("no instance registered yet: %+v", a)
+	}
+	cli, err := etcdstore.NewClient(ecfg, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := etcdstore.Register(context.Background(), cli, ecfg.Prefix, "user-center",
+		etcdstore.Instance{Addr: backends["a"], Weight: 1, Metadata: map[string]string{"version": "2"}}, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = reg
+	waitFor(t, "the registered instance to serve", 10*time.Second, func() bool {
+		a, err := e.get("/")
+		return err == nil && a.backend == "a"
+	})
+	// The registering process dies without deregistering: its lease expires.
+	cli.Close()
+	waitFor(t, "the instance to disappear after its TTL", 15*time.Second, func() bool {
+		a, err := e.get("/")
+		return err == nil && a.status == 503
+	})
+}
