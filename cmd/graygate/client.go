@@ -354,6 +354,9 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			fmt.Fprintf(stdout, "v%d  %-8s %s  by %s%s\n", v.Version, v.Op, v.At.UTC().Format(time.RFC3339), v.By, reason)
 			for _, d := range v.Diff {
+				if d.Path == "" {
+					d.Path = "(rule)"
+				}
 				switch d.Op {
 				case "changed":
 					fmt.Fprintf(stdout, "      ~ %s: %s → %s\n", d.Path, compact(d.Before), compact(d.After))

@@ -77,7 +77,7 @@ func Parse(data []byte, env Env) (*Compiled, error) {
 // Compile validates r and resolves its targets.
 func Compile(r Rule, env Env) (*Compiled, error) {
 	if err := r.Validate(); err != nil {
-		return nil, err
+		return nil, errors.Join(err, checkTargets(r, env))
 	}
 	var errs []error
 	resolve := func(path, target string) *upstream.Pool {
@@ -388,6 +388,30 @@ func (c *Compiled) Colored(tag string) *Target {
 		}
 	}
 	return nil
+}
+
+// checkTargets reports the targets of an invalid rule that do not resolve
+// either, so that one answer lists every problem.
+func checkTargets(r Rule, env Env) error {
+	var errs []error
+	check := func(path, target string) {
+		if target == "" {
+			return
+		}
+		if _, err := env.Resolve(target); err != nil {
+			errs = append(errs, strict.Errorf(path, "%v", err))
+		}
+	}
+	if r.Targets != nil {
+		check("targets.gray", r.Targets.Gray)
+		check("targets.stable", r.Targets.Stable)
+	}
+	for i, g := range r.Groups {
+		check(strict.Index("groups", i)+".target", g.Target)
+	}
+	check("target", r.Target)
+	check("stable", r.Stable)
+	return errors.Join(errs...)
 }
 
 // renamePaths rewrites the first path element from to to in every problem.
