@@ -1,0 +1,32 @@
+package config
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestREADMEConfigs parses every YAML example in the README, so that the
+// documentation cannot drift from what the decoder accepts.
+func TestREADMEConfigs(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(data), -1)
+	if len(blocks) < 4 {
+		t.Fatalf("found %d YAML examples in the README", len(blocks))
+	}
+	t.Setenv("OPS_TOKEN", "x")
+	for i, b := range blocks {
+		y := b[1]
+		// Fragments that name upstreams they do not define get stand-ins.
+		if !strings.Contains(y, "upstreams:") {
+			y += "\nupstreams: {stable: {instances: [{addr: \"127.0.0.1:1\"}]}}\n"
+		}
+		if _, err := Parse([]byte(y)); err != nil {
+			t.Errorf("README YAML example %d does not parse:\n%s\n%v", i+1, b[1], err)
+		}
+	}
+}
