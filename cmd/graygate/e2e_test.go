@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -375,4 +376,111 @@ func TestDemo(t *testing.T) {
 	if !seen["GRAY"] || !seen["STABLE"] {
 		t.Errorf("demo users did not land on different versions: %v", seen)
 	}
+}
+
+// TestSIGTERMHandover: under load, a second graygate binds the same port
+// (SO_REUSEPORT), the first gets SIGTERM, fails /readyz, drains its
+// in-flight requests and exits; no request fails.
+func TestSIGTERMHandover(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(400 * time.Millisecond)
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer slow.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "graygate.yaml")
+	os.WriteFile(cfg, []byte("lifecycle: {reuse_port: true, drain_delay: 200ms}\n"), 0o644)
+	data := freeAddr(t)
+	startAt := func(dataDir string) *proc {
+		p := &proc{data: data, admin: freeAddr(t), stderr: &bytes.Buffer{}}
+		p.cmd = exec.Command(binary, "serve", "--config", cfg, "--listen", data, "--admin-listen", p.admin,
+			"--data-dir", dataDir, "--default-upstream", strings.TrimPrefix(slow.URL, "http://"))
+		p.cmd.Stderr = &lockedWriter{w: p.stderr, mu: &p.mu}
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.kill(syscall.SIGKILL) })
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := http.Get("http://" + p.admin + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return p
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not ready: %v %s", err, p.stderr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	a := startAt(filepath.Join(dir, "a"))
+	client := &http.Client{Timeout: 10 * time.Second}
+	var failed, served atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				path := "/fast"
+				if n%10 == 0 {
+					path = "/slow" // in flight when SIGTERM lands
+				}
+				resp, err := client.Get("http://" + data + path)
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("request failed: %v", err)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					t.Errorf("status %d", resp.StatusCode)
+				}
+				served.Add(1)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	b := startAt(filepath.Join(dir, "b"))
+	_ = b
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	// /readyz fails first, while in-flight requests still complete.
+	sawNotReady := false
+	for i := 0; i < 50 && !sawNotReady; i++ {
+		resp, err := http.Get("http://" + a.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			sawNotReady = resp.StatusCode == 503
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { a.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the old process did not exit after SIGTERM")
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if !sawNotReady {
+		t.Error("/readyz did not fail before the listener closed")
+	}
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d requests failed across the handover", failed.Load(), served.Load())
+	}
+	t.Logf("%d requests served across the handover, none failed", served.Load())
 }

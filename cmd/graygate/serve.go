@@ -15,6 +15,7 @@ import (
 
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/gateway"
+	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/store/etcdstore"
 )
@@ -138,7 +139,7 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 		}
 		return err
 	}
-	dataLn, err := net.Listen("tcp", cfg.Listen)
+	dataLn, err := proxy.Listen("tcp", cfg.Listen, cfg.Lifecycle.ReusePort)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}

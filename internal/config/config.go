@@ -54,6 +54,8 @@ type Config struct {
 	// every route that does not set its own.
 	Limits Limits `json:"limits,omitempty"`
 
+	// Lifecycle configures graceful shutdown and socket handover.
+	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
 	// Targeting configures where regions and user tags come from.
 	Targeting Targeting `json:"targeting,omitempty"`
 
@@ -131,6 +133,19 @@ func (s *Store) Etcd() (etcdstore.Config, bool, error) {
 		c.Username, c.PasswordEnv = s.Username, s.PasswordEnv
 	}
 	return c, true, c.Validate()
+}
+
+// Lifecycle configures how a gateway stops and hands over its socket.
+type Lifecycle struct {
+	// DrainDelay is how long /readyz fails before the listeners stop
+	// accepting, so that a load balancer takes the gateway out first.
+	DrainDelay Duration `json:"drain_delay,omitempty"`
+	// ShutdownTimeout bounds the wait for in-flight requests (default 30s).
+	ShutdownTimeout Duration `json:"shutdown_timeout,omitempty"`
+	// ReusePort binds the data-plane listener with SO_REUSEPORT, so that a
+	// new graygate process can bind the same address before the old one
+	// is told to stop (zero-downtime restarts).
+	ReusePort bool `json:"reuse_port,omitempty"`
 }
 
 // Targeting configures the request attributes of seed 004's strategies.
@@ -367,6 +382,9 @@ func (c *Config) Defaults() {
 	if c.PreserveHost == nil {
 		t := true
 		c.PreserveHost = &t
+	}
+	if c.Lifecycle.ShutdownTimeout == 0 {
+		c.Lifecycle.ShutdownTimeout = Duration(30 * time.Second)
 	}
 	if c.Store.HistoryLimit == 0 {
 		c.Store.HistoryLimit = 100

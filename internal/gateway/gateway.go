@@ -659,10 +659,21 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	// Fail /readyz first, give the load balancer drain_delay to notice,
+	// then stop accepting and let in-flight requests finish.
 	g.mu.Lock()
 	g.serving = false
+	lc := g.cfg.Lifecycle
 	g.mu.Unlock()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err == nil && lc.DrainDelay > 0 {
+		g.log.Info("draining: /readyz fails until the listeners close", "drain_delay", lc.DrainDelay.Std().String())
+		time.Sleep(lc.DrainDelay.Std())
+	}
+	timeout := lc.ShutdownTimeout.Std()
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
