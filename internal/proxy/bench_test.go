@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync/atomic"
@@ -104,4 +105,60 @@ func BenchmarkProxy(b *testing.B) {
 // comparison.
 func BenchmarkDirect(b *testing.B) {
 	benchRequests(b, fasthttpBackend(b))
+}
+
+// BenchmarkGuards measures what the resilience work adds per request, off
+// the network: the policy checks of admit, the pool gate, and, for a
+// breaker-guarded request, the clock reads and Record of roundTrip.
+func BenchmarkGuards(b *testing.B) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod("GET")
+	ctx.Request.SetRequestURI("/api/items")
+	br, err := breaker.New(breaker.Config{}, breaker.Options{Name: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gray, stable := poolOf("gray", "127.0.0.1:1"), poolOf("stable", "127.0.0.1:2")
+	gray.Gate = limit.NewSet(nil).Gate("gray", 1<<20)
+	full := &router.Policy{
+		UpstreamTimeout: 5 * time.Second, MaxBodyBytes: 1 << 20, FallbackBodyBytes: router.DefaultFallbackBodyBytes,
+		Limiter: limit.New(limit.Config{RPS: 1e12, Burst: 1 << 30}, nil),
+	}
+	tests := []struct {
+		name string
+		d    router.Decision
+	}{
+		{"plain", router.Decision{Target: stable}},
+		{"gray_breaker_gate_fallback", router.Decision{Target: gray, Stable: stable, Breaker: br, Policy: &router.Policy{MaxBodyBytes: 1 << 20}}},
+		{"gray_all_with_limiter", router.Decision{Target: gray, Stable: stable, Breaker: br, Policy: full}},
+	}
+	p := New(Options{}, staticDecider{}, nil)
+	b.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	for _, tt := range tests {
+		b.Run(tt.name, func(b *testing.B) {
+			ex := p.getExchange()
+			ex.resp.SetStatusCode(200)
+			b.ReportAllocs()
+			for b.Loop() {
+				ex.d = tt.d
+				if tt.d.Breaker != nil {
+					t, _ := br.Allow()
+					ex.d.Ticket = t
+				}
+				ex.recorded = false
+				if err := p.admit(&ctx, ex); err != nil {
+					b.Fatal(err)
+				}
+				if g := ex.d.Target.Gate; g != nil {
+					if !g.Acquire() {
+						b.Fatal("gate full")
+					}
+					g.Release()
+				}
+				if ex.d.Breaker != nil {
+					ex.recordOutcome(p.now(), nil)
+				}
+			}
+		})
+	}
 }

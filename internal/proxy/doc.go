@@ -90,11 +90,135 @@
 // into its own buffers first: nothing refers to the RequestCtx after the
 // handler returns.
 //
+// # Route policy
+//
+// After routing, and before anything is sent upstream, the decision's
+// Policy (router.NoPolicy if nil) is applied in order of cost:
+//
+//   - Limiter: Allow(identity value); no token → 429 with "Retry-After: n",
+//     the wait rounded up to whole seconds and at least 1. The upstream is
+//     not contacted.
+//   - MaxBodyBytes: a Content-Length over it → 413 at once, with
+//     "Connection: close", nothing forwarded. (fasthttp has by then read up
+//     to 8 KiB of the body, and answered "Expect: 100-continue"; a refusal
+//     before the body would need routing in fasthttp's ExpectHandler.) A
+//     chunked body is counted as it streams; past the limit the upstream
+//     request is aborted (its connection closed mid-body) and the client
+//     gets 413 and "Connection: close". The upstream's answer is only read
+//     once the whole request is written, so nothing has been sent to the
+//     client at that point, and the 413 can always be sent.
+//   - UpstreamTimeout replaces Options.ResponseHeaderTimeout for the route,
+//     the WebSocket handshake included.
+//   - The pool's Gate: Acquire before the pool is contacted (full → 503
+//     `upstream "<pool>" is at its concurrency cap`); the slot is released
+//     when the exchange ends, which for a streamed body is after its last
+//     byte and for a WebSocket when the tunnel closes, and at once when a
+//     failed gray attempt falls back.
+//
+// # Breaker outcomes
+//
+// A decision with a Breaker gets exactly one Record per request that was
+// tried on the guarded target: Latency from the start of the attempt
+// (connection included) to the response header or the failure, minus the
+// time spent waiting for the client's streamed body (a slow upload is not a
+// slow upstream), and End from the same clock read. Failed is a connection
+// failure, a timeout, an answer that is not HTTP, or a status the breaker
+// calls an error (IsErrorStatus). A client that went away (499) or was too
+// slow (408), and a body cut at MaxBodyBytes (413), are not the upstream's
+// failures: they are recorded as successes with the latency seen so far,
+// which is a lower bound of the upstream's, so a target slow enough to
+// drive clients away still shows in the p99. A pool with no instance is a
+// failure with no latency. Requests refused before the target is contacted
+// (429, 413 by Content-Length, a full gate, a client that broke off while
+// its body was buffered) are not recorded: they say nothing about the
+// target, and counting them as successes would dilute its error rate. If
+// such a request held a half-open probe, the breaker sees the probe as
+// lost and reopens after its probe timeout, which is the safe side.
+// Options.Now must be the breakers' clock, since End is read from it.
+//
+// # Fallback to stable
+//
+// When a request to a gray target (Stable set and not the Target) fails
+// before any response byte, it is sent once more, to Stable, and the
+// client gets stable's answer with "X-Gray-Group: stable" and
+// "X-Gray-Degraded: fallback" (seed 004 §3.3.2, result degradation). The
+// decision seen by OnDone, the access log and the degradation log is the
+// degraded one (Group stable, Degraded fallback, Intended the gray pool,
+// Target stable, Breaker nil); the breaker has the gray failure. The
+// retry is made only if sending twice is harmless:
+//
+//   - nothing was sent: no instance, connection refused, dial or TLS
+//     failure, or no free connection within DialTimeout (any method);
+//   - the request was sent but no response byte came back (reset, closed,
+//     response header timeout), for idempotent methods only (GET, HEAD,
+//     OPTIONS, TRACE, PUT, DELETE). A POST or PATCH that may have reached
+//     the upstream gets the gray failure (502/504).
+//
+// and only if the gateway holds the body: none, or one buffered for the
+// purpose before the gray target is contacted, when its Content-Length is
+// at most Policy.FallbackBodyBytes (default 64 KiB) or, chunked, when it
+// turns out to fit. A larger body streams as before, with no fallback; a
+// chunked one that outgrows the buffer is streamed on, what was read
+// first included. The replayed body is sent with a Content-Length. The
+// gray X-Gray-Tag is not sent to stable; the decision does not carry the
+// stable target's own tag, so stable gets none. A client waits for the
+// gray failure first: up to DialTimeout for a dead host, or the route's
+// header timeout for a silent one. Client failures, a full gate and a
+// WebSocket answer that is not a 101 never fall back.
+//
+// # Degradation record
+//
+// Every degraded request (breaker, rollback or fallback) is recorded, as
+// seed 004 §3.3.2 asks, so that the gray effect can be assessed
+// afterwards: through the proxy's slog logger as "degraded request" with
+// degraded, reason, rule, intended, actual, upstream, identity_source and
+// status, whether or not the access log is on, and in the access log. The
+// request only queues a small value; a goroutine calls the handler, so a
+// slow handler never delays requests. Records that do not fit in the
+// queue are counted (DegradationLogDropped) and reported in one summary
+// record once the queue drains, so a burst is never silently lost.
+//
+// # Lifecycle
+//
+// Shutdown closes the listeners, closes idle client connections, answers
+// requests in flight with "Connection: close" and waits for them until its
+// context ends; then it closes what is still open. For a restart without
+// downtime the new process binds the same address with Listen(..., true)
+// (SO_REUSEPORT, Linux), and the old one is sent SIGTERM and calls
+// Shutdown: from the moment it closes its listener the kernel gives new
+// connections to the new process only, while keep-alive clients are moved
+// by "Connection: close" and by the closing of idle connections (clients
+// retry idempotent requests on a connection closed while idle, RFC 9112
+// section 9.3.1). One race is left, in the kernel: a connection that has
+// completed its handshake but is still in the old listener's accept queue
+// when the listener closes is reset. With clients that open a connection
+// per request it happens (in our tests, a few requests in half of the
+// handovers); Linux 5.14 and later migrate those connections to the new
+// listener with sysctl net.ipv4.tcp_migrate_req=1, which deployments
+// relying on this should set. Inheriting the listening socket instead
+// (passing its descriptor to the new process) avoids the race entirely.
+//
+// A client that sends its header slowly (slowloris) is cut off by
+// ReadHeaderTimeout, which bounds the whole request line and header, not
+// each read; an idle keep-alive connection by IdleTimeout.
+//
+// # Cost
+//
+// For a request with no policy, breaker, gate or stable target the new
+// checks are a few comparisons (about 8 ns, BenchmarkGuards/plain) and
+// BenchmarkProxy/plain stays at 0 allocations. A gray request with a
+// breaker, a gate and a stable target costs about 125 ns more (two clock
+// reads and the breaker's Record dominate; Allow is the router's), and a
+// rate limiter about 95 ns on top plus one small allocation: the identity
+// is copied for the Limiter, which may keep it as a map key.
+//
 // # Access log
 //
 // With Options.AccessLog set, every request produces one JSON line through
 // log/slog's JSON handler, with the keys time, method, path, status,
-// upstream, rule, group, degraded, identity_source, latency_ms and bytes.
-// Lines go through a bounded queue to a single writer goroutine; when the
-// queue is full lines are dropped and counted rather than slowing requests.
+// upstream (the instance address), pool (the pool that served it), rule,
+// group, degraded, intended_upstream (the pool the rule chose, for a
+// degraded request), identity_source, latency_ms and bytes. Lines go
+// through a bounded queue to a single writer goroutine; when the queue is
+// full lines are dropped and counted rather than slowing requests.
 package proxy

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -32,7 +33,12 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		ex.headerTimeout = pol.UpstreamTimeout
 	}
 	if pol.Limiter != nil {
-		if ok, retry := pol.Limiter.Allow(ex.d.Identity.Value); !ok {
+		// A per-identity Limiter keeps the identity it has not seen before
+		// as a map key, and ex.d.Identity.Value lives in a buffer the next
+		// request reuses. The Limiter does not say whether it is per
+		// identity, so every limited request pays for a copy (one small
+		// allocation); cloning on insert in package limit would remove it.
+		if ok, retry := pol.Limiter.Allow(strings.Clone(ex.d.Identity.Value)); !ok {
 			ex.retryAfter = retry
 			return errRateLimited
 		}
