@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -308,4 +309,76 @@ upstreams:
 		a, err := e.get("/")
 		return err == nil && a.status == 503
 	})
+}
+
+// TestVersionHeaderRouting is seed 003 through the data plane: the version
+// header picks instances by metadata, and everything else falls back to
+// round robin over all healthy instances.
+func TestVersionHeaderRouting(t *testing.T) {
+	e := start(t, `
+default_upstream: user-center
+upstreams:
+  user-center:
+    version_header: version
+    instances:
+      - {addr: "{{a}}", metadata: {version: "1"}}
+      - {addr: "{{b}}", metadata: {version: "2"}}
+      - {addr: "{{gray}}"}
+  stable: {instances: [{addr: "{{stable}}"}]}
+`, "")
+	count := func(hdr ...string) map[string]int {
+		seen := map[string]int{}
+		for i := 0; i < 30; i++ {
+			a, err := e.get("/", hdr...)
+			if err != nil || a.status != 200 {
+				t.Fatalf("%+v %v", a, err)
+			}
+			seen[a.backend]++
+		}
+		return seen
+	}
+	if got := count("version", "2"); got["b"] != 30 {
+		t.Errorf("version 2 went to %v, want only b", got)
+	}
+	if got := count("version", "1"); got["a"] != 30 {
+		t.Errorf("version 1 went to %v, want only a", got)
+	}
+	for _, hdr := range [][]string{nil, {"version", ""}, {"version", "9"}} {
+		if got := count(hdr...); got["a"] != 10 || got["b"] != 10 || got["gray"] != 10 {
+			t.Errorf("header %v: %v, want round robin over all three", hdr, got)
+		}
+	}
+}
+
+// TestPassiveEjection: an instance that keeps answering 500 is ejected and
+// gets no traffic until its backoff ends.
+func TestPassiveEjection(t *testing.T) {
+	f := &flaky{}
+	f.mode.Store(3) // every answer is a 500
+	badAddr := startFlaky(t, f)
+	e := start(t, `
+default_upstream: pool
+upstreams:
+  pool:
+    passive_health: {consecutive_failures: 2, base_ejection: 30s}
+    instances: [{addr: "{{a}}"}, {addr: "`+badAddr+`"}]
+`, "")
+	for i := 0; i < 40; i++ {
+		e.get("/")
+	}
+	before := f.count.Load()
+	for i := 0; i < 20; i++ {
+		if a, _ := e.get("/"); a.backend != "a" || a.status != 200 {
+			t.Fatalf("after ejection: %+v", a)
+		}
+	}
+	if f.count.Load() != before {
+		t.Errorf("the ejected instance got %d requests", f.count.Load()-before)
+	}
+	resp, _ := http.Get(e.admin + "/metrics")
+	body := readAll(resp)
+	resp.Body.Close()
+	if !strings.Contains(body, `graygate_pool_ejected_instances{pool="pool"} 1`) || !strings.Contains(body, `graygate_instance_ejections_total{addr="`+badAddr+`"} 1`) {
+		t.Errorf("metrics do not show the ejection")
+	}
 }

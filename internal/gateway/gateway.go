@@ -181,7 +181,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.router = router.New(snap)
 
-	popts, err := proxyOptions(cfg, opts.AccessLog)
+	popts, err := proxyOptions(cfg, opts.AccessLog, opts.Now)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -220,7 +220,7 @@ func tokens(cfg *config.Config, flagToken string) []admin.Token {
 	return out
 }
 
-func proxyOptions(cfg *config.Config, accessLog io.Writer) (proxy.Options, error) {
+func proxyOptions(cfg *config.Config, accessLog io.Writer, now func() time.Time) (proxy.Options, error) {
 	var trusted []netip.Prefix
 	for _, p := range cfg.TrustedProxies {
 		pr, err := config.ParsePrefix(p)
@@ -230,6 +230,7 @@ func proxyOptions(cfg *config.Config, accessLog io.Writer) (proxy.Options, error
 		trusted = append(trusted, pr)
 	}
 	o := proxy.Options{
+		Now:                   now,
 		TrustedProxies:        trusted,
 		DialTimeout:           cfg.Proxy.DialTimeout.Std(),
 		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Std(),

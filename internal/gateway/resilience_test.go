@@ -111,7 +111,7 @@ func TestGrayProcessKilledUnderLoad(t *testing.T) {
 
 // flaky is a gray backend whose failure mode can be switched.
 type flaky struct {
-	mode  atomic.Int32 // 0 ok, 1 half 500s, 2 slow (800ms)
+	mode  atomic.Int32 // 0 ok, 1 half 500s, 2 slow (800ms), 3 all 500s
 	count atomic.Int64
 }
 
@@ -125,6 +125,9 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case 2:
 		time.Sleep(800 * time.Millisecond)
+	case 3:
+		w.WriteHeader(500)
+		return
 	}
 	w.Header().Set("X-Backend", "gray")
 	fmt.Fprint(w, "gray")

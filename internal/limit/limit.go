@@ -8,6 +8,7 @@ import (
 	"container/list"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +135,7 @@ func (l *Limiter) userLocked(id string) *rate.Limiter {
 		l.lru.MoveToFront(e)
 		return e.Value.(*userBucket).l
 	}
+	id = strings.Clone(id) // the caller's string may alias a request buffer
 	b := &userBucket{id: id, l: rate.NewLimiter(rate.Limit(l.cfg.RPS), l.cfg.Burst)}
 	l.users[id] = l.lru.PushFront(b)
 	for l.lru.Len() > l.cfg.MaxIdentities {

@@ -164,6 +164,7 @@ type exchange struct {
 	peer netip.Addr
 
 	inst *upstream.Instance
+	pool *upstream.Pool // the pool inst came from, told the outcome once
 	uc   *upstreamClient
 	req  fasthttp.Request
 	resp fasthttp.Response
@@ -237,6 +238,10 @@ func (p *Proxy) getExchange() *exchange {
 // to the pool.
 func (ex *exchange) finish() {
 	p := ex.p
+	// Passive health: 5xx from the upstream, or a transport failure the
+	// gateway answered with 502/504, counts against the instance; a client
+	// that left or was refused does not.
+	ex.reportUpstream(ex.status < 500)
 	end := p.now()
 	elapsed := end.Sub(ex.start)
 	if ex.gate != nil {
@@ -256,11 +261,19 @@ func (ex *exchange) finish() {
 	p.exchanges.Put(ex)
 }
 
+// reportUpstream tells the pool the picked instance's outcome, once.
+func (ex *exchange) reportUpstream(ok bool) {
+	if ex.inst != nil && ex.pool != nil {
+		ex.pool.Report(ex.inst, ok)
+		ex.pool = nil
+	}
+}
+
 func (ex *exchange) reset() {
 	ex.view.ctx, ex.view.ip, ex.view.dec = nil, netip.Addr{}, ex.view.dec[:0]
 	ex.d = router.Decision{}
 	ex.peer = netip.Addr{}
-	ex.inst, ex.uc = nil, nil
+	ex.inst, ex.uc, ex.pool = nil, nil, nil
 	ex.req.Reset()
 	ex.resp.Reset()
 	ex.reqBody.src, ex.reqBody.n, ex.reqBody.size, ex.reqBody.max, ex.reqBody.pre = nil, 0, 0, 0, nil
@@ -381,12 +394,20 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		}
 		ex.gate = g
 	}
-	inst, err := pool.Pick()
+	var inst *upstream.Instance
+	var err error
+	if h := pool.VersionHeader; h != "" {
+		// Seed 003: the request's version header picks instances by their
+		// version metadata, falling back to all healthy ones.
+		inst, err = pool.PickVersion(b2s(ctx.Request.Header.Peek(h)))
+	} else {
+		inst, err = pool.Pick()
+	}
 	if err != nil {
 		ex.recordOutcome(time.Time{}, err)
 		return false, err
 	}
-	ex.inst = inst
+	ex.inst, ex.pool = inst, pool
 	ex.uc = p.client(inst)
 	p.buildRequest(ctx, ex, trusted)
 	if ws {

@@ -174,6 +174,7 @@ func (ex *exchange) fallBack(err error) {
 	if ex.inst != nil {
 		ex.fallbackAddr = ex.inst.Addr
 	}
+	ex.reportUpstream(false)
 	d := &ex.d
 	d.Intended, d.Target = d.Target, d.Stable
 	d.Group, d.Degraded, d.Tag = router.GroupStable, router.DegradedFallback, ""
