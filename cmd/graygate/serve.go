@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"github.com/graygate/graygate/internal/config"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/graygate/graygate/internal/gateway"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/store/etcdstore"
+	"github.com/graygate/graygate/internal/tags"
 )
 
 // serveFlags are serve's flags; set ones override the config file.
@@ -99,6 +102,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger := newLogger(stderr, slog.LevelInfo)
 	slog.SetDefault(logger)
+	redis.SetLogger(tags.RedisLogger{L: logger}) // go-redis logs through a process-wide logger
 	var src *configSource
 	if f.config != "" {
 		src = &configSource{path: f.config, load: func() (*config.Config, error) { return f.load(fs) }}
