@@ -89,7 +89,7 @@ func (e *env) restart(cfg *config.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.gw, e.stop, e.done = g, cancel, make(chan error, 1)
 	e.data, e.admin = "http://"+dl.Addr().String(), "http://"+al.Addr().String()
-	e.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	go func() { e.done <- g.Serve(ctx, dl, al) }()
 	t.Cleanup(e.shutdown)
 	deadline := time.Now().Add(5 * time.Second)
