@@ -25,8 +25,9 @@ var clientCommands = map[string]func(ctx context.Context, args []string, stdout,
 	"resume": func(ctx context.Context, a []string, o, e io.Writer) error {
 		return cmdRollback(ctx, "resume", a, o, e)
 	},
-	"explain": cmdExplain,
-	"status":  cmdStatus,
+	"explain":  cmdExplain,
+	"status":   cmdStatus,
+	"register": cmdRegister,
 }
 
 // client is the admin API client shared by the CLI commands.

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/store/etcdstore/etcdtest"
 )
 
 // binary is graygate built once for the end-to-end tests, which drive it
@@ -483,4 +485,67 @@ func TestSIGTERMHandover(t *testing.T) {
 		t.Fatalf("%d of %d requests failed across the handover", failed.Load(), served.Load())
 	}
 	t.Logf("%d requests served across the handover, none failed", served.Load())
+}
+
+// TestStoreFlagAndRegister drives the fleet contracts with the binary:
+// serve --store etcd://, and graygate register keeping an instance alive
+// until it is killed, after which its lease expires.
+func TestStoreFlagAndRegister(t *testing.T) {
+	srv := etcdtest.Start(t)
+	url := srv.URL("/graygate")
+	be := backend(t, "registered")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "fleet.yaml")
+	os.WriteFile(cfg, []byte("default_upstream: svc\nupstreams:\n  svc: {discover: user-center, version_header: version}\n"), 0o644)
+	p := startServe(t, "--store", url, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	reg := exec.Command(binary, "register", "--store", url, "--service", "user-center", "--addr", be, "--meta", "version=2", "--ttl", "2s")
+	var regOut bytes.Buffer
+	reg.Stdout, reg.Stderr = &regOut, &regOut
+	if err := reg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Process.Kill(); reg.Wait() })
+	get := func() (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+p.data+"/", nil)
+		req.Header.Set("version", "2")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if code, body := get(); code == 200 && body == "registered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			p.mu.Lock()
+			logs := p.stderr.String()
+			p.mu.Unlock()
+			t.Fatalf("the registered instance never served: %v\nregister: %s\nserve: %s", fmt.Sprint(get()), regOut.String(), logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A PUT through this gateway lands in etcd.
+	if code, out, err := put(p.admin, "r", `{"type":"gray","gray_percent":0,"targets":{"gray":"svc","stable":"svc"}}`); err != nil || code != 201 {
+		t.Fatalf("PUT = %d %v %v", code, out, err)
+	}
+	if out, code := runCLI(t, []string{"GRAYGATE_ADMIN=" + p.admin, "GRAYGATE_ADMIN_TOKEN=tok"}, "status", "-o", "json"); code != 0 || !strings.Contains(out, `"store": "etcd"`) {
+		t.Errorf("status: %d %s", code, out)
+	}
+	reg.Process.Signal(syscall.SIGKILL)
+	reg.Wait()
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		if code, _ := get(); code == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed registration's instance did not disappear")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

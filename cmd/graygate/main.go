@@ -39,6 +39,8 @@ Usage:
   graygate rules list|get|put|delete|history|revert ...
   graygate rollback | resume | explain | status
                                   talk to a running gateway's admin API (see graygate rules -h)
+  graygate register --store etcd://HOST:PORT/PREFIX --service NAME --addr HOST:PORT [--meta K=V]... [--ttl 10s]
+                                  keep a service instance registered for discovery until stopped
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
