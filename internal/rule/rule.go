@@ -14,6 +14,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/bucket"
 	"github.com/graygate/graygate/internal/match"
+	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -109,8 +110,9 @@ type Group struct {
 
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
 
-// ValidKey reports whether k is a valid rule key.
-func ValidKey(k string) bool { return keyPattern.MatchString(k) }
+// ValidKey reports whether k is a valid rule key; the store enforces the
+// same form.
+func ValidKey(k string) bool { return store.ValidKey(k) }
 
 // Decode strictly decodes one rule: unknown fields and type mismatches are
 // errors named by path. On error the returned rule holds what did decode,

@@ -320,26 +320,9 @@ func (s *FileStore) commit(r *record) error {
 	s.mu.Lock()
 	s.st.apply(r)
 	s.mu.Unlock()
-	s.notify(r.Revision)
+	Notify(s.changes, r.Revision)
 	s.maybeCompact()
 	return nil
-}
-
-// notify hands rev to the Changes channel without blocking: if the reader
-// has not taken the previous revision, it is replaced. Only writers send,
-// one at a time, so the second attempt always succeeds.
-func (s *FileStore) notify(rev int64) {
-	for {
-		select {
-		case s.changes <- rev:
-			return
-		default:
-		}
-		select {
-		case <-s.changes:
-		default:
-		}
-	}
 }
 
 // maybeCompact rewrites the journal as a checkpoint once it has grown by
@@ -394,7 +377,7 @@ func (s *FileStore) Get(ctx context.Context, key string) (Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return Entry{}, fmt.Errorf("get rule %q: %w", key, err)
 	}
-	if !validKey(key) {
+	if !ValidKey(key) {
 		return Entry{}, fmt.Errorf("get rule %q: key must match %s: %w", key, keyPattern, ErrInvalid)
 	}
 	s.mu.RLock()
@@ -414,7 +397,7 @@ func (s *FileStore) History(ctx context.Context, key string) ([]Change, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("history of %q: %w", key, err)
 	}
-	if !validKey(key) && key != GlobalKey {
+	if !ValidKey(key) && key != GlobalKey {
 		return nil, fmt.Errorf("history of %q: key must match %s or be %q: %w", key, keyPattern, GlobalKey, ErrInvalid)
 	}
 	s.mu.RLock()
@@ -436,7 +419,7 @@ func (s *FileStore) Put(ctx context.Context, key string, rule json.RawMessage, i
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	if !validKey(key) {
+	if !ValidKey(key) {
 		return fail(fmt.Errorf("key must match %s: %w", keyPattern, ErrInvalid))
 	}
 	if ifVersion < AnyVersion {
@@ -492,7 +475,7 @@ func (s *FileStore) Delete(ctx context.Context, key string, ifVersion int64, m M
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	if !validKey(key) {
+	if !ValidKey(key) {
 		return fail(fmt.Errorf("key must match %s: %w", keyPattern, ErrInvalid))
 	}
 	if ifVersion < AnyVersion {
@@ -540,7 +523,7 @@ func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, m Meta
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	if key != "" && !validKey(key) {
+	if key != "" && !ValidKey(key) {
 		return fail(fmt.Errorf("key must match %s: %w", keyPattern, ErrInvalid))
 	}
 	if m.Op != "" && m.Op != op {

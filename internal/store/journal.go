@@ -310,7 +310,7 @@ func parseJournal(data []byte, limit int) (*state, parsed, error) {
 // of that key in a checkpoint, from the before-state r carries.
 func startGroup(st *state, r *record) (*keyState, error) {
 	switch {
-	case !validKey(r.Key) && r.Key != GlobalKey:
+	case !ValidKey(r.Key) && r.Key != GlobalKey:
 		return nil, fmt.Errorf("invalid key %q", r.Key)
 	case r.Version < 1:
 		return nil, fmt.Errorf("key %q: version %d is not positive", r.Key, r.Version)

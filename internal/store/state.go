@@ -84,7 +84,7 @@ func (st *state) checkNext(r *record) error {
 // the loader both go through it, so a file that loads is one the writer
 // could have produced.
 func checkRecord(ks *keyState, r *record) error {
-	if !validKey(r.Key) && r.Key != GlobalKey {
+	if !ValidKey(r.Key) && r.Key != GlobalKey {
 		return fmt.Errorf("invalid key %q", r.Key)
 	}
 	if r.Version != ks.version+1 {

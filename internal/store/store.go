@@ -146,9 +146,11 @@ type Store interface {
 	Close() error
 }
 
-// validKey reports whether key matches ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$.
-// It is written out instead of using regexp because it runs on every call.
-func validKey(key string) bool {
+// ValidKey reports whether key matches ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$,
+// the form of rule keys. It is written out instead of using regexp because
+// it runs on every call. Keys never hold a slash, so they can be used as
+// path or etcd key segments unescaped.
+func ValidKey(key string) bool {
 	if len(key) == 0 || len(key) > 128 {
 		return false
 	}
@@ -166,3 +168,20 @@ func validKey(key string) bool {
 
 // keyPattern is the documented form of a rule key, used in error messages.
 const keyPattern = `^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`
+
+// Notify hands rev to a Changes channel (capacity 1) without blocking,
+// replacing a revision the reader has not taken yet. It must have a single
+// sender at a time.
+func Notify(ch chan int64, rev int64) {
+	for {
+		select {
+		case ch <- rev:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
+	}
+}

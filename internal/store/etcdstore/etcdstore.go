@@ -326,7 +326,7 @@ func (s *Store) publish(snap *snapshot, notify bool) {
 	s.amu.Lock()
 	s.snap.Store(snap)
 	if notify {
-		s.notify(snap.state.Revision)
+		store.Notify(s.changes, snap.state.Revision)
 	}
 	close(s.applied)
 	s.applied = make(chan struct{})
@@ -347,22 +347,6 @@ func (s *Store) waitApplied(ctx context.Context, rev int64) bool {
 		case <-ch:
 		case <-ctx.Done():
 			return false
-		}
-	}
-}
-
-// notify hands rev to the Changes channel without blocking, replacing a
-// revision the reader has not taken yet. Only the watch goroutine sends.
-func (s *Store) notify(rev int64) {
-	for {
-		select {
-		case s.changes <- rev:
-			return
-		default:
-		}
-		select {
-		case <-s.changes:
-		default:
 		}
 	}
 }

@@ -18,23 +18,9 @@ import (
 // keyPattern is the documented form of a rule key, used in error messages.
 const keyPattern = `^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`
 
-// validKey reports whether key matches keyPattern. Keys can never hold a
-// slash, which is what lets them be used as etcd key segments unescaped.
-func validKey(key string) bool {
-	if len(key) == 0 || len(key) > 128 {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+// validKey is store.ValidKey: keys never hold a slash, which is what
+// lets them be used as etcd key segments unescaped.
+var validKey = store.ValidKey
 
 // normalizeRule checks that rule is one JSON object in UTF-8 of at most limit
 // bytes and returns it compacted, in a fresh slice.
