@@ -259,6 +259,10 @@ type Route struct {
 	// Upstream serves what no rule claims (default: the global default upstream).
 	Upstream     string `json:"upstream,omitempty"`
 	PreserveHost *bool  `json:"preserve_host,omitempty"`
+	// VersionHeader turns on seed 003's routing for the route: the named
+	// request header (true means "version") picks the target pool's
+	// instances by their version metadata, falling back to all healthy ones.
+	VersionHeader upstream.VersionHeader `json:"version_header,omitempty"`
 	// Limits (timeout, max_body_bytes, fallback_body_bytes, rate_limit)
 	// override the top-level limits for this route.
 	Limits

@@ -382,3 +382,32 @@ upstreams:
 		t.Errorf("metrics do not show the ejection")
 	}
 }
+
+// TestRouteVersionHeader turns seed 003's routing on for one route only.
+func TestRouteVersionHeader(t *testing.T) {
+	e := start(t, `
+default_upstream: stable
+upstreams:
+  user-center:
+    instances:
+      - {addr: "{{a}}", metadata: {version: "1"}}
+      - {addr: "{{b}}", metadata: {version: "2"}}
+  stable: {instances: [{addr: "{{stable}}"}]}
+routes:
+  - {name: users, path_prefix: /users/, upstream: user-center, version_header: X-Version}
+  - {name: other, path_prefix: /other/, upstream: user-center}
+`, "")
+	for i := 0; i < 10; i++ {
+		if a, _ := e.get("/users/1", "X-Version", "2"); a.backend != "b" {
+			t.Fatalf("users route, X-Version 2: %+v", a)
+		}
+	}
+	seen := map[string]int{}
+	for i := 0; i < 10; i++ {
+		a, _ := e.get("/other/1", "X-Version", "2")
+		seen[a.backend]++
+	}
+	if seen["a"] != 5 || seen["b"] != 5 {
+		t.Errorf("a route without version_header ignores the header: %v", seen)
+	}
+}

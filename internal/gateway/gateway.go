@@ -361,7 +361,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	}
 	for _, rt := range cfg.Routes {
 		spec := router.RouteSpec{Name: rt.Name, Host: rt.Host, PathPrefix: rt.PathPrefix, UpstreamHost: !*cfg.PreserveHost,
-			Policy: g.policy(rt.Name, rt.Limits.Over(cfg.Limits))}
+			Policy: g.policy(rt.Name, rt.Limits.Over(cfg.Limits)), VersionHeader: string(rt.VersionHeader)}
 		if rt.PreserveHost != nil {
 			spec.UpstreamHost = !*rt.PreserveHost
 		}

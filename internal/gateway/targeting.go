@@ -30,7 +30,15 @@ func newTargeting(cfg config.Targeting, logger *slog.Logger) (*targeting, error)
 		t.src.Geo = g
 	}
 	if cfg.Tags != nil {
-		r, err := tags.New(*cfg.Tags, logger.With("component", "tags"))
+		tc := *cfg.Tags
+		if tc.JWT != nil && tc.JWT.PhoneClaim == "" && cfg.Region != nil && cfg.Region.PhoneClaim != "" {
+			// The region's phone claim is read from the verified token,
+			// which the tag sources own.
+			j := *tc.JWT
+			j.PhoneClaim = cfg.Region.PhoneClaim
+			tc.JWT = &j
+		}
+		r, err := tags.New(tc, logger.With("component", "tags"))
 		if err != nil {
 			t.close()
 			return nil, fmt.Errorf("targeting.tags: %w", err)

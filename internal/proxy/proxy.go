@@ -396,7 +396,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	}
 	var inst *upstream.Instance
 	var err error
-	if h := pool.VersionHeader; h != "" {
+	h := ex.d.VersionHeader
+	if h == "" {
+		h = pool.VersionHeader
+	}
+	if h != "" {
 		// Seed 003: the request's version header picks instances by their
 		// version metadata, falling back to all healthy ones.
 		inst, err = pool.PickVersion(b2s(ctx.Request.Header.Peek(h)))

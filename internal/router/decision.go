@@ -56,6 +56,10 @@ type Decision struct {
 	Ticket  breaker.Ticket
 	// Policy holds the route's limits; it is never nil.
 	Policy *Policy
+	// VersionHeader names the request header whose value picks instances
+	// by their "version" metadata (seed 003), for routes that enable it;
+	// "" leaves it to the pool's own setting.
+	VersionHeader string
 }
 
 // DefaultFallbackBodyBytes is how much of a request body is buffered so

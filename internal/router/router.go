@@ -37,6 +37,8 @@ type RouteSpec struct {
 	UpstreamHost bool
 	// Policy holds the route's limits (nil: none).
 	Policy *Policy
+	// VersionHeader enables seed 003's version-header routing on the route.
+	VersionHeader string
 }
 
 // Input is everything a Snapshot is built from.
@@ -84,6 +86,7 @@ type route struct {
 	def                *upstream.Pool
 	upstreamHost       bool
 	policy             *Policy
+	versionHeader      string
 	// entries are the route's rules in evaluation order. bySegment holds,
 	// for each first path segment some rule pins, the entries that can
 	// match a path starting with that segment (in order); unpinned holds
@@ -184,7 +187,7 @@ func Build(in Input) (*Snapshot, error) {
 			return nil, fmt.Errorf("route %q is defined twice", rs.Name)
 		}
 		names[rs.Name] = true
-		rt := &route{name: rs.Name, host: strings.ToLower(rs.Host), prefix: rs.PathPrefix, def: rs.Default, upstreamHost: rs.UpstreamHost, policy: orNoPolicy(rs.Policy)}
+		rt := &route{name: rs.Name, host: strings.ToLower(rs.Host), prefix: rs.PathPrefix, def: rs.Default, upstreamHost: rs.UpstreamHost, policy: orNoPolicy(rs.Policy), versionHeader: rs.VersionHeader}
 		if rt.prefix == "" {
 			rt.prefix = "/"
 		}
@@ -283,7 +286,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	id := s.resolveIdentity(req, &f)
 	f.UID = id.Value
 	rt := s.route(req.Host(), req.Path())
-	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy}
+	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader}
 	if tr != nil {
 		tr.Identity, tr.Route = id, rt.name
 	}
