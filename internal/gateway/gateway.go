@@ -81,21 +81,20 @@ type cached struct {
 
 // Status is the document GET /api/v1/status returns.
 type Status struct {
-	Revision      int64              `json:"revision"`
-	Rules         int                `json:"rules"`
-	RolledBack    bool               `json:"rolled_back"`
-	StoreKind     string             `json:"store"`
-	LastReload    time.Time          `json:"last_reload"`
-	LastResult    string             `json:"last_reload_result"`
-	LastError     string             `json:"last_error,omitempty"`
-	LastErrorAt   *time.Time         `json:"last_error_at,omitempty"`
-	BrokenRules   map[string]string  `json:"broken_rules,omitempty"`
-	Breakers      []breaker.Snapshot `json:"breakers"`
-	Stale         bool               `json:"stale"`
-	Sync          *StoreSync         `json:"store_sync,omitempty"`
-	ConfigGen     int                `json:"config_generation"`
-	StartedAt     time.Time          `json:"started_at"`
-	configReloads int
+	Revision    int64              `json:"revision"`
+	Rules       int                `json:"rules"`
+	RolledBack  bool               `json:"rolled_back"`
+	StoreKind   string             `json:"store"`
+	LastReload  time.Time          `json:"last_reload"`
+	LastResult  string             `json:"last_reload_result"`
+	LastError   string             `json:"last_error,omitempty"`
+	LastErrorAt *time.Time         `json:"last_error_at,omitempty"`
+	BrokenRules map[string]string  `json:"broken_rules,omitempty"`
+	Breakers    []breaker.Snapshot `json:"breakers"`
+	Stale       bool               `json:"stale"`
+	Sync        *StoreSync         `json:"store_sync,omitempty"`
+	ConfigGen   int                `json:"config_generation"`
+	StartedAt   time.Time          `json:"started_at"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
