@@ -154,3 +154,22 @@ func TestAsyncWriterFlushesPeriodically(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", `q"uote\back`, "ctl\x00\x01\x1f\n\r\t", "用户\u2028\u2029", "bad\xff\xfe utf8", "<&>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		enc := appendJSONString(nil, s)
+		var got string
+		if err := json.Unmarshal(enc, &got); err != nil {
+			t.Fatalf("appendJSONString(%q) = %s, not JSON: %v", s, enc, err)
+		}
+		ref, _ := json.Marshal(s)
+		var want string
+		_ = json.Unmarshal(ref, &want)
+		if got != want {
+			t.Fatalf("appendJSONString(%q) decodes to %q, encoding/json to %q", s, got, want)
+		}
+	})
+}

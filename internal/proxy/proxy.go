@@ -252,7 +252,7 @@ func (ex *exchange) finish() {
 		p.opts.OnDone(&ex.d, ex.status, elapsed, ex.bytesOut)
 	}
 	if p.access != nil {
-		p.access.record(ex, elapsed)
+		p.access.record(ex, end, elapsed)
 	}
 	if ex.d.Degraded != "" {
 		p.degrade.record(ex, end)
