@@ -109,7 +109,8 @@ func (l *Limiter) Configure(cfg Config) {
 }
 
 // Allow takes a token for a request from identity (ignored unless the limit
-// is per identity). When there is none it returns false and how long until
+// is per identity). identity may alias a request buffer: it is cloned when
+// kept. When there is none it returns false and how long until
 // one will be, for Retry-After.
 func (l *Limiter) Allow(identity string) (bool, time.Duration) {
 	now := l.now()

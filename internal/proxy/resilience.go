@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,12 +32,9 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		ex.headerTimeout = pol.UpstreamTimeout
 	}
 	if pol.Limiter != nil {
-		// A per-identity Limiter keeps the identity it has not seen before
-		// as a map key, and ex.d.Identity.Value lives in a buffer the next
-		// request reuses. The Limiter does not say whether it is per
-		// identity, so every limited request pays for a copy (one small
-		// allocation); cloning on insert in package limit would remove it.
-		if ok, retry := pol.Limiter.Allow(strings.Clone(ex.d.Identity.Value)); !ok {
+		// ex.d.Identity.Value may alias a request buffer; the Limiter
+		// clones an identity when it keeps one as a map key.
+		if ok, retry := pol.Limiter.Allow(ex.d.Identity.Value); !ok {
 			ex.retryAfter = retry
 			return errRateLimited
 		}
