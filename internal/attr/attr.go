@@ -63,3 +63,23 @@ func (m *Map) ClientIP() netip.Addr              { return m.IP }
 
 // PeerTrusted reports whether the peer is a trusted proxy.
 func (m *Map) PeerTrusted() bool { return m.Trusted }
+
+// ValidToken reports whether s is an RFC 9110 token, the grammar of header
+// names and (RFC 6265) cookie names. Config validation uses it wherever a
+// header or cookie is named.
+func ValidToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '!' || c == '#' || c == '$' || c == '%' || c == '&' || c == '\'' || c == '*' ||
+			c == '+' || c == '-' || c == '.' || c == '^' || c == '_' || c == '`' || c == '|' || c == '~':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/nyaruka/phonenumbers"
 	"golang.org/x/text/language"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -99,7 +100,7 @@ func (c *Config) Validate(path string) error {
 		errs = append(errs, strict.Errorf(strict.Join(path, field), format, args...))
 	}
 	for _, f := range []struct{ name, v string }{{"header", c.Header}, {"phone_header", c.PhoneHeader}} {
-		if f.v != "" && !isToken(f.v) {
+		if f.v != "" && !attr.ValidToken(f.v) {
 			add(f.name, "must be a header name (RFC 9110 token), got %q", f.v)
 		}
 	}
@@ -137,29 +138,4 @@ func needs(source string) string {
 		return "set geoip_db"
 	}
 	return "set phone_header or phone_claim"
-}
-
-// isToken reports whether s is an RFC 9110 token, the grammar of header names.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c < 0x80 && c > ' ' && !isSeparator(c):
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func isSeparator(c byte) bool {
-	switch c {
-	case '(', ')', ',', '/', ':', ';', '<', '=', '>', '?', '@', '[', '\\', ']', '{', '}', '"', 0x7f:
-		return true
-	}
-	return false
 }

@@ -68,10 +68,10 @@ func (c *Config) Validate(path string) error {
 		if n != 1 {
 			errs = append(errs, strict.Errorf(p, "set exactly one of header, cookie or query"))
 		}
-		if s.Header != "" && !validToken(s.Header) {
+		if s.Header != "" && !attr.ValidToken(s.Header) {
 			errs = append(errs, strict.Errorf(strict.Join(p, "header"), "invalid header name %q", s.Header))
 		}
-		if s.Cookie != "" && !validToken(s.Cookie) {
+		if s.Cookie != "" && !attr.ValidToken(s.Cookie) {
 			errs = append(errs, strict.Errorf(strict.Join(p, "cookie"), "invalid cookie name %q", s.Cookie))
 		}
 	}
@@ -83,23 +83,10 @@ func (c *Config) Validate(path string) error {
 	if c.JWT != "" && c.JWT != "first" && c.JWT != "only" {
 		errs = append(errs, strict.Errorf(strict.Join(path, "jwt"), "must be \"first\" or \"only\", got %q", c.JWT))
 	}
-	if c.AnonymousCookie != "" && !validToken(c.AnonymousCookie) {
+	if c.AnonymousCookie != "" && !attr.ValidToken(c.AnonymousCookie) {
 		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous_cookie"), "invalid cookie name %q", c.AnonymousCookie))
 	}
 	return errors.Join(errs...)
-}
-
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == ':' || c == ';' || c == ',' || c == '=' || c == '"' || c == '(' || c == ')' || c == '/' || c == '\\' {
-			return false
-		}
-	}
-	return true
 }
 
 type source struct {

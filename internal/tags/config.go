@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -150,7 +151,7 @@ func (r *RedisConfig) defaults() {
 // (files, environment variables).
 func (c *Config) Validate(path string) error {
 	var errs []error
-	if c.Header != "" && !validToken(c.Header) {
+	if c.Header != "" && !attr.ValidToken(c.Header) {
 		errs = append(errs, strict.Errorf(strict.Join(path, "header"), "invalid header name %q", c.Header))
 	}
 	if c.JWT != nil {
@@ -167,10 +168,10 @@ func (j *JWTConfig) validate(path string) error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, strict.Errorf(strict.Join(path, field), format, args...))
 	}
-	if j.Header != "" && !validToken(j.Header) {
+	if j.Header != "" && !attr.ValidToken(j.Header) {
 		bad("header", "invalid header name %q", j.Header)
 	}
-	if j.Cookie != "" && !validToken(j.Cookie) {
+	if j.Cookie != "" && !attr.ValidToken(j.Cookie) {
 		bad("cookie", "invalid cookie name %q", j.Cookie)
 	}
 	if j.Header == "" && j.Cookie == "" {
@@ -226,21 +227,6 @@ func (r *RedisConfig) validate(path string) error {
 		bad("breaker_cooldown", "must be more than 0, got %s", r.BreakerCooldown.Std())
 	}
 	return errors.Join(errs...)
-}
-
-// validToken reports whether s is an RFC 9110 token, which header and
-// cookie names must be.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // Duration is a time.Duration written as "20ms" or "30s". It mirrors

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -133,7 +134,7 @@ func (c *Config) Validate(path string) error {
 	if !c.Balancer.valid() {
 		add("balancer", "unknown balancer %q (want %q, %q or %q)", c.Balancer, RoundRobin, Weighted, LeastRequest)
 	}
-	if h := string(c.VersionHeader); h != "" && !isToken(h) {
+	if h := string(c.VersionHeader); h != "" && !attr.ValidToken(h) {
 		add("version_header", "%q is not a valid header name", h)
 	}
 	if p := c.PassiveHealth; p != nil {
@@ -179,24 +180,6 @@ func validProbePath(p string) bool {
 	}
 	for i := 0; i < len(p); i++ {
 		if p[i] <= ' ' || p[i] == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// isToken reports whether s is an RFC 9110 token, as header names must be.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case c == '!' || c == '#' || c == '$' || c == '%' || c == '&' || c == '\'' || c == '*' ||
-			c == '+' || c == '-' || c == '.' || c == '^' || c == '_' || c == '`' || c == '|' || c == '~':
-		default:
 			return false
 		}
 	}
