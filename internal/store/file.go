@@ -160,7 +160,7 @@ func ensureDir(dir string) error {
 		return err
 	}
 	for _, d := range missing {
-		if err := syncDir(filepath.Dir(d)); err != nil {
+		if err := SyncDir(filepath.Dir(d)); err != nil {
 			return err
 		}
 	}
@@ -271,7 +271,7 @@ func (s *FileStore) writeCheckpoint(st *state) (*os.File, int64, error) {
 	if err := os.Rename(tmp, s.path); err != nil {
 		return fail(fmt.Errorf("rename checkpoint into place: %w", err))
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := SyncDir(s.dir); err != nil {
 		return f, size, fmt.Errorf("fsync directory after renaming the checkpoint: %w", err)
 	}
 	return f, size, nil
@@ -641,9 +641,10 @@ func normalizeRule(rule json.RawMessage) (json.RawMessage, error) {
 	return buf.Bytes(), nil
 }
 
-// syncDir fsyncs a directory, making the entries created or renamed in it
-// durable.
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, making the entries created or renamed in it
+// durable. Every store that writes files atomically (temp file, fsync,
+// rename) finishes with it.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

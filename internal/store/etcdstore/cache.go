@@ -129,7 +129,7 @@ func (c *cacheFile) write(snap *snapshot) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write cache %s: %w", c.path, err)
 	}
-	return syncDir(c.dir)
+	return store.SyncDir(c.dir)
 }
 
 // load reads the cache file. A cache of another prefix is refused: serving
@@ -163,17 +163,4 @@ func (c *cacheFile) load() (*snapshot, time.Time, error) {
 	}
 	doc.State.Rules = rules
 	return &snapshot{state: doc.State, etcdRev: doc.EtcdRevision}, doc.SyncedAt, nil
-}
-
-// syncDir fsyncs a directory, making a rename in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return d.Close()
 }
