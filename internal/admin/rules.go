@@ -47,13 +47,8 @@ func (s *Server) listRules(w http.ResponseWriter, r *http.Request, _ principal) 
 	writeJSON(w, http.StatusOK, map[string]any{"revision": st.Revision, "rolled_back": st.RolledBack, "rules": out})
 }
 
-func (s *Server) getRule(w http.ResponseWriter, r *http.Request, _ principal) {
-	key := r.PathValue("key")
-	st, err := s.opts.Store.Load(r.Context())
-	if err != nil {
-		storeError(w, err)
-		return
-	}
+// writeRule answers with rule key as it stands in st, or 404.
+func writeRule(w http.ResponseWriter, st store.State, key string) {
 	for _, e := range st.Rules {
 		if e.Key == key {
 			writeJSON(w, http.StatusOK, ruleView(e, st.RolledBack))
@@ -61,6 +56,16 @@ func (s *Server) getRule(w http.ResponseWriter, r *http.Request, _ principal) {
 		}
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q not found", key), nil)
+}
+
+func (s *Server) getRule(w http.ResponseWriter, r *http.Request, _ principal) {
+	key := r.PathValue("key")
+	st, err := s.opts.Store.Load(r.Context())
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	writeRule(w, st, key)
 }
 
 // parseIfMatch reads If-Match: a version number, optionally quoted, or "*".
@@ -320,11 +325,5 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		writeJSON(w, http.StatusOK, map[string]any{"rolled_back": st.RolledBack, "revision": st.Revision})
 		return
 	}
-	for _, e := range st.Rules {
-		if e.Key == key {
-			writeJSON(w, http.StatusOK, ruleView(e, st.RolledBack))
-			return
-		}
-	}
-	writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q not found", key), nil)
+	writeRule(w, st, key)
 }
