@@ -33,7 +33,7 @@ func startFleetMember(t *testing.T, srv *etcdtest.Server, backends map[string]st
 	t.Helper()
 	yaml := baseConfig
 	for name, addr := range backends {
-		yaml = replaceAll(yaml, "{{"+name+"}}", addr)
+		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", addr)
 	}
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
@@ -57,25 +57,6 @@ func startFleetMember(t *testing.T, srv *etcdtest.Server, backends map[string]st
 	}
 	e.restart(cfg)
 	return e
-}
-
-func replaceAll(s, old, new string) string {
-	for {
-		i := indexOf(s, old)
-		if i < 0 {
-			return s
-		}
-		s = s[:i] + new + s[i+len(old):]
-	}
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 // waitFor polls until cond holds or the deadline passes.

@@ -171,9 +171,10 @@ func TestRollback(t *testing.T) {
 				t.Errorf("rolled back gray, user %s = %+v", u, d)
 			}
 		}
-		d := s.Decide(get("/ab", "X-User-Id", "1"), nil)
-		if d.Rule != "g" {
-			// the gray rule claims everything at 100%; check ab via its own path below
+		// The gray rule comes first and claims everyone at 100%, so /ab is
+		// its, rolled back to stable; the ab rule alone is checked below.
+		if d := s.Decide(get("/ab", "X-User-Id", "1"), nil); d.Rule != "g" || d.Group != GroupStable || d.Degraded != DegradedRollback {
+			t.Errorf("rolled back, /ab = %+v, want rule g sent to stable", d)
 		}
 	}
 	s := build(t, Input{Rules: []*rule.Compiled{ab}, RolledBackAll: true})
