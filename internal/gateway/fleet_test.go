@@ -127,28 +127,15 @@ func TestFleet(t *testing.T) {
 	}
 
 	// etcd is killed while traffic flows: no request fails.
-	stop := make(chan struct{})
 	var failed, served atomic.Int64
-	var load sync.WaitGroup
-	for i, g := range gws[:2] { // the third is restarted below
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				a, err := g.get("/", "X-User-Id", fmt.Sprint("load-", i, "-", n%500))
-				if err != nil || a.status != 200 {
-					failed.Add(1)
-				}
-				served.Add(1)
-				time.Sleep(2 * time.Millisecond)
-			}
-		}()
-	}
+	stop := underLoad(2, func(w, n int) { // gateways 1 and 2; the third is restarted below
+		a, err := gws[w].get("/", "X-User-Id", fmt.Sprint("load-", w, "-", n%500))
+		if err != nil || a.status != 200 {
+			failed.Add(1)
+		}
+		served.Add(1)
+		time.Sleep(2 * time.Millisecond)
+	})
 	time.Sleep(300 * time.Millisecond)
 	srv.Stop()
 	waitFor(t, "the gateways to notice etcd is gone", 10*time.Second, func() bool {
@@ -178,8 +165,7 @@ func TestFleet(t *testing.T) {
 		t.Errorf("status during the outage = %v, want stale", st)
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	load.Wait()
+	stop()
 	if failed.Load() > 0 {
 		t.Fatalf("%d of %d requests failed while etcd was down", failed.Load(), served.Load())
 	}

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,3 +308,25 @@ upstreams:
   a:      {instances: [{addr: "{{a}}"}]}
   b:      {instances: [{addr: "{{b}}"}]}
 `
+
+// underLoad runs workers goroutines, each calling request(worker, n) for
+// n = 0, 1, 2, … until the returned stop is called; stop waits for them.
+func underLoad(workers int, request func(w, n int)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				request(w, n)
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
+}

@@ -69,40 +69,26 @@ func TestGrayProcessKilledUnderLoad(t *testing.T) {
 	e := start(t, strings.Replace(baseConfig, `gray:   {instances: [{addr: "{{gray}}"}]}`, `gray:   {instances: [{addr: "`+grayAddr+`"}]}`, 1), "")
 	e.mustPut("canary", grayRule(30))
 	var failed, gray, fallback, total atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 6; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				a, err := e.get("/api", "X-User-Id", fmt.Sprint(w*100000+n))
-				total.Add(1)
-				switch {
-				case err != nil || a.status != 200:
-					failed.Add(1)
-					t.Errorf("request failed: %+v %v", a, err)
-				case a.group == "gray" && a.backend == "gray":
-					gray.Add(1)
-				case a.degraded == "fallback" || a.degraded == "breaker":
-					if a.backend != "stable" || a.group != "stable" {
-						t.Errorf("degraded answer not from stable: %+v", a)
-					}
-					fallback.Add(1)
-				}
+	stop := underLoad(6, func(w, n int) {
+		a, err := e.get("/api", "X-User-Id", fmt.Sprint(w*100000+n))
+		total.Add(1)
+		switch {
+		case err != nil || a.status != 200:
+			failed.Add(1)
+			t.Errorf("request failed: %+v %v", a, err)
+		case a.group == "gray" && a.backend == "gray":
+			gray.Add(1)
+		case a.degraded == "fallback" || a.degraded == "breaker":
+			if a.backend != "stable" || a.group != "stable" {
+				t.Errorf("degraded answer not from stable: %+v", a)
 			}
-		}()
-	}
+			fallback.Add(1)
+		}
+	})
 	time.Sleep(500 * time.Millisecond)
 	killGray()
 	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 	t.Logf("%d requests: %d gray before the kill, %d degraded to stable after it, %d failed", total.Load(), gray.Load(), fallback.Load(), failed.Load())
 	if failed.Load() > 0 || gray.Load() == 0 || fallback.Load() == 0 {
 		t.Fatalf("failed %d, gray %d, degraded %d", failed.Load(), gray.Load(), fallback.Load())

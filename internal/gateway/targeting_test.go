@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,31 +95,17 @@ targeting:
 	}
 	// Redis stops under load: nothing fails; tags become unknown.
 	var failed, total atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				a, err := e.get("/", "Authorization", "Bearer "+token(fmt.Sprint("user", (w*25+n)%100), time.Hour, secret))
-				total.Add(1)
-				if err != nil || a.status != 200 {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
+	stop := underLoad(4, func(w, n int) {
+		a, err := e.get("/", "Authorization", "Bearer "+token(fmt.Sprint("user", (w*25+n)%100), time.Hour, secret))
+		total.Add(1)
+		if err != nil || a.status != 200 {
+			failed.Add(1)
+		}
+	})
 	time.Sleep(300 * time.Millisecond)
 	rs.Stop()
 	time.Sleep(700 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 	if failed.Load() > 0 {
 		t.Fatalf("%d of %d requests failed while Redis was down", failed.Load(), total.Load())
 	}
