@@ -81,6 +81,41 @@ func Defaults() Config {
 	}
 }
 
+// Over returns c's settings laid over defaults: a field c leaves unset
+// takes the default's. A nil c is the defaults. Rules carry a partial
+// Config over the config file's breaker section.
+func (c *Config) Over(defaults Config) Config {
+	if c == nil {
+		return defaults
+	}
+	out := *c
+	if out.Enabled == nil {
+		out.Enabled = defaults.Enabled
+	}
+	if out.Window == 0 {
+		out.Window = defaults.Window
+	}
+	if out.ErrorRate == 0 {
+		out.ErrorRate = defaults.ErrorRate
+	}
+	if out.P99Latency == 0 {
+		out.P99Latency = defaults.P99Latency
+	}
+	if out.MinRequests == 0 {
+		out.MinRequests = defaults.MinRequests
+	}
+	if out.OpenFor == 0 {
+		out.OpenFor = defaults.OpenFor
+	}
+	if out.HalfOpenProbes == 0 {
+		out.HalfOpenProbes = defaults.HalfOpenProbes
+	}
+	if out.ErrorStatuses == nil {
+		out.ErrorStatuses = defaults.ErrorStatuses
+	}
+	return out
+}
+
 // WithDefaults returns a copy of c with every unset field taken from
 // Defaults. The copy shares nothing with c.
 func (c Config) WithDefaults() Config {

@@ -251,3 +251,17 @@ func FuzzConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestOver(t *testing.T) {
+	off := false
+	defaults := Config{Window: Duration(10 * time.Second), ErrorRate: 5, MinRequests: 50, ErrorStatuses: []StatusRange{{Lo: 503, Hi: 503}}}
+	var none *Config
+	if got := none.Over(defaults); got.Window != defaults.Window || got.ErrorRate != 5 {
+		t.Errorf("nil over defaults = %+v", got)
+	}
+	rule := &Config{Enabled: &off, ErrorRate: 30, ErrorStatuses: []StatusRange{}}
+	got := rule.Over(defaults)
+	if *got.Enabled || got.ErrorRate != 30 || got.Window != defaults.Window || got.MinRequests != 50 || len(got.ErrorStatuses) != 0 || got.ErrorStatuses == nil {
+		t.Errorf("rule over defaults = %+v", got)
+	}
+}

@@ -327,7 +327,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 			continue
 		}
 		key := breakerKey(r)
-		b, err := g.breakers.Get(key, mergeBreaker(r.Source.Breaker, cfg.Breaker))
+		b, err := g.breakers.Get(key, r.Source.Breaker.Over(cfg.Breaker))
 		if err != nil {
 			broken[r.Key] = err.Error()
 			continue
@@ -424,39 +424,6 @@ func (g *Gateway) policy(route string, l config.Limits) *router.Policy {
 // breakerKey names a gray rule's breaker: rule and gray target, so that a
 // rule pointed at a new gray target starts with a fresh breaker.
 func breakerKey(r *rule.Compiled) string { return r.Key + "|" + r.Source.Targets.Gray }
-
-// mergeBreaker lays a rule's breaker settings over the config's defaults.
-func mergeBreaker(r *breaker.Config, d breaker.Config) breaker.Config {
-	if r == nil {
-		return d
-	}
-	out := *r
-	if out.Enabled == nil {
-		out.Enabled = d.Enabled
-	}
-	if out.Window == 0 {
-		out.Window = d.Window
-	}
-	if out.ErrorRate == 0 {
-		out.ErrorRate = d.ErrorRate
-	}
-	if out.P99Latency == 0 {
-		out.P99Latency = d.P99Latency
-	}
-	if out.MinRequests == 0 {
-		out.MinRequests = d.MinRequests
-	}
-	if out.OpenFor == 0 {
-		out.OpenFor = d.OpenFor
-	}
-	if out.HalfOpenProbes == 0 {
-		out.HalfOpenProbes = d.HalfOpenProbes
-	}
-	if out.ErrorStatuses == nil {
-		out.ErrorStatuses = d.ErrorStatuses
-	}
-	return out
-}
 
 // breakerTransition logs a breaker transition and counts it.
 func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason string) {
