@@ -9,7 +9,8 @@
 # It installs wrk, nginx-light and haproxy from Debian when missing, builds
 # graygate, the upstream (bench/upstream) and the tools (bench/tools: vegeta,
 # plotscaling), then runs, each phase bounded in time:
-#   1. throughput: direct, nginx, haproxy, graygate-1, graygate-100,
+#   1. throughput: direct, nginx, haproxy, fasthttp-min (a minimal fasthttp
+#      proxy, the floor graygate stands on), graygate-1, graygate-100,
 #      graygate-1000, interleaved for --rounds rounds, pinned and unpinned;
 #   2. latency at a fixed rate (open loop: benchup pace, or vegeta) at 50% of
 #      nginx's capacity;
@@ -30,7 +31,7 @@ usage: bench/run.sh [options]
   --duration S         seconds per measured wrk run (default 5)
   --warmup S           seconds of wrk warmup before each measured run (default 1)
   --arrangements LIST  "pinned unpinned" (default both)
-  --targets LIST       subset of "direct nginx haproxy graygate-1 graygate-100 graygate-1000"
+  --targets LIST       subset of "direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000"
   --skip-install       don't apt-get install missing tools
   --latency-tool T     pace (default: bench/upstream's open-loop generator) or vegeta
   --skip-latency | --skip-profile | --skip-scaling
@@ -44,7 +45,7 @@ EOF
 ROUNDS=3 DURATION=5 WARMUP=1 LAT_SECS=8 LAT_ROUNDS=3 PROF_SECS=10
 SCALING_COUNT=3 SCALING_BENCHTIME=300ms
 ARRANGEMENTS="pinned unpinned"
-TARGETS="direct nginx haproxy graygate-1 graygate-100 graygate-1000"
+TARGETS="direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000"
 LAT_TOOL=pace NICE=-19 INSTALL=1 DO_LATENCY=1 DO_PROFILE=1 DO_SCALING=1 KEEP=0 QUICK=0 OUT=""
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -372,6 +373,11 @@ start_target() {
 		;;
 	nginx)
 		start_bg "${PROXY_PIN[@]}" "$NGINX" -p "$WORK/run/" -e "$WORK/run/nginx-error.log" -c "$CONF/nginx-$arr.conf" -g 'daemon off;' >"$WORK/run/proxy.log" 2>&1
+		PROXY_MAIN=$LAST_PID
+		;;
+	fasthttp-min)
+		start_bg "${PROXY_PIN[@]}" "$BIN/benchup" minproxy -listen "127.0.0.1:$PROXY_PORT" \
+			-stable "$STABLE_ADDR" -gray "$GRAY_ADDR" >"$WORK/run/proxy.log" 2>&1
 		PROXY_MAIN=$LAST_PID
 		;;
 	haproxy)
