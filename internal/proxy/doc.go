@@ -50,7 +50,13 @@
 // The server runs with StreamRequestBody, so a request body flows from the
 // client socket to the upstream socket through fixed buffers; the response
 // body is read from the upstream connection as a stream and handed to
-// fasthttp as the response body stream. Neither is ever held in memory.
+// fasthttp as the response body stream. Neither is ever held in memory,
+// with one exception: a response body of at most 16 KiB that arrived
+// together with its header (the common small API answer) is copied into the
+// response, so that the upstream connection goes back to the pool at once
+// and the exchange ends in the handler. OnDone then runs just before
+// fasthttp writes the response rather than after, and a client write error
+// is not seen.
 // fasthttp sends a stream of unknown length chunked even to an HTTP/1.0
 // client, which cannot decode it; for those clients the gateway writes the
 // response itself on the hijacked connection and ends the body by closing.
@@ -67,7 +73,7 @@
 // idea here: fasthttp's client has only a whole-response ReadTimeout, which
 // would cut long downloads and event streams, while holding the connection
 // lets the gateway set net/http's ResponseHeaderTimeout semantics (deadline
-// after the request is written, cleared once the header is in) and close
+// after the request is written, cleared before a body is streamed) and close
 // the upstream wait when the client hangs up.
 //
 // A request without a body and with a safe method is sent once more on a

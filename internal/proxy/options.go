@@ -82,13 +82,16 @@ type Options struct {
 	// AccessLog. Default 1s. Shutdown flushes too.
 	AccessLogFlushInterval time.Duration
 
-	// OnDone, if set, is called once per request after its response has been
-	// written (for a streamed body, after the last byte; for a WebSocket,
-	// when the tunnel closes). status is what the client was sent, or 499 if
-	// the client went away before the upstream answered. bytesOut counts body
-	// bytes sent to the client. d is valid only during the call; for
-	// requests rejected before routing it is a zero Decision. OnDone runs on
-	// the request's goroutine and must be fast and safe for concurrent use.
+	// OnDone, if set, is called once per request when the gateway is done
+	// with it: for a streamed body, after the last byte; for a WebSocket,
+	// when the tunnel closes; for an answer without a body, the gateway's
+	// own error answers and a small body copied whole (see the package
+	// doc), just before the server writes it. status is what the client was
+	// sent, or 499 if the client went away before the upstream answered.
+	// bytesOut counts body bytes sent to the client. d is valid only during
+	// the call; for requests rejected before routing it is a zero Decision.
+	// OnDone runs on the request's goroutine and must be fast and safe for
+	// concurrent use.
 	OnDone func(d *router.Decision, status int, elapsed time.Duration, bytesOut int64)
 
 	// Now is the clock that times requests: the elapsed time OnDone and the

@@ -95,6 +95,9 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
 		SecureErrorLogMessage: true,
+		// The gateway reads the clock itself (Options.Now); fasthttp need
+		// not read it for every request too.
+		LazyRequestTime: true,
 	}
 	return p
 }
@@ -194,6 +197,7 @@ type exchange struct {
 
 	start     time.Time
 	status    int
+	inline    int // the length of a body left in br for respond to copy, or -1
 	bytesOut  int64
 	streaming bool // respBody or a tunnel owns the exchange
 	upEOF     bool
@@ -220,7 +224,7 @@ type exchange struct {
 }
 
 func (p *Proxy) newExchange() *exchange {
-	ex := &exchange{p: p, watchDone: make(chan struct{}, 1)}
+	ex := &exchange{p: p, watchDone: make(chan struct{}, 1), inline: -1}
 	ex.reqBody.ex = ex
 	ex.respBody.ex = ex
 	ex.peekFn = ex.peek
@@ -285,7 +289,7 @@ func (ex *exchange) reset() {
 	ex.buffered, ex.replayable, ex.fellBack, ex.fallbackErr, ex.fallbackAddr = false, false, false, nil, ""
 	ex.sent, ex.respStarted, ex.recorded, ex.tooLarge, ex.bodyWait = false, false, false, false, 0
 	ex.up, ex.br, ex.upBody = nil, nil, nil
-	ex.status, ex.bytesOut = 0, 0
+	ex.status, ex.inline, ex.bytesOut = 0, -1, 0
 	ex.streaming, ex.upEOF, ex.upErr, ex.clientErr = false, false, nil, nil
 	ex.method, ex.path = ex.method[:0], ex.path[:0]
 	ex.idVal, ex.tag, ex.scratch = ex.idVal[:0], ex.tag[:0], ex.scratch[:0]
@@ -432,6 +436,16 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	ex.setDecisionHeaders(&out.Header)
 	ex.status = ex.resp.StatusCode()
 
+	if ex.inline >= 0 {
+		// A small body that came with the header: copied, and the upstream
+		// connection goes back now.
+		b, _ := ex.br.Peek(ex.inline)
+		out.SetBody(b)
+		_, _ = ex.br.Discard(ex.inline)
+		ex.bytesOut = int64(ex.inline)
+		ex.releaseUpstream(true)
+		return false
+	}
 	if !ex.resp.IsBodyStream() {
 		// HEAD, 1xx, 204 and 304 have no body. A HEAD answer keeps the
 		// length (or chunked coding) the upstream announced.

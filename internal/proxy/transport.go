@@ -340,9 +340,7 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	}
 	if err == nil {
 		ex.respStarted = true
-		ex.resp.SkipBody = ex.req.Header.IsHead()
-		ex.resp.StreamBody = true
-		err = ex.resp.ReadLimitBody(br, 0)
+		err = ex.readResponse(br)
 	} else if errors.Is(err, io.EOF) || isConnReset(err) {
 		err = &staleError{err: err}
 	}
@@ -355,7 +353,66 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	if ex.canceled {
 		return errClientGone
 	}
+	if !ex.resp.IsBodyStream() {
+		// Nothing more is read from conn for this request: the body is
+		// empty or already in br. The deadline stays armed; whoever reads
+		// from conn next sets its own first.
+		return nil
+	}
 	return conn.SetReadDeadline(time.Time{})
+}
+
+// maxInlineBody is the largest response body that is copied into the
+// client's response, when it has arrived together with its header, instead
+// of being streamed: the upstream connection goes back at once and the
+// exchange ends in the handler.
+const maxInlineBody = 16 << 10
+
+// maxInterimResponses bounds the 1xx responses skipped before the final one.
+const maxInterimResponses = 100
+
+var errTooManyInterim = errors.New("too many 1xx informational responses")
+
+// readResponse reads the upstream response header from br, skipping
+// interim (1xx) responses, and prepares the body. A response without a body
+// (to HEAD; 1xx, 204, 304) has none. A body with a Content-Length of at most
+// maxInlineBody bytes that is already in br is left there for respond to
+// copy (ex.inline). Any other body becomes a stream on br.
+func (ex *exchange) readResponse(br *bufio.Reader) error {
+	ex.inline = -1
+	h := &ex.resp.Header
+	if err := h.Read(br); err != nil {
+		return err
+	}
+	for n := 0; isInterim(h.StatusCode()); n++ {
+		if n >= maxInterimResponses {
+			return errTooManyInterim
+		}
+		if err := h.Read(br); err != nil {
+			return err
+		}
+	}
+	if ex.req.Header.IsHead() || !hasBody(h.StatusCode()) {
+		return nil
+	}
+	if cl := h.ContentLength(); cl >= 0 && cl <= maxInlineBody && br.Buffered() >= cl {
+		ex.inline = cl
+		return nil
+	}
+	ex.resp.StreamBody = true
+	return ex.resp.ReadBody(br, 0)
+}
+
+// isInterim reports whether a response status is informational, other than
+// 101 Switching Protocols, which is final.
+func isInterim(status int) bool {
+	return status >= 100 && status < 200 && status != fasthttp.StatusSwitchingProtocols
+}
+
+// hasBody reports whether a response with this status may have a body
+// (RFC 9110 section 6.4.1).
+func hasBody(status int) bool {
+	return status >= 200 && status != fasthttp.StatusNoContent && status != fasthttp.StatusNotModified
 }
 
 // setUpstreamReadDeadline sets the upstream read deadline unless the client
