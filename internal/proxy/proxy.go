@@ -221,6 +221,12 @@ type exchange struct {
 	watchDone chan struct{}
 	peekBuf   [1]byte
 	peekFn    func(uintptr) bool
+
+	// flushAndWait state.
+	flushBW  *bufio.Writer
+	flushed  bool
+	flushErr error
+	flushFn  func(uintptr) bool
 }
 
 func (p *Proxy) newExchange() *exchange {
@@ -228,6 +234,7 @@ func (p *Proxy) newExchange() *exchange {
 	ex.reqBody.ex = ex
 	ex.respBody.ex = ex
 	ex.peekFn = ex.peek
+	ex.flushFn = ex.flushThenWait
 	return ex
 }
 

@@ -83,7 +83,16 @@ func (p *Proxy) newClient(k clientKey) *upstreamClient {
 		// TLS is done in dial, not by fasthttp, so that the connection
 		// fasthttp pools is the one whose deadlines the gateway controls.
 		Dial: func(addr string) (net.Conn, error) {
-			return p.dial(addr, tlsConf)
+			c, err := p.dial(addr, tlsConf)
+			if err != nil {
+				return nil, err
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				if raw, err := tc.SyscallConn(); err == nil {
+					return &upstreamTCP{TCPConn: tc, raw: raw}, nil
+				}
+			}
+			return c, nil
 		},
 		MaxConns:                 p.opts.MaxConnsPerHost,
 		MaxConnWaitTimeout:       p.opts.DialTimeout,
@@ -116,6 +125,13 @@ func (p *Proxy) tlsConfigFor(addr string) *tls.Config {
 		c.NextProtos = []string{"http/1.1"}
 	}
 	return c
+}
+
+// upstreamTCP is a plain TCP upstream connection that keeps the
+// syscall.RawConn it was given when dialled, for flushAndWait.
+type upstreamTCP struct {
+	*net.TCPConn
+	raw syscall.RawConn
 }
 
 // dialError marks a failure to connect (or to finish the TLS handshake), as
@@ -282,24 +298,41 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		}
 		ex.sent = true
 		err = ex.req.Write(bw)
-		if err == nil {
+		// A request whose body was streamed is flushed here, as is one on
+		// a connection without a RawConn; any other is flushed by
+		// readHeader, which then waits for the answer without a read
+		// attempt (see flushAndWait).
+		up, _ := conn.(*upstreamTCP)
+		if err == nil && (up == nil || ex.req.IsBodyStream()) {
 			err = bw.Flush()
+			up = nil
 		}
 		if timeBody {
 			ex.bodyWait += p.now().Sub(w0)
 		}
-		uc.hc.ReleaseWriter(bw)
 		if err != nil {
 			err = fmt.Errorf("sending request to %s: %w", uc.addr, err)
 		} else {
 			br := uc.hc.AcquireReader(conn)
-			if err = p.readHeader(ctx, ex, conn, br); err == nil {
+			var flush *bufio.Writer
+			if up != nil {
+				flush = bw
+			}
+			err = p.readHeader(ctx, ex, conn, br, up, flush)
+			if err == nil {
+				uc.hc.ReleaseWriter(bw)
 				ex.up, ex.br = c, br
 				return nil
 			}
 			uc.hc.ReleaseReader(br)
-			err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
+			var werr *writeError
+			if errors.As(err, &werr) {
+				err = fmt.Errorf("sending request to %s: %w", uc.addr, werr.err)
+			} else {
+				err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
+			}
 		}
+		uc.hc.ReleaseWriter(bw)
 		c.Release(false)
 		var stale *staleError
 		switch {
@@ -319,18 +352,27 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 }
 
 // readHeader reads the response header within ResponseHeaderTimeout. The
-// deadline is set after the request has been written and cleared once the
-// header is in, which is net/http's ResponseHeaderTimeout: fasthttp's own
-// ReadTimeout would also cut long bodies. While the upstream is silent past
-// watchDelay, the client connection is watched so that a client hanging up
-// aborts the wait (499) instead of holding an upstream connection.
-func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader) error {
+// deadline is set once the request has been written, or, when flush is
+// given, just before its buffered last part is (flushAndWait), and it is
+// cleared before a body is streamed: that is net/http's
+// ResponseHeaderTimeout, where fasthttp's own ReadTimeout would also cut
+// long bodies. While the upstream is silent past watchDelay, the client
+// connection is watched so that a client hanging up aborts the wait (499)
+// instead of holding an upstream connection. A failure to flush is returned
+// as a *writeError.
+func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader, up *upstreamTCP, flush *bufio.Writer) error {
 	timeout := ex.headerTimeout
 	start := time.Now()
 	if err := conn.SetReadDeadline(start.Add(min(watchDelay, timeout))); err != nil {
 		return err
 	}
-	_, err := br.Peek(1)
+	var err error
+	if flush != nil {
+		err = ex.flushAndWait(up.raw, flush)
+	}
+	if err == nil {
+		_, err = br.Peek(1)
+	}
 	watching := false
 	if err != nil && watchDelay < timeout && isTimeout(err) {
 		watching = ex.watch(ctx, conn)
@@ -413,6 +455,43 @@ func isInterim(status int) bool {
 // (RFC 9110 section 6.4.1).
 func hasBody(status int) bool {
 	return status >= 200 && status != fasthttp.StatusNoContent && status != fasthttp.StatusNotModified
+}
+
+// writeError is a failure to send the request found by flushAndWait.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+// flushAndWait writes out what bw holds of the request and waits until the
+// upstream connection is readable, under its read deadline. A plain read
+// would first try the socket, find nothing (the answer cannot be there yet)
+// and only then wait: one failed read system call per request. Here the
+// wait is armed (RawConn.Read resets the poller's readiness before calling
+// back) before the request is written, so an answer that comes at once is
+// not missed, and the read that follows finds it. A write error is
+// returned as a *writeError; a wait error (the deadline) as it is.
+func (ex *exchange) flushAndWait(raw syscall.RawConn, bw *bufio.Writer) error {
+	ex.flushBW, ex.flushed, ex.flushErr = bw, false, nil
+	err := raw.Read(ex.flushFn)
+	werr := ex.flushErr
+	ex.flushBW, ex.flushErr = nil, nil
+	if werr != nil {
+		return &writeError{err: werr}
+	}
+	return err
+}
+
+// flushThenWait is flushAndWait's RawConn read callback. Its first call
+// flushes and asks to wait (false) unless the flush failed; the call after
+// the wait ends it.
+func (ex *exchange) flushThenWait(uintptr) bool {
+	if ex.flushed {
+		return true
+	}
+	ex.flushed = true
+	ex.flushErr = ex.flushBW.Flush()
+	return ex.flushErr != nil
 }
 
 // setUpstreamReadDeadline sets the upstream read deadline unless the client

@@ -51,7 +51,7 @@ type Compiled struct {
 	// gray
 	gate      *bucket.Hasher
 	threshold uint64
-	wlUID     map[string]struct{}
+	wlUID     *uidSet
 	wlIP      map[netip.Addr]struct{}
 	wlNets    []netip.Prefix
 	Gray      Target
@@ -143,14 +143,12 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 				c.Stable.Tag = r.TargetTags.Stable
 			}
 		}
+		var uids []string
 		for _, w := range r.WhiteList {
 			e, _ := parseWhitelistEntry(w)
 			switch {
 			case e.uid != "":
-				if c.wlUID == nil {
-					c.wlUID = make(map[string]struct{}, len(r.WhiteList))
-				}
-				c.wlUID[e.uid] = struct{}{}
+				uids = append(uids, e.uid)
 			case e.ip.IsValid():
 				if c.wlIP == nil {
 					c.wlIP = map[netip.Addr]struct{}{}
@@ -160,6 +158,7 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 				c.wlNets = append(c.wlNets, e.prefix)
 			}
 		}
+		c.wlUID = newUIDSet(uids)
 	case TypeAB:
 		c.walk = bucket.New(mode, r.ExperimentID)
 		for i, g := range r.Groups {
@@ -276,7 +275,7 @@ func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *T
 
 // whitelisted returns 'u' for a uid hit, 'i' for an IP hit, else 0.
 func (c *Compiled) whitelisted(req attr.Request, uid string) byte {
-	if _, ok := c.wlUID[uid]; ok {
+	if c.wlUID.has(uid) {
 		return 'u'
 	}
 	if c.wlIP == nil && c.wlNets == nil {
