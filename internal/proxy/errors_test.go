@@ -170,6 +170,43 @@ func TestClientGone(t *testing.T) {
 		}
 	})
 
+	t.Run("hang up while waiting on a reused upstream connection", func(t *testing.T) {
+		// Fast answers first, so that the slow request goes out on a pooled
+		// connection whose read deadline an earlier request armed.
+		addr := rawBackend(t, func(req *http.Request, w *bufio.Writer) {
+			if req.URL.Path == "/slow" {
+				time.Sleep(2 * time.Second)
+			}
+			fmt.Fprint(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		})
+		rec := newDoneRecorder()
+		_, proxyAddr := startProxy(t, Options{OnDone: rec.onDone}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", addr)})
+		c := httpClient(t)
+		for range 5 {
+			resp, err := c.Get("http://" + proxyAddr + "/fast")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			rec.next(t, 2*time.Second)
+		}
+		conn, err := net.Dial("tcp", proxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		fmt.Fprint(conn, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+		time.Sleep(3 * watchDelay)
+		conn.Close()
+		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest {
+			t.Errorf("OnDone(status %d), want 499", d.status)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("the hang-up was noticed after %v, not while the upstream was silent", el)
+		}
+	})
+
 	t.Run("hang up before the watcher starts", func(t *testing.T) {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {

@@ -40,9 +40,11 @@ type Proxy struct {
 	decider Decider
 	log     *slog.Logger
 	now     func() time.Time
-	server  *fasthttp.Server
-	access  *accessLog // nil when the access log is off
-	degrade *degradeLog
+	// realClock is set when now is time.Now.
+	realClock bool
+	server    *fasthttp.Server
+	access    *accessLog // nil when the access log is off
+	degrade   *degradeLog
 
 	clients   atomic.Pointer[map[clientKey]*upstreamClient]
 	clientsMu sync.Mutex
@@ -66,6 +68,9 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 		log:     logger.With("component", "proxy"),
 	}
 	p.now = p.opts.Now
+	// With the real clock, a request's start time is also a reading good
+	// enough for its network deadlines.
+	p.realClock = opts.Now == nil
 	p.degrade = newDegradeLog(p.log.Handler(), DefaultDegradationLogQueue)
 	p.exchanges.New = func() any { return p.newExchange() }
 	if p.opts.AccessLog != nil {

@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// deadlineConn records the read deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	set []time.Time
+}
+
+func (c *deadlineConn) SetReadDeadline(t time.Time) error {
+	c.set = append(c.set, t)
+	return nil
+}
+
+func TestArmHeaderDeadline(t *testing.T) {
+	start := time.Now()
+	tests := []struct {
+		name    string
+		plain   bool          // a plain TCP connection (armed is tracked)
+		armed   time.Duration // its deadline relative to start; 0 = unknown
+		timeout time.Duration
+		want    time.Duration // the deadline set, relative to start; 0 = kept
+	}{
+		{"TLS connection: always set", false, 0, time.Second, watchDelay},
+		{"unknown deadline: set", true, 0, time.Second, watchDelay},
+		{"armed within the window: kept", true, watchDelay * 3 / 4, time.Second, 0},
+		{"armed at the window's start: kept", true, watchDelay / 2, time.Second, 0},
+		{"armed at start+watchDelay: kept", true, watchDelay, time.Second, 0},
+		{"armed too soon: set", true, watchDelay/2 - time.Millisecond, time.Second, watchDelay},
+		{"expired: set", true, -time.Second, time.Second, watchDelay},
+		{"armed too late: set", true, watchDelay + time.Millisecond, time.Second, watchDelay},
+		{"timeout within watchDelay: exact, never kept", true, watchDelay * 3 / 4, watchDelay / 2, watchDelay / 2},
+		{"timeout equal to watchDelay: exact", true, watchDelay, watchDelay, watchDelay},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &deadlineConn{}
+			var up *upstreamTCP
+			if tt.plain {
+				up = &upstreamTCP{}
+				if tt.armed != 0 {
+					up.armed = start.Add(tt.armed)
+				}
+			}
+			if err := armHeaderDeadline(c, up, start, tt.timeout); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.want == 0 && len(c.set) != 0:
+				t.Fatalf("set %v, want the armed deadline kept", c.set[0].Sub(start))
+			case tt.want != 0 && (len(c.set) != 1 || !c.set[0].Equal(start.Add(tt.want))):
+				t.Fatalf("set %v, want one deadline at start+%v", c.set, tt.want)
+			}
+			if up == nil {
+				return
+			}
+			// What armed says must be the deadline the connection has, or
+			// unknown.
+			switch {
+			case tt.want == 0 && !up.armed.Equal(start.Add(tt.armed)):
+				t.Errorf("armed changed to %v", up.armed.Sub(start))
+			case tt.want != 0 && !up.armed.IsZero() && !up.armed.Equal(c.set[0]):
+				t.Errorf("armed says %v, the deadline is %v", up.armed.Sub(start), c.set[0].Sub(start))
+			}
+		})
+	}
+}
