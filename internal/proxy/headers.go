@@ -79,26 +79,42 @@ var slash = []byte("/")
 
 func eqFold(b []byte, s string) bool { return strings.EqualFold(b2s(b), s) }
 
-// buildRequest fills ex.req, the request sent upstream, from the client's
-// request. The header is copied from the wire bytes in arrival order with
-// DisableSpecialHeader, so that what the upstream receives is what the
-// client sent (fasthttp would otherwise re-serialise cookies and reorder
-// special headers), minus what a proxy must remove. Hop-by-hop headers,
-// including those named in Connection, are dropped during the copy, i.e.
-// before the gateway adds its own headers, so a client cannot use
-// Connection to strip X-Forwarded-For or X-Gray-Tag.
-func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted bool) {
+// buildRequest prepares the request sent upstream from the client's. The
+// header is copied from the wire bytes in arrival order, so that what the
+// upstream receives is what the client sent (fasthttp would otherwise
+// re-serialise cookies and reorder special headers), minus what a proxy
+// must remove. Hop-by-hop headers, including those named in Connection,
+// are dropped during the copy, i.e. before the gateway adds its own
+// headers, so a client cannot use Connection to strip X-Forwarded-For or
+// X-Gray-Tag.
+//
+// A request without a body, the common case, is written straight into
+// ex.head as bytes (ex.rawHead), the cheapest form to send. A request with a
+// body, or a WebSocket handshake, is built in ex.req, whose writer frames
+// and streams the body, with DisableSpecialHeader so that the header is
+// sent as given.
+func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) {
 	in := &ctx.Request.Header
-	out := &ex.req.Header
-	out.DisableSpecialHeader()
-	out.SetMethodBytes(in.Method())
-	out.SetRequestURIBytes(ex.originForm(in.RequestURI()))
+	cl := in.ContentLength()
+	ex.rawHead = !ws && !ex.buffered && ex.reqBody.pre == nil && (cl == 0 || cl == -2)
+	uri := ex.originForm(in.RequestURI())
+	if ex.rawHead {
+		h := append(ex.head[:0], in.Method()...)
+		h = append(h, ' ')
+		h = append(h, uri...)
+		ex.head = append(h, " HTTP/1.1\r\n"...)
+	} else {
+		out := &ex.req.Header
+		out.DisableSpecialHeader()
+		out.SetMethodBytes(in.Method())
+		out.SetRequestURIBytes(uri)
+	}
 
 	host := ctx.Host()
 	if ex.d.UpstreamHost || len(host) == 0 {
-		out.Add(fasthttp.HeaderHost, ex.inst.Addr)
+		ex.addHeader(s2b(fasthttp.HeaderHost), s2b(ex.inst.Addr))
 	} else {
-		out.AddBytesV(fasthttp.HeaderHost, host)
+		ex.addHeader(s2b(fasthttp.HeaderHost), host)
 	}
 
 	ex.tokens = appendConnTokens(ex.tokens[:0], in.PeekAll(fasthttp.HeaderConnection))
@@ -108,11 +124,16 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted boo
 	ex.sawProto, ex.sawHost = false, false
 	if len(in.RawHeaders()) > 0 {
 		for k, v := range in.AllInOrder() {
-			ex.copyRequestHeader(out, k, v, trusted)
+			if ex.keepRequestHeader(k, trusted) {
+				ex.addHeader(k, v)
+			}
 		}
 	} else {
 		for k, v := range in.All() {
-			ex.copyRequestHeader(out, k, v, trusted)
+			if ex.keepRequestHeader(k, trusted) {
+				// Not validated by the parser: no line breaks.
+				ex.addHeader(k, bytes.Map(noLineBreaks, v))
+			}
 		}
 	}
 
@@ -133,24 +154,53 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted boo
 		buf = buf[:len(buf)-2]
 	}
 	if len(buf) > 0 {
-		out.AddBytesV(hdrXForwardedFor, buf)
+		ex.addHeader(s2b(hdrXForwardedFor), buf)
 	}
 	ex.scratch = buf[:0]
 	if !ex.sawProto {
 		if ctx.IsTLS() {
-			out.Add(hdrXForwardedProto, "https")
+			ex.addHeader(s2b(hdrXForwardedProto), s2b("https"))
 		} else {
-			out.Add(hdrXForwardedProto, "http")
+			ex.addHeader(s2b(hdrXForwardedProto), s2b("http"))
 		}
 	}
 	if !ex.sawHost && len(host) > 0 {
-		out.AddBytesV(hdrXForwardedHost, host)
+		ex.addHeader(s2b(hdrXForwardedHost), host)
 	}
 	if ex.d.Tag != "" {
-		out.Add(hdrGrayTag, ex.d.Tag)
+		ex.addHeader(s2b(hdrGrayTag), s2b(ex.d.Tag))
 	}
 
+	if ex.rawHead {
+		// fasthttp's framing: no Content-Length for GET and HEAD, and
+		// "Content-Length: 0" for any other method without a body.
+		if m := in.Method(); !bytes.Equal(m, s2b(fasthttp.MethodGet)) && !bytes.Equal(m, s2b(fasthttp.MethodHead)) {
+			ex.head = append(ex.head, "Content-Length: 0\r\n"...)
+		}
+		ex.head = append(ex.head, "\r\n"...)
+		return
+	}
 	ex.setBody(ctx)
+}
+
+// addHeader adds one header line to the upstream request being built.
+func (ex *exchange) addHeader(k, v []byte) {
+	if !ex.rawHead {
+		ex.req.Header.AddBytesKV(k, v)
+		return
+	}
+	h := append(ex.head, k...)
+	h = append(h, ": "...)
+	h = append(h, v...)
+	ex.head = append(h, "\r\n"...)
+}
+
+// noLineBreaks is a bytes.Map function that turns CR and LF into spaces.
+func noLineBreaks(r rune) rune {
+	if r == '\r' || r == '\n' {
+		return ' '
+	}
+	return r
 }
 
 // setBody gives the upstream request its body. fasthttp sets
@@ -183,34 +233,32 @@ func (ex *exchange) setBody(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// copyRequestHeader copies one client header to the upstream request
-// unless a proxy must drop it.
-func (ex *exchange) copyRequestHeader(out *fasthttp.RequestHeader, k, v []byte, trusted bool) {
+// keepRequestHeader reports whether a client header is copied to the
+// upstream request, and notes the X-Forwarded-Proto / -Host it keeps.
+func (ex *exchange) keepRequestHeader(k []byte, trusted bool) bool {
 	switch {
 	case isHopByHop(k), isConnToken(b2s(k), ex.tokens):
-		return
+		return false
 	case eqFold(k, fasthttp.HeaderHost),
 		eqFold(k, fasthttp.HeaderContentLength), // framing is set from the body
 		eqFold(k, fasthttp.HeaderExpect),        // the gateway already answered 100-continue
 		eqFold(k, hdrGrayTag),                   // the router decided; only d.Tag is sent
 		eqFold(k, hdrXForwardedFor):             // rebuilt by buildRequest
-		return
+		return false
 	case eqFold(k, hdrXForwardedProto):
 		if !trusted {
-			return
+			return false
 		}
 		ex.sawProto = true
 	case eqFold(k, hdrXForwardedHost):
 		if !trusted {
-			return
+			return false
 		}
 		ex.sawHost = true
 	case eqFold(k, hdrForwarded), eqFold(k, hdrXRealIP):
-		if !trusted {
-			return
-		}
+		return trusted
 	}
-	out.AddBytesKV(k, v)
+	return true
 }
 
 // originForm turns the request target into origin-form ("/path?query"),

@@ -212,7 +212,8 @@ type exchange struct {
 	method, path []byte
 	idVal, tag   []byte
 	scratch      []byte
-	head         []byte // a response header written on a hijacked connection
+	head         []byte // the upstream request's head (rawHead), then a response header written on a hijacked connection
+	rawHead      bool   // the upstream request is head, with no body, rather than req
 	tokens       [][]byte
 	// Inbound X-Forwarded-Proto / -Host kept from a trusted peer.
 	sawProto, sawHost bool
@@ -290,6 +291,7 @@ func (ex *exchange) reset() {
 	ex.d = router.Decision{}
 	ex.peer = netip.Addr{}
 	ex.inst, ex.uc, ex.pool = nil, nil, nil
+	ex.rawHead = false
 	ex.req.Reset()
 	ex.resp.Reset()
 	ex.reqBody.src, ex.reqBody.n, ex.reqBody.size, ex.reqBody.max, ex.reqBody.pre = nil, 0, 0, 0, nil
@@ -429,7 +431,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	}
 	ex.inst, ex.pool = inst, pool
 	ex.uc = p.client(inst)
-	p.buildRequest(ctx, ex, trusted)
+	p.buildRequest(ctx, ex, trusted, ws)
 	if ws {
 		return p.serveUpgrade(ctx, ex)
 	}

@@ -152,7 +152,7 @@ func (ex *exchange) fallBackOK(err error) bool {
 	case ex.respStarted:
 		return false
 	}
-	return idempotentMethod(ex.req.Header.Method())
+	return idempotentMethod(ex.method)
 }
 
 // fallBack turns the exchange into an attempt on stable: the decision

@@ -262,7 +262,7 @@ var errClientGone = errors.New("client closed the request")
 // Options.ReadTimeout.
 var errRequestTimeout = errors.New("request body read timed out")
 
-// roundTrip sends ex.req upstream and reads the response header into
+// roundTrip sends the request upstream and reads the response header into
 // ex.resp (see send), and reports the outcome to the decision's breaker.
 // Only a request guarded by a breaker reads the clock here.
 func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
@@ -275,7 +275,7 @@ func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	return err
 }
 
-// send sends ex.req upstream and reads the response header into ex.resp,
+// send sends the request (ex.head or ex.req) upstream and reads the response header into ex.resp,
 // leaving the body as a stream on a held connection (ex.up, ex.br) that
 // releaseUpstream gives back. A request without a body whose method is
 // safe is sent once more if a reused connection turns out to be stale.
@@ -284,7 +284,7 @@ func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 // stable.
 func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	uc := ex.uc
-	replayable := !ex.req.IsBodyStream() && len(ex.req.Body()) == 0 && safeMethod(ex.req.Header.Method())
+	replayable := ex.rawHead && safeMethod(ex.method)
 	// The time a streamed body takes to arrive from the client is not the
 	// upstream's latency; it is left out of the breaker's measurement.
 	timeBody := ex.d.Breaker != nil && ex.req.IsBodyStream()
@@ -301,7 +301,11 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			w0 = p.now()
 		}
 		ex.sent = true
-		err = ex.req.Write(bw)
+		if ex.rawHead {
+			_, err = bw.Write(ex.head)
+		} else {
+			err = ex.req.Write(bw)
+		}
 		// A request whose body was streamed is flushed here, as is one on
 		// a connection without a RawConn; any other is flushed by
 		// readHeader, which then waits for the answer without a read
@@ -476,7 +480,7 @@ func (ex *exchange) readResponse(br *bufio.Reader) error {
 			return err
 		}
 	}
-	if ex.req.Header.IsHead() || !hasBody(h.StatusCode()) {
+	if b2s(ex.method) == fasthttp.MethodHead || !hasBody(h.StatusCode()) {
 		return nil
 	}
 	if cl := h.ContentLength(); cl >= 0 && cl <= maxInlineBody && br.Buffered() >= cl {

@@ -203,6 +203,10 @@ func parseForwardedAddr(b []byte) (netip.Addr, bool) {
 // string outlive b's contents.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
+// s2b returns the bytes of s without copying them. They must not be
+// modified: pass them only to functions that read or copy.
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // trimOWS trims the optional whitespace of RFC 9110 (SP and HTAB).
 func trimOWS(b []byte) []byte {
 	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
