@@ -20,6 +20,78 @@ import (
 type accessLog struct {
 	w    *asyncWriter
 	bufs sync.Pool
+	// second caches the formatted date and time of the latest second seen
+	// (see appendTime).
+	second atomic.Pointer[formattedSecond]
+}
+
+// formattedSecond is one second's "2006-01-02T15:04:05" and zone suffix.
+type formattedSecond struct {
+	unix   int64
+	offset int
+	date   []byte // up to the seconds
+	zone   []byte // "Z" or "+08:00"
+}
+
+// appendTime appends t as time.RFC3339Nano does. The date, time of day and
+// zone are formatted once per second and reused; only the fraction is
+// formatted for every line.
+func (a *accessLog) appendTime(b []byte, t time.Time) []byte {
+	_, offset := t.Zone()
+	sec := t.Unix()
+	f := a.second.Load()
+	if f == nil || f.unix != sec || f.offset != offset {
+		full := t.Truncate(time.Second).AppendFormat(nil, time.RFC3339)
+		i := len("2006-01-02T15:04:05")
+		if len(full) < i || full[i-3] != ':' {
+			// A year outside 0000-9999: no caching.
+			return t.AppendFormat(b, time.RFC3339Nano)
+		}
+		f = &formattedSecond{unix: sec, offset: offset, date: full[:i], zone: full[i:]}
+		a.second.Store(f)
+	}
+	b = append(b, f.date...)
+	if ns := t.Nanosecond(); ns != 0 {
+		// ".123456789" without trailing zeros.
+		var frac [10]byte
+		frac[0] = '.'
+		for i := 9; i >= 1; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, frac[:n]...)
+	}
+	return append(b, f.zone...)
+}
+
+// appendMillis appends d in milliseconds, with up to six decimals and no
+// trailing zeros: the shortest decimal form of float64(d)/1e6 for any
+// duration a request can take.
+func appendMillis(b []byte, d time.Duration) []byte {
+	if d < 0 {
+		b = append(b, '-')
+		d = -d
+	}
+	b = strconv.AppendInt(b, int64(d/time.Millisecond), 10)
+	ns := int64(d % time.Millisecond)
+	if ns == 0 {
+		return b
+	}
+	var frac [7]byte
+	frac[0] = '.'
+	for i := 6; i >= 1; i-- {
+		frac[i] = byte('0' + ns%10)
+		ns /= 10
+	}
+	n := 7
+	for frac[n-1] == '0' {
+		n--
+	}
+	return append(b, frac[:n]...)
 }
 
 func newAccessLog(out io.Writer, queue int, flushEvery time.Duration) *accessLog {
@@ -45,7 +117,7 @@ func (a *accessLog) record(ex *exchange, end time.Time, elapsed time.Duration) {
 		bp = &b
 	}
 	b := append((*bp)[:0], `{"time":"`...)
-	b = end.AppendFormat(b, time.RFC3339Nano)
+	b = a.appendTime(b, end)
 	b = append(b, `","method":`...)
 	b = appendJSONString(b, b2s(ex.method))
 	b = append(b, `,"path":`...)
@@ -67,7 +139,7 @@ func (a *accessLog) record(ex *exchange, end time.Time, elapsed time.Duration) {
 	b = append(b, `,"identity_source":`...)
 	b = appendJSONString(b, ex.d.Identity.Source)
 	b = append(b, `,"latency_ms":`...)
-	b = strconv.AppendFloat(b, float64(elapsed)/float64(time.Millisecond), 'f', -1, 64)
+	b = appendMillis(b, elapsed)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, ex.bytesOut, 10)
 	b = append(b, "}\n"...)

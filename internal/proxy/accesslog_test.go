@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,4 +173,35 @@ func FuzzAppendJSONString(f *testing.F) {
 			t.Fatalf("appendJSONString(%q) decodes to %q, encoding/json to %q", s, got, want)
 		}
 	})
+}
+
+// TestAccessLogTimeFormats checks the hand-formatted time and latency
+// against the standard library's formatting of the same values.
+func TestAccessLogTimeFormats(t *testing.T) {
+	var a accessLog
+	tokyo := time.FixedZone("JST", 9*3600)
+	base := time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)
+	for _, tm := range []time.Time{
+		base,
+		base.Add(1),
+		base.Add(120 * time.Millisecond),
+		base.Add(999999999),
+		base.Add(time.Second), // the next second, and the next day
+		base.Add(time.Second + 5000),
+		base.In(tokyo),        // same second, another zone
+		base.Add(3).In(tokyo), //
+		time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC),
+		time.Date(12345, 1, 1, 0, 0, 0, 1, time.UTC), // a year the cache does not take
+	} {
+		got := string(a.appendTime(nil, tm))
+		if want := tm.Format(time.RFC3339Nano); got != want {
+			t.Errorf("appendTime(%v) = %q, want %q", tm, got, want)
+		}
+	}
+	for _, d := range []time.Duration{0, 1, 999, 1000, 123456, time.Millisecond, 1234567, 3*time.Second + 7, -1500, 90 * time.Minute} {
+		got := string(appendMillis(nil, d))
+		if want := strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64); got != want {
+			t.Errorf("appendMillis(%d) = %q, want %q", d, got, want)
+		}
+	}
 }

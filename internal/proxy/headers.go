@@ -295,6 +295,10 @@ func (ex *exchange) copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
 		dst.SetStatusMessage(msg)
 	}
 	ex.tokens = appendConnTokens(ex.tokens[:0], src.PeekAll(fasthttp.HeaderConnection))
+	// src normalised the names when it parsed them; dst need not again.
+	if !dst.DisableNormalizing() {
+		defer dst.EnableNormalizing()
+	}
 	for k, v := range src.All() {
 		switch {
 		case isHopByHop(k), isConnToken(b2s(k), ex.tokens),
