@@ -156,6 +156,27 @@ func TestAsyncWriterFlushesPeriodically(t *testing.T) {
 	}
 }
 
+// TestAsyncWriterFlushesInSmallBatches checks that the writer hands its
+// output over once flushBytes are buffered, well before half its limit and
+// without waiting for its interval.
+func TestAsyncWriterFlushesInSmallBatches(t *testing.T) {
+	var out syncBuffer
+	w := newAsyncWriter(&out, 8*flushBytes/512, time.Hour) // half the limit: 4*flushBytes
+	defer w.Close(context.Background())
+	line := append(bytes.Repeat([]byte("x"), 511), '\n')
+	n := flushBytes/len(line) + 8
+	for range n {
+		_, _ = w.Write(line)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(out.String()) < n*len(line) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes written of %d buffered, with an hour to the next interval", len(out.String()), n*len(line))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func FuzzAppendJSONString(f *testing.F) {
 	for _, s := range []string{"", "plain", `q"uote\back`, "ctl\x00\x01\x1f\n\r\t", "用户\u2028\u2029", "bad\xff\xfe utf8", "<&>"} {
 		f.Add(s)
