@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -143,6 +144,10 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 		}
 		return err
 	}
+	// Decoding the config and compiling the first snapshot leave garbage
+	// several times the size of the rules (a large whitelist above all);
+	// collect it and give the memory back before serving.
+	debug.FreeOSMemory()
 	dataLn, err := proxy.Listen("tcp", cfg.Listen, cfg.Lifecycle.ReusePort)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)

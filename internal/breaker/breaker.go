@@ -112,9 +112,9 @@ type Breaker struct {
 	// Read by every request.
 	word      atomic.Uint64
 	set       atomic.Pointer[settings]
-	win       atomic.Pointer[window]
-	openUntil atomic.Int64 // while open: when it may go half-open
-	lastProbe atomic.Int64 // while half-open: when the last probe was admitted
+	win       atomic.Pointer[window] // nil until a request is recorded (startWindow)
+	openUntil atomic.Int64           // while open: when it may go half-open
+	lastProbe atomic.Int64           // while half-open: when the last probe was admitted
 	_         [cacheLine]byte
 
 	name         string
@@ -143,7 +143,6 @@ func New(cfg Config, opts Options) (*Breaker, error) {
 	b := &Breaker{name: opts.Name, now: now, epoch: now(), onTransition: opts.OnTransition}
 	s := newSettings(cfg)
 	b.set.Store(s)
-	b.win.Store(newWindow(s.window, 0))
 	b.word.Store(1<<genShift | uint64(Closed))
 	return b, nil
 }
@@ -234,6 +233,9 @@ func (b *Breaker) recordClosed(o Outcome) {
 		at = int64(o.End.Sub(b.epoch))
 	}
 	w := b.win.Load()
+	if w == nil {
+		w = b.startWindow(at)
+	}
 	sl := w.cur.Load()
 	if st := sl.start.Load(); at < st || at-st >= w.width {
 		if sl = b.rotate(w, at); sl == nil {
@@ -268,6 +270,21 @@ func (b *Breaker) recordClosed(o Outcome) {
 	if failures*10000 > s.rateBP*n || p99Exceeds(n, slowN) {
 		b.trip(w, at)
 	}
+}
+
+// startWindow returns the breaker's window, made first if it has none. A
+// breaker gets its window (about 20 KB) with the first request it records,
+// so that a config with thousands of gray rules pays only for the rules
+// that see traffic.
+func (b *Breaker) startWindow(at int64) *window {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.win.Load()
+	if w == nil {
+		w = newWindow(b.set.Load().window, at)
+		b.win.Store(w)
+	}
+	return w
 }
 
 // rotate returns the slot for at, starting a new one if at is past the
@@ -443,8 +460,8 @@ func (b *Breaker) transitionLocked(to State, at int64, reason string) {
 		b.lastProbe.Store(at)
 	case Closed:
 		// The window that tripped the breaker describes the old fault;
-		// counting starts over.
-		b.win.Store(newWindow(s.window, at))
+		// counting starts over, in a window made by the next request.
+		b.win.Store(nil)
 	}
 	b.word.Store((w>>genShift+1)<<genShift | uint64(to))
 	b.since, b.reason = at, reason
@@ -528,11 +545,12 @@ func (b *Breaker) configureLocked(ns *settings) {
 	st := State(b.word.Load() & stateMask)
 	switch {
 	case ns.window != old.window || (ns.enabled && !old.enabled):
-		b.win.Store(newWindow(ns.window, now))
+		b.win.Store(nil) // counting starts over with the next request
 	case ns.p99 != old.p99:
-		w := b.win.Load()
-		w.reclassify(ns.p99)
-		w.refreshPast()
+		if w := b.win.Load(); w != nil {
+			w.reclassify(ns.p99)
+			w.refreshPast()
+		}
 	}
 	switch {
 	case !ns.enabled:
@@ -542,6 +560,8 @@ func (b *Breaker) configureLocked(ns *settings) {
 	case st == Open && ns.openFor != old.openFor:
 		b.openUntil.Store(b.since + int64(ns.openFor))
 	case st == Closed:
-		b.evaluateLocked(b.win.Load(), now)
+		if w := b.win.Load(); w != nil {
+			b.evaluateLocked(w, now)
+		}
 	}
 }

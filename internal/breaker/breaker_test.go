@@ -709,3 +709,45 @@ func TestIsErrorStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowMadeByFirstRequest checks that a breaker holds no window (about
+// 20 KB) until it records a request, so idle rules cost little, and that
+// its counts and state behave as if the window had always been there.
+func TestWindowMadeByFirstRequest(t *testing.T) {
+	clk := newClock()
+	b := newTestBreaker(t, Config{}, clk)
+	if b.win.Load() != nil {
+		t.Fatal("a new breaker already has a window")
+	}
+	if snap := b.Snapshot(); snap.Window.Requests != 0 || snap.Window.Length != Duration(30*time.Second) {
+		t.Errorf("idle breaker's window: %+v", snap.Window)
+	}
+	send(b, clk, 3, false, fast)
+	if b.win.Load() == nil {
+		t.Fatal("no window after three requests")
+	}
+	if snap := b.Snapshot(); snap.Window.Requests != 3 {
+		t.Errorf("window counts %d requests, want 3", snap.Window.Requests)
+	}
+	// A new window length starts counting over, in a window made later.
+	if err := b.Configure(Config{Window: Duration(10 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if snap := b.Snapshot(); b.win.Load() != nil || snap.Window.Requests != 0 || snap.Window.Length != Duration(10*time.Second) {
+		t.Errorf("after a new window length: window %v, stats %+v", b.win.Load() != nil, snap.Window)
+	}
+	// Tripping still works from a window made by the first failure.
+	send(b, clk, 20, true, fast)
+	if b.State() != Open {
+		t.Errorf("State() = %v after 20 failures, want open", b.State())
+	}
+}
+
+func BenchmarkNewBreaker(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := New(Config{}, Options{Name: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -87,9 +87,12 @@ func (b *Breaker) Snapshot() Snapshot {
 		snap.Transitions = []Transition{}
 	}
 	var h [histBins]uint64
-	t := win.at(max(now, win.cur.Load().start.Load()), &h)
+	var t totals
+	if win != nil {
+		t = win.at(max(now, win.cur.Load().start.Load()), &h)
+	}
 	snap.Window = WindowStats{
-		Length:   Duration(win.length),
+		Length:   Duration(s.window),
 		Requests: t.requests,
 		Failures: t.failures,
 		Slow:     t.slow,
