@@ -317,14 +317,20 @@ func (ex *exchange) copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
 // sends after routing, error responses included.
 func (ex *exchange) setDecisionHeaders(h *fasthttp.ResponseHeader) {
 	d := &ex.d
+	// Appended, not set: h is either fresh or a copy of the upstream's
+	// header without these (copyResponseHeader), so there is nothing to
+	// replace, and the names are already in canonical form.
+	if !h.DisableNormalizing() {
+		defer h.EnableNormalizing()
+	}
 	if d.Rule != "" {
-		h.Set(hdrGrayRule, d.Rule)
+		h.AddBytesKV(s2b(hdrGrayRule), s2b(d.Rule))
 	}
 	if d.Group != "" {
-		h.Set(hdrGrayGroup, d.Group)
+		h.AddBytesKV(s2b(hdrGrayGroup), s2b(d.Group))
 	}
 	if d.Degraded != "" {
-		h.Set(hdrGrayDegraded, d.Degraded)
+		h.AddBytesKV(s2b(hdrGrayDegraded), s2b(d.Degraded))
 	}
 	if d.Identity.Issued && d.Identity.Cookie != "" {
 		c := append(ex.scratch[:0], d.Identity.Cookie...)
