@@ -218,13 +218,30 @@
 // rate limiter about 95 ns on top plus one small allocation: the identity
 // is copied for the Limiter, which may keep it as a map key.
 //
+// # System calls
+//
+// A keep-alive request costs the gateway two reads and two writes (read the
+// request, write it upstream, read the answer, write the response), plus
+// the poller's epoll waits whenever it runs out of work. Go's network poller
+// reads before it waits, so waiting for data that has not arrived yet
+// costs a read that fails with EAGAIN; the gateway avoids both such reads
+// by writing from inside a syscall.RawConn read callback, which arms the
+// wait before the write so that an answer arriving at once is not missed:
+//   - upstream, a request without a streamed body is flushed that way and
+//     the answer is waited for without a failed read (flushAndWait);
+//   - on the client side, the connection holds back the write of a
+//     complete response until fasthttp reads the connection again, and
+//     sends it from that read's callback (clientConn). Streamed responses
+//     and hijacked connections are written at once.
+//
 // # Access log
 //
-// With Options.AccessLog set, every request produces one JSON line through
-// log/slog's JSON handler, with the keys time, method, path, status,
-// upstream (the instance address), pool (the pool that served it), rule,
-// group, degraded, intended_upstream (the pool the rule chose, for a
-// degraded request), identity_source, latency_ms and bytes. Lines go
-// through a bounded queue to a single writer goroutine; when the queue is
-// full lines are dropped and counted rather than slowing requests.
+// With Options.AccessLog set, every request produces one JSON line with the
+// keys time, method, path, status, upstream (the instance address), pool
+// (the pool that served it), rule, group, degraded, intended_upstream (the
+// pool the rule chose, for a degraded request), identity_source, latency_ms
+// and bytes, encoded by hand into a pooled buffer. Lines are appended to a
+// bounded buffer that one writer goroutine writes out in batches of at most
+// 64 KiB; when the buffer is full lines are dropped and counted rather than
+// slowing requests.
 package proxy

@@ -111,7 +111,7 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 // Shutdown and the listener's error otherwise. For a restart without
 // downtime, open ln with Listen and reusePort set (see the package doc).
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(ln)
+	return p.server.Serve(clientListener{ln})
 }
 
 // Shutdown stops accepting (it closes the listeners), closes idle client
@@ -344,6 +344,9 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	ex.path = append(ex.path[:0], ctx.Path()...)
 	if !p.serve(ctx, ex) {
 		ex.finish()
+		// The response is complete: its write may wait for the next read
+		// (see clientConn).
+		deferResponse(ctx.Conn())
 	}
 	// Otherwise a streamed body or a tunnel owns ex now; don't touch it.
 }
