@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/valyala/fasthttp"
 )
@@ -51,12 +48,5 @@ func minproxy(args []string) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	select {
-	case <-sig:
-		return srv.Shutdown()
-	case err := <-errc:
-		return err
-	}
+	return untilSignal(errc, srv.Shutdown)
 }

@@ -53,10 +53,19 @@ func serve(args []string) error {
 		}
 		go func() { errc <- srv.Serve(ln) }()
 	}
+	return untilSignal(errc, nil)
+}
+
+// untilSignal waits for SIGINT or SIGTERM, then runs stop (if set), or for
+// a server's error on errc.
+func untilSignal(errc <-chan error, stop func() error) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
 	case <-sig:
+		if stop != nil {
+			return stop()
+		}
 		return nil
 	case err := <-errc:
 		return err

@@ -51,21 +51,27 @@ func (a *accessLog) appendTime(b []byte, t time.Time) []byte {
 		a.second.Store(f)
 	}
 	b = append(b, f.date...)
-	if ns := t.Nanosecond(); ns != 0 {
-		// ".123456789" without trailing zeros.
-		var frac [10]byte
-		frac[0] = '.'
-		for i := 9; i >= 1; i-- {
-			frac[i] = byte('0' + ns%10)
-			ns /= 10
-		}
-		n := 10
-		for frac[n-1] == '0' {
-			n--
-		}
-		b = append(b, frac[:n]...)
-	}
+	b = appendFraction(b, t.Nanosecond(), 9)
 	return append(b, f.zone...)
+}
+
+// appendFraction appends v, a fraction of 10^digits (digits at most 9), as
+// "." and its digits without trailing zeros, or nothing if v is 0.
+func appendFraction(b []byte, v, digits int) []byte {
+	if v == 0 {
+		return b
+	}
+	var frac [10]byte
+	frac[0] = '.'
+	for i := digits; i >= 1; i-- {
+		frac[i] = byte('0' + v%10)
+		v /= 10
+	}
+	n := digits + 1
+	for frac[n-1] == '0' {
+		n--
+	}
+	return append(b, frac[:n]...)
 }
 
 // appendMillis appends d in milliseconds, with up to six decimals and no
@@ -77,21 +83,7 @@ func appendMillis(b []byte, d time.Duration) []byte {
 		d = -d
 	}
 	b = strconv.AppendInt(b, int64(d/time.Millisecond), 10)
-	ns := int64(d % time.Millisecond)
-	if ns == 0 {
-		return b
-	}
-	var frac [7]byte
-	frac[0] = '.'
-	for i := 6; i >= 1; i-- {
-		frac[i] = byte('0' + ns%10)
-		ns /= 10
-	}
-	n := 7
-	for frac[n-1] == '0' {
-		n--
-	}
-	return append(b, frac[:n]...)
+	return appendFraction(b, int(d%time.Millisecond), 6)
 }
 
 func newAccessLog(out io.Writer, queue int, flushEvery time.Duration) *accessLog {
