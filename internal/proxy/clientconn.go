@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -37,24 +38,24 @@ func (l clientListener) Accept() (net.Conn, error) {
 // keep-alive request. After a response, fasthttp's server reads the next
 // request; a plain read finds nothing yet (the client is still reading
 // the response), fails with EAGAIN, and only then waits. Here, once the
-// handler has marked a complete response (deferNext), the write that
+// handler has marked a complete response (holdResponse), the write that
 // carries it is held back and made by the next Read, from inside a
 // RawConn read callback: the wait for the next request is armed before
 // the response leaves (RawConn.Read resets the poller's readiness before
 // calling back), so a request that comes at once is not missed, and the
 // read that follows finds it.
 //
-// Only the one write that follows deferNext is held back, and only if it
-// is small. Streamed responses and hijacked connections (tunnels, which
-// read and write at once) never call deferNext, and every Read starts by
-// turning it off, so a held-back write is always followed by fasthttp's
-// next read of the connection, or by its Close, which sends it.
+// Only the one write that follows the mark is held back, and only if it is
+// small. Streamed responses and hijacked connections (tunnels, which read
+// and write at once) are never marked, and every handler and every Read
+// starts by clearing the mark, so a held-back write is always followed by
+// fasthttp's next read of the connection, or by its Close, which sends it.
 type clientConn struct {
 	*net.TCPConn
 	raw syscall.RawConn
 
+	deferOK   atomic.Bool // the next small write may be held back
 	mu        sync.Mutex
-	deferOK   bool   // the next small write may be held back
 	pending   []byte // a held-back write
 	spare     []byte
 	sending   []byte // the held-back write sendThenRead sends
@@ -67,13 +68,14 @@ type clientConn struct {
 	writeFail error // a held-back write that failed, reported by the next call
 }
 
-// deferResponse lets the connection of ctx hold back the response the
-// handler has just completed (see clientConn).
-func deferResponse(c net.Conn) {
-	if cc, ok := c.(*clientConn); ok {
-		cc.mu.Lock()
-		cc.deferOK = true
-		cc.mu.Unlock()
+// holdResponse tells a clientConn whether the next write, the response a
+// handler has just completed, may be held back (see clientConn). The
+// handler says false when it starts, so that a mark left by a pipelined
+// request's handler, whose response fasthttp buffered without writing,
+// cannot hold back a streamed response or a tunnel's first write.
+func holdResponse(c net.Conn, ok bool) {
+	if cc, isCC := c.(*clientConn); isCC {
+		cc.deferOK.Store(ok)
 	}
 }
 
@@ -84,13 +86,11 @@ func (c *clientConn) Write(p []byte) (int, error) {
 		c.mu.Unlock()
 		return 0, err
 	}
-	if c.deferOK && len(c.pending) == 0 && len(p) <= maxDeferredWrite {
-		c.deferOK = false
+	if c.deferOK.Swap(false) && len(c.pending) == 0 && len(p) <= maxDeferredWrite {
 		c.pending = append(c.pending[:0], p...)
 		c.mu.Unlock()
 		return len(p), nil
 	}
-	c.deferOK = false
 	if len(c.pending) > 0 {
 		// Cannot happen with fasthttp's write pattern, but order is kept.
 		err := c.flushLocked()
@@ -111,8 +111,8 @@ func (c *clientConn) flushLocked() error {
 }
 
 func (c *clientConn) Read(p []byte) (int, error) {
+	c.deferOK.Store(false)
 	c.mu.Lock()
-	c.deferOK = false
 	if c.writeFail != nil {
 		err := c.writeFail
 		c.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestClientConnHoldsBackOneResponse(t *testing.T) {
 	}
 
 	// After deferResponse, one small write waits for the next Read...
-	deferResponse(cc)
+	holdResponse(cc, true)
 	if _, err := cc.Write([]byte("response")); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestClientConnHoldsBackOneResponse(t *testing.T) {
 	}
 
 	// Only one write is held back, and a large one never is.
-	deferResponse(cc)
+	holdResponse(cc, true)
 	big := bytes.Repeat([]byte("x"), maxDeferredWrite+1)
 	if _, err := cc.Write(big); err != nil {
 		t.Fatal(err)
@@ -105,8 +106,18 @@ func TestClientConnHoldsBackOneResponse(t *testing.T) {
 		t.Fatalf("peer got %d bytes, want the large write and the next one at once", len(got))
 	}
 
+	// A cleared mark holds nothing back.
+	holdResponse(cc, true)
+	holdResponse(cc, false)
+	if _, err := cc.Write([]byte("streamed")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readWithin(peer, 2*time.Second); got != "streamed" {
+		t.Fatalf("peer got %q, want the write at once after the mark was cleared", got)
+	}
+
 	// Close sends a held-back write.
-	deferResponse(cc)
+	holdResponse(cc, true)
 	if _, err := cc.Write([]byte("last")); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +130,7 @@ func TestClientConnHoldsBackOneResponse(t *testing.T) {
 func TestClientConnReadErrors(t *testing.T) {
 	t.Run("peer closed", func(t *testing.T) {
 		cc, peer := tcpPair(t)
-		deferResponse(cc)
+		holdResponse(cc, true)
 		_, _ = cc.Write([]byte("response"))
 		go func() {
 			_ = readWithin(peer, 2*time.Second)
@@ -131,7 +142,7 @@ func TestClientConnReadErrors(t *testing.T) {
 	})
 	t.Run("deadline", func(t *testing.T) {
 		cc, peer := tcpPair(t)
-		deferResponse(cc)
+		holdResponse(cc, true)
 		_, _ = cc.Write([]byte("response"))
 		_ = cc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 		_, err := cc.Read(make([]byte, 10))
@@ -180,5 +191,52 @@ func TestKeepAliveAndPipelining(t *testing.T) {
 	read("/bye")
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after Connection: close: %v, want EOF", err)
+	}
+}
+
+// TestPipelinedEventStream: a plain request pipelined before an event
+// stream on one connection. The first response may be held back; the
+// stream's header and first event must still reach the client while the
+// upstream is blocked, after the first response and in order.
+func TestPipelinedEventStream(t *testing.T) {
+	release := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/events" {
+			fmt.Fprint(w, "ok")
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer backend.Close()
+	defer close(release) // before backend.Close, which waits for the handler
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(c, "GET /plain HTTP/1.1\r\nHost: a\r\n\r\nGET /events HTTP/1.1\r\nHost: a\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+		t.Fatalf("first response %q", b)
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the event stream's header did not arrive: %v", err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "data: one\n" {
+		t.Fatalf("first event %q, %v", line, err)
 	}
 }

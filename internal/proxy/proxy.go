@@ -339,6 +339,7 @@ func (p *Proxy) trusted(a netip.Addr) bool {
 // fasthttp.RequestHandler; Serve runs it in a server configured for
 // streaming, and it also works in a server that buffers bodies.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	holdResponse(ctx.Conn(), false)
 	ex := p.getExchange()
 	ex.method = append(ex.method[:0], ctx.Method()...)
 	ex.path = append(ex.path[:0], ctx.Path()...)
@@ -346,7 +347,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		ex.finish()
 		// The response is complete: its write may wait for the next read
 		// (see clientConn).
-		deferResponse(ctx.Conn())
+		holdResponse(ctx.Conn(), true)
 	}
 	// Otherwise a streamed body or a tunnel owns ex now; don't touch it.
 }
