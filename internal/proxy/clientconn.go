@@ -92,7 +92,9 @@ func (c *clientConn) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	if len(c.pending) > 0 {
-		// Cannot happen with fasthttp's write pattern, but order is kept.
+		// A response held back and another write before any read (the
+		// next of pipelined requests answered from fasthttp's buffer):
+		// the held-back one goes first.
 		err := c.flushLocked()
 		if err != nil {
 			c.mu.Unlock()
