@@ -5,24 +5,19 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/graygate/graygate/internal/store/etcdstore/etcdtest"
+	"github.com/graygate/graygate/internal/store/storetest"
 )
 
-var testEpoch = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-
 // newClock returns a clock that advances one second per call, so that every
-// change has a distinct, predictable time (as in the file store's tests).
-func newClock() func() time.Time {
-	var n atomic.Int64
-	return func() time.Time { return testEpoch.Add(time.Duration(n.Add(1)) * time.Second) }
-}
+// change has a distinct, predictable time (as in the conformance suite).
+var newClock = storetest.Clock
 
 // at is the time the n-th call of a newClock clock returns.
-func at(n int) time.Time { return testEpoch.Add(time.Duration(n) * time.Second) }
+var at = storetest.At
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
 
