@@ -19,6 +19,7 @@ var fileHarness = storetest.Harness{
 		return s
 	},
 	Name:    func(t *testing.T) string { return t.TempDir() },
+	Kind:    "file",
 	Compact: store.Compact,
 }
 
@@ -27,3 +28,7 @@ func TestErrorMessages(t *testing.T)   { storetest.ErrorMessages(t, fileHarness)
 func TestEntryAndHistory(t *testing.T) { storetest.EntryAndHistory(t, fileHarness) }
 func TestMetaOp(t *testing.T)          { storetest.MetaOp(t, fileHarness) }
 func TestHistoryPruning(t *testing.T)  { storetest.HistoryPruning(t, fileHarness) }
+func TestNoAliasing(t *testing.T)      { storetest.NoAliasing(t, fileHarness) }
+func TestClosed(t *testing.T)          { storetest.Closed(t, fileHarness) }
+func TestCanceledContext(t *testing.T) { storetest.CanceledContext(t, fileHarness) }
+func TestChanges(t *testing.T)         { storetest.Changes(t, fileHarness) }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -31,6 +30,7 @@ func etcdHarness(t *testing.T) storetest.Harness {
 			return openStore(t, srv, prefix, opts)
 		},
 		Name: func(t *testing.T) string { return prefixOf(t) },
+		Kind: "etcd",
 		// Pruning deletes history keys in etcd.
 		HistoryRecords: func(t *testing.T, s store.Store, key string) int {
 			es := s.(*Store)
@@ -54,162 +54,10 @@ const AnyVersion = store.AnyVersion
 
 var ErrNotFound = store.ErrNotFound
 
-func TestNoAliasing(t *testing.T) {
-	srv := etcdtest.Start(t)
-	ctx := t.Context()
-	s := openStore(t, srv, prefixOf(t), fastOptions())
-	in := []byte(`{"a":"original"}`)
-	e, err := s.Put(ctx, "k", in, 0, store.Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Put(ctx, "k", raw(`{"a":"second"}`), 1, store.Meta{}); err != nil {
-		t.Fatal(err)
-	}
-	scribble := func(b []byte) { copy(b, "XXXXXXXXXXXXXXXX") }
-	scribble(in)
-	scribble(e.Rule)
-	if got, _ := s.Get(ctx, "k"); true {
-		scribble(got.Rule)
-	}
-	if st, _ := s.Load(ctx); len(st.Rules) == 1 {
-		scribble(st.Rules[0].Rule)
-	}
-	if h, _ := s.History(ctx, "k"); len(h) == 2 {
-		scribble(h[0].Before)
-		scribble(h[0].After)
-		scribble(h[1].After)
-	}
-	c, err := s.Delete(ctx, "k", 2, store.Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scribble(c.Before)
-	h, err := s.History(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{`{"a":"second"}`, `{"a":"second"}`, `{"a":"original"}`}
-	got := []string{string(h[0].Before), string(h[1].After), string(h[2].After)}
-	if !slices.Equal(got, want) {
-		t.Errorf("history rules = %q, want %q", got, want)
-	}
-	if _, err := s.Put(ctx, "k", raw(`{"a":"third"}`), 0, store.Meta{}); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := s.Load(ctx)
-	scribble(st.Rules[0].Rule)
-	if got, _ := s.Load(ctx); string(got.Rules[0].Rule) != `{"a":"third"}` {
-		t.Errorf("Load after scribbling a loaded rule = %s", got.Rules[0].Rule)
-	}
-}
-
-func TestClosed(t *testing.T) {
-	srv := etcdtest.Start(t)
-	ctx := t.Context()
-	s := openStore(t, srv, prefixOf(t), fastOptions())
-	if s.Kind() != "etcd" {
-		t.Errorf("Kind() = %q, want etcd", s.Kind())
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close() = %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close() = %v", err)
-	}
-	tests := []struct {
-		name string
-		call func() error
-	}{
-		{"Load", func() error { _, err := s.Load(ctx); return err }},
-		{"Get", func() error { _, err := s.Get(ctx, "a"); return err }},
-		{"History", func() error { _, err := s.History(ctx, "a"); return err }},
-		{"Put", func() error { _, err := s.Put(ctx, "a", raw(`{}`), 0, store.Meta{}); return err }},
-		{"Delete", func() error { _, err := s.Delete(ctx, "a", AnyVersion, store.Meta{}); return err }},
-		{"SetRollback", func() error { _, err := s.SetRollback(ctx, "", true, store.Meta{}); return err }},
-	}
-	for _, tt := range tests {
-		if err := tt.call(); !errors.Is(err, store.ErrClosed) {
-			t.Errorf("%s after Close = %v, want ErrClosed", tt.name, err)
-		}
-	}
-}
-
-func TestCanceledContext(t *testing.T) {
-	srv := etcdtest.Start(t)
-	s := openStore(t, srv, prefixOf(t), fastOptions())
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := s.Put(ctx, "a", raw(`{}`), 0, store.Meta{}); !errors.Is(err, context.Canceled) {
-		t.Errorf("Put with a canceled context = %v", err)
-	}
-	if st, err := s.Load(t.Context()); err != nil || st.Revision != 0 {
-		t.Errorf("Load() = revision %d, %v; a canceled Put must not write", st.Revision, err)
-	}
-}
-
-func TestChanges(t *testing.T) {
-	srv := etcdtest.Start(t)
-	ctx := t.Context()
-	s := openStore(t, srv, prefixOf(t), fastOptions())
-	ch := s.Changes()
-	if ch != s.Changes() {
-		t.Fatal("Changes() returned two different channels")
-	}
-	select {
-	case rev := <-ch:
-		t.Fatalf("notification %d before any change", rev)
-	default:
-	}
-	if _, err := s.Put(ctx, "a", raw(`{}`), 0, store.Meta{}); err != nil {
-		t.Fatal(err)
-	}
-	if rev := nextChange(t, ch, 5*time.Second); rev != 1 {
-		t.Fatalf("first notification = %d, want 1", rev)
-	}
-	// Nobody reads while five changes commit: writers must not block, and
-	// the reader then finds only the latest revision.
-	done := make(chan error, 1)
-	go func() {
-		for i := range 4 {
-			if _, err := s.Put(ctx, "a", raw(fmt.Sprintf(`{"i":%d}`, i)), AnyVersion, store.Meta{}); err != nil {
-				done <- err
-				return
-			}
-		}
-		_, err := s.SetRollback(ctx, "", true, store.Meta{})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("writers blocked on an unread Changes channel")
-	}
-	if rev := nextChange(t, ch, 5*time.Second); rev != 6 {
-		t.Fatalf("coalesced notification = %d, want 6", rev)
-	}
-	select {
-	case rev := <-ch:
-		t.Fatalf("extra notification %d", rev)
-	default:
-	}
-	// A change that changes nothing notifies nothing.
-	if _, err := s.SetRollback(ctx, "", true, store.Meta{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case rev := <-ch:
-		t.Fatalf("notification %d for a no-op", rev)
-	case <-time.After(300 * time.Millisecond):
-	}
-	s.Close()
-	if _, ok := <-ch; ok {
-		t.Fatal("Changes channel still open after Close")
-	}
-}
+func TestNoAliasing(t *testing.T)      { storetest.NoAliasing(t, etcdHarness(t)) }
+func TestClosed(t *testing.T)          { storetest.Closed(t, etcdHarness(t)) }
+func TestCanceledContext(t *testing.T) { storetest.CanceledContext(t, etcdHarness(t)) }
+func TestChanges(t *testing.T)         { storetest.Changes(t, etcdHarness(t)) }
 
 // dump is everything a store returns: the state and every key's history.
 type dump struct {

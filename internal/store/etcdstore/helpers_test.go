@@ -88,19 +88,7 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 }
 
 // nextChange waits for a notification on ch.
-func nextChange(t testing.TB, ch <-chan int64, timeout time.Duration) int64 {
-	t.Helper()
-	select {
-	case rev, ok := <-ch:
-		if !ok {
-			t.Fatal("Changes channel closed")
-		}
-		return rev
-	case <-time.After(timeout):
-		t.Fatalf("no Changes notification within %v", timeout)
-	}
-	panic("unreachable")
-}
+var nextChange = storetest.NextChange
 
 func mustJSON(v any) string {
 	b, err := json.Marshal(v)
