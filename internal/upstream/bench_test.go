@@ -14,15 +14,20 @@ func benchPool(tb testing.TB, bal Balancer) *Pool {
 	return mustPool(tb, "svc", insts, PoolOptions{Balancer: bal, Health: NewHealth(HealthOptions{}), Passive: &PassiveHealth{}})
 }
 
-// BenchmarkPick measures one request's worth of balancing: Pick and the
-// Report that ends it, on a healthy pool of 8 with passive health on.
-func BenchmarkPick(b *testing.B) {
-	for _, bal := range []Balancer{RoundRobin, Weighted, LeastRequest} {
+var benchBalancers = []Balancer{RoundRobin, Weighted, LeastRequest}
+
+// benchPicks runs one sub-benchmark per balancer: pick, then the Report
+// that ends the request, on a benchPool that setup (if set) prepares.
+func benchPicks(b *testing.B, setup func(*Pool), pick func(*Pool) (*Instance, error)) {
+	for _, bal := range benchBalancers {
 		b.Run(string(bal), func(b *testing.B) {
 			p := benchPool(b, bal)
+			if setup != nil {
+				setup(p)
+			}
 			b.ReportAllocs()
 			for b.Loop() {
-				in, err := p.Pick()
+				in, err := pick(p)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -32,44 +37,25 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPick measures one request's worth of balancing: Pick and the
+// Report that ends it, on a healthy pool of 8 with passive health on.
+func BenchmarkPick(b *testing.B) { benchPicks(b, nil, (*Pool).Pick) }
+
 func BenchmarkPickVersion(b *testing.B) {
-	for _, bal := range []Balancer{RoundRobin, Weighted, LeastRequest} {
-		b.Run(string(bal), func(b *testing.B) {
-			p := benchPool(b, bal)
-			b.ReportAllocs()
-			for b.Loop() {
-				in, err := p.PickVersion("1")
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Report(in, true)
-			}
-		})
-	}
+	benchPicks(b, nil, func(p *Pool) (*Instance, error) { return p.PickVersion("1") })
 }
 
 // BenchmarkPickEjected has two of the 8 instances ejected, so some picks
 // take the slow path.
 func BenchmarkPickEjected(b *testing.B) {
-	for _, bal := range []Balancer{RoundRobin, Weighted, LeastRequest} {
-		b.Run(string(bal), func(b *testing.B) {
-			p := benchPool(b, bal)
-			fail(p, p.Instances[2], 5)
-			fail(p, p.Instances[5], 5)
-			b.ReportAllocs()
-			for b.Loop() {
-				in, err := p.Pick()
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Report(in, true)
-			}
-		})
-	}
+	benchPicks(b, func(p *Pool) {
+		fail(p, p.Instances[2], 5)
+		fail(p, p.Instances[5], 5)
+	}, (*Pool).Pick)
 }
 
 func BenchmarkPickParallel(b *testing.B) {
-	for _, bal := range []Balancer{RoundRobin, Weighted, LeastRequest} {
+	for _, bal := range benchBalancers {
 		b.Run(string(bal), func(b *testing.B) {
 			p := benchPool(b, bal)
 			b.ReportAllocs()
@@ -90,7 +76,7 @@ func BenchmarkPickParallel(b *testing.B) {
 // TestPickDoesNotAllocate keeps the 0 allocs/op target a test, not only a
 // benchmark number.
 func TestPickDoesNotAllocate(t *testing.T) {
-	for _, bal := range []Balancer{RoundRobin, Weighted, LeastRequest} {
+	for _, bal := range benchBalancers {
 		p := benchPool(t, bal)
 		fail(p, p.Instances[2], 5) // include the slow paths
 		n := testing.AllocsPerRun(1000, func() {
