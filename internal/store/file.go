@@ -2,7 +2,6 @@ package store
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // File names inside the data directory.
@@ -378,7 +376,7 @@ func (s *FileStore) Get(ctx context.Context, key string) (Entry, error) {
 		return Entry{}, fmt.Errorf("get rule %q: %w", key, err)
 	}
 	if !ValidKey(key) {
-		return Entry{}, fmt.Errorf("get rule %q: key must match %s: %w", key, keyPattern, ErrInvalid)
+		return Entry{}, fmt.Errorf("get rule %q: key must match %s: %w", key, KeyPattern, ErrInvalid)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -387,7 +385,7 @@ func (s *FileStore) Get(ctx context.Context, key string) (Entry, error) {
 	}
 	ks := s.st.rules[key]
 	if ks == nil || ks.rule == nil {
-		return Entry{}, notFound(key)
+		return Entry{}, NotFound(key)
 	}
 	return cloneEntry(ks.entry), nil
 }
@@ -398,7 +396,7 @@ func (s *FileStore) History(ctx context.Context, key string) ([]Change, error) {
 		return nil, fmt.Errorf("history of %q: %w", key, err)
 	}
 	if !ValidKey(key) && key != GlobalKey {
-		return nil, fmt.Errorf("history of %q: key must match %s or be %q: %w", key, keyPattern, GlobalKey, ErrInvalid)
+		return nil, fmt.Errorf("history of %q: key must match %s or be %q: %w", key, KeyPattern, GlobalKey, ErrInvalid)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -420,7 +418,7 @@ func (s *FileStore) Put(ctx context.Context, key string, rule json.RawMessage, i
 		return fail(err)
 	}
 	if !ValidKey(key) {
-		return fail(fmt.Errorf("key must match %s: %w", keyPattern, ErrInvalid))
+		return fail(fmt.Errorf("key must match %s: %w", KeyPattern, ErrInvalid))
 	}
 	if ifVersion < AnyVersion {
 		return fail(fmt.Errorf("ifVersion %d is below AnyVersion: %w", ifVersion, ErrInvalid))
@@ -433,7 +431,7 @@ func (s *FileStore) Put(ctx context.Context, key string, rule json.RawMessage, i
 	default:
 		return fail(fmt.Errorf("op %q is not a put operation: %w", m.Op, ErrInvalid))
 	}
-	body, err := normalizeRule(rule)
+	body, err := NormalizeRule(rule, maxRuleBytes)
 	if err != nil {
 		return fail(err)
 	}
@@ -447,7 +445,7 @@ func (s *FileStore) Put(ctx context.Context, key string, rule json.RawMessage, i
 	if ks == nil {
 		ks = &keyState{}
 	}
-	if err := casCheck(key, ks, ifVersion, true); err != nil {
+	if err := CheckVersion(key, ks.version, ks.rule != nil, ifVersion, true); err != nil {
 		return Entry{}, err
 	}
 	r := s.newRecord(key, ks, m)
@@ -476,7 +474,7 @@ func (s *FileStore) Delete(ctx context.Context, key string, ifVersion int64, m M
 		return fail(err)
 	}
 	if !ValidKey(key) {
-		return fail(fmt.Errorf("key must match %s: %w", keyPattern, ErrInvalid))
+		return fail(fmt.Errorf("key must match %s: %w", KeyPattern, ErrInvalid))
 	}
 	if ifVersion < AnyVersion {
 		return fail(fmt.Errorf("ifVersion %d is below AnyVersion: %w", ifVersion, ErrInvalid))
@@ -492,9 +490,9 @@ func (s *FileStore) Delete(ctx context.Context, key string, ifVersion int64, m M
 	}
 	ks := s.st.rules[key]
 	if ks == nil || ks.rule == nil {
-		return Change{}, notFound(key)
+		return Change{}, NotFound(key)
 	}
-	if err := casCheck(key, ks, ifVersion, false); err != nil {
+	if err := CheckVersion(key, ks.version, ks.rule != nil, ifVersion, false); err != nil {
 		return Change{}, err
 	}
 	r := s.newRecord(key, ks, m)
@@ -524,7 +522,7 @@ func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, m Meta
 		return fail(err)
 	}
 	if key != "" && !ValidKey(key) {
-		return fail(fmt.Errorf("key must match %s: %w", keyPattern, ErrInvalid))
+		return fail(fmt.Errorf("key must match %s: %w", KeyPattern, ErrInvalid))
 	}
 	if m.Op != "" && m.Op != op {
 		return fail(fmt.Errorf("op %q is not %q: %w", m.Op, op, ErrInvalid))
@@ -537,7 +535,7 @@ func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, m Meta
 	}
 	ks := s.st.lookup(hkey)
 	if key != "" && (ks == nil || ks.rule == nil) {
-		return State{}, notFound(key)
+		return State{}, NotFound(key)
 	}
 	if ks.rolledBack == on {
 		return s.st.snapshot(), nil
@@ -591,54 +589,6 @@ func (s *FileStore) newRecord(key string, ks *keyState, m Meta) *record {
 		By:     strings.ToValidUTF8(m.By, "\uFFFD"),
 		Reason: strings.ToValidUTF8(m.Reason, "\uFFFD"),
 	}
-}
-
-// casCheck applies the ifVersion precondition of Put (forPut) or Delete.
-func casCheck(key string, ks *keyState, ifVersion int64, forPut bool) error {
-	exists := ks.rule != nil
-	switch {
-	case ifVersion == AnyVersion:
-		return nil
-	case ifVersion == 0 && exists:
-		what := "put"
-		if !forPut {
-			what = "delete"
-		}
-		return fmt.Errorf("rule %q: version is %d, If-Match wanted 0 (%s only if absent): %w", key, ks.version, what, ErrConflict)
-	case ifVersion == 0:
-		return nil
-	case !exists && ks.version > 0:
-		return fmt.Errorf("rule %q: deleted at version %d, If-Match wanted %d: %w", key, ks.version, ifVersion, ErrConflict)
-	case !exists:
-		return fmt.Errorf("rule %q: does not exist, If-Match wanted %d: %w", key, ifVersion, ErrConflict)
-	case ks.version != ifVersion:
-		return fmt.Errorf("rule %q: version is %d, If-Match wanted %d: %w", key, ks.version, ifVersion, ErrConflict)
-	}
-	return nil
-}
-
-func notFound(key string) error {
-	return fmt.Errorf("rule %q: %w", key, ErrNotFound)
-}
-
-// normalizeRule checks that rule is one JSON object in UTF-8 and returns it
-// compacted, in a fresh slice the caller cannot modify afterwards.
-func normalizeRule(rule json.RawMessage) (json.RawMessage, error) {
-	if len(rule) > maxRuleBytes {
-		return nil, fmt.Errorf("rule is %d bytes, limit is %d: %w", len(rule), maxRuleBytes, ErrInvalid)
-	}
-	if !utf8.Valid(rule) {
-		return nil, fmt.Errorf("rule is not valid UTF-8: %w", ErrInvalid)
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(rule))
-	if err := json.Compact(&buf, rule); err != nil {
-		return nil, fmt.Errorf("rule is not valid JSON (%v): %w", err, ErrInvalid)
-	}
-	if !isObject(buf.Bytes()) {
-		return nil, fmt.Errorf("rule is not a JSON object: %w", ErrInvalid)
-	}
-	return buf.Bytes(), nil
 }
 
 // SyncDir fsyncs a directory, making the entries created or renamed in it

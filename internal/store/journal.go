@@ -140,7 +140,7 @@ func lastNonZero(b []byte) int {
 // trailing data: a frame that passed its checksum but does not decode
 // exactly was not written by this version and must not be guessed at.
 func decodeStrict(body []byte, v any) error {
-	if !isObject(body) {
+	if !IsObject(body) {
 		return errors.New("payload is not a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -316,7 +316,7 @@ func startGroup(st *state, r *record) (*keyState, error) {
 		return nil, fmt.Errorf("key %q: version %d is not positive", r.Key, r.Version)
 	case r.Version == 1 && (r.Before != nil || r.RolledBackBefore):
 		return nil, fmt.Errorf("key %q: version 1 has a before-state", r.Key)
-	case r.Before != nil && (r.Key == GlobalKey || !isObject(r.Before)):
+	case r.Before != nil && (r.Key == GlobalKey || !IsObject(r.Before)):
 		return nil, fmt.Errorf("key %q version %d: before-state is not a rule", r.Key, r.Version)
 	case r.Before == nil && r.RolledBackBefore && r.Key != GlobalKey:
 		return nil, fmt.Errorf("key %q version %d: a missing rule cannot be rolled back", r.Key, r.Version)

@@ -93,7 +93,7 @@ func checkRecord(ks *keyState, r *record) error {
 	if r.Revision < 1 {
 		return fmt.Errorf("key %q: revision %d is not positive", r.Key, r.Revision)
 	}
-	if r.Rule != nil && !isObject(r.Rule) {
+	if r.Rule != nil && !IsObject(r.Rule) {
 		return fmt.Errorf("key %q version %d: rule is not a JSON object", r.Key, r.Version)
 	}
 	bad := func(why string) error {
@@ -258,10 +258,4 @@ func cloneRaw(b json.RawMessage) json.RawMessage {
 		return nil
 	}
 	return bytes.Clone(b)
-}
-
-// isObject reports whether b, known to be valid JSON, is an object.
-func isObject(b []byte) bool {
-	b = bytes.TrimLeft(b, " \t\r\n")
-	return len(b) > 0 && b[0] == '{'
 }

@@ -1,10 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Sentinel errors. Implementations wrap them with %w and name the key and the
@@ -166,8 +169,69 @@ func ValidKey(key string) bool {
 	return true
 }
 
-// keyPattern is the documented form of a rule key, used in error messages.
-const keyPattern = `^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`
+// KeyPattern is the documented form of a rule key (ValidKey), for error
+// messages.
+const KeyPattern = `^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`
+
+// The checks below are every store's, so that the stores accept the same
+// calls and fail them with the same messages.
+
+// CheckVersion applies the ifVersion precondition of Put (forPut) or
+// Delete to key, whose last version is version and which exists or not.
+// Its errors wrap ErrConflict.
+func CheckVersion(key string, version int64, exists bool, ifVersion int64, forPut bool) error {
+	switch {
+	case ifVersion == AnyVersion:
+		return nil
+	case ifVersion == 0 && exists:
+		what := "put"
+		if !forPut {
+			what = "delete"
+		}
+		return fmt.Errorf("rule %q: version is %d, If-Match wanted 0 (%s only if absent): %w", key, version, what, ErrConflict)
+	case ifVersion == 0:
+		return nil
+	case !exists && version > 0:
+		return fmt.Errorf("rule %q: deleted at version %d, If-Match wanted %d: %w", key, version, ifVersion, ErrConflict)
+	case !exists:
+		return fmt.Errorf("rule %q: does not exist, If-Match wanted %d: %w", key, ifVersion, ErrConflict)
+	case version != ifVersion:
+		return fmt.Errorf("rule %q: version is %d, If-Match wanted %d: %w", key, version, ifVersion, ErrConflict)
+	}
+	return nil
+}
+
+// NotFound is the error for a rule key that does not exist.
+func NotFound(key string) error {
+	return fmt.Errorf("rule %q: %w", key, ErrNotFound)
+}
+
+// NormalizeRule checks that rule is one JSON object in UTF-8 of at most
+// limit bytes and returns it compacted, in a fresh slice the caller cannot
+// modify afterwards. Its errors wrap ErrInvalid.
+func NormalizeRule(rule json.RawMessage, limit int) (json.RawMessage, error) {
+	if len(rule) > limit {
+		return nil, fmt.Errorf("rule is %d bytes, limit is %d: %w", len(rule), limit, ErrInvalid)
+	}
+	if !utf8.Valid(rule) {
+		return nil, fmt.Errorf("rule is not valid UTF-8: %w", ErrInvalid)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(rule))
+	if err := json.Compact(&buf, rule); err != nil {
+		return nil, fmt.Errorf("rule is not valid JSON (%v): %w", err, ErrInvalid)
+	}
+	if !IsObject(buf.Bytes()) {
+		return nil, fmt.Errorf("rule is not a JSON object: %w", ErrInvalid)
+	}
+	return buf.Bytes(), nil
+}
+
+// IsObject reports whether b, known to be valid JSON, is an object.
+func IsObject(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{'
+}
 
 // Notify hands rev to a Changes channel (capacity 1) without blocking,
 // replacing a revision the reader has not taken yet. It must have a single

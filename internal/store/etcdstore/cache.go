@@ -157,7 +157,7 @@ func (c *cacheFile) load() (*snapshot, time.Time, error) {
 		rules = []store.Entry{}
 	}
 	for i, e := range rules {
-		if !validKey(e.Key) || !isObject(e.Rule) || (i > 0 && rules[i-1].Key >= e.Key) {
+		if !validKey(e.Key) || !store.IsObject(e.Rule) || (i > 0 && rules[i-1].Key >= e.Key) {
 			return nil, time.Time{}, fmt.Errorf("cache file %s: rules[%d] (%q) is invalid or out of order: %w", c.path, i, e.Key, store.ErrCorrupt)
 		}
 	}

@@ -6,8 +6,9 @@
 // ParseURL; etcds:// turns TLS on); TLS files and authentication come from
 // the config file (see Config). It behaves exactly like the file store:
 // same validation, same versions (per key, never reused after delete and
-// re-create), same store revisions, same history, same error messages. The
-// conformance tests run the file store's tables against both.
+// re-create), same store revisions, same history, same error messages (the
+// checks are package store's). The conformance suite
+// (internal/store/storetest) runs against both.
 //
 // # Key layout
 //

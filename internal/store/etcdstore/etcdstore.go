@@ -429,7 +429,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Entry, error) {
 		return store.Entry{}, fmt.Errorf("get rule %q: %w", key, err)
 	}
 	if !validKey(key) {
-		return store.Entry{}, fmt.Errorf("get rule %q: key must match %s: %w", key, keyPattern, store.ErrInvalid)
+		return store.Entry{}, fmt.Errorf("get rule %q: key must match %s: %w", key, store.KeyPattern, store.ErrInvalid)
 	}
 	if s.isClosed() {
 		return store.Entry{}, fmt.Errorf("get rule %q: %w", key, store.ErrClosed)
@@ -437,7 +437,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Entry, error) {
 	rules := s.snap.Load().state.Rules
 	i, ok := slices.BinarySearchFunc(rules, key, func(e store.Entry, k string) int { return strings.Compare(e.Key, k) })
 	if !ok {
-		return store.Entry{}, notFound(key)
+		return store.Entry{}, store.NotFound(key)
 	}
 	return cloneEntry(rules[i]), nil
 }

@@ -16,6 +16,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/graygate/graygate/internal/store"
 )
 
 // Instance is one live upstream instance of a service, as registered under
@@ -76,7 +78,7 @@ func Register(ctx context.Context, client *clientv3.Client, prefix, service stri
 		errs = append(errs, err)
 	}
 	if !validKey(service) {
-		errs = append(errs, fmt.Errorf("service: must match %s", keyPattern))
+		errs = append(errs, fmt.Errorf("service: must match %s", store.KeyPattern))
 	}
 	if inst.Addr == "" {
 		errs = append(errs, errors.New("addr: must not be empty"))
@@ -215,7 +217,7 @@ func WatchInstances(ctx context.Context, client *clientv3.Client, prefix, servic
 		errs = append(errs, err)
 	}
 	if service != "" && !validKey(service) {
-		errs = append(errs, fmt.Errorf("service: must be empty or match %s", keyPattern))
+		errs = append(errs, fmt.Errorf("service: must be empty or match %s", store.KeyPattern))
 	}
 	if fn == nil {
 		errs = append(errs, errors.New("fn is nil"))

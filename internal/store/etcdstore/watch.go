@@ -58,7 +58,7 @@ func (v *view) put(k, val []byte) error {
 		if err := json.Unmarshal(val, &e); err != nil {
 			return fmt.Errorf("decode rule: %w", err)
 		}
-		if e.Key != name || !isObject(e.Rule) {
+		if e.Key != name || !store.IsObject(e.Rule) {
 			return fmt.Errorf("entry of rule %q names %q or holds no JSON object", name, e.Key)
 		}
 		v.rules[name] = e

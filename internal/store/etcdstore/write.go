@@ -253,7 +253,7 @@ func (s *Store) Put(ctx context.Context, key string, rule json.RawMessage, ifVer
 		return fail(err)
 	}
 	if !validKey(key) {
-		return fail(fmt.Errorf("key must match %s: %w", keyPattern, store.ErrInvalid))
+		return fail(fmt.Errorf("key must match %s: %w", store.KeyPattern, store.ErrInvalid))
 	}
 	if ifVersion < store.AnyVersion {
 		return fail(fmt.Errorf("ifVersion %d is below AnyVersion: %w", ifVersion, store.ErrInvalid))
@@ -266,14 +266,14 @@ func (s *Store) Put(ctx context.Context, key string, rule json.RawMessage, ifVer
 	default:
 		return fail(fmt.Errorf("op %q is not a put operation: %w", m.Op, store.ErrInvalid))
 	}
-	body, err := normalizeRule(rule, s.opts.MaxRequestBytes)
+	body, err := store.NormalizeRule(rule, s.opts.MaxRequestBytes)
 	if err != nil {
 		return fail(err)
 	}
 	var out store.Entry
 	err = s.write(ctx, key, func(cur current) (*plan, error) {
 		exists := cur.entry != nil
-		if err := casCheck(key, cur.version, exists, ifVersion, true); err != nil {
+		if err := store.CheckVersion(key, cur.version, exists, ifVersion, true); err != nil {
 			return nil, err
 		}
 		c := s.newChange(key, cur, m)
@@ -318,7 +318,7 @@ func (s *Store) Delete(ctx context.Context, key string, ifVersion int64, m store
 		return fail(err)
 	}
 	if !validKey(key) {
-		return fail(fmt.Errorf("key must match %s: %w", keyPattern, store.ErrInvalid))
+		return fail(fmt.Errorf("key must match %s: %w", store.KeyPattern, store.ErrInvalid))
 	}
 	if ifVersion < store.AnyVersion {
 		return fail(fmt.Errorf("ifVersion %d is below AnyVersion: %w", ifVersion, store.ErrInvalid))
@@ -329,9 +329,9 @@ func (s *Store) Delete(ctx context.Context, key string, ifVersion int64, m store
 	var out store.Change
 	err := s.write(ctx, key, func(cur current) (*plan, error) {
 		if cur.entry == nil {
-			return nil, notFound(key)
+			return nil, store.NotFound(key)
 		}
-		if err := casCheck(key, cur.version, true, ifVersion, false); err != nil {
+		if err := store.CheckVersion(key, cur.version, true, ifVersion, false); err != nil {
 			return nil, err
 		}
 		c := s.newChange(key, cur, m)
@@ -369,7 +369,7 @@ func (s *Store) SetRollback(ctx context.Context, key string, on bool, m store.Me
 		return fail(err)
 	}
 	if key != "" && !validKey(key) {
-		return fail(fmt.Errorf("key must match %s: %w", keyPattern, store.ErrInvalid))
+		return fail(fmt.Errorf("key must match %s: %w", store.KeyPattern, store.ErrInvalid))
 	}
 	if m.Op != "" && m.Op != op {
 		return fail(fmt.Errorf("op %q is not %q: %w", m.Op, op, store.ErrInvalid))
@@ -389,7 +389,7 @@ func (s *Store) SetRollback(ctx context.Context, key string, on bool, m store.Me
 			return &plan{target: s.keys.global, value: val, change: c}, nil
 		}
 		if cur.entry == nil {
-			return nil, notFound(key)
+			return nil, store.NotFound(key)
 		}
 		if cur.entry.RolledBack == on {
 			return nil, nil
@@ -431,7 +431,7 @@ func (s *Store) History(ctx context.Context, key string) ([]store.Change, error)
 		return fail(err)
 	}
 	if !validKey(key) && key != store.GlobalKey {
-		return fail(fmt.Errorf("key must match %s or be %q: %w", keyPattern, store.GlobalKey, store.ErrInvalid))
+		return fail(fmt.Errorf("key must match %s or be %q: %w", store.KeyPattern, store.GlobalKey, store.ErrInvalid))
 	}
 	done, err := s.begin()
 	if err != nil {
