@@ -305,3 +305,36 @@ func TestChunked(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowUploadIsAnswered: a body that takes longer than watchDelay to
+// arrive, chunked or with a length. The response-header wait must count
+// from when the whole request has been written upstream, and the request's
+// last bytes must reach the upstream however long the upload took.
+func TestSlowUploadIsAnswered(t *testing.T) {
+	backend, _ := echoBackend(t, "stable")
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))})
+	for _, tt := range []struct{ name, head, first, rest string }{
+		{"chunked", "Transfer-Encoding: chunked", "5\r\nhello\r\n", "6\r\n world\r\n0\r\n\r\n"},
+		{"with a length", "Content-Length: 11", "hello", " world"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: a\r\n%s\r\n\r\n%s", tt.head, tt.first)
+			time.Sleep(4 * watchDelay)
+			fmt.Fprint(c, tt.rest)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer to a slow upload: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || !strings.Contains(string(body), `"body":"hello world"`) {
+				t.Fatalf("answer %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+}

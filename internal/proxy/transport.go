@@ -285,9 +285,12 @@ func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	uc := ex.uc
 	replayable := ex.rawHead && safeMethod(ex.method)
+	// Whether the body is streamed from the client is asked now: writing
+	// the request ends its body stream.
+	streamed := ex.req.IsBodyStream()
 	// The time a streamed body takes to arrive from the client is not the
 	// upstream's latency; it is left out of the breaker's measurement.
-	timeBody := ex.d.Breaker != nil && ex.req.IsBodyStream()
+	timeBody := ex.d.Breaker != nil && streamed
 	for attempt := 0; ; attempt++ {
 		c, err := uc.conns.get()
 		if err != nil {
@@ -312,7 +315,7 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		// attempt (see flushAndWait).
 		up, _ := conn.(*upstreamTCP)
 		var flush *bufio.Writer
-		if up != nil && !ex.req.IsBodyStream() {
+		if up != nil && !streamed {
 			flush = bw
 		} else if err == nil {
 			err = bw.Flush()
@@ -329,7 +332,7 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			// that is, within microseconds, when the request began, a
 			// clock reading the exchange already has.
 			start := ex.start
-			if !p.realClock || attempt > 0 || ex.fellBack || ex.req.IsBodyStream() {
+			if !p.realClock || attempt > 0 || ex.fellBack || streamed {
 				start = time.Now()
 			}
 			err = p.readHeader(ctx, ex, conn, br, start, up, flush)
@@ -520,6 +523,12 @@ func (e *writeError) Unwrap() error { return e.err }
 func (ex *exchange) flushAndWait(raw syscall.RawConn, bw *bufio.Writer) error {
 	ex.flushBW, ex.flushed, ex.flushErr = bw, false, nil
 	err := raw.Read(ex.flushFn)
+	if !ex.flushed {
+		// The wait ended before the callback ran (a deadline already
+		// past): the request still goes out, and the caller's timeout
+		// handling takes over the wait.
+		ex.flushErr = bw.Flush()
+	}
 	werr := ex.flushErr
 	ex.flushBW, ex.flushErr = nil, nil
 	if werr != nil {
