@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/graygate/graygate/internal/gateway"
-	"github.com/graygate/graygate/internal/proxy"
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/store/etcdstore"
 	"github.com/graygate/graygate/internal/tags"
@@ -148,7 +148,7 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	// several times the size of the rules (a large whitelist above all);
 	// collect it and give the memory back before serving.
 	debug.FreeOSMemory()
-	dataLn, err := proxy.Listen("tcp", cfg.Listen, cfg.Lifecycle.ReusePort)
+	dataLn, err := listener.Listen("tcp", cfg.Listen, cfg.Lifecycle.ReusePort)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}

@@ -18,6 +18,7 @@ import (
 // fixed shape. appendJSONString's output decodes to what encoding/json's
 // does for the same string, which a fuzz test checks.
 type accessLog struct {
+	out  io.Writer // what w writes to
 	w    *asyncWriter
 	bufs sync.Pool
 	// second caches the formatted date and time of the latest second seen
@@ -87,7 +88,7 @@ func appendMillis(b []byte, d time.Duration) []byte {
 }
 
 func newAccessLog(out io.Writer, queue int, flushEvery time.Duration) *accessLog {
-	return &accessLog{w: newAsyncWriter(out, queue, flushEvery)}
+	return &accessLog{out: out, w: newAsyncWriter(out, queue, flushEvery)}
 }
 
 // record logs ex, which ended at end after elapsed. The strings read alias
@@ -134,6 +135,12 @@ func (a *accessLog) record(ex *exchange, end time.Time, elapsed time.Duration) {
 	b = appendMillis(b, elapsed)
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, ex.bytesOut, 10)
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, b2s(ex.reqID))
+	if ex.timeout != "" {
+		b = append(b, `,"timeout":`...)
+		b = appendJSONString(b, ex.timeout)
+	}
 	b = append(b, "}\n"...)
 	_, _ = a.w.Write(b)
 	*bp = b

@@ -66,7 +66,7 @@ func TestAccessLog(t *testing.T) {
 	want := map[string]any{
 		"method": "GET", "path": "/a/b", "status": float64(200), "upstream": addrOf(backend), "pool": "gray",
 		"rule": "r1", "group": "gray", "degraded": "rollback", "intended_upstream": "", "identity_source": "header:X-User-Id",
-		"bytes": float64(n),
+		"bytes": float64(n), "request_id": resp.Header.Get("X-Request-Id"),
 	}
 	for k, v := range want {
 		if rec[k] != v {
@@ -93,6 +93,9 @@ func TestAccessLog(t *testing.T) {
 		rec = nil
 		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["status"] != float64(http.StatusBadRequest) {
 			t.Errorf("rejected request logged as %s (%v), want status 400", line, err)
+		}
+		if id, _ := rec["request_id"].(string); len(id) != 32 {
+			t.Errorf("rejected request logged with request_id %q, want a generated one", id)
 		}
 	}
 }

@@ -3,14 +3,20 @@ package proxy
 import (
 	"errors"
 	"io"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/listener"
 )
 
 // reqBody is the client's request body as the upstream request reads it.
 // It remembers a failure to read it, which means the client broke off the
-// upload (499) or was too slow for ReadTimeout (408), as opposed to a
-// failure to write it upstream (502). It also enforces Policy.MaxBodyBytes
-// on bodies whose size was not declared, and can first hand out pre, the
-// part of a chunked body read while trying to buffer it for a replay.
+// upload (499), stalled for longer than Options.ReadTimeout (408) or sent
+// a malformed body (400), as opposed to a failure to write it upstream
+// (502). It also enforces Policy.MaxBodyBytes on bodies whose size was not
+// declared, and can first hand out pre, the part of a chunked body read
+// while trying to buffer it for a replay.
 type reqBody struct {
 	ex   *exchange
 	src  io.Reader
@@ -45,25 +51,100 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// isBadBody reports whether a failure to read a request body is the
+// body's own fault (its chunked framing), found by the listener's Guard or
+// by fasthttp's chunk parser, rather than the client going away.
+func isBadBody(err error) bool {
+	var gerr *listener.Error
+	var brk fasthttp.ErrBrokenChunk
+	return errors.As(err, &gerr) || errors.As(err, &brk)
+}
+
 // respBody is the upstream response body as fasthttp's server writes it to
 // the client. fasthttp closes it, with the write error if any, after the last
 // byte or when the response is dropped, and that is when the exchange ends:
 // the upstream connection goes back and OnDone and the access log run.
+// Every read first keeps the upstream's read deadline at
+// Options.UpstreamReadTimeout from now, so an upstream that stalls
+// mid-body is cut off.
 type respBody struct {
 	ex *exchange
 }
 
 func (b *respBody) Read(p []byte) (int, error) {
 	ex := b.ex
+	if err := ex.keepUpstreamReadDeadline(); err != nil {
+		ex.upErr = err
+		return 0, err
+	}
 	n, err := ex.upBody.Read(p)
 	ex.bytesOut += int64(n)
 	switch {
 	case err == io.EOF:
 		ex.upEOF = true
+		ex.forwardTrailers()
 	case err != nil:
 		ex.upErr = err
+		if isTimeout(err) {
+			ex.timeout = timeoutUpstreamRead
+		}
 	}
 	return n, err
+}
+
+// keepUpstreamReadDeadline keeps the read deadline of the upstream
+// connection at UpstreamReadTimeout from now, moving it only when it is off
+// by more than an eighth of the timeout.
+func (ex *exchange) keepUpstreamReadDeadline() error {
+	d := ex.opts.UpstreamReadTimeout
+	now := time.Now()
+	want := now.Add(d).UnixNano()
+	if cur := ex.upRDL; cur != 0 && cur <= want && want-cur <= int64(d/8) {
+		return nil
+	}
+	ex.upRDL = want
+	return ex.up.Conn().SetReadDeadline(time.Unix(0, want))
+}
+
+// forwardTrailers hands the trailer fields that ended a chunked upstream
+// body to the client's response, which fasthttp writes after the last
+// chunk. The response header has been written by then, so a trailer the
+// upstream did not announce is added to the trailer section only.
+func (ex *exchange) forwardTrailers() {
+	if ex.respOut == nil {
+		return
+	}
+	for _, k := range ex.resp.Header.PeekTrailerKeys() {
+		if !ex.opts.AllowUnderscoresInHeaders && hasUnderscore(k) {
+			continue
+		}
+		v := ex.resp.Header.PeekBytes(k)
+		if len(v) == 0 {
+			continue
+		}
+		if !containsFold(ex.respOut.PeekTrailerKeys(), k) {
+			_ = ex.respOut.AddTrailerBytes(k)
+		}
+		ex.respOut.SetBytesKV(k, v)
+	}
+}
+
+func containsFold(list [][]byte, k []byte) bool {
+	for _, x := range list {
+		if eqFold(x, b2s(k)) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasUnderscore(b []byte) bool {
+	for _, c := range b {
+		if c == '_' {
+			return true
+		}
+	}
+	return false
 }
 
 // CloseWithError implements fasthttp.ReadCloserWithError.
@@ -77,8 +158,12 @@ func (b *respBody) CloseWithError(werr error) error {
 	switch {
 	case ex.upErr != nil:
 		ex.p.log.Warn("upstream body broke off",
-			"upstream", ex.inst.Addr, "bytes", ex.bytesOut, "error", ex.upErr)
+			"upstream", ex.inst.Addr, "bytes", ex.bytesOut, "timeout", ex.timeout, "error", ex.upErr)
 	case werr != nil && !errors.Is(werr, io.EOF):
+		ex.writeErr = werr
+		if isTimeout(werr) {
+			ex.timeout = timeoutClientWrite
+		}
 		ex.p.log.Debug("client write failed", "upstream", ex.inst.Addr, "bytes", ex.bytesOut, "error", werr)
 	}
 	ex.finish()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,8 @@ var (
 func classify(err error) (status int, reason string) {
 	var de *dialError
 	switch {
+	case errors.Is(err, errBadRequestBody):
+		return fasthttp.StatusBadRequest, "refused: malformed request body"
 	case errors.Is(err, errClientGone):
 		return StatusClientClosedRequest, "abandoned: client closed the request"
 	case errors.Is(err, errRequestTimeout):
@@ -65,10 +68,13 @@ func classify(err error) (status int, reason string) {
 }
 
 // fail answers a request the gateway could not forward: the status from
-// classify, a one-line body naming the upstream (or, for the client's own
-// faults, the limit it broke), and the decision headers. Upstream failures
-// are logged as warnings; refusals by policy and client faults, which a
-// misbehaving client can produce at any rate, only at debug level.
+// classify, a one-line body naming the upstream pool (never an instance
+// address, which is for the log) and the request id, or, for the client's
+// own faults, the limit it broke; and the decision headers. A client that
+// went away (499) gets nothing: the connection is closed, and 499 is only
+// ever a log code. Upstream failures are logged as warnings; refusals by
+// policy and client faults, which a misbehaving client can produce at any
+// rate, only at debug level.
 func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 	status, reason := classify(err)
 	poolName, addr := "", ""
@@ -78,38 +84,46 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 	if ex.inst != nil {
 		addr = ex.inst.Addr
 	}
+	ex.status = status
+	if status == StatusClientClosedRequest {
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("client went away", "upstream", addr, "rule", ex.d.Rule, "request_id", b2s(ex.reqID), "error", err)
+		}
+		ctx.Response.Reset()
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(closeHijacked)
+		return
+	}
 	var body []byte
 	switch {
+	case status == fasthttp.StatusBadRequest:
+		body = append(ex.scratch[:0], "graygate: bad request: malformed request body"...)
 	case status == fasthttp.StatusRequestTimeout:
-		body = append(ex.scratch[:0], "graygate: request timeout\n"...)
+		body = append(ex.scratch[:0], "graygate: request timeout"...)
 	case status == fasthttp.StatusTooManyRequests:
-		body = append(ex.scratch[:0], "graygate: too many requests\n"...)
+		body = append(ex.scratch[:0], "graygate: too many requests"...)
 	case status == fasthttp.StatusRequestEntityTooLarge:
 		body = append(ex.scratch[:0], "graygate: request body larger than "...)
 		body = strconv.AppendInt(body, ex.pol.MaxBodyBytes, 10)
-		body = append(body, " bytes\n"...)
+		body = append(body, " bytes"...)
 	case ex.d.Target == nil:
-		body = fmt.Appendf(ex.scratch[:0], "graygate: no upstream for this request\n")
-	case addr == "":
-		body = fmt.Appendf(ex.scratch[:0], "graygate: upstream %q %s\n", poolName, reason)
+		body = append(ex.scratch[:0], "graygate: no upstream for this request"...)
 	default:
-		body = fmt.Appendf(ex.scratch[:0], "graygate: upstream %q (%s) %s\n", poolName, addr, reason)
+		body = fmt.Appendf(ex.scratch[:0], "graygate: upstream %q %s", poolName, reason)
 	}
+	body = append(append(append(body, " (request id "...), ex.reqID...), ")\n"...)
 	ex.scratch = body[:0]
 
 	// The body is copied into the response before setDecisionHeaders and
 	// appendRetryAfter reuse ex.scratch, which body shares.
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
-	ex.status = status
-	if status != StatusClientClosedRequest {
-		ctx.SetContentType("text/plain; charset=utf-8")
-		ctx.SetBody(body)
-		ex.bytesOut = int64(len(body))
-	}
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.SetBody(body)
+	ex.bytesOut = int64(len(body))
 	ex.setDecisionHeaders(&ctx.Response.Header)
 	switch status {
-	case StatusClientClosedRequest, fasthttp.StatusRequestTimeout, fasthttp.StatusRequestEntityTooLarge:
+	case fasthttp.StatusBadRequest, fasthttp.StatusRequestTimeout, fasthttp.StatusRequestEntityTooLarge:
 		// What is left of the request on the connection cannot be trusted,
 		// or is not worth reading.
 		ctx.SetConnectionClose()
@@ -119,20 +133,20 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 		ex.scratch = ex.scratch[:0]
 	}
 	switch {
-	case status == StatusClientClosedRequest:
-		if p.log.Enabled(context.Background(), slog.LevelDebug) {
-			p.log.Debug("client went away", "upstream", addr, "rule", ex.d.Rule, "error", err)
-		}
-	case status == fasthttp.StatusRequestTimeout, status == fasthttp.StatusTooManyRequests,
+	case status == fasthttp.StatusBadRequest, status == fasthttp.StatusRequestTimeout, status == fasthttp.StatusTooManyRequests,
 		status == fasthttp.StatusRequestEntityTooLarge, errors.Is(err, errGateFull):
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
-			p.log.Debug("request refused", "status", status, "pool", poolName, "rule", ex.d.Rule, "error", err)
+			p.log.Debug("request refused", "status", status, "pool", poolName, "rule", ex.d.Rule, "request_id", b2s(ex.reqID), "error", err)
 		}
 	default:
 		p.log.Warn("upstream request failed",
-			"status", status, "pool", poolName, "upstream", addr, "rule", ex.d.Rule, "error", err)
+			"status", status, "pool", poolName, "upstream", addr, "rule", ex.d.Rule, "request_id", b2s(ex.reqID), "timeout", ex.timeout, "error", err)
 	}
 }
+
+// closeHijacked is the hijack handler of a request whose client went away:
+// nothing is written, and fasthttp closes the connection once it returns.
+func closeHijacked(net.Conn) {}
 
 // appendRetryAfter appends the Retry-After value for a wait of d: whole
 // seconds, rounded up, at least 1 (RFC 9110 section 10.2.3).
@@ -145,13 +159,15 @@ func appendRetryAfter(dst []byte, d time.Duration) []byte {
 // unsupported) and closes the connection, since what follows on it cannot
 // be trusted to be framed the way we think.
 func (p *Proxy) reject(ctx *fasthttp.RequestCtx, ex *exchange, status int, why string) {
-	body := append(append(append(ex.scratch[:0], "graygate: "...), why...), '\n')
+	body := append(append(append(ex.scratch[:0], "graygate: "...), why...), " (request id "...)
+	body = append(append(body, ex.reqID...), ")\n"...)
 	ex.scratch = body[:0]
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("text/plain; charset=utf-8")
 	ctx.SetBody(body)
 	ctx.SetConnectionClose()
+	ctx.Response.Header.SetBytesV(hdrRequestID, ex.reqID)
 	ex.status = status
 	ex.bytesOut = int64(len(body))
 }

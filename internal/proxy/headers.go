@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -18,6 +20,8 @@ const (
 	hdrGrayRule        = "X-Gray-Rule"
 	hdrGrayGroup       = "X-Gray-Group"
 	hdrGrayDegraded    = "X-Gray-Degraded"
+	hdrRequestID       = "X-Request-Id"
+	hdrVia             = "Via"
 )
 
 // isHopByHop reports whether k is one of the hop-by-hop headers of RFC 9110
@@ -79,36 +83,24 @@ var slash = []byte("/")
 
 func eqFold(b []byte, s string) bool { return strings.EqualFold(b2s(b), s) }
 
-// buildRequest prepares the request sent upstream from the client's. The
+// buildRequest prepares the request sent upstream from the client's: its
+// head, as bytes in ex.head, and how its body is sent (ex.bodyKind). The
 // header is copied from the wire bytes in arrival order, so that what the
 // upstream receives is what the client sent (fasthttp would otherwise
 // re-serialise cookies and reorder special headers), minus what a proxy
 // must remove. Hop-by-hop headers, including those named in Connection,
 // are dropped during the copy, i.e. before the gateway adds its own
 // headers, so a client cannot use Connection to strip X-Forwarded-For or
-// X-Gray-Tag.
-//
-// A request without a body, the common case, is written straight into
-// ex.head as bytes (ex.rawHead), the cheapest form to send. A request with a
-// body, or a WebSocket handshake, is built in ex.req, whose writer frames
-// and streams the body, with DisableSpecialHeader so that the header is
-// sent as given.
+// X-Gray-Tag. The framing is the gateway's: Content-Length for a body of
+// known size, chunked (with the client's trailer fields) otherwise.
 func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) {
 	in := &ctx.Request.Header
-	cl := in.ContentLength()
-	ex.rawHead = !ws && !ex.buffered && ex.reqBody.pre == nil && (cl == 0 || cl == -2)
+	ex.setBodyKind(ctx, ws)
 	uri := ex.originForm(in.RequestURI())
-	if ex.rawHead {
-		h := append(ex.head[:0], in.Method()...)
-		h = append(h, ' ')
-		h = append(h, uri...)
-		ex.head = append(h, " HTTP/1.1\r\n"...)
-	} else {
-		out := &ex.req.Header
-		out.DisableSpecialHeader()
-		out.SetMethodBytes(in.Method())
-		out.SetRequestURIBytes(uri)
-	}
+	h := append(ex.head[:0], in.Method()...)
+	h = append(h, ' ')
+	h = append(h, uri...)
+	ex.head = append(h, " HTTP/1.1\r\n"...)
 
 	host := ctx.Host()
 	if ex.d.UpstreamHost || len(host) == 0 {
@@ -170,25 +162,56 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 	if ex.d.Tag != "" {
 		ex.addHeader(s2b(hdrGrayTag), s2b(ex.d.Tag))
 	}
+	ex.addHeader(s2b(hdrRequestID), ex.reqID)
+	if !ex.opts.NoVia {
+		ex.addHeader(s2b(hdrVia), s2b(viaValue))
+	}
+	if ws {
+		ex.head = append(ex.head, "Connection: Upgrade\r\nUpgrade: websocket\r\n"...)
+	}
 
-	if ex.rawHead {
-		// fasthttp's framing: no Content-Length for GET and HEAD, and
-		// "Content-Length: 0" for any other method without a body.
-		if m := in.Method(); !bytes.Equal(m, s2b(fasthttp.MethodGet)) && !bytes.Equal(m, s2b(fasthttp.MethodHead)) {
+	// The framing: fasthttp's (no Content-Length for GET and HEAD without a
+	// body, "Content-Length: 0" for any other method without one).
+	switch ex.bodyKind {
+	case bodyNone:
+		if m := in.Method(); !ws && !bytes.Equal(m, s2b(fasthttp.MethodGet)) && !bytes.Equal(m, s2b(fasthttp.MethodHead)) {
 			ex.head = append(ex.head, "Content-Length: 0\r\n"...)
 		}
+	case bodyBuffered:
+		ex.head = strconv.AppendInt(append(ex.head, "Content-Length: "...), int64(len(ex.sendBody)), 10)
 		ex.head = append(ex.head, "\r\n"...)
-		return
+	case bodyFixed:
+		ex.head = strconv.AppendInt(append(ex.head, "Content-Length: "...), ex.reqBody.size, 10)
+		ex.head = append(ex.head, "\r\n"...)
+	case bodyChunked:
+		ex.head = append(ex.head, "Transfer-Encoding: chunked\r\n"...)
+		if keys := in.PeekTrailerKeys(); len(keys) > 0 {
+			ex.head = append(ex.head, "Trailer: "...)
+			for i, k := range keys {
+				if i > 0 {
+					ex.head = append(ex.head, ", "...)
+				}
+				ex.head = append(ex.head, k...)
+			}
+			ex.head = append(ex.head, "\r\n"...)
+		}
 	}
-	ex.setBody(ctx)
+	if ex.bodyKind == bodyFixed || ex.bodyKind == bodyChunked {
+		if ctx.Request.MayContinue() {
+			// The upstream may refuse the body before it is sent; the
+			// gateway waits for its 100 (see awaitContinue).
+			ex.expect = true
+			ex.head = append(ex.head, "Expect: 100-continue\r\n"...)
+		}
+	}
+	ex.head = append(ex.head, "\r\n"...)
 }
 
-// addHeader adds one header line to the upstream request being built.
+// viaValue is the gateway's Via entry (RFC 9110 section 7.6.3).
+const viaValue = "1.1 graygate"
+
+// addHeader adds one header line to the upstream request's head.
 func (ex *exchange) addHeader(k, v []byte) {
-	if !ex.rawHead {
-		ex.req.Header.AddBytesKV(k, v)
-		return
-	}
 	h := append(ex.head, k...)
 	h = append(h, ": "...)
 	h = append(h, v...)
@@ -203,32 +226,37 @@ func noLineBreaks(r rune) rune {
 	return r
 }
 
-// setBody gives the upstream request its body. fasthttp sets
-// Content-Length or chunked framing from the size given here when the
-// request is written. A body buffered for a replay (prepareReplay) is sent
-// from the buffer, with Content-Length; otherwise the client's body is
-// streamed, and a chunked one is cut off with errBodyTooLarge past
-// Policy.MaxBodyBytes.
-func (ex *exchange) setBody(ctx *fasthttp.RequestCtx) {
+// setBodyKind decides how the upstream request's body is sent. A body
+// buffered for a replay (prepareReplay) is sent from the buffer, with
+// Content-Length; otherwise the client's body is streamed as it arrives,
+// with its Content-Length, or chunked, and a chunked one is cut off with
+// errBodyTooLarge past Policy.MaxBodyBytes.
+func (ex *exchange) setBodyKind(ctx *fasthttp.RequestCtx, ws bool) {
+	ex.bodyKind, ex.sendBody = bodyNone, nil
 	switch cl := ctx.Request.Header.ContentLength(); {
+	case ws:
+		// A WebSocket handshake has no body.
 	case ex.buffered:
-		ex.req.SetBodyRaw(ex.body)
+		ex.bodyKind, ex.sendBody = bodyBuffered, ex.body
 	case ex.reqBody.pre != nil:
 		// A chunked body that outgrew the replay buffer: what was read,
 		// then the rest of the stream.
-		ex.req.SetBodyStream(&ex.reqBody, -1)
+		ex.bodyKind = bodyChunked
 	case cl == 0 || cl == -2:
-		// No body. A POST still gets "Content-Length: 0" from fasthttp.
+		// No body.
 	default:
 		if s := ctx.RequestBodyStream(); s != nil {
 			ex.reqBody.src, ex.reqBody.size, ex.reqBody.n = s, int64(cl), 0
 			ex.reqBody.max = ex.pol.MaxBodyBytes
-			ex.req.SetBodyStream(&ex.reqBody, cl)
+			ex.bodyKind = bodyFixed
+			if cl < 0 {
+				ex.bodyKind = bodyChunked
+			}
 		} else {
 			// The handler runs in a server without StreamRequestBody; the
 			// body is in memory and valid until the handler returns, which
 			// is longer than the round trip.
-			ex.req.SetBodyRaw(ctx.Request.Body())
+			ex.bodyKind, ex.sendBody = bodyBuffered, ctx.Request.Body()
 		}
 	}
 }
@@ -239,10 +267,15 @@ func (ex *exchange) keepRequestHeader(k []byte, trusted bool) bool {
 	switch {
 	case isHopByHop(k), isConnToken(b2s(k), ex.tokens):
 		return false
+	case !ex.opts.AllowUnderscoresInHeaders && bytes.IndexByte(k, '_') >= 0:
+		// "Transfer_Encoding" would be Transfer-Encoding to an upstream
+		// that folds "_" into "-" (nginx's ignore_invalid_headers).
+		return false
 	case eqFold(k, fasthttp.HeaderHost),
 		eqFold(k, fasthttp.HeaderContentLength), // framing is set from the body
-		eqFold(k, fasthttp.HeaderExpect),        // the gateway already answered 100-continue
+		eqFold(k, fasthttp.HeaderExpect),        // the gateway answers 100-continue and sends its own
 		eqFold(k, hdrGrayTag),                   // the router decided; only d.Tag is sent
+		eqFold(k, hdrRequestID),                 // the gateway's, kept from a trusted peer
 		eqFold(k, hdrXForwardedFor):             // rebuilt by buildRequest
 		return false
 	case eqFold(k, hdrXForwardedProto):
@@ -285,31 +318,66 @@ func (ex *exchange) originForm(uri []byte) []byte {
 	return ex.scratch
 }
 
-// copyResponseHeader copies the upstream response header to the client's,
-// minus hop-by-hop headers, the framing (fasthttp sets it from the body
-// stream) and any decision headers the upstream tried to set: X-Gray-Rule,
-// X-Gray-Group and X-Gray-Degraded are the gateway's to say.
-func (ex *exchange) copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
-	dst.SetStatusCode(src.StatusCode())
-	if msg := src.StatusMessage(); len(msg) > 0 {
-		dst.SetStatusMessage(msg)
+// filterResponseHeader removes from the upstream's response header, which
+// was read straight into the client's response, what must not reach the
+// client: hop-by-hop headers and those named in Connection, and any
+// decision headers the upstream tried to set (X-Gray-Rule, X-Gray-Group and
+// X-Gray-Degraded are the gateway's to say). The announced trailer fields
+// are kept: the trailers themselves are forwarded after a chunked body. The
+// upstream's wish to close its connection is noted for releaseUpstream and
+// does not close the client's. The framing is set by respond.
+func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
+	ex.upClose = ex.upClose || h.ConnectionClose()
+	h.ResetConnectionClose()
+	if !h.IsHTTP11() {
+		h.SetProtocol(strHTTP11)
 	}
-	ex.tokens = appendConnTokens(ex.tokens[:0], src.PeekAll(fasthttp.HeaderConnection))
-	// src normalised the names when it parsed them; dst need not again.
-	if !dst.DisableNormalizing() {
-		defer dst.EnableNormalizing()
-	}
-	for k, v := range src.All() {
+	ex.tokens = appendConnTokens(ex.tokens[:0], h.PeekAll(fasthttp.HeaderConnection))
+	del := ex.scratch[:0]
+	for k := range h.All() {
 		switch {
-		case isHopByHop(k), isConnToken(b2s(k), ex.tokens),
-			eqFold(k, fasthttp.HeaderContentLength),
-			eqFold(k, hdrGrayRule), eqFold(k, hdrGrayGroup), eqFold(k, hdrGrayDegraded):
+		case eqFold(k, fasthttp.HeaderTrailer), eqFold(k, fasthttp.HeaderContentLength):
 			continue
+		case isHopByHop(k), isConnToken(b2s(k), ex.tokens),
+			eqFold(k, hdrGrayRule), eqFold(k, hdrGrayGroup), eqFold(k, hdrGrayDegraded):
+			del = append(append(del, k...), 0)
 		}
-		dst.AddBytesKV(k, v)
 	}
 	clear(ex.tokens)
 	ex.tokens = ex.tokens[:0]
+	for len(del) > 0 {
+		i := bytes.IndexByte(del, 0)
+		h.DelBytes(del[:i])
+		del = del[i+1:]
+	}
+	ex.scratch = ex.scratch[:0]
+}
+
+var strHTTP11 = []byte("HTTP/1.1")
+
+// addVia adds the gateway's Via entry to a forwarded response.
+func (ex *exchange) addVia(h *fasthttp.ResponseHeader) {
+	if !ex.opts.NoVia {
+		h.AddBytesKV(s2b(hdrVia), s2b(viaValue))
+	}
+}
+
+// ensureDate gives a forwarded response a Date when the upstream sent none
+// (RFC 9110 section 6.6.1: a proxy that forwards a response without one
+// adds it). fasthttp only adds its own Date to a header that has not been
+// told to leave it out, which only a fresh header is, and it drops a Date
+// set by hand; so the header is moved into a fresh one through its wire
+// form. Upstreams nearly always send a Date, so this is rare.
+func ensureDate(h *fasthttp.ResponseHeader) {
+	if len(h.Peek(fasthttp.HeaderDate)) > 0 {
+		return
+	}
+	var fresh fasthttp.ResponseHeader
+	raw := h.AppendBytes(nil)
+	if err := fresh.Read(bufio.NewReader(bytes.NewReader(raw))); err != nil {
+		return
+	}
+	fresh.CopyTo(h)
 }
 
 // setDecisionHeaders adds the decision headers and, for a freshly issued
@@ -331,6 +399,9 @@ func (ex *exchange) setDecisionHeaders(h *fasthttp.ResponseHeader) {
 	}
 	if d.Degraded != "" {
 		h.AddBytesKV(s2b(hdrGrayDegraded), s2b(d.Degraded))
+	}
+	if len(ex.reqID) > 0 {
+		h.AddBytesKV(s2b(hdrRequestID), ex.reqID)
 	}
 	if d.Identity.Issued && d.Identity.Cookie != "" {
 		c := append(ex.scratch[:0], d.Identity.Cookie...)

@@ -277,3 +277,16 @@ func (r *doneRecorder) next(t testing.TB, within time.Duration) doneCall {
 		return doneCall{}
 	}
 }
+
+// errBody checks that an error body the gateway wrote ends with the
+// request's id, as X-Request-Id says it, and returns the body without it.
+func errBody(t testing.TB, resp *http.Response, body string) string {
+	t.Helper()
+	id := resp.Header.Get("X-Request-Id")
+	suffix := " (request id " + id + ")\n"
+	if id == "" || !strings.HasSuffix(body, suffix) {
+		t.Errorf("error body %q does not end with its request id %q", body, id)
+		return body
+	}
+	return strings.TrimSuffix(body, suffix) + "\n"
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
 )
 
@@ -48,7 +49,7 @@ func TestReusePortHandover(t *testing.T) {
 	defer backend.Close()
 	d := staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}
 
-	ln1, err := Listen("tcp", "127.0.0.1:0", true)
+	ln1, err := listener.Listen("tcp", "127.0.0.1:0", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestReusePortHandover(t *testing.T) {
 	waitFor(t, 10*time.Second, "traffic on the old proxy", func() bool { return served1.Load() >= 50 })
 
 	// The new process binds the same port.
-	ln2, err := Listen("tcp", addr, true)
+	ln2, err := listener.Listen("tcp", addr, true)
 	if err != nil {
 		t.Fatalf("second Listen on %s: %v", addr, err)
 	}
@@ -158,15 +159,15 @@ func TestReusePortHandover(t *testing.T) {
 }
 
 func TestListen(t *testing.T) {
-	ln, err := Listen("tcp", "127.0.0.1:0", false)
+	ln, err := listener.Listen("tcp", "127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := Listen("tcp", ln.Addr().String(), false); err == nil {
+	if _, err := listener.Listen("tcp", ln.Addr().String(), false); err == nil {
 		t.Error("a second plain Listen on a bound port succeeded")
 	}
-	if _, err := Listen("tcp", ln.Addr().String(), true); err == nil {
+	if _, err := listener.Listen("tcp", ln.Addr().String(), true); err == nil {
 		t.Error("SO_REUSEPORT joined a socket bound without it")
 	} else if runtime.GOOS != "linux" && !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Listen with reusePort on %s: %v, want ErrUnsupported", runtime.GOOS, err)

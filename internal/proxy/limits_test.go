@@ -42,7 +42,7 @@ func TestRateLimit(t *testing.T) {
 			if ra := resp.Header.Get("Retry-After"); ra != "1" {
 				t.Errorf("request %d: Retry-After %q, want 1 (a token comes within 100ms)", i, ra)
 			}
-			if body != "graygate: too many requests\n" || resp.Header.Get("X-Gray-Rule") != "r1" {
+			if errBody(t, resp, body) != "graygate: too many requests\n" || resp.Header.Get("X-Gray-Rule") != "r1" {
 				t.Errorf("request %d: 429 with body %q, X-Gray-Rule %q", i, body, resp.Header.Get("X-Gray-Rule"))
 			}
 		default:
@@ -138,7 +138,7 @@ func TestMaxBodyBytes(t *testing.T) {
 				t.Fatalf("status %d (%q), want %d", resp.StatusCode, body, tt.wantStatus)
 			}
 			if tt.wantStatus == 413 {
-				if want := "graygate: request body larger than 1024 bytes\n"; body != want || !resp.Close {
+				if want := "graygate: request body larger than 1024 bytes\n"; errBody(t, resp, body) != want || !resp.Close {
 					t.Errorf("413 body %q, close %t; want %q and Connection: close", body, resp.Close, want)
 				}
 				if strings.Contains(tt.name, "Content-Length") && seen.Load() != 0 {
@@ -225,7 +225,7 @@ func TestGate(t *testing.T) {
 			t.Fatal("the first request never reached the backend")
 		}
 		resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-		if want := "graygate: upstream \"busy\" is at its concurrency cap\n"; resp.StatusCode != 503 || body != want {
+		if want := "graygate: upstream \"busy\" is at its concurrency cap\n"; resp.StatusCode != 503 || errBody(t, resp, body) != want {
 			t.Errorf("second request: %d %q, want 503 %q", resp.StatusCode, body, want)
 		}
 		first.Close() // the proxy sees the hang-up and lets the slot go

@@ -15,7 +15,12 @@ const (
 	DefaultResponseHeaderTimeout  = 30 * time.Second
 	DefaultIdleConnTimeout        = 90 * time.Second
 	DefaultReadHeaderTimeout      = 10 * time.Second
-	DefaultIdleTimeout            = 90 * time.Second
+	DefaultIdleTimeout            = 75 * time.Second
+	DefaultReadTimeout            = 60 * time.Second
+	DefaultWriteTimeout           = 60 * time.Second
+	DefaultUpstreamReadTimeout    = 60 * time.Second
+	DefaultUpstreamWriteTimeout   = 60 * time.Second
+	DefaultExpectContinueTimeout  = time.Second
 	DefaultMaxHeaderBytes         = 16 << 10
 	DefaultMaxResponseHeaderBytes = 64 << 10
 	DefaultAccessLogQueue         = 4096
@@ -45,6 +50,19 @@ type Options struct {
 	// IdleConnTimeout closes pooled upstream connections idle this long.
 	// Default 90s.
 	IdleConnTimeout time.Duration
+	// UpstreamReadTimeout bounds how long an upstream may go silent between
+	// two reads of a response body (proxy.read_timeout). When it fires the
+	// upstream connection is closed, the client's response is cut off, and
+	// the breaker counts a failure. Default 60s.
+	UpstreamReadTimeout time.Duration
+	// UpstreamWriteTimeout bounds how long one write of a request to the
+	// upstream may wait for it to read (proxy.write_timeout), which bounds an
+	// upstream that stops reading an upload. Default 60s.
+	UpstreamWriteTimeout time.Duration
+	// ExpectContinueTimeout is how long a request with "Expect:
+	// 100-continue" waits for the upstream's 100 (or final answer) before
+	// its body is sent anyway, as net/http's Transport does. Default 1s.
+	ExpectContinueTimeout time.Duration
 	// MaxConnsPerHost limits connections to one instance address; 0 means
 	// fasthttp's default (512).
 	MaxConnsPerHost int
@@ -59,16 +77,29 @@ type Options struct {
 	// ReadHeaderTimeout bounds reading a request line and header, from the
 	// first byte of a new connection or of a kept-alive one. Default 10s.
 	ReadHeaderTimeout time.Duration
-	// ReadTimeout bounds reading a request body, counted from the end of its
-	// header. 0, the default, means no limit, so that slow large uploads are
-	// not cut.
+	// ReadTimeout bounds how long a client may go silent between two reads
+	// of its request body (proxy.client_read_timeout): a slow upload that
+	// keeps sending is never cut, one that stops is answered 408. Default
+	// 60s.
 	ReadTimeout time.Duration
-	// IdleTimeout closes client keep-alive connections idle this long.
-	// Default 90s.
+	// WriteTimeout bounds how long one write of a response may wait for the
+	// client to read it (proxy.client_write_timeout); a client that stops
+	// reading has its connection closed. Default 60s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes client keep-alive connections idle this long
+	// (proxy.client_idle_timeout). Default 75s.
 	IdleTimeout time.Duration
-	// MaxHeaderBytes limits the request line plus header; a larger request
-	// gets 431. It is fasthttp's ReadBufferSize. Default 16 KiB.
+	// MaxHeaderBytes limits the request line plus header, and a request's
+	// trailer section; a larger one gets 431. Default 16 KiB.
 	MaxHeaderBytes int
+	// AllowUnderscoresInHeaders forwards request header fields whose names
+	// contain "_". By default they are dropped, as nginx does
+	// (ignore_invalid_headers), because upstreams that fold "_" into "-"
+	// would read "Transfer_Encoding" as Transfer-Encoding.
+	AllowUnderscoresInHeaders bool
+	// NoVia turns off the "Via: 1.1 graygate" field (RFC 9110 section
+	// 7.6.3) the gateway adds to forwarded requests and responses.
+	NoVia bool
 
 	// AccessLog receives one JSON line per request (see the package doc for
 	// the fields). nil turns the access log off. Writes happen on a separate
@@ -122,8 +153,20 @@ func (o Options) withDefaults() Options {
 	if o.ReadHeaderTimeout <= 0 {
 		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
-	if o.ReadTimeout < 0 {
-		o.ReadTimeout = 0
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.UpstreamReadTimeout <= 0 {
+		o.UpstreamReadTimeout = DefaultUpstreamReadTimeout
+	}
+	if o.UpstreamWriteTimeout <= 0 {
+		o.UpstreamWriteTimeout = DefaultUpstreamWriteTimeout
+	}
+	if o.ExpectContinueTimeout <= 0 {
+		o.ExpectContinueTimeout = DefaultExpectContinueTimeout
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -36,18 +36,25 @@ type Decider interface {
 
 // Proxy is the gateway's data plane. It is safe for concurrent use.
 type Proxy struct {
-	opts    Options
+	// opts is the current configuration; each request loads it once
+	// (Reconfigure replaces it).
+	opts    atomic.Pointer[Options]
 	decider Decider
 	log     *slog.Logger
 	now     func() time.Time
 	// realClock is set when now is time.Now.
 	realClock bool
 	server    *fasthttp.Server
-	access    *accessLog // nil when the access log is off
+	access    atomic.Pointer[accessLog] // nil when the access log is off
+	accessMu  sync.Mutex                // serialises access log changes
 	degrade   *degradeLog
+	ids       requestIDs
+	lcfg      atomic.Pointer[listener.Config]
 
 	clients   atomic.Pointer[map[clientKey]*upstreamClient]
 	clientsMu sync.Mutex
+
+	violations [numViolations]atomic.Uint64
 
 	exchanges sync.Pool
 	tunnels   tunnelSet
@@ -63,18 +70,21 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{
-		opts:    opts.withDefaults(),
 		decider: decider,
 		log:     logger.With("component", "proxy"),
 	}
-	p.now = p.opts.Now
+	o := opts.withDefaults()
+	p.opts.Store(&o)
+	p.lcfg.Store(listenerConfig(&o))
+	p.now = o.Now
 	// With the real clock, a request's start time is also a reading good
 	// enough for its network deadlines.
 	p.realClock = opts.Now == nil
+	p.ids.init()
 	p.degrade = newDegradeLog(p.log.Handler(), DefaultDegradationLogQueue)
 	p.exchanges.New = func() any { return p.newExchange() }
-	if p.opts.AccessLog != nil {
-		p.access = newAccessLog(p.opts.AccessLog, p.opts.AccessLogQueue, p.opts.AccessLogFlushInterval)
+	if o.AccessLog != nil {
+		p.access.Store(newAccessLog(o.AccessLog, o.AccessLogQueue, o.AccessLogFlushInterval))
 	}
 	p.server = &fasthttp.Server{
 		Handler:      p.Handler,
@@ -84,20 +94,23 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 		// multipart bodies must not be pre-parsed into temporary files.
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
-		ReadBufferSize:               p.opts.MaxHeaderBytes,
-		// fasthttp's ReadTimeout is armed before the request line and stays
-		// armed while the body is read, including the first 8 KiB that
-		// fasthttp reads before calling the handler. HeaderReceived re-arms
-		// it for the body once the header is in.
-		ReadTimeout:    p.opts.ReadHeaderTimeout,
-		HeaderReceived: p.headerReceived,
-		IdleTimeout:    p.opts.IdleTimeout,
+		// The listener's Guard bounds the head at MaxHeaderBytes (431);
+		// fasthttp's buffer is a little larger so that the Guard decides.
+		ReadBufferSize: o.MaxHeaderBytes + 1024,
+		// fasthttp's ReadTimeout is armed before the request line: it
+		// bounds the head. The body's reads are bounded one by one by the
+		// listener (Options.ReadTimeout), so a long upload that keeps
+		// sending is never cut.
+		ReadTimeout: o.ReadHeaderTimeout,
+		IdleTimeout: o.IdleTimeout,
 		// Tracks client connections so that Shutdown can close the ones
 		// still busy when its deadline passes; fasthttp leaves them open.
 		ConnState: p.conns.track,
-		// Pass the upstream's Server and Content-Type through untouched.
+		// Pass the upstream's Server, Content-Type and Date through
+		// untouched; the gateway adds a Date where the upstream sent none.
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
+		NoDefaultDate:         true,
 		CloseOnShutdown:       true,
 		SecureErrorLogMessage: true,
 		// The gateway reads the clock itself (Options.Now); fasthttp need
@@ -107,11 +120,83 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 	return p
 }
 
+// listenerConfig is what the listener enforces for o.
+func listenerConfig(o *Options) *listener.Config {
+	return &listener.Config{MaxHeaderBytes: o.MaxHeaderBytes, BodyReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout}
+}
+
+// Reconfigure applies new options to the running proxy: requests that start
+// after it returns use them. Connections to upstreams are pooled per
+// option set, so the pools are replaced (requests in flight finish on the
+// old ones, whose idle connections are closed). It returns the fields that
+// cannot change without a restart (they configure the listening server):
+// ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes, as config paths; those
+// keep their old values. Now and the OnDone hook are kept as they are.
+func (p *Proxy) Reconfigure(opts Options) []string {
+	old := p.opts.Load()
+	o := opts.withDefaults()
+	o.Now, o.OnDone = old.Now, old.OnDone
+	var restart []string
+	if o.ReadHeaderTimeout != old.ReadHeaderTimeout {
+		restart = append(restart, "proxy.read_header_timeout")
+		o.ReadHeaderTimeout = old.ReadHeaderTimeout
+	}
+	if o.IdleTimeout != old.IdleTimeout {
+		restart = append(restart, "proxy.client_idle_timeout")
+		o.IdleTimeout = old.IdleTimeout
+	}
+	if o.MaxHeaderBytes != old.MaxHeaderBytes {
+		restart = append(restart, "proxy.max_header_bytes")
+		o.MaxHeaderBytes = old.MaxHeaderBytes
+	}
+	p.accessMu.Lock()
+	oldLog := p.access.Load()
+	switch {
+	case o.AccessLog == nil && oldLog != nil:
+		p.access.Store(nil)
+	case o.AccessLog != nil && (oldLog == nil || oldLog.out != o.AccessLog):
+		p.access.Store(newAccessLog(o.AccessLog, o.AccessLogQueue, o.AccessLogFlushInterval))
+	default:
+		oldLog = nil // unchanged
+	}
+	p.accessMu.Unlock()
+	p.opts.Store(&o)
+	p.lcfg.Store(listenerConfig(&o))
+	if upstreamOptionsChanged(old, &o) {
+		p.clientsMu.Lock()
+		m := p.clients.Swap(nil)
+		p.clientsMu.Unlock()
+		if m != nil {
+			for _, c := range *m {
+				c.hc.CloseIdleConnections()
+			}
+		}
+	}
+	if oldLog != nil {
+		// Lines already queued are written out; a request finishing now
+		// may still log into it, which close tolerates.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = oldLog.close(ctx)
+		cancel()
+	}
+	return restart
+}
+
+// upstreamOptionsChanged reports whether the options pooled upstream
+// clients were built with differ.
+func upstreamOptionsChanged(a, b *Options) bool {
+	return a.DialTimeout != b.DialTimeout || a.IdleConnTimeout != b.IdleConnTimeout ||
+		a.MaxConnsPerHost != b.MaxConnsPerHost || a.MaxResponseHeaderBytes != b.MaxResponseHeaderBytes ||
+		a.UpstreamTLS != b.UpstreamTLS
+}
+
 // Serve accepts connections on ln until Shutdown. It returns nil after a
-// Shutdown and the listener's error otherwise. For a restart without
-// downtime, open ln with Listen and reusePort set (see the package doc).
+// Shutdown and the listener's error otherwise. Every connection is guarded
+// by the listener package (strict framing, client stall bounds). For a
+// restart without downtime, open ln with listener.Listen and reusePort set
+// (see the package doc).
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(clientListener{ln})
+	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load))
 }
 
 // Shutdown stops accepting (it closes the listeners), closes idle client
@@ -134,8 +219,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			c.hc.CloseIdleConnections()
 		}
 	}
-	if p.access != nil {
-		if aerr := p.access.close(ctx); aerr != nil {
+	if a := p.access.Load(); a != nil {
+		if aerr := a.close(ctx); aerr != nil {
 			err = errors.Join(err, fmt.Errorf("access log: %w", aerr))
 		}
 	}
@@ -148,10 +233,10 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // AccessLogDropped returns how many access log lines were dropped because
 // the writer could not keep up.
 func (p *Proxy) AccessLogDropped() uint64 {
-	if p.access == nil {
-		return 0
+	if a := p.access.Load(); a != nil {
+		return a.w.dropped.Load()
 	}
-	return p.access.w.dropped.Load()
+	return 0
 }
 
 // DegradationLogDropped returns how many degraded requests were not logged
@@ -163,10 +248,13 @@ func (p *Proxy) DegradationLogDropped() uint64 {
 
 // exchange is the state of one request, pooled. It outlives the handler
 // when the response body is streamed or the connection becomes a WebSocket
-// tunnel, but it never keeps the RequestCtx or its buffers past the handler:
-// what it needs later (method, path, decision strings) it copies.
+// tunnel or carries a hijacked response, but it never keeps the
+// RequestCtx's buffers past the handler: what it needs later (method, path,
+// decision strings) it copies. (A hijacked response keeps ctx, which
+// fasthttp keeps valid until the hijack handler returns.)
 type exchange struct {
 	p    *Proxy
+	opts *Options // loaded once per request
 	view view
 	d    router.Decision
 	peer netip.Addr
@@ -174,8 +262,7 @@ type exchange struct {
 	inst *upstream.Instance
 	pool *upstream.Pool // the pool inst came from, told the outcome once
 	uc   *upstreamClient
-	req  fasthttp.Request
-	resp fasthttp.Response
+	resp fasthttp.Response // holds the upstream body stream
 
 	// Route policy state (resilience.go).
 	pol           *router.Policy
@@ -193,27 +280,48 @@ type exchange struct {
 	recorded      bool   // the breaker has the outcome
 	tooLarge      bool   // the body exceeded Policy.MaxBodyBytes while streaming
 	bodyWait      time.Duration
+	brkPending    bool          // the breaker outcome waits for the end of the body
+	brkLatency    time.Duration // its latency, measured at the header
+
+	// The upstream request: its head, and how its body is sent.
+	head     []byte
+	bodyKind uint8
+	sendBody []byte // the body of a bodyBuffered request
+	expect   bool // the client sent Expect: 100-continue with a streamed body
+	upWDL    int64
+	buf      []byte // body copy buffer
 
 	reqBody  reqBody
 	respBody respBody
 	up       upstreamConn  // held while the response body streams
 	br       *bufio.Reader // the reader of up
 	upBody   interface{ Read([]byte) (int, error) }
+	upRDL    int64 // the upstream read deadline last set while the body streams
+	upClose  bool  // the upstream asked to close its connection
+	noReuse  bool  // the upstream connection must not go back to the pool
 
 	start     time.Time
 	status    int
 	inline    int // the length of a body left in br for respond to copy, or -1
 	bytesOut  int64
-	streaming bool // respBody or a tunnel owns the exchange
+	streaming bool // respBody, a tunnel or a hijacked response owns the exchange
+	hijacked  bool // the response is written by respondHijacked
+	interim   []byte
+	// hijackedConn is the client connection respondHijacked writes to.
+	hijackedConn net.Conn
+	// respOut is the client's response header while its body streams, for
+	// the trailers.
+	respOut *fasthttp.ResponseHeader
 	upEOF     bool
 	upErr     error
 	clientErr error
+	writeErr  error  // the client write that failed
+	timeout   string // which timeout fired, for the access log
 
+	reqID        []byte
 	method, path []byte
 	idVal, tag   []byte
 	scratch      []byte
-	head         []byte // the upstream request's head (rawHead), then a response header written on a hijacked connection
-	rawHead      bool   // the upstream request is head, with no body, rather than req
 	tokens       [][]byte
 	// Inbound X-Forwarded-Proto / -Host kept from a trusted peer.
 	sawProto, sawHost bool
@@ -235,6 +343,23 @@ type exchange struct {
 	flushFn  func(uintptr) bool
 }
 
+// How the upstream request's body is sent.
+const (
+	bodyNone     = iota
+	bodyFixed    // streamed from the client, with its Content-Length
+	bodyChunked  // streamed from the client, re-chunked, with its trailers
+	bodyBuffered // ex.body, held for a replay, with a Content-Length
+)
+
+// The timeouts the access log names.
+const (
+	timeoutClientRead     = "client_read_timeout"
+	timeoutClientWrite    = "client_write_timeout"
+	timeoutUpstreamRead   = "read_timeout"
+	timeoutUpstreamWrite  = "write_timeout"
+	timeoutResponseHeader = "response_header_timeout"
+)
+
 func (p *Proxy) newExchange() *exchange {
 	ex := &exchange{p: p, watchDone: make(chan struct{}, 1), inline: -1}
 	ex.reqBody.ex = ex
@@ -246,30 +371,35 @@ func (p *Proxy) newExchange() *exchange {
 
 func (p *Proxy) getExchange() *exchange {
 	ex := p.exchanges.Get().(*exchange)
+	ex.opts = p.opts.Load()
 	ex.start = p.now()
 	return ex
 }
 
-// finish ends the exchange: it releases the pool's concurrency slot,
-// records the exchange (OnDone, access log, degradation log) and returns it
-// to the pool.
+// finish ends the exchange: it reports a breaker outcome still pending,
+// releases the pool's concurrency slot, records the exchange (OnDone,
+// access log, degradation log) and returns it to the pool.
 func (ex *exchange) finish() {
 	p := ex.p
+	if ex.brkPending {
+		ex.brkPending = false
+		ex.recordBody()
+	}
 	// Passive health: 5xx from the upstream, or a transport failure the
 	// gateway answered with 502/504, counts against the instance; a client
 	// that left or was refused does not.
-	ex.reportUpstream(ex.status < 500)
+	ex.reportUpstream(ex.status < 500 && ex.upErr == nil)
 	end := p.now()
 	elapsed := end.Sub(ex.start)
 	if ex.gate != nil {
 		ex.gate.Release()
 		ex.gate = nil
 	}
-	if p.opts.OnDone != nil {
-		p.opts.OnDone(&ex.d, ex.status, elapsed, ex.bytesOut)
+	if ex.opts.OnDone != nil {
+		ex.opts.OnDone(&ex.d, ex.status, elapsed, ex.bytesOut)
 	}
-	if p.access != nil {
-		p.access.record(ex, end, elapsed)
+	if a := p.access.Load(); a != nil {
+		a.record(ex, end, elapsed)
 	}
 	if ex.d.Degraded != "" {
 		p.degrade.record(ex, end)
@@ -289,10 +419,9 @@ func (ex *exchange) reportUpstream(ok bool) {
 func (ex *exchange) reset() {
 	ex.view.ctx, ex.view.ip, ex.view.dec = nil, netip.Addr{}, ex.view.dec[:0]
 	ex.d = router.Decision{}
+	ex.opts = nil
 	ex.peer = netip.Addr{}
 	ex.inst, ex.uc, ex.pool = nil, nil, nil
-	ex.rawHead = false
-	ex.req.Reset()
 	ex.resp.Reset()
 	ex.reqBody.src, ex.reqBody.n, ex.reqBody.size, ex.reqBody.max, ex.reqBody.pre = nil, 0, 0, 0, nil
 	ex.pol, ex.headerTimeout, ex.gate, ex.retryAfter = nil, 0, nil, 0
@@ -302,9 +431,13 @@ func (ex *exchange) reset() {
 	ex.body = ex.body[:0]
 	ex.buffered, ex.replayable, ex.fellBack, ex.fallbackErr, ex.fallbackAddr = false, false, false, nil, ""
 	ex.sent, ex.respStarted, ex.recorded, ex.tooLarge, ex.bodyWait = false, false, false, false, 0
-	ex.up, ex.br, ex.upBody = nil, nil, nil
+	ex.brkPending, ex.brkLatency = false, 0
+	ex.head, ex.bodyKind, ex.sendBody, ex.expect, ex.upWDL = ex.head[:0], bodyNone, nil, false, 0
+	ex.up, ex.br, ex.upBody, ex.upRDL, ex.upClose, ex.noReuse = nil, nil, nil, 0, false, false
 	ex.status, ex.inline, ex.bytesOut = 0, -1, 0
-	ex.streaming, ex.upEOF, ex.upErr, ex.clientErr = false, false, nil, nil
+	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
+	ex.upEOF, ex.upErr, ex.clientErr, ex.writeErr, ex.timeout = false, nil, nil, nil, ""
+	ex.reqID = ex.reqID[:0]
 	ex.method, ex.path = ex.method[:0], ex.path[:0]
 	ex.idVal, ex.tag, ex.scratch = ex.idVal[:0], ex.tag[:0], ex.scratch[:0]
 	clear(ex.tokens)
@@ -323,11 +456,11 @@ func (ex *exchange) keepDecision(d router.Decision) {
 	ex.d = d
 }
 
-func (p *Proxy) trusted(a netip.Addr) bool {
+func (ex *exchange) trusted(a netip.Addr) bool {
 	if !a.IsValid() {
 		return false
 	}
-	for _, pf := range p.opts.TrustedProxies {
+	for _, pf := range ex.opts.TrustedProxies {
 		if pf.Contains(a) {
 			return true
 		}
@@ -339,21 +472,19 @@ func (p *Proxy) trusted(a netip.Addr) bool {
 // fasthttp.RequestHandler; Serve runs it in a server configured for
 // streaming, and it also works in a server that buffers bodies.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
-	holdResponse(ctx.Conn(), false)
 	ex := p.getExchange()
 	ex.method = append(ex.method[:0], ctx.Method()...)
 	ex.path = append(ex.path[:0], ctx.Path()...)
 	if !p.serve(ctx, ex) {
 		ex.finish()
-		// The response is complete: its write may wait for the next read
-		// (see clientConn).
-		holdResponse(ctx.Conn(), true)
 	}
-	// Otherwise a streamed body or a tunnel owns ex now; don't touch it.
+	// Otherwise a streamed body, a tunnel or a hijacked response owns ex
+	// now; don't touch it.
 }
 
 // serve does the work of Handler. It returns true if the exchange now
-// belongs to a streamed body or a tunnel, which will finish it.
+// belongs to a streamed body, a tunnel or a hijacked response, which will
+// finish it.
 //
 // After routing, the route's policy is applied in order of cost, and
 // before anything is sent upstream: the rate limit (429), the declared
@@ -363,22 +494,19 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 // followed by one on stable when fallBackOK allows it.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	in := &ctx.Request.Header
-	if err := checkHeaderBlock(in.RawHeaders()); err != nil {
-		p.reject(ctx, ex, fasthttp.StatusBadRequest, "bad request: "+err.Error())
-		return false
-	}
+	ex.peer = peerAddr(ctx)
+	trusted := ex.trusted(ex.peer)
+	ex.setRequestID(in, trusted)
 	if in.IsConnect() {
 		p.reject(ctx, ex, fasthttp.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false
 	}
-	ex.peer = peerAddr(ctx)
-	trusted := p.trusted(ex.peer)
 	var xff [][]byte
 	if trusted {
 		xff = in.PeekAll(hdrXForwardedFor)
 	}
 	ex.view.ctx = ctx
-	ex.view.ip = clientIP(ex.peer, p.trusted, xff)
+	ex.view.ip = clientIP(ex.peer, ex.trusted, xff)
 	ex.keepDecision(p.decider.Decide(&ex.view))
 	ex.view.ctx = nil
 
@@ -442,17 +570,23 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	if err := p.roundTrip(ctx, ex); err != nil {
 		return false, err
 	}
+	if len(ex.interim) > 0 {
+		p.respondHijacked(ctx, ex)
+		return true, nil
+	}
 	return p.respond(ctx, ex), nil
 }
 
-// respond writes the upstream response header and hands the body stream to
-// fasthttp. It returns true when the body is streamed, in which case
+// respond completes the response header read from the upstream and hands
+// the body to fasthttp: copied when it came with the header, streamed
+// otherwise. It returns true when the body is streamed, in which case
 // respBody finishes the exchange.
 func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	out := &ctx.Response
-	ex.copyResponseHeader(&out.Header, &ex.resp.Header)
+	ex.filterResponseHeader(&out.Header)
 	ex.setDecisionHeaders(&out.Header)
-	ex.status = ex.resp.StatusCode()
+	ex.addVia(&out.Header)
+	ensureDate(&out.Header)
 
 	if ex.inline >= 0 {
 		// A small body that came with the header: copied, and the upstream
@@ -465,57 +599,37 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		return false
 	}
 	if !ex.resp.IsBodyStream() {
-		// HEAD, 1xx, 204 and 304 have no body. A HEAD answer keeps the
-		// length (or chunked coding) the upstream announced.
-		if ctx.IsHead() {
-			if cl := ex.resp.Header.ContentLength(); cl >= -1 {
-				out.Header.SetContentLength(cl)
-			}
+		// HEAD, 1xx, 204 and 304 have no body; the header keeps the length
+		// (or chunked coding) the upstream announced for it.
+		if out.Header.ContentLength() == -1 {
+			out.Header.SetContentLength(-1)
 		}
+		out.SkipBody = true
 		ex.releaseUpstream(true)
 		return false
 	}
 	ex.upBody = ex.resp.BodyStream()
-	size := ex.resp.Header.ContentLength()
+	size := out.Header.ContentLength()
 	// Event streams and bodies of unknown length are sent chunked and each
 	// piece is flushed as soon as it arrives (fasthttp flushes every chunk),
 	// as net/http's ReverseProxy does; the header goes out at once too, so
 	// a client sees the response before the first event.
-	if size < 0 || isEventStream(ex.resp.Header.ContentType()) {
+	if size < 0 || isEventStream(out.Header.ContentType()) {
 		size = -1
 		out.ImmediateHeaderFlush = true
 	}
 	ex.streaming = true
 	if size < 0 && !ctx.Request.Header.IsHTTP11() {
-		p.respondUntilClose(ctx, ex)
+		// fasthttp v1.78.0 sends a body stream of unknown length chunked
+		// whatever the client's version; an HTTP/1.0 client cannot decode
+		// that, so the response is written on the hijacked connection and
+		// delimited by closing it (RFC 9112 section 6.3).
+		p.respondHijacked(ctx, ex)
 		return true
 	}
+	ex.respOut = &out.Header
 	out.SetBodyStream(&ex.respBody, size)
 	return true
-}
-
-// respondUntilClose sends a body of unknown length to an HTTP/1.0 client,
-// which cannot read the chunked coding, delimited by closing the connection
-// (RFC 9112 section 6.3). fasthttp v1.78.0 always sends a body stream of
-// unknown length chunked, whatever the client's version, so the response is
-// written on the hijacked connection instead.
-func (p *Proxy) respondUntilClose(ctx *fasthttp.RequestCtx, ex *exchange) {
-	out := &ctx.Response
-	out.Header.SetContentLength(-2) // no framing header, and Connection: close
-	ex.head = out.Header.AppendBytes(ex.head[:0])
-	out.Reset()
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(ex.writeUntilClose)
-}
-
-// writeUntilClose is the hijack handler of respondUntilClose; fasthttp
-// closes the connection when it returns.
-func (ex *exchange) writeUntilClose(c net.Conn) {
-	_, err := c.Write(ex.head)
-	if err == nil {
-		_, err = io.Copy(c, &ex.respBody)
-	}
-	_ = ex.respBody.CloseWithError(err)
 }
 
 func isEventStream(ct []byte) bool {
@@ -523,41 +637,42 @@ func isEventStream(ct []byte) bool {
 	return len(ct) >= len(es) && eqFold(ct[:len(es)], es)
 }
 
-// noReadLimit stands for "no body read timeout": fasthttp's per-request
-// ReadTimeout can only replace the header deadline, not clear it.
-const noReadLimit = 100 * 365 * 24 * time.Hour
-
-// headerReceived gives a request with a body Options.ReadTimeout to send it,
-// counted from the end of its header, instead of what is left of
-// ReadHeaderTimeout.
-func (p *Proxy) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if cl := h.ContentLength(); cl == 0 || cl == -2 {
-		return fasthttp.RequestConfig{}
-	}
-	if p.opts.ReadTimeout > 0 {
-		return fasthttp.RequestConfig{ReadTimeout: p.opts.ReadTimeout}
-	}
-	return fasthttp.RequestConfig{ReadTimeout: noReadLimit}
-}
-
-// errorHandler answers requests that fasthttp could not parse, as fasthttp's
-// default handler does (431 for a header over MaxHeaderBytes, 408 for a
-// read timeout, 400 otherwise), and records them like any other request.
+// errorHandler answers requests that fasthttp or the listener's Guard
+// refused to parse: the Guard's status (400, 431 or 505), 431 for a header
+// over fasthttp's buffer, 408 for a read timeout, 400 otherwise. They are
+// recorded like any other request.
 func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	ex := p.getExchange()
 	ex.method = append(ex.method[:0], ctx.Request.Header.Method()...)
 	ex.path = append(ex.path[:0], ctx.Request.URI().Path()...)
+	ex.peer = peerAddr(ctx)
+	ex.setRequestID(nil, false)
 	var small *fasthttp.ErrSmallBuffer
+	var gerr *listener.Error
 	switch {
+	case errors.As(err, &gerr):
+		p.reject(ctx, ex, gerr.Status, bad(gerr.Status)+gerr.Reason)
 	case errors.As(err, &small):
-		p.reject(ctx, ex, fasthttp.StatusRequestHeaderFieldsTooLarge, "request header too large")
+		p.reject(ctx, ex, fasthttp.StatusRequestHeaderFieldsTooLarge, "request header fields too large")
 	case isTimeout(err):
+		ex.timeout = "read_header_timeout"
 		p.reject(ctx, ex, fasthttp.StatusRequestTimeout, "request timeout")
 	default:
 		p.reject(ctx, ex, fasthttp.StatusBadRequest, "bad request")
 	}
 	p.log.Debug("request rejected by parser", "status", ex.status, "error", err)
 	ex.finish()
+}
+
+// bad is the start of a rejection message for status.
+func bad(status int) string {
+	switch status {
+	case fasthttp.StatusBadRequest:
+		return "bad request: "
+	case fasthttp.StatusHTTPVersionNotSupported:
+		return "unsupported: "
+	}
+	return ""
 }
 
 // fasthttpLogger sends fasthttp's own messages (mostly connection errors

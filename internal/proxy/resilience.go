@@ -27,7 +27,7 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		pol = router.NoPolicy
 	}
 	ex.pol = pol
-	ex.headerTimeout = p.opts.ResponseHeaderTimeout
+	ex.headerTimeout = ex.opts.ResponseHeaderTimeout
 	if pol.UpstreamTimeout > 0 {
 		ex.headerTimeout = pol.UpstreamTimeout
 	}
@@ -176,7 +176,6 @@ func (ex *exchange) fallBack(err error) {
 	d.Group, d.Degraded, d.Tag = router.GroupStable, router.DegradedFallback, ""
 	d.Breaker, d.Ticket = nil, breaker.Ticket{}
 	ex.inst, ex.uc = nil, nil
-	ex.req.Reset()
 	ex.resp.Reset()
 	ex.sent, ex.respStarted = false, false
 }
@@ -204,10 +203,25 @@ func (ex *exchange) recordOutcome(start time.Time, err error) {
 	var failed bool
 	switch {
 	case err == nil:
-		failed = b.IsErrorStatus(ex.resp.StatusCode())
+		failed = b.IsErrorStatus(ex.status)
 	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout), errors.Is(err, errBodyTooLarge):
 	default:
 		failed = true
 	}
 	b.Record(ex.d.Ticket, breaker.Outcome{Latency: latency, Failed: failed, End: end})
+}
+
+// recordBody reports the outcome of a request whose response body streamed
+// (see roundTrip), once the body has ended: the latency measured at the
+// header, and a failure if the status is an error or the upstream broke
+// off or stalled mid-body. A client that stopped reading is not the
+// upstream's failure.
+func (ex *exchange) recordBody() {
+	b := ex.d.Breaker
+	if b == nil || ex.recorded {
+		return
+	}
+	ex.recorded = true
+	failed := b.IsErrorStatus(ex.status) || ex.upErr != nil
+	b.Record(ex.d.Ticket, breaker.Outcome{Latency: ex.brkLatency, Failed: failed, End: ex.p.now()})
 }

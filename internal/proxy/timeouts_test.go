@@ -61,7 +61,7 @@ func TestReadTimeouts(t *testing.T) {
 			_, addr := startProxy(t, Options{ReadTimeout: 150 * time.Millisecond, OnDone: rec.onDone},
 				staticDecider{Group: "stable", Target: target})
 			resp, body := slowBody(t, addr, head, 900*time.Millisecond)
-			if resp.StatusCode != http.StatusRequestTimeout || body != "graygate: request timeout\n" {
+			if resp.StatusCode != http.StatusRequestTimeout || errBody(t, resp, body) != "graygate: request timeout\n" {
 				t.Errorf("got %d %q, want 408", resp.StatusCode, body)
 			}
 			if d := rec.next(t, 2*time.Second); d.status != http.StatusRequestTimeout {
@@ -112,8 +112,8 @@ func TestMaxConnsPerHost(t *testing.T) {
 	}
 	start := time.Now()
 	resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-	want := fmt.Sprintf("graygate: upstream \"stable\" (%s) has no free connection\n", stuck)
-	if resp.StatusCode != http.StatusServiceUnavailable || body != want {
+	want := "graygate: upstream \"stable\" has no free connection\n"
+	if resp.StatusCode != http.StatusServiceUnavailable || errBody(t, resp, body) != want {
 		t.Errorf("second request got %d %q, want 503 %q", resp.StatusCode, body, want)
 	}
 	if d := time.Since(start); d < 100*time.Millisecond {
@@ -138,12 +138,15 @@ func TestTLSUpstream(t *testing.T) {
 		wantBody   string
 	}{
 		{"trusted certificate", &tls.Config{RootCAs: roots}, 200, "tls=true host=app.test"},
-		{"unknown authority", nil, 502, fmt.Sprintf("graygate: upstream \"secure\" (%s) unreachable\n", addrOf(backend))},
+		{"unknown authority", nil, 502, "graygate: upstream \"secure\" unreachable\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, addr := startProxy(t, Options{UpstreamTLS: tt.tls}, staticDecider{Group: "stable", Target: target})
 			resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+			if tt.wantStatus != 200 {
+				body = errBody(t, resp, body)
+			}
 			if resp.StatusCode != tt.wantStatus || body != tt.wantBody {
 				t.Errorf("got %d %q, want %d %q", resp.StatusCode, body, tt.wantStatus, tt.wantBody)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -74,6 +75,7 @@ func (p *Proxy) client(inst *upstream.Instance) *upstreamClient {
 }
 
 func (p *Proxy) newClient(k clientKey) *upstreamClient {
+	o := p.opts.Load()
 	var tlsConf *tls.Config
 	if k.tls {
 		tlsConf = p.tlsConfigFor(k.addr)
@@ -94,10 +96,10 @@ func (p *Proxy) newClient(k clientKey) *upstreamClient {
 			}
 			return c, nil
 		},
-		MaxConns:                 p.opts.MaxConnsPerHost,
-		MaxConnWaitTimeout:       p.opts.DialTimeout,
-		MaxIdleConnDuration:      p.opts.IdleConnTimeout,
-		ReadBufferSize:           p.opts.MaxResponseHeaderBytes,
+		MaxConns:                 o.MaxConnsPerHost,
+		MaxConnWaitTimeout:       o.DialTimeout,
+		MaxIdleConnDuration:      o.IdleConnTimeout,
+		ReadBufferSize:           o.MaxResponseHeaderBytes,
 		NoDefaultUserAgentHeader: true,
 		DisablePathNormalizing:   true,
 	}
@@ -111,8 +113,8 @@ func (p *Proxy) newClient(k clientKey) *upstreamClient {
 
 func (p *Proxy) tlsConfigFor(addr string) *tls.Config {
 	var c *tls.Config
-	if p.opts.UpstreamTLS != nil {
-		c = p.opts.UpstreamTLS.Clone()
+	if t := p.opts.Load().UpstreamTLS; t != nil {
+		c = t.Clone()
 	} else {
 		c = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
@@ -150,7 +152,8 @@ func (e *dialError) Unwrap() error { return e.err }
 
 // dial connects to addr within DialTimeout, with TLS if tlsConf is set.
 func (p *Proxy) dial(addr string, tlsConf *tls.Config) (net.Conn, error) {
-	d := net.Dialer{Timeout: p.opts.DialTimeout}
+	timeout := p.opts.Load().DialTimeout
+	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, &dialError{addr: addr, err: err}
@@ -159,7 +162,7 @@ func (p *Proxy) dial(addr string, tlsConf *tls.Config) (net.Conn, error) {
 		return c, nil
 	}
 	tc := tls.Client(c, tlsConf)
-	if err := tc.SetDeadline(time.Now().Add(p.opts.DialTimeout)); err != nil {
+	if err := tc.SetDeadline(time.Now().Add(timeout)); err != nil {
 		_ = c.Close()
 		return nil, &dialError{addr: addr, err: err}
 	}
@@ -258,39 +261,55 @@ func (e *staleError) Unwrap() error { return e.err }
 // before the response could be sent.
 var errClientGone = errors.New("client closed the request")
 
-// errRequestTimeout reports that the client's body did not arrive within
+// errRequestTimeout reports that the client's body stalled for longer than
 // Options.ReadTimeout.
 var errRequestTimeout = errors.New("request body read timed out")
 
+// errBadRequestBody reports a request body whose framing is invalid (a
+// malformed chunk), found while it was being forwarded: the client gets
+// 400, never 499.
+var errBadRequestBody = errors.New("malformed request body")
+
 // roundTrip sends the request upstream and reads the response header into
-// ex.resp (see send), and reports the outcome to the decision's breaker.
-// Only a request guarded by a breaker reads the clock here.
+// the client's response (see send), and reports the outcome to the
+// decision's breaker: at once when the exchange is over with the header,
+// or, for a response whose body streams, when the body has ended, so that
+// an upstream that stalls or breaks off mid-body is a failure. Only a
+// request guarded by a breaker reads the clock here.
 func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	if ex.d.Breaker == nil {
 		return p.send(ctx, ex)
 	}
 	start := p.now()
 	err := p.send(ctx, ex)
+	if err == nil && ex.resp.IsBodyStream() {
+		ex.brkLatency = max(p.now().Sub(start)-ex.bodyWait, 0)
+		ex.brkPending = true
+		return nil
+	}
 	ex.recordOutcome(start, err)
 	return err
 }
 
-// send sends the request (ex.head or ex.req) upstream and reads the response header into ex.resp,
-// leaving the body as a stream on a held connection (ex.up, ex.br) that
-// releaseUpstream gives back. A request without a body whose method is
-// safe is sent once more if a reused connection turns out to be stale.
-// It sets ex.sent before writing and ex.respStarted once a response byte
-// has arrived, which is what decides whether a failure may be retried on
+// send sends the request (its head, ex.head, and its body) upstream and
+// reads the response header into ctx.Response, leaving the body as a stream
+// on a held connection (ex.up, ex.br) that releaseUpstream gives back. A
+// request without a body whose method is safe is sent once more if a reused
+// connection turns out to be stale. A reused connection is first checked
+// for bytes or a close that arrived while it sat in the pool (peekIdle): a
+// connection with stray bytes is a protocol violation and is closed, and
+// nothing has been sent on it yet, so the request goes on another one. It
+// sets ex.sent before writing and ex.respStarted once a response byte has
+// arrived, which is what decides whether a failure may be retried on
 // stable.
 func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	uc := ex.uc
-	replayable := ex.rawHead && safeMethod(ex.method)
-	// Whether the body is streamed from the client is asked now: writing
-	// the request ends its body stream.
-	streamed := ex.req.IsBodyStream()
+	streamed := ex.bodyKind == bodyFixed || ex.bodyKind == bodyChunked
+	replayable := !streamed && ex.bodyKind != bodyBuffered && safeMethod(ex.method)
 	// The time a streamed body takes to arrive from the client is not the
 	// upstream's latency; it is left out of the breaker's measurement.
 	timeBody := ex.d.Breaker != nil && streamed
+	stale := 0
 	for attempt := 0; ; attempt++ {
 		c, err := uc.conns.get()
 		if err != nil {
@@ -298,35 +317,79 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		}
 		reused := c.Reused()
 		conn := c.Conn()
-		bw := uc.hc.AcquireWriter(conn)
-		var w0 time.Time
-		if timeBody {
-			w0 = p.now()
-		}
-		ex.sent = true
-		if ex.rawHead {
-			_, err = bw.Write(ex.head)
-		} else {
-			err = ex.req.Write(bw)
-		}
-		// A request whose body was streamed is flushed here, as is one on
-		// a connection without a RawConn; any other is flushed by
-		// readHeader, which then waits for the answer without a read
-		// attempt (see flushAndWait).
 		up, _ := conn.(*upstreamTCP)
-		var flush *bufio.Writer
-		if up != nil && !streamed {
-			flush = bw
-		} else if err == nil {
-			err = bw.Flush()
+		if reused && up != nil {
+			if perr := up.peekIdle(); perr != nil {
+				c.Release(false)
+				if errors.Is(perr, errStrayBytes) {
+					p.violation(violationIdleBytes)
+				}
+				// Nothing was sent: any request may go on another
+				// connection. Bounded, in case every pooled one is bad.
+				if stale++; stale <= maxStaleConns {
+					attempt--
+					continue
+				}
+				return fmt.Errorf("connecting to %s: %w", uc.addr, perr)
+			}
 		}
-		if timeBody {
-			ex.bodyWait += p.now().Sub(w0)
+		ex.upWDL = 0
+		bw := uc.hc.AcquireWriter(conn)
+		ex.sent = true
+		if err = ex.keepUpstreamWriteDeadline(conn); err == nil {
+			_, err = bw.Write(ex.head)
+			if err == nil && ex.bodyKind == bodyBuffered {
+				_, err = bw.Write(ex.sendBody)
+			}
+		}
+		var flush *bufio.Writer
+		final := false
+		if streamed && err == nil {
+			if ex.expect {
+				// Expect: 100-continue: the head goes first, and the body
+				// only after the upstream's 100 (or a short wait); a final
+				// answer instead is the response, and the body is not sent.
+				if err = bw.Flush(); err == nil {
+					final, err = p.awaitContinue(ctx, ex, conn, uc.hc.AcquireReader(conn))
+				}
+			}
+			if err == nil && !final {
+				var w0 time.Time
+				if timeBody {
+					w0 = p.now()
+				}
+				err = ex.writeBody(ctx, bw, conn)
+				if timeBody {
+					ex.bodyWait += p.now().Sub(w0)
+				}
+			}
+			if err == nil {
+				err = bw.Flush()
+			}
+		} else if err == nil {
+			// A request whose body the gateway holds is flushed by
+			// readHeader, which then waits for the answer without a read
+			// attempt (see flushAndWait), on a plain TCP connection.
+			if up != nil {
+				flush = bw
+			} else {
+				err = bw.Flush()
+			}
 		}
 		if err != nil {
+			var werr *writeError
+			if errors.As(err, &werr) {
+				err = werr.err
+			}
+			if isTimeout(err) && ex.clientErr == nil {
+				ex.timeout = timeoutUpstreamWrite
+			}
 			err = fmt.Errorf("sending request to %s: %w", uc.addr, err)
 		} else {
-			br := uc.hc.AcquireReader(conn)
+			br := ex.br
+			if br == nil {
+				br = uc.hc.AcquireReader(conn)
+			}
 			// The header timeout runs from when the request has been
 			// written. For the first attempt of a request without a body
 			// that is, within microseconds, when the request began, a
@@ -335,17 +398,34 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			if !p.realClock || attempt > 0 || ex.fellBack || streamed {
 				start = time.Now()
 			}
-			err = p.readHeader(ctx, ex, conn, br, start, up, flush)
+			if final {
+				err = ex.finishHeader(ctx, br)
+			} else {
+				err = p.readHeader(ctx, ex, conn, br, start, up, flush)
+			}
 			if err == nil {
 				uc.hc.ReleaseWriter(bw)
 				ex.up, ex.br = c, br
+				if final {
+					// The upstream answered without the body, which the
+					// connection would otherwise still owe it.
+					ex.noReuse = true
+				}
 				return nil
 			}
 			uc.hc.ReleaseReader(br)
+			ex.br = nil
 			var werr *writeError
-			if errors.As(err, &werr) {
+			switch {
+			case errors.As(err, &werr):
+				if isTimeout(werr.err) {
+					ex.timeout = timeoutUpstreamWrite
+				}
 				err = fmt.Errorf("sending request to %s: %w", uc.addr, werr.err)
-			} else {
+			default:
+				if isTimeout(err) && !ex.canceled {
+					ex.timeout = timeoutResponseHeader
+				}
 				err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
 			}
 		}
@@ -355,7 +435,10 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		switch {
 		case ex.tooLarge:
 			return fmt.Errorf("%w: sending request to %s", errBodyTooLarge, uc.addr)
+		case ex.clientErr != nil && isBadBody(ex.clientErr):
+			return fmt.Errorf("%w: %w", errBadRequestBody, ex.clientErr)
 		case ex.clientErr != nil && isTimeout(ex.clientErr):
+			ex.timeout = timeoutClientRead
 			return fmt.Errorf("%w: %w", errRequestTimeout, ex.clientErr)
 		case ex.clientErr != nil:
 			return fmt.Errorf("%w: reading request body: %w", errClientGone, ex.clientErr)
@@ -366,6 +449,132 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		}
 		return err
 	}
+}
+
+// maxStaleConns bounds how many pooled connections a request discards
+// because they were closed or sent stray bytes while idle.
+const maxStaleConns = 8
+
+// keepUpstreamWriteDeadline keeps the upstream write deadline at
+// UpstreamWriteTimeout from now, moving it only when it is off by more than
+// an eighth of the timeout.
+func (ex *exchange) keepUpstreamWriteDeadline(conn net.Conn) error {
+	d := ex.opts.UpstreamWriteTimeout
+	now := time.Now()
+	want := now.Add(d).UnixNano()
+	if cur := ex.upWDL; cur != 0 && cur <= want && want-cur <= int64(d/8) {
+		return nil
+	}
+	ex.upWDL = want
+	return conn.SetWriteDeadline(time.Unix(0, want))
+}
+
+// writeBody streams the client's body to the upstream after the head: as
+// it came, with its Content-Length, or re-chunked, with the client's
+// trailer fields after the last chunk.
+func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn net.Conn) error {
+	buf := ex.copyBuf()
+	for {
+		n, rerr := ex.reqBody.Read(buf)
+		if n > 0 {
+			if err := ex.keepUpstreamWriteDeadline(conn); err != nil {
+				return err
+			}
+			if ex.bodyKind == bodyChunked {
+				ex.scratch = strconv.AppendInt(ex.scratch[:0], int64(n), 16)
+				ex.scratch = append(ex.scratch, "\r\n"...)
+				if _, err := bw.Write(ex.scratch); err != nil {
+					return wrapWrite(err)
+				}
+			}
+			if _, err := bw.Write(buf[:n]); err != nil {
+				return wrapWrite(err)
+			}
+			if ex.bodyKind == bodyChunked {
+				if _, err := bw.WriteString("\r\n"); err != nil {
+					return wrapWrite(err)
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if ex.bodyKind != bodyChunked {
+		return nil
+	}
+	if err := ex.keepUpstreamWriteDeadline(conn); err != nil {
+		return err
+	}
+	if _, err := bw.WriteString("0\r\n"); err != nil {
+		return wrapWrite(err)
+	}
+	// The trailer section (RFC 9112 section 7.1.2), which fasthttp parsed
+	// into the request header when the body ended.
+	in := &ctx.Request.Header
+	for _, k := range in.PeekTrailerKeys() {
+		for _, v := range in.PeekAll(b2s(k)) {
+			ex.scratch = append(append(append(append(ex.scratch[:0], k...), ": "...), v...), "\r\n"...)
+			if _, err := bw.Write(ex.scratch); err != nil {
+				return wrapWrite(err)
+			}
+		}
+	}
+	_, err := bw.WriteString("\r\n")
+	return wrapWrite(err)
+}
+
+// wrapWrite marks a failed write of the request as the upstream's (the
+// body's reads report the client's failures themselves).
+func wrapWrite(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &writeError{err: err}
+}
+
+// copyBuf returns the exchange's body copy buffer.
+func (ex *exchange) copyBuf() []byte {
+	if ex.buf == nil {
+		ex.buf = make([]byte, 32<<10)
+	}
+	return ex.buf
+}
+
+// awaitContinue waits, after a head carrying "Expect: 100-continue", for
+// the upstream's 100 Continue or final answer, at most
+// ExpectContinueTimeout. It reports whether a final answer came, in which
+// case its header has been read into the client's response and the body
+// must not be sent. A 100, or no answer in time, means: send the body.
+func (p *Proxy) awaitContinue(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader) (bool, error) {
+	ex.br = br
+	if up, ok := conn.(*upstreamTCP); ok {
+		up.armed = time.Time{}
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(ex.opts.ExpectContinueTimeout)); err != nil {
+		return false, err
+	}
+	if _, err := br.Peek(1); err != nil {
+		if isTimeout(err) {
+			return false, nil
+		}
+		if errors.Is(err, io.EOF) || isConnReset(err) {
+			return false, &staleError{err: err}
+		}
+		return false, err
+	}
+	ex.respStarted = true
+	out := &ctx.Response.Header
+	if err := out.Read(br); err != nil {
+		return false, err
+	}
+	if out.StatusCode() == fasthttp.StatusContinue {
+		return false, nil
+	}
+	return true, nil
 }
 
 // readHeader reads the response header within ResponseHeaderTimeout,
@@ -402,7 +611,7 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	}
 	if err == nil {
 		ex.respStarted = true
-		err = ex.readResponse(br)
+		err = ex.readResponse(ctx, br)
 	} else if errors.Is(err, io.EOF) || isConnReset(err) {
 		err = &staleError{err: err}
 	}
@@ -415,11 +624,12 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	if ex.canceled {
 		return errClientGone
 	}
-	if !ex.resp.IsBodyStream() {
-		// Nothing more is read from conn for this request: the body is
-		// empty or already in br. The deadline stays armed; whoever reads
-		// from conn next sets its own first (or keeps it, see
-		// armHeaderDeadline).
+	if !ex.resp.IsBodyStream() || len(ex.interim) > 0 {
+		// Nothing more is read from conn for this request here: the body
+		// is empty or already in br, or an interim response hands the
+		// rest to respondHijacked, which keeps the header deadline. The
+		// deadline stays armed; whoever reads from conn next sets its own
+		// first (or keeps it, see armHeaderDeadline).
 		return nil
 	}
 	if up != nil {
@@ -459,39 +669,78 @@ func armHeaderDeadline(conn net.Conn, up *upstreamTCP, start time.Time, timeout 
 // exchange ends in the handler.
 const maxInlineBody = 16 << 10
 
-// maxInterimResponses bounds the 1xx responses skipped before the final one.
+// maxInterimResponses bounds the 1xx responses before the final one.
 const maxInterimResponses = 100
 
 var errTooManyInterim = errors.New("too many 1xx informational responses")
 
-// readResponse reads the upstream response header from br, skipping
-// interim (1xx) responses, and prepares the body. A response without a body
-// (to HEAD; 1xx, 204, 304) has none. A body with a Content-Length of at most
+// readResponse reads the upstream response header from br straight into
+// the client's response header, so that nothing is copied and the
+// upstream's own fields (Date among them) are what the client gets; then it
+// prepares the body. A 100 Continue is skipped (the gateway answered the
+// client's Expect itself); any other interim (1xx) response is kept in
+// ex.interim to be forwarded, and the exchange then continues on a
+// hijacked connection (see respondHijacked). A response without a body (to
+// HEAD; 1xx, 204, 304) has none. A body with a Content-Length of at most
 // maxInlineBody bytes that is already in br is left there for respond to
 // copy (ex.inline). Any other body becomes a stream on br.
-func (ex *exchange) readResponse(br *bufio.Reader) error {
-	ex.inline = -1
-	h := &ex.resp.Header
-	if err := h.Read(br); err != nil {
+func (ex *exchange) readResponse(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
+	out := &ctx.Response.Header
+	if err := out.Read(br); err != nil {
 		return err
 	}
-	for n := 0; isInterim(h.StatusCode()); n++ {
+	return ex.finishHeader(ctx, br)
+}
+
+// finishHeader goes on from a response header already read into the
+// client's response: interim responses, then the body.
+func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
+	ex.inline = -1
+	out := &ctx.Response.Header
+	for n := 0; isInterim(out.StatusCode()); n++ {
 		if n >= maxInterimResponses {
 			return errTooManyInterim
 		}
-		if err := h.Read(br); err != nil {
+		if out.StatusCode() != fasthttp.StatusContinue && ctx.Request.Header.IsHTTP11() {
+			// RFC 9110 section 15.2: a proxy forwards 1xx responses
+			// (never to an HTTP/1.0 client).
+			ex.filterResponseHeader(out)
+			ex.interim = out.AppendBytes(ex.interim)
+			if !ex.hijacked {
+				// The rest is read and written by respondHijacked, once
+				// fasthttp has flushed earlier pipelined answers.
+				return nil
+			}
+			if err := ex.writeInterim(); err != nil {
+				return err
+			}
+		}
+		if err := out.Read(br); err != nil {
 			return err
 		}
 	}
-	if b2s(ex.method) == fasthttp.MethodHead || !hasBody(h.StatusCode()) {
+	return ex.prepareBody(ctx, br)
+}
+
+// prepareBody decides how the final response's body is relayed: none,
+// copied (ex.inline), or streamed (ex.resp's body stream on br).
+func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
+	out := &ctx.Response.Header
+	status := out.StatusCode()
+	ex.status = status
+	if b2s(ex.method) == fasthttp.MethodHead || !hasBody(status) {
 		return nil
 	}
-	if cl := h.ContentLength(); cl >= 0 && cl <= maxInlineBody && br.Buffered() >= cl {
+	cl := out.ContentLength()
+	if cl >= 0 && cl <= maxInlineBody && br.Buffered() >= cl {
 		ex.inline = cl
 		return nil
 	}
-	ex.resp.StreamBody = true
-	return ex.resp.ReadBody(br, 0)
+	r := &ex.resp
+	r.Header.SetStatusCode(status)
+	r.Header.SetContentLength(cl)
+	r.StreamBody = true
+	return r.ReadBody(br, 0)
 }
 
 // isInterim reports whether a response status is informational, other than
@@ -518,8 +767,12 @@ func (e *writeError) Unwrap() error { return e.err }
 // and only then wait: one failed read system call per request. Here the
 // wait is armed (RawConn.Read resets the poller's readiness before calling
 // back) before the request is written, so an answer that comes at once is
-// not missed, and the read that follows finds it. A write error is
-// returned as a *writeError; a wait error (the deadline) as it is.
+// not missed, and the read that follows finds it. Bytes that were already
+// in the socket before the readiness reset would not wake the wait; there
+// can be none: an answer only comes after the request, and bytes or a
+// close that arrived while the connection was idle were looked for by
+// peekIdle just before, in the same way. A write error is returned as a
+// *writeError; a wait error (the deadline) as it is.
 func (ex *exchange) flushAndWait(raw syscall.RawConn, bw *bufio.Writer) error {
 	ex.flushBW, ex.flushed, ex.flushErr = bw, false, nil
 	err := raw.Read(ex.flushFn)
@@ -573,8 +826,11 @@ func (ex *exchange) cancel() {
 var aLongTimeAgo = time.Unix(1, 0)
 
 // releaseUpstream closes the upstream body stream and gives the connection
-// back, to the pool if the body was read to its end and neither side asked
-// to close, else closed.
+// back: to the pool if the response was read to its end, the upstream did
+// not ask to close, and nothing is left over; else it is closed. Bytes left
+// in the reader after a complete response (a body on a HEAD, 204 or 304
+// answer, or anything else past the framing) are a protocol violation: the
+// next request on that connection would read them as its answer.
 func (ex *exchange) releaseUpstream(fullyRead bool) {
 	if ex.up == nil {
 		return
@@ -582,10 +838,45 @@ func (ex *exchange) releaseUpstream(fullyRead bool) {
 	if ex.resp.IsBodyStream() {
 		_ = ex.resp.CloseBodyStream()
 	}
+	reuse := fullyRead && !ex.upClose && !ex.noReuse
+	if reuse && ex.br.Buffered() > 0 {
+		ex.p.violation(violationExtraBytes)
+		reuse = false
+	}
 	ex.uc.hc.ReleaseReader(ex.br)
-	ex.up.Release(fullyRead && !ex.resp.ConnectionClose() && !ex.req.ConnectionClose())
+	ex.up.Release(reuse)
 	ex.up, ex.br, ex.upBody = nil, nil, nil
 }
+
+// The protocol violations an upstream connection is closed for.
+const (
+	violationExtraBytes = iota // bytes after a complete response
+	violationIdleBytes         // bytes that arrived while the connection was idle
+	numViolations
+)
+
+// ViolationReasons names the protocol violations counted by
+// ProtocolViolations, in its order.
+var ViolationReasons = [numViolations]string{"extra_bytes_after_response", "bytes_while_idle"}
+
+// violation counts a protocol violation by an upstream.
+func (p *Proxy) violation(v int) { p.violations[v].Add(1) }
+
+// ProtocolViolations returns how many upstream connections were closed for
+// each protocol violation, in the order of ViolationReasons.
+func (p *Proxy) ProtocolViolations() [numViolations]uint64 {
+	var out [numViolations]uint64
+	for i := range out {
+		out[i] = p.violations[i].Load()
+	}
+	return out
+}
+
+// errStrayBytes: a pooled upstream connection received bytes while idle.
+var errStrayBytes = errors.New("upstream sent bytes on an idle connection")
+
+// errIdleClosed: a pooled upstream connection was closed while idle.
+var errIdleClosed = errors.New("upstream closed the idle connection")
 
 // safeMethod reports whether a request may be sent twice (RFC 9110 section
 // 9.2.1), for the stale-connection retry.

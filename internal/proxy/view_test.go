@@ -96,8 +96,8 @@ func TestClientIP(t *testing.T) {
 		for _, p := range prefixes {
 			o.TrustedProxies = append(o.TrustedProxies, netip.MustParsePrefix(p))
 		}
-		p := &Proxy{opts: o.withDefaults()}
-		return p.trusted
+		o = o.withDefaults()
+		return (&exchange{opts: &o}).trusted
 	}
 	tests := []struct {
 		name    string

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/listener"
 )
 
 // maxUpgradeRefusalBody bounds the body of a non-101 answer to an upgrade,
@@ -33,17 +35,17 @@ func isWebSocketUpgrade(h *fasthttp.RequestHeader) bool {
 
 // serveUpgrade proxies a WebSocket handshake on a dedicated connection:
 // write the request (the gateway's headers plus the Upgrade and Connection
-// that hop-by-hop removal took out, as net/http does), read the answer, and
-// on 101 hijack the client connection and copy bytes both ways until either
-// side closes. Any other answer is relayed as a normal response. It returns
-// true when a tunnel now owns the exchange, and an error, with nothing
-// written to the client, when no answer could be read; the caller then
-// answers or falls back to stable like for any request. The handshake's
-// outcome (until the answer's header) is what the breaker records.
+// that hop-by-hop removal took out, as net/http does; see buildRequest),
+// read the answer, and on 101 hijack the client connection and copy bytes
+// both ways until either side closes. Any other answer is relayed as a
+// normal response, and the client connection is closed after it: the
+// listener reads nothing that follows a handshake that was not accepted.
+// It returns true when a tunnel now owns the exchange, and an error, with
+// nothing written to the client, when no answer could be read; the caller
+// then answers or falls back to stable like for any request. The
+// handshake's outcome (until the answer's header) is what the breaker
+// records.
 func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, error) {
-	ex.req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
-	ex.req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
-
 	var start time.Time
 	if ex.d.Breaker != nil {
 		start = p.now()
@@ -54,16 +56,22 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 		return false, err
 	}
 	_ = up.SetDeadline(time.Now().Add(ex.headerTimeout))
-	ex.scratch = ex.req.Header.AppendBytes(ex.scratch[:0])
 	ex.sent = true
-	_, err = up.Write(ex.scratch)
-	ex.scratch = ex.scratch[:0]
-	br := bufio.NewReaderSize(up, p.opts.MaxResponseHeaderBytes)
+	_, err = up.Write(ex.head)
+	br := bufio.NewReaderSize(up, ex.opts.MaxResponseHeaderBytes)
+	out := &ctx.Response
 	if err == nil {
 		if _, err = br.Peek(1); err == nil {
 			ex.respStarted = true
-			err = ex.resp.ReadLimitBody(br, maxUpgradeRefusalBody)
+			err = out.Header.Read(br)
 		}
+	}
+	status := out.Header.StatusCode()
+	ex.status = status
+	if err == nil && status != fasthttp.StatusSwitchingProtocols && b2s(ex.method) != fasthttp.MethodHead && hasBody(status) {
+		ex.resp.Header.SetStatusCode(status)
+		ex.resp.Header.SetContentLength(out.Header.ContentLength())
+		err = ex.resp.ReadBody(br, maxUpgradeRefusalBody)
 	}
 	if err == nil {
 		err = up.SetDeadline(time.Time{})
@@ -74,13 +82,14 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 		return false, err
 	}
 
-	out := &ctx.Response
-	if ex.resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+	if status != fasthttp.StatusSwitchingProtocols {
 		_ = up.Close()
-		ex.copyResponseHeader(&out.Header, &ex.resp.Header)
+		ex.filterResponseHeader(&out.Header)
 		ex.setDecisionHeaders(&out.Header)
+		ex.addVia(&out.Header)
+		ensureDate(&out.Header)
 		out.SetBody(ex.resp.Body())
-		ex.status = ex.resp.StatusCode()
+		out.Header.SetConnectionClose()
 		ex.bytesOut = int64(len(ex.resp.Body()))
 		return false, nil
 	}
@@ -92,19 +101,23 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 	// connection, would never clean up; with it, only a connection that
 	// already failed skips it (and Shutdown still closes the tunnel). The
 	// header is rendered now, while ctx is valid.
-	ex.copyResponseHeader(&out.Header, &ex.resp.Header)
+	upg := append([]byte(nil), out.Header.Peek(fasthttp.HeaderUpgrade)...)
+	ex.filterResponseHeader(&out.Header)
 	out.Header.Set(fasthttp.HeaderConnection, "Upgrade")
-	if u := ex.resp.Header.Peek(fasthttp.HeaderUpgrade); len(u) > 0 {
-		out.Header.SetBytesV(fasthttp.HeaderUpgrade, u)
+	if len(upg) > 0 {
+		out.Header.SetBytesV(fasthttp.HeaderUpgrade, upg)
 	} else {
 		out.Header.Set(fasthttp.HeaderUpgrade, "websocket")
 	}
 	ex.setDecisionHeaders(&out.Header)
+	ex.addVia(&out.Header)
 	head := out.Header.AppendBytes(nil)
 	out.Reset()
-	ex.status = fasthttp.StatusSwitchingProtocols
 	ex.streaming = true
 
+	if lc, ok := ctx.Conn().(*listener.Conn); ok {
+		lc.OpenTunnel()
+	}
 	t := &tunnel{ex: ex, up: up, upR: br, head: head}
 	p.tunnels.add(t)
 	ctx.HijackSetNoResponse(true)

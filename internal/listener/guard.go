@@ -1,0 +1,596 @@
+package listener
+
+import (
+	"bytes"
+	"strconv"
+	"unsafe"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Error is a request the guard refused: the status the client is answered
+// with (400, 431 or 505) and why. Once a connection has produced an Error,
+// every later read of it returns the same Error.
+type Error struct {
+	Status int
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Reason }
+
+// The guard's refusals.
+var (
+	errBareLF       = &Error{400, "line not terminated by CRLF (bare LF)"}
+	errBareCR       = &Error{400, "bare CR in the message head"}
+	errRequestLine  = &Error{400, "malformed request line"}
+	errMethod       = &Error{400, "invalid method in the request line"}
+	errTarget       = &Error{400, "invalid request target"}
+	errVersion      = &Error{400, "malformed HTTP version"}
+	errUnsupported  = &Error{505, "HTTP version not supported (HTTP/1.0 and HTTP/1.1 are)"}
+	errObsFold      = &Error{400, "obsolete line folding in the header"}
+	errNoColon      = &Error{400, "header line without a colon"}
+	errFieldName    = &Error{400, "invalid header field name"}
+	errNameSpace    = &Error{400, "whitespace between a header field name and its colon"}
+	errFieldValue   = &Error{400, "invalid header field value"}
+	errNoHost       = &Error{400, "missing Host header"}
+	errTwoHosts     = &Error{400, "more than one Host header"}
+	errBadHost      = &Error{400, "invalid Host header"}
+	errCLAndTE      = &Error{400, "both Content-Length and Transfer-Encoding"}
+	errTwoCL        = &Error{400, "more than one Content-Length"}
+	errBadCL        = &Error{400, "invalid Content-Length"}
+	errTECoding     = &Error{400, "Transfer-Encoding other than chunked"}
+	errTE10         = &Error{400, "Transfer-Encoding in an HTTP/1.0 request"}
+	errChunkSize    = &Error{400, "invalid chunk size"}
+	errChunkExt     = &Error{400, "invalid chunk extension"}
+	errChunkEnd     = &Error{400, "chunk data not followed by CRLF"}
+	errChunkLine    = &Error{400, "chunk size line too long"}
+	errHeadTooLarge = &Error{431, "request header fields too large"}
+	errTrailerLarge = &Error{431, "request trailer fields too large"}
+)
+
+// maxChunkLine bounds a chunk-size line, extensions included.
+const maxChunkLine = 4096
+
+type state uint8
+
+const (
+	stStart     state = iota // before a request line; empty lines are skipped
+	stHead                   // header field lines
+	stBody                   // the rest of a Content-Length body
+	stChunkSize              // a chunk-size line
+	stChunkData              // the rest of a chunk's data
+	stChunkCR                // the CR after chunk data
+	stChunkLF                // the LF after chunk data
+	stTrailer                // trailer field lines
+	stTunnel                 // after a WebSocket handshake or CONNECT: not HTTP any more
+	stFailed
+)
+
+// Guard checks the bytes a client sends, as they arrive, against the
+// message framing of RFC 9112, strictly: it is what makes the data plane
+// refuse every request that another HTTP parser on either side of the
+// gateway could frame differently (request smuggling), and every request
+// that Go's net/http server or llhttp in strict mode would refuse.
+//
+// It follows each request through its request line, header fields, body
+// (by Content-Length, or by the chunked coding, chunk by chunk, trailers
+// included) and on to the next request, so that pipelined requests are
+// checked at their real boundaries; it never scans body bytes. What it
+// refuses:
+//   - a line ending in a bare LF, or a bare CR anywhere in a head, a chunk
+//     line or a trailer (RFC 9112 section 2.2);
+//   - a request line that is not method SP request-target SP HTTP-version,
+//     with a token method, a target of visible ASCII and a well-formed
+//     version; a version other than HTTP/1.0 or HTTP/1.1 is 505 (this
+//     includes HTTP/0.9, HTTP/2.0 and the "PRI * HTTP/2.0" preface);
+//   - obs-fold, a line without a colon, a field name that is not a token
+//     or is followed by whitespace, a field value with control characters;
+//   - Host missing (HTTP/1.1), repeated or not a valid uri-host[:port];
+//   - Content-Length repeated, not all digits, or together with
+//     Transfer-Encoding; Transfer-Encoding other than exactly "chunked",
+//     repeated, or in HTTP/1.0;
+//   - a chunk size that is not 1 to 16 hex digits, an extension that is not
+//     ;token[=token|quoted-string] without whitespace, chunk data not
+//     followed by CRLF;
+//   - a head or trailer section over MaxHeaderBytes (431).
+//
+// A Guard is used by one connection's reader and is not safe for
+// concurrent use.
+type Guard struct {
+	state   state
+	maxHead int
+	carry   []byte // a line split over reads
+	headLen int    // bytes of the current head or trailer section so far
+	remain  int64  // body or chunk bytes left
+
+	// Facts of the head being read.
+	http10    bool
+	connect   bool
+	hosts     int
+	host      []byte
+	cls       int
+	cl        int64
+	tes       int
+	chunked   bool
+	upgradeWS bool
+	connUpg   bool
+	requests  uint64
+}
+
+// NewGuard returns a Guard for a connection's first request. maxHead
+// bounds the request line plus header fields, and the trailer section.
+func NewGuard(maxHead int) *Guard {
+	g := &Guard{}
+	g.Reset(maxHead)
+	return g
+}
+
+// Reset prepares g for a new connection.
+func (g *Guard) Reset(maxHead int) {
+	carry := g.carry[:0]
+	*g = Guard{maxHead: maxHead, carry: carry}
+}
+
+// InBody reports whether the current request's head has been read and its
+// body has not ended yet.
+func (g *Guard) InBody() bool {
+	switch g.state {
+	case stBody, stChunkSize, stChunkData, stChunkCR, stChunkLF, stTrailer:
+		return true
+	}
+	return false
+}
+
+// Tunnel reports whether the connection has stopped carrying HTTP/1.1
+// requests (a WebSocket handshake or CONNECT was read).
+func (g *Guard) Tunnel() bool { return g.state == stTunnel }
+
+// Requests returns how many request heads have been read completely.
+func (g *Guard) Requests() uint64 { return g.requests }
+
+// Scan checks the next bytes of the connection. It returns how many of
+// them may be handed to the HTTP parser, and an Error when the rest must
+// not. Without an Error, fewer than len(p) means the rest follows the head
+// of a tunnel (see Tunnel) and is not HTTP. After an error, the bytes handed over never complete the refused
+// head or line, so the parser asks for more and gets the Error: a request
+// that was refused is never seen whole by anything behind the guard.
+// Earlier requests on the connection are unaffected.
+func (g *Guard) Scan(p []byte) (int, *Error) {
+	i := 0
+	for i < len(p) {
+		switch g.state {
+		case stFailed:
+			return 0, errRequestLine
+		case stTunnel:
+			// The bytes after a tunnel's head are not the parser's.
+			return i, nil
+		case stBody, stChunkData:
+			n := int64(len(p) - i)
+			if n > g.remain {
+				n = g.remain
+			}
+			g.remain -= n
+			i += int(n)
+			if g.remain == 0 {
+				if g.state == stBody {
+					g.endMessage()
+				} else {
+					g.state = stChunkCR
+				}
+			}
+		case stChunkCR, stChunkLF:
+			want := byte('\r')
+			if g.state == stChunkLF {
+				want = '\n'
+			}
+			if p[i] != want {
+				g.state = stFailed
+				return i, errChunkEnd
+			}
+			i++
+			if g.state == stChunkCR {
+				g.state = stChunkLF
+			} else {
+				g.state = stChunkSize
+			}
+		default:
+			j := bytes.IndexByte(p[i:], '\n')
+			if j < 0 {
+				if err := g.keep(p[i:]); err != nil {
+					// Too long: hand over what fits, never the rest.
+					g.state = stFailed
+					return i, err
+				}
+				return len(p), nil
+			}
+			line := p[i : i+j]
+			if len(g.carry) > 0 {
+				if err := g.keep(line); err != nil {
+					g.state = stFailed
+					return i, err
+				}
+				line = g.carry
+			} else if err := g.count(len(line) + 1); err != nil {
+				g.state = stFailed
+				return i, err
+			}
+			if err := g.line(line); err != nil {
+				g.state = stFailed
+				// Up to, not including, the line's LF: the parser can
+				// never complete the refused line.
+				return i + j, err
+			}
+			g.carry = g.carry[:0]
+			i += j + 1
+		}
+	}
+	return len(p), nil
+}
+
+// keep adds part of a line that continues in the next read to the carry.
+func (g *Guard) keep(b []byte) *Error {
+	if err := g.count(len(b)); err != nil {
+		return err
+	}
+	g.carry = append(g.carry, b...)
+	return nil
+}
+
+// count adds n bytes to the current section and enforces its limit.
+func (g *Guard) count(n int) *Error {
+	g.headLen += n
+	switch g.state {
+	case stStart, stHead:
+		if g.headLen > g.maxHead {
+			return errHeadTooLarge
+		}
+	case stTrailer:
+		if g.headLen > g.maxHead {
+			return errTrailerLarge
+		}
+	case stChunkSize:
+		if g.headLen > maxChunkLine {
+			return errChunkLine
+		}
+	}
+	return nil
+}
+
+// line handles one complete line, without its LF.
+func (g *Guard) line(l []byte) *Error {
+	if len(l) == 0 || l[len(l)-1] != '\r' {
+		return errBareLF
+	}
+	l = l[:len(l)-1]
+	if bytes.IndexByte(l, '\r') >= 0 {
+		return errBareCR
+	}
+	switch g.state {
+	case stStart:
+		if len(l) == 0 {
+			// RFC 9112 section 2.2: empty lines before a request line
+			// are ignored.
+			g.headLen = 0
+			return nil
+		}
+		return g.requestLine(l)
+	case stHead:
+		if len(l) == 0 {
+			return g.endHead()
+		}
+		return g.field(l, true)
+	case stTrailer:
+		if len(l) == 0 {
+			g.endMessage()
+			return nil
+		}
+		return g.field(l, false)
+	case stChunkSize:
+		return g.chunkSize(l)
+	}
+	return errRequestLine
+}
+
+func (g *Guard) requestLine(l []byte) *Error {
+	sp := bytes.IndexByte(l, ' ')
+	if sp <= 0 {
+		return errRequestLine
+	}
+	method := l[:sp]
+	if !httpguts.ValidHeaderFieldName(b2s(method)) {
+		return errMethod
+	}
+	rest := l[sp+1:]
+	sp = bytes.IndexByte(rest, ' ')
+	if sp < 0 {
+		// "GET /" is an HTTP/0.9 simple request.
+		return errRequestLine
+	}
+	target, version := rest[:sp], rest[sp+1:]
+	if len(target) == 0 {
+		return errTarget
+	}
+	for _, c := range target {
+		if c <= ' ' || c >= 0x7f {
+			return errTarget
+		}
+	}
+	if len(version) != 8 || string(version[:5]) != "HTTP/" || !isDigit(version[5]) || version[6] != '.' || !isDigit(version[7]) {
+		return errVersion
+	}
+	switch string(version[5:]) {
+	case "1.1":
+		g.http10 = false
+	case "1.0":
+		g.http10 = true
+	default:
+		return errUnsupported
+	}
+	g.connect = string(method) == "CONNECT"
+	g.hosts, g.host, g.cls, g.cl, g.tes, g.chunked, g.upgradeWS, g.connUpg = 0, g.host[:0], 0, 0, 0, false, false, false
+	g.state = stHead
+	return nil
+}
+
+// field checks a header or trailer field line. In a head it also notes
+// the fields that frame the message.
+func (g *Guard) field(l []byte, head bool) *Error {
+	if l[0] == ' ' || l[0] == '\t' {
+		return errObsFold
+	}
+	colon := bytes.IndexByte(l, ':')
+	if colon < 0 {
+		return errNoColon
+	}
+	if colon == 0 {
+		return errFieldName
+	}
+	name := l[:colon]
+	if c := name[len(name)-1]; c == ' ' || c == '\t' {
+		return errNameSpace
+	}
+	if !httpguts.ValidHeaderFieldName(b2s(name)) {
+		return errFieldName
+	}
+	value := trimOWS(l[colon+1:])
+	if !httpguts.ValidHeaderFieldValue(b2s(value)) {
+		return errFieldValue
+	}
+	if !head {
+		return nil
+	}
+	switch len(name) {
+	case 4:
+		if eqFold(name, "host") {
+			g.hosts++
+			g.host = append(g.host[:0], value...)
+		}
+	case 7:
+		if eqFold(name, "upgrade") && hasToken(value, "websocket") {
+			g.upgradeWS = true
+		}
+	case 10:
+		if eqFold(name, "connection") && hasToken(value, "upgrade") {
+			g.connUpg = true
+		}
+	case 14:
+		if eqFold(name, "content-length") {
+			g.cls++
+			if len(value) == 0 || len(value) > 18 {
+				return errBadCL
+			}
+			for _, c := range value {
+				if !isDigit(c) {
+					return errBadCL
+				}
+			}
+			n, _ := strconv.ParseInt(b2s(value), 10, 64)
+			g.cl = n
+		}
+	case 17:
+		if eqFold(name, "transfer-encoding") {
+			g.tes++
+			if !eqFold(value, "chunked") {
+				return errTECoding
+			}
+			g.chunked = true
+		}
+	}
+	return nil
+}
+
+// endHead decides how the body of the head just read is framed.
+func (g *Guard) endHead() *Error {
+	switch {
+	case g.hosts > 1:
+		return errTwoHosts
+	case g.hosts == 0 && !g.http10:
+		return errNoHost
+	case g.hosts == 1 && !httpguts.ValidHostHeader(b2s(g.host)):
+		return errBadHost
+	case g.tes > 0 && g.http10:
+		return errTE10
+	case g.tes > 1:
+		return errTECoding
+	case g.cls > 1:
+		return errTwoCL
+	case g.tes > 0 && g.cls > 0:
+		return errCLAndTE
+	}
+	g.requests++
+	g.headLen = 0
+	switch {
+	case g.chunked:
+		g.state = stChunkSize
+	case g.cl > 0:
+		g.state, g.remain = stBody, g.cl
+	default:
+		g.endMessage()
+	}
+	return nil
+}
+
+// endMessage is called when a request's body has ended.
+func (g *Guard) endMessage() {
+	g.headLen = 0
+	if g.connect || (g.upgradeWS && g.connUpg) {
+		// What follows is a tunnel's bytes, if the handshake succeeds; the
+		// gateway closes the connection after any other answer.
+		g.state = stTunnel
+		return
+	}
+	g.state = stStart
+}
+
+func (g *Guard) chunkSize(l []byte) *Error {
+	i := 0
+	var n uint64
+	for i < len(l) {
+		v, ok := unhex(l[i])
+		if !ok {
+			break
+		}
+		if i == 16 {
+			return errChunkSize
+		}
+		n = n<<4 | uint64(v)
+		i++
+	}
+	if i == 0 || n > 1<<62 {
+		return errChunkSize
+	}
+	if err := chunkExt(l[i:]); err != nil {
+		return err
+	}
+	g.headLen = 0
+	if n == 0 {
+		g.state = stTrailer
+		return nil
+	}
+	g.state, g.remain = stChunkData, int64(n)
+	return nil
+}
+
+// chunkExt checks *( ";" token [ "=" ( token / quoted-string ) ] ), the
+// chunk-ext of RFC 9112 section 7.1.1 without the optional whitespace,
+// which no sender needs and parsers disagree on.
+func chunkExt(b []byte) *Error {
+	for len(b) > 0 {
+		if b[0] != ';' {
+			return errChunkSize
+		}
+		b = b[1:]
+		n := tokenLen(b)
+		if n == 0 {
+			return errChunkExt
+		}
+		b = b[n:]
+		if len(b) == 0 || b[0] != '=' {
+			continue
+		}
+		b = b[1:]
+		if len(b) > 0 && b[0] == '"' {
+			end := quotedLen(b)
+			if end < 0 {
+				return errChunkExt
+			}
+			b = b[end:]
+			continue
+		}
+		n = tokenLen(b)
+		if n == 0 {
+			return errChunkExt
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// tokenLen returns the length of the token at the start of b.
+func tokenLen(b []byte) int {
+	for i, c := range b {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// quotedLen returns the length of the quoted-string at the start of b, or
+// -1 if it is not one.
+func quotedLen(b []byte) int {
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c == '\\':
+			i++
+			if i >= len(b) || (b[i] < ' ' && b[i] != '\t') || b[i] == 0x7f {
+				return -1
+			}
+		case (c < ' ' && c != '\t') || c == 0x7f:
+			return -1
+		}
+	}
+	return -1
+}
+
+// hasToken reports whether the comma-separated list v holds tok.
+func hasToken(v []byte, tok string) bool {
+	for len(v) > 0 {
+		item := v
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			item, v = v[:i], v[i+1:]
+		} else {
+			v = nil
+		}
+		if eqFold(trimOWS(item), tok) {
+			return true
+		}
+	}
+	return false
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func eqFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// trimOWS trims the optional whitespace of RFC 9110 (SP and HTAB).
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// b2s views b as a string without copying, for the checks that take one.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -1,0 +1,196 @@
+// Package listener accepts the data plane's client connections. It opens
+// the listening socket (with SO_REUSEPORT for zero-downtime handovers) and
+// wraps every accepted connection in a Conn, which checks the request
+// framing strictly as the bytes arrive (Guard, RFC 9112) and bounds how
+// long a client may stall while it sends a request body or reads a
+// response. The HTTP/1.1 codec behind it (fasthttp) then only ever sees
+// requests that every parser frames the same way.
+//
+// This is the first stop of the request path: listener → identity →
+// router (the decision) → proxy.
+package listener
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// Config is what a listener enforces on its connections. It is read for
+// every operation, so a new Config applies to open connections at once.
+type Config struct {
+	// MaxHeaderBytes bounds a request line plus its header fields, and a
+	// trailer section; a larger one is refused with 431.
+	MaxHeaderBytes int
+	// BodyReadTimeout bounds how long a client may leave the connection
+	// idle while the gateway waits for the rest of a request body
+	// (proxy.client_read_timeout). 0 means no bound.
+	BodyReadTimeout time.Duration
+	// WriteTimeout bounds how long one write to the client may wait for
+	// the client to read (proxy.client_write_timeout). 0 means no bound.
+	WriteTimeout time.Duration
+}
+
+// Listen opens a listener. With reusePort it sets SO_REUSEPORT before
+// binding (Linux only; elsewhere it fails with an error wrapping
+// errors.ErrUnsupported), so that a new graygate process can bind the
+// address while the old one still holds it: the kernel then spreads new
+// connections over both, and once the old process closes its listener all
+// of them go to the new one. Every process sharing the port must set it
+// and run as the same user.
+func Listen(network, addr string, reusePort bool) (net.Listener, error) {
+	var lc net.ListenConfig
+	if reusePort {
+		lc.Control = reusePortControl
+	}
+	ln, err := lc.Listen(context.Background(), network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s %s (reuse port %t): %w", network, addr, reusePort, err)
+	}
+	return ln, nil
+}
+
+// Wrap returns a listener whose TCP connections are Conns enforcing
+// config(). Connections of other kinds are returned as they are.
+func Wrap(ln net.Listener, config func() *Config) net.Listener {
+	return &wrapped{Listener: ln, config: config}
+}
+
+type wrapped struct {
+	net.Listener
+	config func() *Config
+}
+
+func (l *wrapped) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c, nil
+	}
+	cc := &Conn{TCPConn: tc, config: l.config}
+	cc.guard.Reset(l.config().MaxHeaderBytes)
+	return cc, nil
+}
+
+// Conn is one client connection. Its Read hands the HTTP parser only bytes
+// the Guard accepted, and returns the Guard's *Error once it refuses
+// something; while a request body is due it keeps the read deadline at
+// BodyReadTimeout from now, and before every write it keeps the write
+// deadline at WriteTimeout from now. Deadlines are moved only when they
+// would otherwise be off by more than an eighth of the timeout, so a busy
+// connection rarely re-arms a timer.
+//
+// One goroutine reads and one writes, as net.Conn allows.
+type Conn struct {
+	*net.TCPConn
+	config func() *Config
+
+	guard   Guard
+	err     error       // the Guard's refusal, returned by every later Read
+	tunnel  atomic.Bool // a WebSocket or CONNECT tunnel was opened
+	pending []byte      // tunnel bytes read together with its head
+	// Deadlines last set, in Unix nanoseconds (0: none).
+	rdl, wdl atomic.Int64
+}
+
+// OpenTunnel tells the connection that the request it carried became a
+// tunnel (a 101 answer to a WebSocket handshake), so the bytes that follow
+// are the tunnel's. After a handshake that was not accepted, Read reports
+// the end of the connection instead: nothing that follows an upgrade
+// request is read as another request.
+func (c *Conn) OpenTunnel() { c.tunnel.Store(true) }
+
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.guard.Tunnel() {
+		switch {
+		case !c.tunnel.Load():
+			return 0, io.EOF
+		case len(c.pending) > 0:
+			n := copy(p, c.pending)
+			c.pending = c.pending[n:]
+			return n, nil
+		}
+		return c.TCPConn.Read(p)
+	}
+	if c.guard.InBody() {
+		if d := c.config().BodyReadTimeout; d > 0 {
+			if err := c.keepDeadline(&c.rdl, d, c.TCPConn.SetReadDeadline); err != nil {
+				return 0, err
+			}
+		}
+	}
+	n, err := c.TCPConn.Read(p)
+	if n > 0 {
+		good, gerr := c.guard.Scan(p[:n])
+		switch {
+		case gerr != nil:
+			c.err = gerr
+			if good == 0 {
+				return 0, gerr
+			}
+			return good, nil
+		case good < n:
+			// A tunnel's first bytes: kept until the tunnel opens.
+			c.pending = append(c.pending[:0], p[good:n]...)
+			return good, nil
+		}
+	}
+	return n, err
+}
+
+func (c *Conn) Write(p []byte) (int, error) {
+	if d := c.config().WriteTimeout; d > 0 {
+		if err := c.keepDeadline(&c.wdl, d, c.TCPConn.SetWriteDeadline); err != nil {
+			return 0, err
+		}
+	}
+	return c.TCPConn.Write(p)
+}
+
+// keepDeadline sets the deadline *at to now+d unless it is already within
+// [now+7d/8, now+d].
+func (c *Conn) keepDeadline(at *atomic.Int64, d time.Duration, set func(time.Time) error) error {
+	now := time.Now()
+	want := now.Add(d).UnixNano()
+	if cur := at.Load(); cur != 0 && cur <= want && want-cur <= int64(d/8) {
+		return nil
+	}
+	at.Store(want)
+	return set(time.Unix(0, want))
+}
+
+// SetReadDeadline records t, so that the body deadline is re-armed
+// correctly, and sets it.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.rdl.Store(unixNano(t))
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline records t and sets it.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.wdl.Store(unixNano(t))
+	return c.TCPConn.SetWriteDeadline(t)
+}
+
+// SetDeadline records t for both directions and sets it.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.rdl.Store(unixNano(t))
+	c.wdl.Store(unixNano(t))
+	return c.TCPConn.SetDeadline(t)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}

@@ -1,0 +1,180 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// respondHijacked writes the rest of the response on the hijacked client
+// connection instead of through fasthttp's response writer, in the two
+// cases that writer cannot do:
+//
+//   - interim (1xx) responses, which must reach the client before the final
+//     one (RFC 9110 section 15.2) and as soon as they arrive, while fasthttp
+//     only writes a response once the handler has returned. A hijack
+//     handler runs after fasthttp has flushed the answers to earlier
+//     pipelined requests, so the order on the connection stays right;
+//   - a body of unknown length to an HTTP/1.0 client, which cannot read the
+//     chunked coding fasthttp would use: the body is delimited by closing
+//     the connection (RFC 9112 section 6.3).
+//
+// fasthttp closes the connection when the hijack handler returns, so a
+// response that had interim responses ends its connection (the client
+// reconnects for the next request). The exchange now belongs to the hijack
+// handler, which finishes it. fasthttp keeps ctx valid until then.
+func (p *Proxy) respondHijacked(ctx *fasthttp.RequestCtx, ex *exchange) {
+	ex.streaming, ex.hijacked = true, true
+	ex.respOut = &ctx.Response.Header
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		err := ex.writeHijacked(ctx, c)
+		if err != nil && ex.upErr == nil && ex.writeErr == nil {
+			ex.upErr = err
+		}
+		ex.streaming = false
+		ex.releaseUpstream(ex.upEOF || (ex.resp.IsBodyStream() == false && err == nil))
+		ex.finish()
+	})
+}
+
+// writeHijacked writes what is left of the response to c: the interim
+// responses received so far and those that follow, then the final
+// response with its body.
+func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
+	out := &ctx.Response.Header
+	if len(ex.interim) > 0 {
+		if _, err := c.Write(ex.interim); err != nil {
+			ex.writeErr = err
+			return err
+		}
+		ex.interim = ex.interim[:0]
+		// The final header is waited for under the route's header
+		// timeout, counted from now.
+		if err := ex.up.Conn().SetReadDeadline(time.Now().Add(ex.headerTimeout)); err != nil {
+			return err
+		}
+		ex.hijackedConn = c
+		err := out.Read(ex.br)
+		if err == nil {
+			err = ex.finishHeader(ctx, ex.br)
+		}
+		if err != nil {
+			if isTimeout(err) {
+				ex.timeout = timeoutResponseHeader
+			}
+			ex.p.log.Warn("upstream failed after an interim response", "upstream", ex.inst.Addr, "error", err)
+			// No final status has gone out: the client can still be told.
+			ex.status = fasthttp.StatusBadGateway
+			if isTimeout(err) {
+				ex.status = fasthttp.StatusGatewayTimeout
+			}
+			ex.scratch = fasthttp.AppendHTTPDate(append(append(ex.scratch[:0], "HTTP/1.1 "...), strconv.Itoa(ex.status)+" "+fasthttp.StatusMessage(ex.status)+"\r\nContent-Length: 0\r\nConnection: close\r\nDate: "...), time.Now())
+			ex.scratch = append(ex.scratch, "\r\n\r\n"...)
+			_, _ = c.Write(ex.scratch)
+			return err
+		}
+		if ex.resp.IsBodyStream() {
+			if err := ex.up.Conn().SetReadDeadline(time.Time{}); err != nil {
+				return err
+			}
+			ex.upBody = ex.resp.BodyStream()
+		}
+	}
+	ex.filterResponseHeader(out)
+	ex.setDecisionHeaders(out)
+	ex.addVia(out)
+	ensureDate(out)
+	out.SetConnectionClose()
+	chunked := false
+	switch {
+	case ex.inline >= 0:
+		out.SetContentLength(ex.inline)
+	case !ex.resp.IsBodyStream():
+		// No body; the header keeps what the upstream announced.
+	case out.ContentLength() >= 0:
+	case !ctx.Request.Header.IsHTTP11():
+		out.SetContentLength(-2) // delimited by the close
+	default:
+		out.SetContentLength(-1)
+		chunked = true
+	}
+	head := out.AppendBytes(ex.scratch[:0])
+	_, err := c.Write(head)
+	ex.scratch = head[:0]
+	if err != nil {
+		ex.writeErr = err
+		return err
+	}
+	switch {
+	case ex.inline >= 0:
+		b, _ := ex.br.Peek(ex.inline)
+		n, err := c.Write(b)
+		ex.bytesOut = int64(n)
+		_, _ = ex.br.Discard(ex.inline)
+		if err != nil {
+			ex.writeErr = err
+		}
+		return err
+	case !ex.resp.IsBodyStream() || b2s(ex.method) == fasthttp.MethodHead:
+		return nil
+	}
+	bw := bufio.NewWriterSize(c, 32<<10)
+	buf := ex.copyBuf()
+	for {
+		n, rerr := ex.respBody.Read(buf)
+		if n > 0 {
+			var werr error
+			if chunked {
+				_, werr = bw.WriteString(strconv.FormatInt(int64(n), 16) + "\r\n")
+			}
+			if werr == nil {
+				_, werr = bw.Write(buf[:n])
+			}
+			if werr == nil && chunked {
+				_, werr = bw.WriteString("\r\n")
+			}
+			if werr == nil {
+				werr = bw.Flush()
+			}
+			if werr != nil {
+				ex.writeErr = werr
+				return werr
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if chunked {
+		_, _ = bw.WriteString("0\r\n")
+		_, _ = bw.Write(out.TrailerHeader())
+	}
+	if err := bw.Flush(); err != nil && !errors.Is(err, io.EOF) {
+		ex.writeErr = err
+		return err
+	}
+	return nil
+}
+
+// writeInterim writes the interim responses read so far to the hijacked
+// client connection.
+func (ex *exchange) writeInterim() error {
+	if len(ex.interim) == 0 || ex.hijackedConn == nil {
+		return nil
+	}
+	_, err := ex.hijackedConn.Write(ex.interim)
+	ex.interim = ex.interim[:0]
+	if err != nil {
+		ex.writeErr = err
+	}
+	return err
+}

@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
+)
+
+// requestIDs issues X-Request-Id values: 16 hex digits drawn at random once
+// per process, then 16 hex digits of a counter, so ids are unique across
+// the gateways of a fleet and cost one atomic add each.
+type requestIDs struct {
+	prefix [16]byte
+	n      atomic.Uint64
+}
+
+func (r *requestIDs) init() {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	hex.Encode(r.prefix[:], b[:])
+}
+
+// next appends a new id to dst.
+func (r *requestIDs) next(dst []byte) []byte {
+	const digits = "0123456789abcdef"
+	n := r.n.Add(1)
+	dst = append(dst, r.prefix[:]...)
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, digits[(n>>uint(shift))&0xf])
+	}
+	return dst
+}
+
+// maxRequestIDBytes bounds an X-Request-Id kept from a trusted peer.
+const maxRequestIDBytes = 128
+
+// setRequestID gives the request its X-Request-Id: the one a trusted peer
+// sent, if it is a plausible id (1 to 128 visible ASCII characters), else
+// a new one. in is nil for a request that could not be parsed.
+func (ex *exchange) setRequestID(in *fasthttp.RequestHeader, trusted bool) {
+	if trusted && in != nil {
+		if v := in.Peek(hdrRequestID); validRequestID(v) {
+			ex.reqID = append(ex.reqID[:0], v...)
+			return
+		}
+	}
+	ex.reqID = ex.p.ids.next(ex.reqID[:0])
+}
+
+func validRequestID(v []byte) bool {
+	if len(v) == 0 || len(v) > maxRequestIDBytes {
+		return false
+	}
+	for _, c := range v {
+		if c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
