@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"context"
-	"net"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"time"
 

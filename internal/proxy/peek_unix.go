@@ -35,4 +35,3 @@ func (u *upstreamTCP) peekIdle() error {
 	}
 	return perr
 }
-

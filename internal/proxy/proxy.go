@@ -287,7 +287,7 @@ type exchange struct {
 	head     []byte
 	bodyKind uint8
 	sendBody []byte // the body of a bodyBuffered request
-	expect   bool // the client sent Expect: 100-continue with a streamed body
+	expect   bool   // the client sent Expect: 100-continue with a streamed body
 	upWDL    int64
 	buf      []byte // body copy buffer
 
@@ -311,7 +311,7 @@ type exchange struct {
 	hijackedConn net.Conn
 	// respOut is the client's response header while its body streams, for
 	// the trailers.
-	respOut *fasthttp.ResponseHeader
+	respOut   *fasthttp.ResponseHeader
 	upEOF     bool
 	upErr     error
 	clientErr error
