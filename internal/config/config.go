@@ -86,14 +86,45 @@ type Token struct {
 	Role string `json:"role,omitempty"`
 }
 
-// Proxy holds data-plane timeouts and limits.
+// Proxy holds data-plane timeouts and limits. Every stall is bounded: the
+// five idle timeouts (read_timeout to client_idle_timeout) each have a
+// default, and 0 is refused.
 type Proxy struct {
-	DialTimeout           Duration `json:"dial_timeout,omitempty"`
+	// DialTimeout bounds connecting to an instance (default 2s).
+	DialTimeout Duration `json:"dial_timeout,omitempty"`
+	// ResponseHeaderTimeout bounds the wait for an upstream's response
+	// header once the request is sent (default 30s).
 	ResponseHeaderTimeout Duration `json:"response_header_timeout,omitempty"`
-	IdleTimeout           Duration `json:"idle_timeout,omitempty"`
-	ReadHeaderTimeout     Duration `json:"read_header_timeout,omitempty"`
-	MaxHeaderBytes        int      `json:"max_header_bytes,omitempty"`
-	MaxConnsPerHost       int      `json:"max_conns_per_host,omitempty"`
+	// IdleTimeout closes pooled upstream connections idle this long
+	// (default 90s).
+	IdleTimeout Duration `json:"idle_timeout,omitempty"`
+	// ReadHeaderTimeout bounds a client's request line and header (default 10s).
+	ReadHeaderTimeout Duration `json:"read_header_timeout,omitempty"`
+	// ReadTimeout bounds how long an upstream may go silent between reads
+	// of a response body (default 60s).
+	ReadTimeout *Duration `json:"read_timeout,omitempty"`
+	// WriteTimeout bounds how long an upstream may leave a write of a
+	// request body waiting (default 60s).
+	WriteTimeout *Duration `json:"write_timeout,omitempty"`
+	// ClientReadTimeout bounds how long a client may go silent between
+	// reads of its request body (default 60s); then 408.
+	ClientReadTimeout *Duration `json:"client_read_timeout,omitempty"`
+	// ClientWriteTimeout bounds how long a client may leave a write of a
+	// response waiting (default 60s).
+	ClientWriteTimeout *Duration `json:"client_write_timeout,omitempty"`
+	// ClientIdleTimeout is how long a keep-alive client connection waits
+	// for its next request (default 75s).
+	ClientIdleTimeout *Duration `json:"client_idle_timeout,omitempty"`
+	// MaxHeaderBytes bounds a request line plus header, and a trailer
+	// section (default 16384); larger gets 431.
+	MaxHeaderBytes  int `json:"max_header_bytes,omitempty"`
+	MaxConnsPerHost int `json:"max_conns_per_host,omitempty"`
+	// AllowUnderscoresInHeaders forwards request header fields whose
+	// names contain "_" (default false: they are dropped, as nginx does).
+	AllowUnderscoresInHeaders bool `json:"allow_underscores_in_headers,omitempty"`
+	// Via adds "Via: 1.1 graygate" to forwarded requests and responses
+	// (default true).
+	Via *bool `json:"via,omitempty"`
 }
 
 // AccessLog configures the JSON access log.
@@ -450,6 +481,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Proxy.MaxConnsPerHost < 0 {
 		add("proxy.max_conns_per_host", "must not be negative, got %d", c.Proxy.MaxConnsPerHost)
+	}
+	for _, f := range []struct {
+		path string
+		d    *Duration
+	}{
+		{"proxy.read_timeout", c.Proxy.ReadTimeout}, {"proxy.write_timeout", c.Proxy.WriteTimeout},
+		{"proxy.client_read_timeout", c.Proxy.ClientReadTimeout}, {"proxy.client_write_timeout", c.Proxy.ClientWriteTimeout},
+		{"proxy.client_idle_timeout", c.Proxy.ClientIdleTimeout},
+	} {
+		if f.d != nil && *f.d == 0 {
+			add(f.path, "must be a positive duration such as \"60s\"; 0 would leave a stall unbounded")
+		}
 	}
 	if err := c.Breaker.Validate("breaker"); err != nil {
 		errs = append(errs, err)

@@ -20,36 +20,45 @@ func (e *Error) Error() string { return e.Reason }
 
 // The guard's refusals.
 var (
-	errBareLF       = &Error{400, "line not terminated by CRLF (bare LF)"}
-	errBareCR       = &Error{400, "bare CR in the message head"}
-	errRequestLine  = &Error{400, "malformed request line"}
-	errMethod       = &Error{400, "invalid method in the request line"}
-	errTarget       = &Error{400, "invalid request target"}
-	errVersion      = &Error{400, "malformed HTTP version"}
-	errUnsupported  = &Error{505, "HTTP version not supported (HTTP/1.0 and HTTP/1.1 are)"}
-	errObsFold      = &Error{400, "obsolete line folding in the header"}
-	errNoColon      = &Error{400, "header line without a colon"}
-	errFieldName    = &Error{400, "invalid header field name"}
-	errNameSpace    = &Error{400, "whitespace between a header field name and its colon"}
-	errFieldValue   = &Error{400, "invalid header field value"}
-	errNoHost       = &Error{400, "missing Host header"}
-	errTwoHosts     = &Error{400, "more than one Host header"}
-	errBadHost      = &Error{400, "invalid Host header"}
-	errCLAndTE      = &Error{400, "both Content-Length and Transfer-Encoding"}
-	errTwoCL        = &Error{400, "more than one Content-Length"}
-	errBadCL        = &Error{400, "invalid Content-Length"}
-	errTECoding     = &Error{400, "Transfer-Encoding other than chunked"}
-	errTE10         = &Error{400, "Transfer-Encoding in an HTTP/1.0 request"}
-	errChunkSize    = &Error{400, "invalid chunk size"}
-	errChunkExt     = &Error{400, "invalid chunk extension"}
-	errChunkEnd     = &Error{400, "chunk data not followed by CRLF"}
-	errChunkLine    = &Error{400, "chunk size line too long"}
-	errHeadTooLarge = &Error{431, "request header fields too large"}
-	errTrailerLarge = &Error{431, "request trailer fields too large"}
+	errBareLF        = &Error{400, "line not terminated by CRLF (bare LF)"}
+	errBareCR        = &Error{400, "bare CR in the message head"}
+	errRequestLine   = &Error{400, "malformed request line"}
+	errMethod        = &Error{400, "invalid method in the request line"}
+	errTarget        = &Error{400, "invalid request target"}
+	errVersion       = &Error{400, "malformed HTTP version"}
+	errUnsupported   = &Error{505, "HTTP version not supported (HTTP/1.0 and HTTP/1.1 are)"}
+	errObsFold       = &Error{400, "obsolete line folding in the header"}
+	errNoColon       = &Error{400, "header line without a colon"}
+	errFieldName     = &Error{400, "invalid header field name"}
+	errNameSpace     = &Error{400, "whitespace between a header field name and its colon"}
+	errFieldValue    = &Error{400, "invalid header field value"}
+	errNoHost        = &Error{400, "missing Host header"}
+	errTwoHosts      = &Error{400, "more than one Host header"}
+	errBadHost       = &Error{400, "invalid Host header"}
+	errCLAndTE       = &Error{400, "both Content-Length and Transfer-Encoding"}
+	errTwoCL         = &Error{400, "more than one Content-Length"}
+	errBadCL         = &Error{400, "invalid Content-Length"}
+	errTECoding      = &Error{400, "Transfer-Encoding other than chunked"}
+	errTE10          = &Error{400, "Transfer-Encoding in an HTTP/1.0 request"}
+	errChunkSize     = &Error{400, "invalid chunk size"}
+	errChunkExt      = &Error{400, "invalid chunk extension"}
+	errChunkEnd      = &Error{400, "chunk data not followed by CRLF"}
+	errChunkLine     = &Error{400, "chunk size line too long"}
+	errHeadTooLarge  = &Error{431, "request header fields too large"}
+	errUnknownMethod = &Error{400, "unknown method"}
+	errEmptyLine     = &Error{400, "empty line before the request line"}
+	errExpectation   = &Error{417, "unsupported expectation (only 100-continue is)"}
+	errTrailerField  = &Error{400, "a field that may not be sent as a trailer"}
+	errTrailerLarge  = &Error{431, "request trailer fields too large"}
 )
 
 // maxChunkLine bounds a chunk-size line, extensions included.
 const maxChunkLine = 4096
+
+// maxChunkSizeDigits is the most hex digits a chunk size may have: what
+// fasthttp's chunk parser reads on 64-bit platforms. Go and llhttp take 16;
+// a 16-digit size is refused rather than parsed differently.
+const maxChunkSizeDigits = 15
 
 type state uint8
 
@@ -114,7 +123,14 @@ type Guard struct {
 	chunked   bool
 	upgradeWS bool
 	connUpg   bool
+	expect    bool // an expectation other than 100-continue
+	post      bool
+	afterPOST bool // the last request was a POST: empty lines may follow it
 	requests  uint64
+
+	failedIn     uint64 // heads read when the Guard refused
+	failedInBody bool   // and the refusal was in a body
+	placeholder  bool   // and before any request line byte
 }
 
 // NewGuard returns a Guard for a connection's first request. maxHead
@@ -148,13 +164,35 @@ func (g *Guard) Tunnel() bool { return g.state == stTunnel }
 // Requests returns how many request heads have been read completely.
 func (g *Guard) Requests() uint64 { return g.requests }
 
+// fail records where the Guard refused, then stops it.
+func (g *Guard) fail() {
+	g.failedIn, g.failedInBody = g.requests, g.InBody()
+	g.placeholder = g.state == stStart
+	g.state = stFailed
+}
+
+// Placeholder reports whether the refused request was refused before any
+// of its request line was handed over: then the caller must hand the
+// parser one placeholder byte in place of the refused one, or the parser,
+// seeing at most the empty lines it ignores, would close the connection
+// without the answer the client is owed.
+func (g *Guard) Placeholder() bool { return g.state == stFailed && g.placeholder }
+
+// FailedInBody reports whether the Guard refused the body of the n-th
+// request of the connection (counting from 1), as opposed to a head, or
+// nothing.
+func (g *Guard) FailedInBody(n uint64) bool {
+	return g.state == stFailed && g.failedInBody && g.failedIn == n
+}
+
 // Scan checks the next bytes of the connection. It returns how many of
 // them may be handed to the HTTP parser, and an Error when the rest must
 // not. Without an Error, fewer than len(p) means the rest follows the head
-// of a tunnel (see Tunnel) and is not HTTP. After an error, the bytes handed over never complete the refused
-// head or line, so the parser asks for more and gets the Error: a request
-// that was refused is never seen whole by anything behind the guard.
-// Earlier requests on the connection are unaffected.
+// of a tunnel (see Tunnel) and is not HTTP. After an error, the bytes
+// handed over never complete the refused head or line, so the parser asks
+// for more and gets the Error: a request that was refused is never seen
+// whole by anything behind the guard. Earlier requests on the connection
+// are unaffected.
 func (g *Guard) Scan(p []byte) (int, *Error) {
 	i := 0
 	for i < len(p) {
@@ -184,7 +222,7 @@ func (g *Guard) Scan(p []byte) (int, *Error) {
 				want = '\n'
 			}
 			if p[i] != want {
-				g.state = stFailed
+				g.fail()
 				return i, errChunkEnd
 			}
 			i++
@@ -194,11 +232,21 @@ func (g *Guard) Scan(p []byte) (int, *Error) {
 				g.state = stChunkSize
 			}
 		default:
+			if n := len(g.carry); n > 0 && g.carry[n-1] == '\r' && p[i] != '\n' {
+				g.fail()
+				return i, errBareCR
+			}
 			j := bytes.IndexByte(p[i:], '\n')
 			if j < 0 {
+				// A CR with a byte after it that is not LF is bare: no need
+				// to wait for the line's end.
+				if k := bytes.IndexByte(p[i:], '\r'); k >= 0 && k < len(p)-i-1 {
+					g.fail()
+					return i + k, errBareCR
+				}
 				if err := g.keep(p[i:]); err != nil {
 					// Too long: hand over what fits, never the rest.
-					g.state = stFailed
+					g.fail()
 					return i, err
 				}
 				return len(p), nil
@@ -206,16 +254,16 @@ func (g *Guard) Scan(p []byte) (int, *Error) {
 			line := p[i : i+j]
 			if len(g.carry) > 0 {
 				if err := g.keep(line); err != nil {
-					g.state = stFailed
+					g.fail()
 					return i, err
 				}
 				line = g.carry
 			} else if err := g.count(len(line) + 1); err != nil {
-				g.state = stFailed
+				g.fail()
 				return i, err
 			}
 			if err := g.line(line); err != nil {
-				g.state = stFailed
+				g.fail()
 				// Up to, not including, the line's LF: the parser can
 				// never complete the refused line.
 				return i + j, err
@@ -268,11 +316,17 @@ func (g *Guard) line(l []byte) *Error {
 	switch g.state {
 	case stStart:
 		if len(l) == 0 {
-			// RFC 9112 section 2.2: empty lines before a request line
-			// are ignored.
+			// RFC 9112 section 2.2 lets a server ignore empty lines before
+			// a request line. Go's server refuses them except after a
+			// POST (old clients sent a CRLF after its body), and the
+			// stricter of Go and llhttp wins.
+			if !g.afterPOST {
+				return errEmptyLine
+			}
 			g.headLen = 0
 			return nil
 		}
+		g.afterPOST = false
 		return g.requestLine(l)
 	case stHead:
 		if len(l) == 0 {
@@ -300,6 +354,9 @@ func (g *Guard) requestLine(l []byte) *Error {
 	if !httpguts.ValidHeaderFieldName(b2s(method)) {
 		return errMethod
 	}
+	if !knownMethod(method) {
+		return errUnknownMethod
+	}
 	rest := l[sp+1:]
 	sp = bytes.IndexByte(rest, ' ')
 	if sp < 0 {
@@ -326,8 +383,13 @@ func (g *Guard) requestLine(l []byte) *Error {
 	default:
 		return errUnsupported
 	}
+	if string(method) == "PRI" {
+		// PRI is only the HTTP/2 preface, refused above by its version.
+		return errUnknownMethod
+	}
 	g.connect = string(method) == "CONNECT"
-	g.hosts, g.host, g.cls, g.cl, g.tes, g.chunked, g.upgradeWS, g.connUpg = 0, g.host[:0], 0, 0, 0, false, false, false
+	g.post = string(method) == "POST"
+	g.hosts, g.host, g.cls, g.cl, g.tes, g.chunked, g.upgradeWS, g.connUpg, g.expect = 0, g.host[:0], 0, 0, 0, false, false, false, false
 	g.state = stHead
 	return nil
 }
@@ -357,6 +419,9 @@ func (g *Guard) field(l []byte, head bool) *Error {
 		return errFieldValue
 	}
 	if !head {
+		if badTrailer(name) {
+			return errTrailerField
+		}
 		return nil
 	}
 	switch len(name) {
@@ -368,6 +433,10 @@ func (g *Guard) field(l []byte, head bool) *Error {
 	case 7:
 		if eqFold(name, "upgrade") && hasToken(value, "websocket") {
 			g.upgradeWS = true
+		}
+	case 6:
+		if eqFold(name, "expect") && !eqFold(value, "100-continue") {
+			g.expect = true
 		}
 	case 10:
 		if eqFold(name, "connection") && hasToken(value, "upgrade") {
@@ -416,6 +485,9 @@ func (g *Guard) endHead() *Error {
 		return errTwoCL
 	case g.tes > 0 && g.cls > 0:
 		return errCLAndTE
+	case g.expect && !g.http10:
+		// RFC 9110 section 10.1.1; an HTTP/1.0 request's is ignored.
+		return errExpectation
 	}
 	g.requests++
 	g.headLen = 0
@@ -433,6 +505,7 @@ func (g *Guard) endHead() *Error {
 // endMessage is called when a request's body has ended.
 func (g *Guard) endMessage() {
 	g.headLen = 0
+	g.afterPOST = g.post
 	if g.connect || (g.upgradeWS && g.connUpg) {
 		// What follows is a tunnel's bytes, if the handshake succeeds; the
 		// gateway closes the connection after any other answer.
@@ -450,13 +523,13 @@ func (g *Guard) chunkSize(l []byte) *Error {
 		if !ok {
 			break
 		}
-		if i == 16 {
+		if i == maxChunkSizeDigits {
 			return errChunkSize
 		}
 		n = n<<4 | uint64(v)
 		i++
 	}
-	if i == 0 || n > 1<<62 {
+	if i == 0 {
 		return errChunkSize
 	}
 	if err := chunkExt(l[i:]); err != nil {
@@ -547,6 +620,63 @@ func hasToken(v []byte, tok string) bool {
 		if eqFold(trimOWS(item), tok) {
 			return true
 		}
+	}
+	return false
+}
+
+// knownMethod reports whether m is one of the methods llhttp accepts in an
+// HTTP/1.x request (llhttp src/llhttp/constants.ts, METHODS_HTTP at
+// commit 01e105a): the base methods, WebDAV, Subversion, UPnP, CalDAV,
+// PURGE, LINK, UNLINK, QUERY and SOURCE, and PRI, the HTTP/2 preface.
+// Other tokens are refused, since llhttp refuses them and the stricter of
+// Go and llhttp wins.
+func knownMethod(m []byte) bool {
+	switch string(m) {
+	case "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+		"COPY", "LOCK", "MKCOL", "MOVE", "PROPFIND", "PROPPATCH", "SEARCH", "UNLOCK",
+		"BIND", "REBIND", "UNBIND", "ACL",
+		"REPORT", "MKACTIVITY", "CHECKOUT", "MERGE",
+		"M-SEARCH", "NOTIFY", "SUBSCRIBE", "UNSUBSCRIBE",
+		"MKCALENDAR", "PURGE", "LINK", "UNLINK", "QUERY", "SOURCE", "PRI":
+		return true
+	}
+	return false
+}
+
+// badTrailer reports a field that may not be sent in a trailer section
+// (RFC 9110 section 6.5.1: fields that frame or route the message, or
+// that a recipient needs before the content), the same list fasthttp's
+// parser refuses.
+func badTrailer(name []byte) bool {
+	switch len(name) {
+	case 2:
+		return eqFold(name, "te")
+	case 4:
+		return eqFold(name, "host")
+	case 5:
+		return eqFold(name, "range")
+	case 6:
+		return eqFold(name, "expect") || eqFold(name, "cookie")
+	case 7:
+		return eqFold(name, "trailer")
+	case 8:
+		return eqFold(name, "location")
+	case 10:
+		return eqFold(name, "connection") || eqFold(name, "keep-alive") || eqFold(name, "set-cookie")
+	case 12:
+		return eqFold(name, "content-type") || eqFold(name, "max-forwards")
+	case 13:
+		return eqFold(name, "authorization") || eqFold(name, "content-range")
+	case 14:
+		return eqFold(name, "content-length")
+	case 16:
+		return eqFold(name, "content-encoding") || eqFold(name, "proxy-connection") || eqFold(name, "www-authenticate")
+	case 17:
+		return eqFold(name, "transfer-encoding")
+	case 18:
+		return eqFold(name, "proxy-authenticate")
+	case 19:
+		return eqFold(name, "proxy-authorization")
 	}
 	return false
 }

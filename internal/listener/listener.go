@@ -92,11 +92,24 @@ type Conn struct {
 	config func() *Config
 
 	guard   Guard
-	err     error       // the Guard's refusal, returned by every later Read
+	err     error       // the Guard's refusal (*Error), returned by every later Read
 	tunnel  atomic.Bool // a WebSocket or CONNECT tunnel was opened
 	pending []byte      // tunnel bytes read together with its head
 	// Deadlines last set, in Unix nanoseconds (0: none).
 	rdl, wdl atomic.Int64
+}
+
+// BodyRefused returns the Guard's refusal of the body of the n-th request
+// on the connection (counting from 1), or nil. A handler asks before it
+// forwards a request whose body has already arrived, so that a malformed
+// body never reaches an upstream, and when reading a body fails, to tell a
+// malformed body (400) from a client that went away. Only the goroutine
+// reading the connection may call it.
+func (c *Conn) BodyRefused(n uint64) *Error {
+	if e, ok := c.err.(*Error); ok && c.guard.FailedInBody(n) {
+		return e
+	}
+	return nil
 }
 
 // OpenTunnel tells the connection that the request it carried became a
@@ -134,6 +147,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 		switch {
 		case gerr != nil:
 			c.err = gerr
+			if c.guard.Placeholder() {
+				// See Guard.Placeholder: the parser must see a byte it
+				// cannot skip, so that it asks for more and gets gerr.
+				p[good] = 'x'
+				good++
+			}
 			if good == 0 {
 				return 0, gerr
 			}

@@ -54,10 +54,19 @@ func (b *reqBody) Read(p []byte) (int, error) {
 // isBadBody reports whether a failure to read a request body is the
 // body's own fault (its chunked framing), found by the listener's Guard or
 // by fasthttp's chunk parser, rather than the client going away.
-func isBadBody(err error) bool {
+func isBadBody(ctx *fasthttp.RequestCtx, err error) bool {
 	var gerr *listener.Error
 	var brk fasthttp.ErrBrokenChunk
-	return errors.As(err, &gerr) || errors.As(err, &brk)
+	return errors.As(err, &gerr) || errors.As(err, &brk) || bodyRefused(ctx) != nil
+}
+
+// bodyRefused returns the listener's refusal of this request's body, if
+// the malformed part has already arrived.
+func bodyRefused(ctx *fasthttp.RequestCtx) *listener.Error {
+	if lc, ok := ctx.Conn().(*listener.Conn); ok {
+		return lc.BodyRefused(ctx.ConnRequestNum())
+	}
+	return nil
 }
 
 // respBody is the upstream response body as fasthttp's server writes it to

@@ -518,6 +518,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		p.fail(ctx, ex, err)
 		return false
 	}
+	if e := bodyRefused(ctx); e != nil {
+		// The malformed part of the body has already arrived: nothing of
+		// the request goes upstream.
+		p.reject(ctx, ex, e.Status, bad(e.Status)+e.Reason)
+		return false
+	}
 	ws := isWebSocketUpgrade(in)
 	for {
 		streamed, err := p.forward(ctx, ex, trusted, ws)

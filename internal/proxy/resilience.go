@@ -97,7 +97,10 @@ func (ex *exchange) prepareReplay(ctx *fasthttp.RequestCtx) error {
 	switch {
 	case ex.tooLarge:
 		return errBodyTooLarge
+	case ex.clientErr != nil && isBadBody(ctx, ex.clientErr):
+		return fmt.Errorf("%w: %w", errBadRequestBody, ex.clientErr)
 	case ex.clientErr != nil && isTimeout(ex.clientErr):
+		ex.timeout = timeoutClientRead
 		return fmt.Errorf("%w: %w", errRequestTimeout, ex.clientErr)
 	case ex.clientErr != nil:
 		return fmt.Errorf("%w: reading request body: %w", errClientGone, ex.clientErr)

@@ -435,7 +435,7 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		switch {
 		case ex.tooLarge:
 			return fmt.Errorf("%w: sending request to %s", errBodyTooLarge, uc.addr)
-		case ex.clientErr != nil && isBadBody(ex.clientErr):
+		case ex.clientErr != nil && isBadBody(ctx, ex.clientErr):
 			return fmt.Errorf("%w: %w", errBadRequestBody, ex.clientErr)
 		case ex.clientErr != nil && isTimeout(ex.clientErr):
 			ex.timeout = timeoutClientRead
