@@ -322,6 +322,14 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 // Std returns d as a time.Duration.
 func (d Duration) Std() time.Duration { return time.Duration(d) }
 
+// StdOf returns *d as a time.Duration, or 0 (the default) when d is unset.
+func StdOf(d *Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return time.Duration(*d)
+}
+
 // Load reads, decodes and validates a config file.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)

@@ -189,6 +189,10 @@ func New(opts Options) (*Gateway, error) {
 		g.metrics.Observe(d, status, elapsed)
 	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
+	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
+		v := g.proxy.ProtocolViolations()
+		return v[:]
+	})
 	g.admin = admin.New(admin.Options{
 		Store:   st,
 		Router:  g.router,
@@ -235,8 +239,16 @@ func proxyOptions(cfg *config.Config, accessLog io.Writer, now func() time.Time)
 		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Std(),
 		IdleConnTimeout:       cfg.Proxy.IdleTimeout.Std(),
 		ReadHeaderTimeout:     cfg.Proxy.ReadHeaderTimeout.Std(),
+		UpstreamReadTimeout:   config.StdOf(cfg.Proxy.ReadTimeout),
+		UpstreamWriteTimeout:  config.StdOf(cfg.Proxy.WriteTimeout),
+		ReadTimeout:           config.StdOf(cfg.Proxy.ClientReadTimeout),
+		WriteTimeout:          config.StdOf(cfg.Proxy.ClientWriteTimeout),
+		IdleTimeout:           config.StdOf(cfg.Proxy.ClientIdleTimeout),
 		MaxHeaderBytes:        cfg.Proxy.MaxHeaderBytes,
 		MaxConnsPerHost:       cfg.Proxy.MaxConnsPerHost,
+
+		AllowUnderscoresInHeaders: cfg.Proxy.AllowUnderscoresInHeaders,
+		NoVia:                     cfg.Proxy.Via != nil && !*cfg.Proxy.Via,
 	}
 	if cfg.AccessLog.Enabled {
 		o.AccessLog = accessLog

@@ -245,3 +245,27 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// ProtocolViolations exports, by reason, how many upstream connections the
+// data plane closed because the upstream broke HTTP/1.1 framing (bytes
+// after a complete response, bytes on an idle pooled connection), read at
+// scrape time. reasons and read's result are in the same order.
+func (m *Metrics) ProtocolViolations(reasons []string, read func() []uint64) {
+	m.reg.MustRegister(&violationCollector{reasons: reasons, read: read})
+}
+
+var violations = prometheus.NewDesc("graygate_upstream_protocol_violations_total",
+	"Upstream connections closed instead of reused because the upstream violated the protocol.", []string{"reason"}, nil)
+
+type violationCollector struct {
+	reasons []string
+	read    func() []uint64
+}
+
+func (c *violationCollector) Describe(ch chan<- *prometheus.Desc) { ch <- violations }
+
+func (c *violationCollector) Collect(ch chan<- prometheus.Metric) {
+	for i, n := range c.read() {
+		ch <- prometheus.MustNewConstMetric(violations, prometheus.CounterValue, float64(n), c.reasons[i])
+	}
+}

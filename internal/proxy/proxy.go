@@ -53,6 +53,8 @@ type Proxy struct {
 
 	clients   atomic.Pointer[map[clientKey]*upstreamClient]
 	clientsMu sync.Mutex
+	stop      chan struct{} // closed by Shutdown: stops sweepClients
+	stopOnce  sync.Once
 
 	violations [numViolations]atomic.Uint64
 
@@ -83,6 +85,8 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 	p.ids.init()
 	p.degrade = newDegradeLog(p.log.Handler(), DefaultDegradationLogQueue)
 	p.exchanges.New = func() any { return p.newExchange() }
+	p.stop = make(chan struct{})
+	go p.sweepClients(p.stop)
 	if o.AccessLog != nil {
 		p.access.Store(newAccessLog(o.AccessLog, o.AccessLogQueue, o.AccessLogFlushInterval))
 	}
@@ -214,6 +218,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		p.conns.closeAll()
 	}
 	p.tunnels.closeAll()
+	p.stopOnce.Do(func() { close(p.stop) })
 	if m := p.clients.Load(); m != nil {
 		for _, c := range *m {
 			c.hc.CloseIdleConnections()
@@ -568,7 +573,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		return false, err
 	}
 	ex.inst, ex.pool = inst, pool
-	ex.uc = p.client(inst)
+	now := ex.start
+	if !p.realClock {
+		now = time.Now()
+	}
+	ex.uc = p.client(inst, now)
 	p.buildRequest(ctx, ex, trusted, ws)
 	if ws {
 		return p.serveUpgrade(ctx, ex)

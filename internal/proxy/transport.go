@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,9 +37,12 @@ type clientKey struct {
 // timeout that does not also cut the body, and cancelling the upstream
 // request when the client hangs up, possible.
 type upstreamClient struct {
-	hc    *fasthttp.HostClient
-	conns connSource
-	addr  string
+	hc *fasthttp.HostClient
+	// lastUse is when a request last picked this client (Unix nanoseconds,
+	// updated at most once a second), for sweepClients.
+	lastUse atomic.Int64
+	conns   connSource
+	addr    string
 	// tls is the TLS configuration for the instance, nil for plain HTTP.
 	// WebSocket tunnels dial with it too.
 	tls *tls.Config
@@ -46,11 +50,16 @@ type upstreamClient struct {
 
 // client returns the pooled client for inst, creating it on first use.
 // Lookups read an immutable map through an atomic pointer; creation copies
-// the map under a mutex. Clients are kept for the life of the Proxy.
-func (p *Proxy) client(inst *upstream.Instance) *upstreamClient {
+// the map under a mutex. A client no request has used for a while is
+// dropped by sweepClients, so instances that left (discovery, reloads) do
+// not accumulate.
+func (p *Proxy) client(inst *upstream.Instance, now time.Time) *upstreamClient {
 	k := clientKey{addr: inst.Addr, tls: inst.TLS}
 	if m := p.clients.Load(); m != nil {
 		if c, ok := (*m)[k]; ok {
+			if t := now.UnixNano(); t-c.lastUse.Load() > int64(time.Second) {
+				c.lastUse.Store(t)
+			}
 			return c
 		}
 	}
@@ -63,6 +72,7 @@ func (p *Proxy) client(inst *upstream.Instance) *upstreamClient {
 		}
 	}
 	c := p.newClient(k)
+	c.lastUse.Store(now.UnixNano())
 	m := make(map[clientKey]*upstreamClient, 1)
 	if old != nil {
 		for kk, v := range *old {
@@ -109,6 +119,44 @@ func (p *Proxy) newClient(k clientKey) *upstreamClient {
 		addr:  k.addr,
 		tls:   tlsConf,
 	}
+}
+
+// sweepClients drops, every IdleConnTimeout, the upstream clients that no
+// request has used for twice that long and that hold no connection: their
+// idle connections have been closed by then, and an instance that comes
+// back simply gets a new client. It returns when stop is closed.
+func (p *Proxy) sweepClients(stop <-chan struct{}) {
+	for {
+		every := p.opts.Load().IdleConnTimeout
+		select {
+		case <-stop:
+			return
+		case <-time.After(every):
+		}
+		cutoff := time.Now().Add(-2 * every).UnixNano()
+		p.clientsMu.Lock()
+		if old := p.clients.Load(); old != nil {
+			m := make(map[clientKey]*upstreamClient, len(*old))
+			for k, c := range *old {
+				if c.lastUse.Load() >= cutoff || c.hc.ConnsCount() > 0 {
+					m[k] = c
+				}
+			}
+			if len(m) < len(*old) {
+				p.clients.Store(&m)
+			}
+		}
+		p.clientsMu.Unlock()
+	}
+}
+
+// UpstreamClients returns how many upstream instances the proxy keeps a
+// connection pool for.
+func (p *Proxy) UpstreamClients() int {
+	if m := p.clients.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
 }
 
 func (p *Proxy) tlsConfigFor(addr string) *tls.Config {

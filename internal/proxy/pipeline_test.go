@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPipeliningShapes drives the shapes real clients produce, with raw
+// sockets, in a loop of 1,000 connections: several requests written back
+// to back in one segment, one request split over several segments,
+// requests written with gaps of 0 to 50 ms without waiting for answers,
+// bodies with Content-Length and chunked, and a half-close after the last
+// request. Every request must be answered, in order, on the same
+// connection (RFC 9112 section 9.3.2), and after a half-close the gateway
+// must answer and then close. The write hold-back that once saved a
+// system call per request made the second of two quick writes hang.
+func TestPipeliningShapes(t *testing.T) {
+	backend, _ := echoBackend(t, "stable")
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))})
+	rng := rand.New(rand.NewPCG(11, 12))
+	iterations := 1000
+	if testing.Short() {
+		iterations = 200
+	}
+	for it := range iterations {
+		n := 1 + rng.IntN(4)
+		var reqs []string
+		for i := range n {
+			path := fmt.Sprintf("/it%d/req%d", it, i)
+			switch rng.IntN(3) {
+			case 0:
+				reqs = append(reqs, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+			case 1:
+				reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
+			default:
+				reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+			}
+		}
+		// Split the whole stream into segments at random points: whole
+		// requests together, or requests cut into pieces.
+		stream := strings.Join(reqs, "")
+		var segs []string
+		switch rng.IntN(3) {
+		case 0:
+			segs = []string{stream}
+		case 1:
+			segs = reqs
+		default:
+			for rest := stream; len(rest) > 0; {
+				k := min(len(rest), 1+rng.IntN(40))
+				segs = append(segs, rest[:k])
+				rest = rest[k:]
+			}
+		}
+		var gap time.Duration
+		switch r := rng.IntN(100); {
+		case r < 60:
+		case r < 80:
+			gap = -1 // a yield: a few microseconds, inside the gateway's turnaround
+		case r < 97:
+			gap = time.Duration(50+rng.IntN(5000)) * time.Microsecond
+		default:
+			gap = time.Duration(5+rng.IntN(46)) * time.Millisecond
+		}
+		halfClose := rng.IntN(4) == 0
+		if err := pipelined(addr, reqs, segs, gap, halfClose); err != nil {
+			t.Fatalf("iteration %d (%d requests in %d segments, gap %v, half-close %v): %v", it, n, len(segs), gap, halfClose, err)
+		}
+	}
+}
+
+// pipelined writes segs on one connection with gap between them, then reads
+// len(reqs) answers and checks that each echoes its request's path, in
+// order.
+func pipelined(addr string, reqs, segs []string, gap time.Duration, halfClose bool) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		for i, s := range segs {
+			if _, err := io.WriteString(c, s); err != nil {
+				return
+			}
+			if i < len(segs)-1 {
+				switch {
+				case gap < 0:
+					time.Sleep(0)
+				case gap > 0:
+					time.Sleep(gap)
+				}
+			}
+		}
+		if halfClose {
+			_ = c.(*net.TCPConn).CloseWrite()
+		}
+	}()
+	br := bufio.NewReader(c)
+	for i, r := range reqs {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return fmt.Errorf("answer %d of %d: %w", i+1, len(reqs), err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("answer %d body: %w", i+1, err)
+		}
+		path := r[strings.IndexByte(r, ' ')+1:]
+		path = path[:strings.IndexByte(path, ' ')]
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"uri":"`+path+`"`) {
+			return fmt.Errorf("answer %d: %d %q, want 200 echoing %s", i+1, resp.StatusCode, body, path)
+		}
+	}
+	if halfClose {
+		// The gateway answered everything; now it must close.
+		if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+			return fmt.Errorf("after a half-close and all answers: read %d bytes, %v; want the connection closed", n, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,366 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// TestInterimResponses: 103 Early Hints (and any 1xx but 100) from the
+// upstream reaches the client as soon as it is sent, before the final
+// response (RFC 9110 section 15.2), also behind pipelined requests whose
+// answers fasthttp had batched; an HTTP/1.0 client gets none.
+func TestInterimResponses(t *testing.T) {
+	release := make(chan struct{}, 4)
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/hints" {
+				fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload; as=style\r\n\r\n")
+				fmt.Fprint(c, "HTTP/1.1 102 Processing\r\n\r\n")
+				<-release
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+
+	t.Run("before the final response", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		fmt.Fprint(c, "GET /hints HTTP/1.1\r\nHost: a\r\n\r\n")
+		br := bufio.NewReader(c)
+		for _, want := range []int{103, 102} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("waiting for the %d: %v", want, err)
+			}
+			if resp.StatusCode != want {
+				t.Fatalf("got %d, want %d while the upstream holds the final response", resp.StatusCode, want)
+			}
+			if want == 103 && resp.Header.Get("Link") != "</style.css>; rel=preload; as=style" {
+				t.Errorf("103 Link = %q", resp.Header.Get("Link"))
+			}
+		}
+		release <- struct{}{}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(body) != "/hints" || resp.Header.Get("X-Gray-Group") != "stable" {
+			t.Errorf("final: %d %q group %q", resp.StatusCode, body, resp.Header.Get("X-Gray-Group"))
+		}
+	})
+	t.Run("behind pipelined requests", func(t *testing.T) {
+		c := dialRaw(t, addr)
+		fmt.Fprint(c, "GET /first HTTP/1.1\r\nHost: a\r\n\r\nGET /hints HTTP/1.1\r\nHost: a\r\n\r\n")
+		br := bufio.NewReader(c)
+		var got []int
+		for len(got) < 3 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			got = append(got, resp.StatusCode)
+		}
+		release <- struct{}{}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.StatusCode)
+		if fmt.Sprint(got) != "[200 103 102 200]" {
+			t.Errorf("answers %v, want [200 103 102 200] in that order", got)
+		}
+	})
+	t.Run("none to an HTTP/1.0 client", func(t *testing.T) {
+		release <- struct{}{}
+		c := dialRaw(t, addr)
+		fmt.Fprint(c, "GET /hints HTTP/1.0\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			t.Errorf("HTTP/1.0 client got %d first, want the final 200", resp.StatusCode)
+		}
+	})
+}
+
+// TestTrailers: trailer fields of a chunked message are forwarded both
+// ways.
+func TestTrailers(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTrailer: X-Checksum\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\nX-Checksum: sum-%s\r\nX-Req-Trailer: %s\r\n\r\n",
+			len(body), body, body, req.Trailer.Get("X-Client-Sum"))
+	})
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	c := dialRaw(t, addr)
+	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-Client-Sum\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Client-Sum: c1\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != "abc" {
+		t.Errorf("body %q", body)
+	}
+	if got := resp.Trailer.Get("X-Checksum"); got != "sum-abc" {
+		t.Errorf("response trailer X-Checksum = %q, want sum-abc (trailers %v)", got, resp.Trailer)
+	}
+	if got := resp.Trailer.Get("X-Req-Trailer"); got != "c1" {
+		t.Errorf("the upstream saw request trailer X-Client-Sum %q, want c1", got)
+	}
+}
+
+// TestExpectContinueWithCurl: curl uploading 1 MiB with "Expect:
+// 100-continue" gets the upstream's answer; an upstream that refuses the
+// body with 417, or answers early with a final status, is passed through.
+func TestExpectContinueWithCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed (scripts/test.sh installs it)")
+	}
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		switch req.URL.Path {
+		case "/refuse":
+			fmt.Fprint(c, "HTTP/1.1 417 Expectation Failed\r\nContent-Length: 7\r\nConnection: close\r\n\r\nrefused")
+		case "/early":
+			fmt.Fprint(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 5\r\nConnection: close\r\n\r\nlogin")
+		default:
+			if req.Header.Get("Expect") != "100-continue" {
+				fmt.Fprint(c, "HTTP/1.1 500 No Expect\r\nContent-Length: 0\r\n\r\n")
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 100 Continue\r\n\r\n")
+			n, _ := io.Copy(io.Discard, req.Body)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%d", len(fmt.Sprint(n)), n)
+		}
+	})
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	file := filepath.Join(t.TempDir(), "upload")
+	if err := os.WriteFile(file, bytes.Repeat([]byte("m"), 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ path, want string }{
+		{"/upload", "200 1048576"},
+		{"/refuse", "417 refused"},
+		{"/early", "401 login"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, curl, "-sS", "--max-time", "15", "-H", "Expect: 100-continue",
+				"--data-binary", "@"+file, "-w", " %{http_code}", "http://"+addr+tt.path).CombinedOutput()
+			if err != nil && tt.path == "/upload" {
+				t.Fatalf("curl: %v: %s", err, out)
+			}
+			s := strings.TrimSpace(string(out))
+			code := s[strings.LastIndexByte(s, ' ')+1:]
+			if got := code + " " + strings.TrimSpace(s[:strings.LastIndexByte(s, ' ')+1]); got != tt.want {
+				t.Errorf("curl got %q (%s), want %q", got, out, tt.want)
+			}
+		})
+	}
+}
+
+// TestDateAndVia: the upstream's Date is what the client gets (a Date is
+// added only when the upstream sent none), and Via: 1.1 graygate is added
+// both ways unless turned off.
+func TestDateAndVia(t *testing.T) {
+	const upDate = "Mon, 01 Jan 2001 00:00:00 GMT"
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			via := strings.Join(req.Header.Values("Via"), ", ")
+			if req.URL.Path == "/nodate" {
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(via), via)
+				continue
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nDate: %s\r\nVia: 1.1 app\r\nContent-Length: %d\r\n\r\n%s", upDate, len(via), via)
+		}
+	})
+	for _, noVia := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoVia=%v", noVia), func(t *testing.T) {
+			_, addr := startProxy(t, Options{NoVia: noVia, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}},
+				staticDecider{Group: "stable", Target: poolOf("stable", up)})
+			resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.0 edge\r\n\r\n")
+			if d := resp.Header.Get("Date"); d != upDate {
+				t.Errorf("Date = %q, want the upstream's %q", d, upDate)
+			}
+			wantUp, wantDown := "1.0 edge, 1.1 graygate", "1.1 app, 1.1 graygate"
+			if noVia {
+				wantUp, wantDown = "1.0 edge", "1.1 app"
+			}
+			if body != wantUp {
+				t.Errorf("upstream saw Via %q, want %q", body, wantUp)
+			}
+			if got := strings.Join(resp.Header.Values("Via"), ", "); got != wantDown {
+				t.Errorf("client got Via %q, want %q", got, wantDown)
+			}
+			resp, _ = rawExchange(t, addr, "GET", "GET /nodate HTTP/1.1\r\nHost: a\r\n\r\n")
+			if d, err := http.ParseTime(resp.Header.Get("Date")); err != nil || time.Since(d) > time.Minute {
+				t.Errorf("an upstream answer without Date got Date %q (%v), want the current time", resp.Header.Get("Date"), err)
+			}
+		})
+	}
+}
+
+// TestProtocolViolationsCloseTheConnection: an upstream connection that
+// carried bytes past a complete response (a body on HEAD, 204 or 304, or
+// anything after the framing), or that received bytes while it sat idle
+// in the pool, is closed rather than reused, and counted; the next request
+// gets its own answer on a fresh connection.
+func TestProtocolViolationsCloseTheConnection(t *testing.T) {
+	const smuggled = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			switch req.URL.Path {
+			case "/head-with-body":
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+			case "/204-with-body":
+				fmt.Fprint(c, "HTTP/1.1 204 No Content\r\n\r\n"+smuggled)
+			case "/304-with-body":
+				fmt.Fprint(c, "HTTP/1.1 304 Not Modified\r\n\r\n"+smuggled)
+			case "/extra":
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"+smuggled)
+			case "/late":
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				time.Sleep(100 * time.Millisecond) // the gateway has pooled the connection
+				fmt.Fprint(c, smuggled)
+			default:
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+			}
+		}
+	})
+	p, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	cl := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	get := func(method, path string) (int, string) {
+		req, _ := http.NewRequest(method, "http://"+addr+path, nil)
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	total := func() uint64 {
+		var n uint64
+		for _, v := range p.ProtocolViolations() {
+			n += v
+		}
+		return n
+	}
+	for i, tt := range []struct{ method, path string }{
+		{"HEAD", "/head-with-body"}, {"GET", "/204-with-body"}, {"GET", "/304-with-body"}, {"GET", "/extra"}, {"GET", "/late"},
+	} {
+		get(tt.method, tt.path)
+		if tt.path == "/late" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		// The next request must get its own answer, not the stray bytes.
+		if code, body := get("GET", "/next"); code != 200 || body != "/next" {
+			t.Errorf("after %s %s: next request got %d %q, want 200 \"/next\"", tt.method, tt.path, code, body)
+		}
+		if n := total(); n != uint64(i+1) {
+			t.Errorf("after %s %s: %d violations counted, want %d (%v)", tt.method, tt.path, n, i+1, p.ProtocolViolations())
+		}
+	}
+}
+
+// TestRequestID: every request carries X-Request-Id upstream and on the
+// response, kept from a trusted peer, generated otherwise.
+func TestRequestID(t *testing.T) {
+	backend, _ := echoBackend(t, "stable")
+	target := poolOf("stable", addrOf(backend))
+	for _, trusted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
+			opts := Options{}
+			if trusted {
+				opts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+			}
+			_, addr := startProxy(t, opts, staticDecider{Group: "stable", Target: target})
+			seen := map[string]bool{}
+			for range 3 {
+				resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: edge-42\r\n\r\n")
+				id := resp.Header.Get("X-Request-Id")
+				if !strings.Contains(body, `"X-Request-Id":["`+id+`"]`) {
+					t.Errorf("upstream saw %s, want the response's id %q", body, id)
+				}
+				if trusted && id != "edge-42" {
+					t.Errorf("a trusted peer's id became %q", id)
+				}
+				if !trusted && (id == "edge-42" || len(id) != 32 || seen[id]) {
+					t.Errorf("untrusted: id %q, want a new 32-digit one", id)
+				}
+				seen[id] = true
+			}
+		})
+	}
+}
+
+// TestUpstreamClientsAreDropped: the pool of an instance no request uses
+// any more (it left the registry, or a reload removed it) is dropped.
+func TestUpstreamClientsAreDropped(t *testing.T) {
+	a, _ := echoBackend(t, "a")
+	b, _ := echoBackend(t, "b")
+	pools := map[string]*upstream.Pool{"/a": poolOf("a", addrOf(a)), "/b": poolOf("b", addrOf(b))}
+	byPath := deciderFunc(func(r attr.Request) router.Decision {
+		return router.Decision{Group: "stable", Target: pools[r.Path()]}
+	})
+	p, addr := startProxy(t, Options{IdleConnTimeout: 100 * time.Millisecond}, byPath)
+	rawExchange(t, addr, "GET", "GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
+	rawExchange(t, addr, "GET", "GET /b HTTP/1.1\r\nHost: a\r\n\r\n")
+	if n := p.UpstreamClients(); n != 2 {
+		t.Fatalf("%d upstream clients, want 2", n)
+	}
+	// Only /a keeps being used.
+	deadline := time.Now().Add(10 * time.Second)
+	for p.UpstreamClients() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d upstream clients after b went unused, want 1", p.UpstreamClients())
+		}
+		rawExchange(t, addr, "GET", "GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,397 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/breaker"
+	"github.com/graygate/graygate/internal/limit"
+)
+
+// stallBackend is an upstream whose behaviour a test scripts on the raw
+// connection: serve gets each accepted connection and its reader.
+func stallBackend(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				serve(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// stallRig is a gateway with short timeouts in front of one gray target
+// guarded by a breaker and a concurrency gate, logging to a buffer.
+type stallRig struct {
+	addr string
+	gate *limit.Gate
+	b    *breaker.Breaker
+	log  *syncBuffer
+	p    *Proxy
+}
+
+// lines decodes the JSON lines written so far.
+func (s *syncBuffer) lines() []map[string]any {
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func newStallRig(t *testing.T, upstreamAddr string, opts Options) *stallRig {
+	t.Helper()
+	b, err := breaker.New(breaker.Config{}, breaker.Options{Name: "r1/gray"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := poolOf("gray", upstreamAddr)
+	pool.Gate = limit.NewSet(nil).Gate("gray", 10)
+	r := &stallRig{gate: pool.Gate, b: b, log: &syncBuffer{}}
+	opts.AccessLog = r.log
+	opts.AccessLogFlushInterval = 10 * time.Millisecond
+	r.p, r.addr = startProxy(t, opts, &grayRoute{gray: pool, b: b})
+	return r
+}
+
+// settle waits until the slot is free, no goroutine is left in the
+// proxy's code (busyGoroutines; fasthttp keeps idle workers of its own
+// for a while, so the total is not a measure), and the access log has a
+// line whose timeout is want; it returns that line.
+func (r *stallRig) settle(t *testing.T, want string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var line map[string]any
+		for _, l := range r.log.lines() {
+			if l["timeout"] == want {
+				line = l
+			}
+		}
+		busy := busyGoroutines()
+		if line != nil && r.gate.InFlight() == 0 && len(busy) == 0 {
+			return line
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the stall: access log line with timeout %q: %v; slot in flight %d; goroutines still in the proxy: %d\n%s\nlog: %v",
+				want, line != nil, r.gate.InFlight(), len(busy), strings.Join(busy, "\n\n"), r.log.lines())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// busyGoroutines returns the stacks of goroutines that are inside the
+// proxy's own (non-test) code, other than its long-lived helpers.
+func busyGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "graygate/internal/proxy.") ||
+			strings.Contains(g, "sweepClients") || strings.Contains(g, "asyncWriter).run") || strings.Contains(g, "degradeLog).run") ||
+			strings.Contains(g, "fasthttp.(*Server).Serve(") {
+			continue
+		}
+		inCode := false
+		for _, line := range strings.Split(g, "\n") {
+			if strings.Contains(line, "/internal/proxy/") && !strings.Contains(line, "_test.go") {
+				inCode = true
+			}
+		}
+		if inCode {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// failures reads the breaker's failure count.
+func (r *stallRig) failures() uint64 { return r.b.Snapshot().Window.Failures }
+
+const shortTimeout = 300 * time.Millisecond
+
+// TestStallsAreBounded stalls each side of a request, in each direction,
+// on a real socket, and checks that the timeout named in proxy's config
+// fires: the connection involved is closed, the concurrency slot and the
+// goroutines come back, an upstream stall counts as a breaker failure,
+// and the access log says which timeout fired.
+func TestStallsAreBounded(t *testing.T) {
+	opts := Options{
+		UpstreamReadTimeout: shortTimeout, UpstreamWriteTimeout: shortTimeout,
+		ReadTimeout: shortTimeout, WriteTimeout: shortTimeout, IdleTimeout: shortTimeout,
+		ResponseHeaderTimeout: 5 * time.Second,
+	}
+
+	t.Run("read_timeout: upstream stops mid-body", func(t *testing.T) {
+		upClosed := make(chan struct{})
+		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+			_, _ = c.Write(bytes.Repeat([]byte("x"), 30000))
+			// ...and nothing more, until the gateway gives up on us.
+			_, _ = io.Copy(io.Discard, c)
+			close(upClosed)
+		})
+		r := newStallRig(t, up, opts)
+		c := dialRaw(t, r.addr)
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err == nil || n >= 100000 {
+			t.Errorf("client read %d bytes, %v; want the body cut off", n, err)
+		}
+		select {
+		case <-upClosed:
+		case <-time.After(5 * time.Second):
+			t.Error("the gateway kept the stalled upstream connection open")
+		}
+		r.settle(t, "read_timeout")
+		if f := r.failures(); f != 1 {
+			t.Errorf("breaker failures = %d, want 1", f)
+		}
+	})
+
+	t.Run("write_timeout: upstream stops reading an upload", func(t *testing.T) {
+		upClosed, answered := make(chan struct{}), make(chan struct{})
+		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			// Read none of the body until the client has its answer; then
+			// the connection must have been closed by the gateway: what
+			// is buffered drains, and then EOF.
+			<-answered
+			_, _ = io.Copy(io.Discard, br)
+			close(upClosed)
+		})
+		r := newStallRig(t, up, opts)
+		c := dialRaw(t, r.addr)
+		const size = 64 << 20
+		go func() {
+			fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", size)
+			chunk := bytes.Repeat([]byte("u"), 64<<10)
+			for range size / len(chunk) {
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusGatewayTimeout {
+			t.Errorf("status %d, want 504", resp.StatusCode)
+		}
+		close(answered)
+		select {
+		case <-upClosed:
+		case <-time.After(10 * time.Second):
+			t.Error("the gateway kept the stalled upstream connection open")
+		}
+		c.Close()
+		r.settle(t, "write_timeout")
+		if f := r.failures(); f != 1 {
+			t.Errorf("breaker failures = %d, want 1", f)
+		}
+	})
+
+	t.Run("client_read_timeout: client stops sending its body", func(t *testing.T) {
+		seen := make(chan struct{}, 1)
+		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			seen <- struct{}{}
+			_, _ = io.Copy(io.Discard, req.Body)
+		})
+		r := newStallRig(t, up, opts)
+		c := dialRaw(t, r.addr)
+		fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")
+		_, _ = c.Write(bytes.Repeat([]byte("y"), 80<<10))
+		// ...and the rest never comes.
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
+			t.Errorf("status %d close %v, want 408 and Connection: close", resp.StatusCode, resp.Close)
+		}
+		c.Close()
+		r.settle(t, "client_read_timeout")
+		if f := r.failures(); f != 0 {
+			t.Errorf("breaker failures = %d: a slow client is not the upstream's failure", f)
+		}
+	})
+
+	t.Run("client_write_timeout: client stops reading the response", func(t *testing.T) {
+		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+			chunk := append(append([]byte("10000\r\n"), bytes.Repeat([]byte("z"), 0x10000)...), "\r\n"...)
+			for {
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
+			}
+		})
+		r := newStallRig(t, up, opts)
+		d := net.Dialer{Control: smallReadBuffer}
+		c, err := d.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+		// Read nothing: the gateway's writes fill the socket buffers and
+		// then wait.
+		line := r.settle(t, "client_write_timeout")
+		if line["status"] != float64(200) {
+			t.Errorf("logged status %v, want 200 (the answer had begun)", line["status"])
+		}
+		// The gateway closed the connection: after draining what the
+		// buffers hold, the client reads EOF.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			t.Errorf("draining the connection: %v, want EOF", err)
+		}
+		if f := r.failures(); f != 0 {
+			t.Errorf("breaker failures = %d: a client that stops reading is not the upstream's failure", f)
+		}
+	})
+
+	t.Run("client_idle_timeout: keep-alive connection with no next request", func(t *testing.T) {
+		backend, _ := echoBackend(t, "gray")
+		r := newStallRig(t, addrOf(backend), opts)
+		c := dialRaw(t, r.addr)
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		start := time.Now()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("idle connection: read %d, %v; want EOF", n, err)
+		}
+		if d := time.Since(start); d < shortTimeout/2 || d > 5*time.Second {
+			t.Errorf("closed after %v, want about %v", d, shortTimeout)
+		}
+	})
+}
+
+// dialRaw opens a client connection that the test closes.
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestReconfigureTimeouts: a timeout changed with Reconfigure applies to
+// the next request, with no restart.
+func TestReconfigureTimeouts(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+		time.Sleep(700 * time.Millisecond)
+		_, _ = c.Write([]byte("defghij"))
+	})
+	r := newStallRig(t, up, Options{UpstreamReadTimeout: 5 * time.Second})
+	get := func() (string, error) {
+		c := dialRaw(t, r.addr)
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return "", err
+		}
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	if body, err := get(); err != nil || body != "abcdefghij" {
+		t.Fatalf("with a 5s read_timeout: %q, %v; want the whole body", body, err)
+	}
+	if restart := r.p.Reconfigure(Options{UpstreamReadTimeout: 200 * time.Millisecond}); len(restart) != 0 {
+		t.Fatalf("Reconfigure says restart required for %v", restart)
+	}
+	if body, err := get(); err == nil {
+		t.Fatalf("with a 200ms read_timeout: %q, want the body cut off", body)
+	}
+	if restart := r.p.Reconfigure(Options{UpstreamReadTimeout: 200 * time.Millisecond, MaxHeaderBytes: 4096}); len(restart) != 1 || restart[0] != "proxy.max_header_bytes" {
+		t.Errorf("Reconfigure of max_header_bytes says %v, want [proxy.max_header_bytes]", restart)
+	}
+}
+
+// smallReadBuffer gives a client socket a small receive buffer before it
+// connects, so that a client that reads nothing stalls the gateway's
+// writes soon.
+func smallReadBuffer(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
