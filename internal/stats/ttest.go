@@ -37,8 +37,7 @@ func (s summary) varPtr() *float64  { return finite(s.vari) }
 
 // compare compares treatment b with control a (see the package doc for the
 // formulas and their sources).
-func compare(a, b summary, opt Options) Comparison {
-	var c Comparison
+func compare(a, b summary, opt Options) (c Comparison) {
 	var why []string
 	defer func() { c.Reason = strings.Join(why, "; ") }()
 
