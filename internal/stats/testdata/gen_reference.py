@@ -144,12 +144,14 @@ def compare(a_agg, b_agg, a_raw, b_raw, tuning):
     # The df above must be the one scipy used for its p-value.
     p_df = 2 * st.t.sf(abs(t), df)
     assert abs(p_df - p) <= 1e-12 * max(p, 1e-300) or abs(p_df - p) < 1e-300, (p_df, p)
-    raw = st.ttest_ind(b_raw, a_raw, equal_var=False)
-    t_raw, p_raw = float(raw.statistic), float(raw.pvalue)
-    out.update({"t": t, "df": df, "p_value": p, "t_raw": t_raw, "p_value_raw": p_raw})
-    # The aggregate path equals the raw one unless sum_squares − sum²/n
-    # cancels catastrophically (the near-constant cases).
-    out["raw_agrees"] = bool(abs(t_raw - t) <= 1e-10 * abs(t) and abs(p_raw - p) <= 1e-12)
+    out.update({"t": t, "df": df, "p_value": p, "t_raw": None, "p_value_raw": None, "raw_agrees": False})
+    if a_raw is not None:
+        raw = st.ttest_ind(b_raw, a_raw, equal_var=False)
+        t_raw, p_raw = float(raw.statistic), float(raw.pvalue)
+        out.update({"t_raw": t_raw, "p_value_raw": p_raw})
+        # The aggregate path equals the raw one unless sum_squares − sum²/n
+        # cancels catastrophically (the near-constant cases).
+        out["raw_agrees"] = bool(abs(t_raw - t) <= 1e-10 * abs(t) and abs(p_raw - p) <= 1e-12)
     if out["lift"] is None:
         out.update({k: None for k in ("lift_std_err", "ci95", "seq_ci95", "seq_p_value", "t_crit", "t_crit_ppf")})
         return out
@@ -226,6 +228,23 @@ def case(name, seed, weights, units, metrics, tuning=5000, drop=None):
             raw[(gname, mname)] = x
             ms.append({"name": mname, "type": mtype, **aggregates(x)})
         groups.append({"name": gname, "weight": weights[gi], "units": units[gi], "metrics": ms})
+    return finish(name, seed, tuning, groups, metrics, raw)
+
+
+def counts_case(name, seed, units, probs, tuning=5000):
+    """A binomial experiment too large for raw arrays: each group's
+    conversions are one binomial draw, so there is no raw-value t-test."""
+    rng = np.random.default_rng(seed)
+    groups = []
+    for gname, n, p in zip("ABCD", units, probs):
+        k = int(rng.binomial(n, p))
+        agg = {"units": n, "count": k, "sum": float(k), "sum_squares": float(k)}
+        groups.append({"name": gname, "weight": 50, "units": n,
+                       "metrics": [{"name": "purchase", "type": "binomial", **agg}]})
+    return finish(name, seed, tuning, groups, {"purchase": None}, None)
+
+
+def finish(name, seed, tuning, groups, metrics, raw):
     expected = {"groups": {}, "srm": srm(groups), "comparisons": []}
     for g in groups:
         expected["groups"][g["name"]] = {}
@@ -237,7 +256,9 @@ def case(name, seed, weights, units, metrics, tuning=5000, drop=None):
         for mname in metrics:
             a = next(m for m in control["metrics"] if m["name"] == mname)
             b = next(m for m in g["metrics"] if m["name"] == mname)
-            c = compare(a, b, raw[(control["name"], mname)], raw[(g["name"], mname)], tuning)
+            a_raw = raw[(control["name"], mname)] if raw else None
+            b_raw = raw[(g["name"], mname)] if raw else None
+            c = compare(a, b, a_raw, b_raw, tuning)
             expected["comparisons"].append({"group": g["name"], "metric": mname, **c})
     return {
         "name": name,
@@ -293,6 +314,10 @@ def fixed_cases():
              {"basket": (M, [normal(100.0, 5.0), normal(100.01, 5.0)])}),
         case("srm_three_groups_planted", 19, [20, 30, 50], 30_000,
              {"purchase": (B, [binomial(0.1), binomial(0.1), binomial(0.1)])}, drop=(2, 0.05)),
+        # Beyond what raw arrays allow: df ≈ 2·10⁷ (gonum's Student t) and
+        # df ≈ 10⁹ (past internal/stats's normalDF, the normal).
+        counts_case("binomial_10M_per_group_aggregates_only", 20, [10_000_000, 10_000_000], [0.05, 0.0501]),
+        counts_case("binomial_500M_per_group_aggregates_only", 21, [500_000_000, 500_000_000], [0.05, 0.05001]),
     ]
 
 
