@@ -25,7 +25,8 @@ const (
 	// fixed-horizon one.
 	DefaultSequentialTuning = 5000
 	// DefaultSRMThreshold is the p-value below which a split is flagged,
-	// as in issue 14 and GrowthBook's default srmThreshold.
+	// as in issue 14 and GrowthBook's DEFAULT_SRM_THRESHOLD
+	// (packages/shared/src/constants.ts L113).
 	DefaultSRMThreshold = 0.001
 	// SRMMinUnits is the number of units every group needs before the
 	// χ² test is judged: with fewer, the χ² approximation is too coarse.
