@@ -382,7 +382,10 @@ func TestDemo(t *testing.T) {
 
 // TestSIGTERMHandover: under load, a second graygate binds the same port
 // (SO_REUSEPORT), the first gets SIGTERM, fails /readyz, drains its
-// in-flight requests and exits; no request fails.
+// in-flight requests and exits; no request fails. Its clients reuse
+// keep-alive connections (and net/http retries a request on one closed
+// while idle), so it hardly opens new connections during the handover and
+// cannot see the accept-queue race; TestReusePortHandover does.
 func TestSIGTERMHandover(t *testing.T) {
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {

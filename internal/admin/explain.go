@@ -31,6 +31,9 @@ type ExplainDecision struct {
 	Degraded string `json:"degraded,omitempty"`
 	UserID   string `json:"user_id"`
 	Source   string `json:"identity_source"`
+	// Reject is the 400 the data plane would answer instead of routing
+	// (an identity over identity.max_length).
+	Reject string `json:"reject,omitempty"`
 }
 
 // Explain runs the live decision code on a described request, with a trace.
@@ -59,7 +62,7 @@ func Explain(snap *router.Snapshot, req ExplainRequest) (ExplainDecision, router
 	}
 	var tr router.Trace
 	d := snap.Decide(m, &tr)
-	out := ExplainDecision{Route: d.Route, Rule: d.Rule, Group: d.Group, Tag: d.Tag, Degraded: d.Degraded, UserID: d.Identity.Value, Source: d.Identity.Source}
+	out := ExplainDecision{Route: d.Route, Rule: d.Rule, Group: d.Group, Tag: d.Tag, Degraded: d.Degraded, UserID: d.Identity.Value, Source: d.Identity.Source, Reject: d.Reject}
 	if d.Target != nil {
 		out.Target = d.Target.Name
 	}

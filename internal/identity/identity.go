@@ -4,12 +4,22 @@
 // user_id. Seed 000 fell back to "ip_" + client IP; graygate's default
 // fallback instead issues a random id in a gg_uid cookie, so an anonymous
 // visitor keeps the same buckets behind NAT and across networks.
+//
+// Every value a client supplies (a header, a cookie, a query argument, the
+// anonymous cookie, or a verified token's identity claim) is limited to
+// Config.MaxLength bytes (default 256). A longer value is refused rather
+// than cut: a cut id would silently merge distinct users into one bucket,
+// and the identity is kept by the per-identity rate limiter, so its length
+// is client-controlled memory. The length is that of the decoded value, the
+// string the rest of the gateway would keep. Ids the gateway makes itself
+// (an issued anonymous id, "ip_" + address) are short and never refused.
 package identity
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -36,6 +46,9 @@ type Config struct {
 	// targeting.tags.jwt): "first" tries it before the sources, "only"
 	// ignores the sources, so a spoofed X-User-Id counts for nothing.
 	JWT string `json:"jwt,omitempty"`
+	// MaxLength is the longest identity value accepted, in bytes (default
+	// DefaultMaxLength). A request offering a longer one is answered 400.
+	MaxLength int `json:"max_length,omitempty"`
 }
 
 // SourceJWT names identities taken from a verified token.
@@ -47,6 +60,9 @@ var (
 )
 
 const (
+	// DefaultMaxLength is Config.MaxLength's default: room for any UUID,
+	// email address or numeric id, far below a header's 16 KiB.
+	DefaultMaxLength = 256
 	// DefaultAnonymousCookie is the cookie an anonymous visitor's id lives in.
 	DefaultAnonymousCookie = "gg_uid"
 	// SourceAnonymousCookie and SourceAnonymousIP name the fallbacks.
@@ -83,6 +99,9 @@ func (c *Config) Validate(path string) error {
 	if c.JWT != "" && c.JWT != "first" && c.JWT != "only" {
 		errs = append(errs, strict.Errorf(strict.Join(path, "jwt"), "must be \"first\" or \"only\", got %q", c.JWT))
 	}
+	if c.MaxLength < 0 {
+		errs = append(errs, strict.Errorf(strict.Join(path, "max_length"), "must not be negative, got %d", c.MaxLength))
+	}
 	if c.AnonymousCookie != "" && !attr.ValidToken(c.AnonymousCookie) {
 		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous_cookie"), "invalid cookie name %q", c.AnonymousCookie))
 	}
@@ -93,6 +112,8 @@ type source struct {
 	kind  byte // 'h', 'c', 'q'
 	name  string
 	label string
+	// what names the source in a refusal: "X-User-Id", cookie "user_id".
+	what string
 }
 
 // Resolver is a compiled Config. It is immutable and safe for concurrent use.
@@ -104,6 +125,7 @@ type Resolver struct {
 	anonIP  bool
 	cookie  string
 	random  io.Reader
+	maxLen  int
 }
 
 // NewResolver compiles a validated config. random supplies bytes for issued
@@ -116,9 +138,12 @@ func NewResolver(c Config, random io.Reader) *Resolver {
 	if len(srcs) == 0 {
 		srcs = DefaultSources
 	}
-	r := &Resolver{anonIP: c.Anonymous == "ip", cookie: c.AnonymousCookie, random: random, JWT: c.JWT}
+	r := &Resolver{anonIP: c.Anonymous == "ip", cookie: c.AnonymousCookie, random: random, JWT: c.JWT, maxLen: c.MaxLength}
 	if r.cookie == "" {
 		r.cookie = DefaultAnonymousCookie
+	}
+	if r.maxLen <= 0 {
+		r.maxLen = DefaultMaxLength
 	}
 	if c.JWT == "only" {
 		srcs = nil
@@ -127,18 +152,22 @@ func NewResolver(c Config, random io.Reader) *Resolver {
 		switch {
 		case s.Header != "":
 			name := http.CanonicalHeaderKey(s.Header)
-			r.sources = append(r.sources, source{'h', name, "header:" + name})
+			r.sources = append(r.sources, source{'h', name, "header:" + name, fmt.Sprintf("%q", name)})
 		case s.Cookie != "":
-			r.sources = append(r.sources, source{'c', s.Cookie, "cookie:" + s.Cookie})
+			r.sources = append(r.sources, source{'c', s.Cookie, "cookie:" + s.Cookie, fmt.Sprintf("cookie %q", s.Cookie)})
 		case s.Query != "":
-			r.sources = append(r.sources, source{'q', s.Query, "query:" + s.Query})
+			r.sources = append(r.sources, source{'q', s.Query, "query:" + s.Query, fmt.Sprintf("query %q", s.Query)})
 		}
 	}
 	return r
 }
 
+// MaxLength returns the longest identity value the resolver accepts.
+func (r *Resolver) MaxLength() int { return r.maxLen }
+
 // Resolve returns the request's identity. It only allocates when it has to
-// issue a new anonymous id or build an "ip_" id.
+// issue a new anonymous id, build an "ip_" id, or refuse a value over
+// MaxLength (the ID's Refused is then set and its Value empty).
 func (r *Resolver) Resolve(req attr.Request) ID {
 	for i := range r.sources {
 		s := &r.sources[i]
@@ -152,6 +181,9 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 			v, _ = req.Query(s.name)
 		}
 		if v != "" {
+			if len(v) > r.maxLen {
+				return r.refuse(s.label, s.what, len(v))
+			}
 			return ID{Value: v, Source: s.label}
 		}
 	}
@@ -163,6 +195,11 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 		return ID{Value: "ip_" + ip.String(), Source: SourceAnonymousIP}
 	}
 	if v, ok := req.Cookie(r.cookie); ok && v != "" {
+		if len(v) > r.maxLen {
+			id := r.refuse(SourceAnonymousCookie, fmt.Sprintf("cookie %q", r.cookie), len(v))
+			id.Cookie = r.cookie
+			return id
+		}
 		return ID{Value: v, Source: SourceAnonymousCookie, Cookie: r.cookie}
 	}
 	var b [16]byte
@@ -171,4 +208,21 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 		return ID{Value: "ip_" + req.ClientIP().String(), Source: SourceAnonymousIP}
 	}
 	return ID{Value: hex.EncodeToString(b[:]), Source: SourceAnonymousCookie, Issued: true, Cookie: r.cookie}
+}
+
+// Claim returns the identity taken from a verified token's identity claim
+// v, refused like any other value when it is over MaxLength: a signed
+// token is no reason to keep an unbounded string.
+func (r *Resolver) Claim(v string) ID {
+	if len(v) > r.maxLen {
+		return r.refuse(SourceJWT, "claim of the verified token", len(v))
+	}
+	return ID{Value: v, Source: SourceJWT}
+}
+
+func (r *Resolver) refuse(label, what string, n int) ID {
+	return ID{Source: label, Refused: &Refusal{
+		Reason:  ReasonTooLong,
+		Message: fmt.Sprintf("identity %s is %d bytes, over identity.max_length %d", what, n, r.maxLen),
+	}}
 }

@@ -50,6 +50,7 @@ func TestValidate(t *testing.T) {
 		{Config{Sources: []Source{{Header: "bad header"}}}, `identity.sources[0].header: invalid header name "bad header"`},
 		{Config{Anonymous: "random"}, `identity.anonymous: must be "cookie" or "ip", got "random"`},
 		{Config{AnonymousCookie: "a;b"}, `identity.anonymous_cookie: invalid cookie name "a;b"`},
+		{Config{MaxLength: -1}, `identity.max_length: must not be negative, got -1`},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate("identity")
@@ -59,6 +60,65 @@ func TestValidate(t *testing.T) {
 	}
 	if err := (&Config{Sources: DefaultSources, Anonymous: "ip"}).Validate("identity"); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+}
+
+// TestMaxLength: a value over max_length is refused wherever it comes
+// from, with a message naming the source and both lengths; one of exactly
+// max_length bytes is accepted, and ids the gateway makes are never
+// refused.
+func TestMaxLength(t *testing.T) {
+	def := NewResolver(Config{}, bytes.NewReader(bytes.Repeat([]byte{1}, 64)))
+	small := NewResolver(Config{MaxLength: 4, Anonymous: "ip"}, nil)
+	x := strings.Repeat
+	tests := []struct {
+		name                string
+		r                   *Resolver
+		headers, cookies, q map[string]string
+		wantValue, source   string
+		wantRefused         string // the message, "" if accepted
+	}{
+		{"header at the limit", def, map[string]string{"X-User-Id": x("a", 256)}, nil, nil, x("a", 256), "header:X-User-Id", ""},
+		{"header over it", def, map[string]string{"X-User-Id": x("a", 16384)}, nil, nil, "", "header:X-User-Id",
+			`identity "X-User-Id" is 16384 bytes, over identity.max_length 256`},
+		{"a long header is refused, not skipped for the cookie", def, map[string]string{"X-User-Id": x("a", 257)}, map[string]string{"user_id": "c"}, nil, "", "header:X-User-Id",
+			`identity "X-User-Id" is 257 bytes, over identity.max_length 256`},
+		{"cookie over it", def, nil, map[string]string{"user_id": x("用", 100)}, nil, "", "cookie:user_id",
+			`identity cookie "user_id" is 300 bytes, over identity.max_length 256`},
+		{"query over it", def, nil, nil, map[string]string{"user_id": x("q", 1000)}, "", "query:user_id",
+			`identity query "user_id" is 1000 bytes, over identity.max_length 256`},
+		{"anonymous cookie over it", def, nil, map[string]string{"gg_uid": x("g", 300)}, nil, "", SourceAnonymousCookie,
+			`identity cookie "gg_uid" is 300 bytes, over identity.max_length 256`},
+		{"custom limit", small, map[string]string{"X-User-Id": "12345"}, nil, nil, "", "header:X-User-Id",
+			`identity "X-User-Id" is 5 bytes, over identity.max_length 4`},
+		{"custom limit, at it", small, map[string]string{"X-User-Id": "1234"}, nil, nil, "1234", "header:X-User-Id", ""},
+		{"made ids are never refused", small, nil, nil, nil, "ip_203.0.113.9", SourceAnonymousIP, ""},
+		{"issued ids are never refused", NewResolver(Config{MaxLength: 4}, bytes.NewReader(bytes.Repeat([]byte{1}, 64))), nil, nil, nil, x("01", 16), SourceAnonymousCookie, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := tt.r.Resolve(&attr.Map{Headers: tt.headers, Cookies: tt.cookies, Queries: tt.q, IP: netip.MustParseAddr("203.0.113.9")})
+			msg := ""
+			if id.Refused != nil {
+				msg = id.Refused.Message
+				if id.Refused.Reason != ReasonTooLong {
+					t.Errorf("reason %q, want %q", id.Refused.Reason, ReasonTooLong)
+				}
+			}
+			if id.Value != tt.wantValue || id.Source != tt.source || msg != tt.wantRefused {
+				t.Errorf("Resolve = %.40q from %q refused %q; want %.40q from %q refused %q", id.Value, id.Source, msg, tt.wantValue, tt.source, tt.wantRefused)
+			}
+		})
+	}
+	if id := def.Claim(x("s", 256)); id.Refused != nil || id.Source != SourceJWT || len(id.Value) != 256 {
+		t.Errorf("Claim(256 bytes) = %+v", id)
+	}
+	if id := def.Claim(x("s", 300)); id.Refused == nil || id.Value != "" ||
+		id.Refused.Message != `identity claim of the verified token is 300 bytes, over identity.max_length 256` {
+		t.Errorf("Claim(300 bytes) = %+v", id)
+	}
+	if def.MaxLength() != DefaultMaxLength || small.MaxLength() != 4 {
+		t.Errorf("MaxLength = %d, %d", def.MaxLength(), small.MaxLength())
 	}
 }
 
@@ -74,6 +134,8 @@ func FuzzResolve(f *testing.F) {
 	f.Add("42", "c", "q", "gg", "10.0.0.1")
 	f.Add("", "", "", "", "::1")
 	f.Add("", "用户", "", "", "")
+	f.Add(strings.Repeat("x", 300), "", "", "", "")
+	f.Add("", "", "", strings.Repeat("g", 257), "")
 	f.Fuzz(func(t *testing.T, h, c, q, anon, ip string) {
 		addr, _ := netip.ParseAddr(ip)
 		m := &attr.Map{
@@ -82,10 +144,13 @@ func FuzzResolve(f *testing.F) {
 			Queries: map[string]string{"user_id": q},
 			IP:      addr,
 		}
-		for _, r := range []*Resolver{NewResolver(Config{}, nil), NewResolver(Config{Anonymous: "ip"}, nil)} {
+		for _, r := range []*Resolver{NewResolver(Config{}, nil), NewResolver(Config{Anonymous: "ip", MaxLength: 3}, nil)} {
 			id := r.Resolve(m)
-			if id.Value == "" || id.Source == "" {
-				t.Fatalf("Resolve(%q,%q,%q,%q) = %+v: empty", h, c, q, anon, id)
+			if id.Source == "" || (id.Value == "") == (id.Refused == nil) {
+				t.Fatalf("Resolve(%q,%q,%q,%q) = %+v: want a value or a refusal", h, c, q, anon, id)
+			}
+			if len(id.Value) > r.MaxLength() && !strings.HasPrefix(id.Source, "anonymous") {
+				t.Fatalf("Resolve(%q,%q,%q,%q) = %d bytes from %s, over %d", h, c, q, anon, len(id.Value), id.Source, r.MaxLength())
 			}
 		}
 	})

@@ -2,10 +2,47 @@
 // concurrency caps. Both outlive rule and config reloads: a Set hands out
 // the same Limiter or Gate for the same key, reconfigured in place, so a
 // reload neither resets a token bucket nor forgets requests in flight.
+//
+// # Per-identity buckets
+//
+// A per-identity limit keeps one token bucket per identity, and identities
+// come from clients, so the table is bounded twice: in entries
+// (Config.MaxIdentities) and in bytes (Config.MaxIdentityBytes), where an
+// entry costs the length of its identity plus EntryOverhead, the measured
+// size of the rest of it (the bucket, the map slot, the list links; a test
+// checks the heap against this accounting). A client that sends long ids
+// therefore fills the budget with fewer of them, and the memory bound
+// holds whatever their length.
+//
+// Which bucket goes when the table is full matters as much: under plain LRU
+// a client rotating fresh ids pushes out the buckets of everyone else, at
+// one id per request, and the users whose limit matters most (the busy
+// ones) get a fresh burst. The table is therefore a segmented LRU (SLRU,
+// Karedla, Love and Wherry, "Caching strategies to improve disk system
+// performance", IEEE Computer 27(3), 1994), as used in front of caches that
+// must survive scans: a new identity enters a probation segment; its second
+// request promotes it to a protected segment of at most 80% of each bound,
+// whose least recently used entry is demoted back to probation's head when
+// it overflows. Eviction takes probation's least recently used entry first,
+// and protected ones only when probation is empty. An id seen once (a scan,
+// or a rotation attack) never leaves probation, so however many of them
+// arrive they only evict each other, and an identity that came back at
+// least once keeps its bucket. An attacker who sends every fresh id twice
+// does reach protected, and is then plain LRU against the users there: an
+// identity keeps its bucket while it is used at least once every
+// (protected capacity / attacker's rate of new ids) seconds.
+//
+// SLRU was chosen over CLOCK-Pro and W-TinyLFU because the table is a map
+// and two intrusive lists under the Limiter's mutex, which every request
+// takes anyway, with O(1) work per request and no second structure (a
+// frequency sketch) to size and age; and because admission must never
+// refuse a new identity a bucket: a bucket not kept is a rate limit not
+// enforced. Losing a bucket is lenient, never strict: the identity starts
+// again with a full burst. An entry whose bucket has refilled carries no
+// information, so evicting it is free.
 package limit
 
 import (
-	"container/list"
 	"errors"
 	"math"
 	"strings"
@@ -18,6 +55,26 @@ import (
 	"github.com/graygate/graygate/internal/strict"
 )
 
+// Defaults of the per-identity table's bounds.
+const (
+	DefaultMaxIdentities    = 100000
+	DefaultMaxIdentityBytes = 16 << 20
+	// MinMaxIdentityBytes is the smallest MaxIdentityBytes accepted: below
+	// it a handful of long ids would leave no room for anyone.
+	MinMaxIdentityBytes = 64 << 10
+	// EntryOverhead is what one per-identity bucket costs besides its
+	// identity's bytes: the entry (48 bytes), its rate.Limiter (80), the
+	// map slot (24 bytes per slot at a load between 7/16 and 7/8, so up to
+	// 55) and the size-class rounding of the identity's copy (up to 1/8 of
+	// it, bounded here by that of a 256-byte id, 32 bytes; larger ids are
+	// charged their rounding separately, see cost). TestEntryOverhead
+	// measures the heap against it.
+	EntryOverhead = 240
+	// protectedShare is the protected segment's share of each bound, in
+	// fifths.
+	protectedShare = 4
+)
+
 // Config is a token-bucket rate limit.
 type Config struct {
 	// RPS is the sustained rate in requests per second.
@@ -27,9 +84,13 @@ type Config struct {
 	// PerIdentity gives every user (the resolved identity) a bucket of its
 	// own instead of one bucket for the whole route.
 	PerIdentity bool `json:"per_identity,omitempty"`
-	// MaxIdentities bounds the per-identity buckets kept (least recently
-	// used go first; default 100000).
+	// MaxIdentities bounds the number of per-identity buckets kept
+	// (default DefaultMaxIdentities); see the package doc for which go.
 	MaxIdentities int `json:"max_identities,omitempty"`
+	// MaxIdentityBytes bounds their memory: each costs its identity's
+	// length plus EntryOverhead (default DefaultMaxIdentityBytes, 16 MiB;
+	// at least MinMaxIdentityBytes).
+	MaxIdentityBytes int64 `json:"max_identity_bytes,omitempty"`
 }
 
 // Validate reports every problem under path.
@@ -44,6 +105,9 @@ func (c *Config) Validate(path string) error {
 	if c.MaxIdentities < 0 {
 		errs = append(errs, strict.Errorf(strict.Join(path, "max_identities"), "must not be negative, got %d", c.MaxIdentities))
 	}
+	if c.MaxIdentityBytes != 0 && c.MaxIdentityBytes < MinMaxIdentityBytes {
+		errs = append(errs, strict.Errorf(strict.Join(path, "max_identity_bytes"), "must be at least %d (64 KiB), got %d", MinMaxIdentityBytes, c.MaxIdentityBytes))
+	}
 	return errors.Join(errs...)
 }
 
@@ -52,7 +116,10 @@ func (c Config) withDefaults() Config {
 		c.Burst = max(1, int(math.Ceil(c.RPS)))
 	}
 	if c.MaxIdentities == 0 {
-		c.MaxIdentities = 100000
+		c.MaxIdentities = DefaultMaxIdentities
+	}
+	if c.MaxIdentityBytes == 0 {
+		c.MaxIdentityBytes = DefaultMaxIdentityBytes
 	}
 	return c
 }
@@ -64,13 +131,64 @@ type Limiter struct {
 	mu    sync.Mutex
 	cfg   Config
 	route *rate.Limiter
-	users map[string]*list.Element // identity → element of lru holding *userBucket
-	lru   *list.List
+	// users maps an identity to its bucket, which is in exactly one of
+	// probation and protected (see the package doc).
+	users     map[string]*entry
+	probation segment
+	protected segment
+	evicted   uint64
 }
 
-type userBucket struct {
-	id string
-	l  *rate.Limiter
+// entry is one identity's bucket and its place in a segment.
+type entry struct {
+	id         string
+	lim        *rate.Limiter
+	prev, next *entry
+	protected  bool
+}
+
+// cost is what e is charged against MaxIdentityBytes: its identity, the
+// size-class rounding of an identity longer than 256 bytes (EntryOverhead
+// covers that of shorter ones), and EntryOverhead.
+func cost(id string) int64 {
+	n := int64(len(id))
+	if n > 256 {
+		n += n / 8
+	}
+	return n + EntryOverhead
+}
+
+// segment is an intrusive doubly linked list, most recently used first,
+// with its entry count and cost.
+type segment struct {
+	root  entry // sentinel: root.next is the front, root.prev the back
+	n     int
+	bytes int64
+}
+
+func (s *segment) init() { s.root.next, s.root.prev, s.n, s.bytes = &s.root, &s.root, 0, 0 }
+
+func (s *segment) pushFront(e *entry) {
+	e.prev, e.next = &s.root, s.root.next
+	s.root.next.prev = e
+	s.root.next = e
+	s.n++
+	s.bytes += cost(e.id)
+}
+
+func (s *segment) remove(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	s.n--
+	s.bytes -= cost(e.id)
+}
+
+// back returns the least recently used entry, or nil.
+func (s *segment) back() *entry {
+	if s.n == 0 {
+		return nil
+	}
+	return s.root.prev
 }
 
 // New returns a limiter; now is injected for tests (nil means time.Now).
@@ -83,7 +201,8 @@ func New(cfg Config, now func() time.Time) *Limiter {
 	return l
 }
 
-// Configure applies a new config, keeping the tokens already spent.
+// Configure applies a new config, keeping the tokens already spent and, if
+// the bounds shrank, evicting down to them.
 func (l *Limiter) Configure(cfg Config) {
 	cfg = cfg.withDefaults()
 	l.mu.Lock()
@@ -96,16 +215,19 @@ func (l *Limiter) Configure(cfg Config) {
 		l.route.SetBurstAt(now, cfg.Burst)
 	}
 	if cfg.PerIdentity != l.cfg.PerIdentity || l.users == nil {
-		l.users, l.lru = map[string]*list.Element{}, list.New()
+		l.users = map[string]*entry{}
+		l.probation.init()
+		l.protected.init()
 	} else {
 		now := l.now()
 		for _, e := range l.users {
-			b := e.Value.(*userBucket)
-			b.l.SetLimitAt(now, rate.Limit(cfg.RPS))
-			b.l.SetBurstAt(now, cfg.Burst)
+			e.lim.SetLimitAt(now, rate.Limit(cfg.RPS))
+			e.lim.SetBurstAt(now, cfg.Burst)
 		}
 	}
 	l.cfg = cfg
+	l.demoteLocked()
+	l.evictLocked()
 }
 
 // Allow takes a token for a request from identity (ignored unless the limit
@@ -131,20 +253,62 @@ func (l *Limiter) Allow(identity string) (bool, time.Duration) {
 	return true, 0
 }
 
+// userLocked returns id's bucket, making it if needed, and updates the
+// segments (see the package doc).
 func (l *Limiter) userLocked(id string) *rate.Limiter {
 	if e, ok := l.users[id]; ok {
-		l.lru.MoveToFront(e)
-		return e.Value.(*userBucket).l
+		if e.protected {
+			l.protected.remove(e)
+		} else {
+			l.probation.remove(e)
+			e.protected = true
+		}
+		l.protected.pushFront(e)
+		l.demoteLocked()
+		return e.lim
 	}
 	id = strings.Clone(id) // the caller's string may alias a request buffer
-	b := &userBucket{id: id, l: rate.NewLimiter(rate.Limit(l.cfg.RPS), l.cfg.Burst)}
-	l.users[id] = l.lru.PushFront(b)
-	for l.lru.Len() > l.cfg.MaxIdentities {
-		old := l.lru.Back()
-		l.lru.Remove(old)
-		delete(l.users, old.Value.(*userBucket).id)
+	e := &entry{id: id, lim: rate.NewLimiter(rate.Limit(l.cfg.RPS), l.cfg.Burst)}
+	l.users[id] = e
+	l.probation.pushFront(e)
+	l.evictLocked()
+	return e.lim
+}
+
+// demoteLocked moves protected's least recently used entries to the head
+// of probation while protected is over its share of either bound.
+func (l *Limiter) demoteLocked() {
+	maxN := max(1, l.cfg.MaxIdentities/5*protectedShare)
+	maxBytes := l.cfg.MaxIdentityBytes / 5 * protectedShare
+	for l.protected.n > 1 && (l.protected.n > maxN || l.protected.bytes > maxBytes) {
+		e := l.protected.back()
+		l.protected.remove(e)
+		e.protected = false
+		l.probation.pushFront(e)
 	}
-	return b.l
+}
+
+// evictLocked drops entries, probation's least recently used first, until
+// the table is within both bounds.
+func (l *Limiter) evictLocked() {
+	for l.probation.n+l.protected.n > l.cfg.MaxIdentities || l.probation.bytes+l.protected.bytes > l.cfg.MaxIdentityBytes {
+		s := &l.probation
+		if s.n == 0 {
+			s = &l.protected
+		}
+		e := s.back()
+		s.remove(e)
+		delete(l.users, e.id)
+		l.evicted++
+	}
+}
+
+// size reports the per-identity table: the entries in each segment and
+// what they are charged against MaxIdentityBytes.
+func (l *Limiter) size() (probation, protected int, bytes int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.probation.n, l.protected.n, l.probation.bytes + l.protected.bytes
 }
 
 // Gate caps concurrent requests to one pool. The zero Gate is unusable; a

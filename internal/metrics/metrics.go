@@ -27,6 +27,7 @@ type Metrics struct {
 	degraded *prometheus.CounterVec
 	brkState *prometheus.GaugeVec
 	brkTrans *prometheus.CounterVec
+	idReject *prometheus.CounterVec
 
 	children sync.Map // key → *child
 }
@@ -72,7 +73,10 @@ func New() *Metrics {
 	m.brkTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "graygate_breaker_transitions_total", Help: "Circuit breaker transitions per gray target.",
 	}, []string{"rule", "target", "from", "to"})
-	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkState, m.brkTrans,
+	m.idReject = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "graygate_identity_rejected_total", Help: "Requests answered 400 because their identity was refused, by reason (too_long: over identity.max_length).",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkState, m.brkTrans, m.idReject,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -87,6 +91,9 @@ func (m *Metrics) Handler() http.Handler {
 
 // Observe counts one finished request.
 func (m *Metrics) Observe(d *router.Decision, status int, elapsed time.Duration) {
+	if r := d.Identity.Refused; r != nil {
+		m.idReject.WithLabelValues(r.Reason).Inc()
+	}
 	k := key{rule: d.Rule, group: d.Group, degraded: d.Degraded}
 	if d.Target != nil {
 		k.upstream = d.Target.Name

@@ -514,6 +514,10 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	ex.view.ip = clientIP(ex.peer, ex.trusted, xff)
 	ex.keepDecision(p.decider.Decide(&ex.view))
 	ex.view.ctx = nil
+	if ex.d.Reject != "" { // e.g. an identity over identity.max_length
+		p.reject(ctx, ex, fasthttp.StatusBadRequest, ex.d.Reject)
+		return false
+	}
 
 	if ex.d.Target == nil {
 		p.fail(ctx, ex, fmt.Errorf("no target: %w", upstream.ErrNoInstance))

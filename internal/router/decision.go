@@ -46,6 +46,12 @@ type Decision struct {
 	Intended *upstream.Pool
 	// Identity is who the request is.
 	Identity identity.ID
+	// Reject, when not empty, refuses the request before any rule ran: the
+	// data plane answers 400 with this message and sends the request
+	// nowhere (not to a rate limiter, not upstream). Target is then nil.
+	// Today the only cause is an identity over identity.max_length
+	// (Identity.Refused says so).
+	Reject string
 	// UpstreamHost asks the data plane to send the instance address as Host
 	// instead of keeping the client's Host.
 	UpstreamHost bool

@@ -280,7 +280,9 @@ type Trace struct {
 
 // Decide routes one request. When tr is non-nil it records every rule
 // considered; on the hot path tr is nil and Decide does not allocate (except
-// to issue an anonymous id).
+// to issue an anonymous id or to refuse one). A refused identity (see
+// identity.ID.Refused) ends the decision before any rule runs, so no
+// breaker ticket is taken for a request that will be answered 400.
 func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	f := match.NewFacts(req, "", s.sources)
 	id := s.resolveIdentity(req, &f)
@@ -289,6 +291,13 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader}
 	if tr != nil {
 		tr.Identity, tr.Route = id, rt.name
+	}
+	if id.Refused != nil {
+		d.Reject = id.Refused.Message
+		if tr != nil {
+			tr.Reason = "refused before any rule (400): " + id.Refused.Message
+		}
+		return d
 	}
 	if s.trustTag {
 		if tag, ok := req.Header(TagHeader); ok && tag != "" {
@@ -347,7 +356,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 func (s *Snapshot) resolveIdentity(req attr.Request, f *match.Facts) identity.ID {
 	if s.identity.JWT != "" {
 		if v, ok := f.JWTIdentity(); ok {
-			return identity.ID{Value: v, Source: identity.SourceJWT}
+			return s.identity.Claim(v)
 		}
 	}
 	return s.identity.Resolve(req)

@@ -381,3 +381,48 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 		t.Errorf("half-open let %d probes through, want 5", probes)
 	}
 }
+
+// TestRefusedIdentity: an identity over identity.max_length ends the
+// decision before any rule: no target, no breaker ticket (a gray rule that
+// claims everyone would otherwise take one), the refusal in Reject and in
+// the trace.
+func TestRefusedIdentity(t *testing.T) {
+	brk, err := breaker.New(breaker.Config{}, breaker.Options{Name: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := compile(t, `{"key":"g","type":"gray","gray_percent":100,"targets":{"gray":"gray","stable":"stable"}}`)
+	s := build(t, Input{Rules: []*rule.Compiled{g}, Breakers: map[string]*breaker.Breaker{"g": brk}, Identity: identity.Config{MaxLength: 8}})
+	tests := []struct {
+		name   string
+		req    *attr.Map
+		reject string
+	}{
+		{"header", get("/", "X-User-Id", "123456789"), `identity "X-User-Id" is 9 bytes, over identity.max_length 8`},
+		{"cookie", get("/", "cookie", "123456789"), `identity cookie "user_id" is 9 bytes, over identity.max_length 8`},
+		{"query", get("/", "query", "1234567890"), `identity query "user_id" is 10 bytes, over identity.max_length 8`},
+		{"at the limit", get("/", "X-User-Id", "12345678"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tr Trace
+			d := s.Decide(tt.req, &tr)
+			if d.Reject != tt.reject {
+				t.Fatalf("Reject = %q, want %q", d.Reject, tt.reject)
+			}
+			if tt.reject == "" {
+				if d.Target == nil || d.Rule != "g" {
+					t.Errorf("accepted id: %+v", d)
+				}
+				return
+			}
+			if d.Target != nil || d.Rule != "" || d.Policy == nil || d.Identity.Refused == nil || len(tr.Rules) != 0 ||
+				tr.Reason != "refused before any rule (400): "+tt.reject {
+				t.Errorf("refused: decision %+v, trace %+v", d, tr)
+			}
+			if d := s.Decide(tt.req, nil); d.Breaker != nil || d.Reject != tt.reject {
+				t.Errorf("live refused decision: %+v", d)
+			}
+		})
+	}
+}
