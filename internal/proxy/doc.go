@@ -20,30 +20,26 @@
 //     byte tunnel after the 101.
 //   - text/event-stream and bodies of unknown length are flushed chunk by
 //     chunk.
-//   - One error mapping (classify): client gone → 499, no instance → 503,
-//     timeout → 504, other transport failure → 502.
+//   - One error mapping (classify): client gone → 499 (logged, never
+//     written: the connection is closed), no instance → 503, timeout →
+//     504, other transport failure → 502. Error bodies name the pool and
+//     the request's X-Request-Id, never an instance address.
 //
-// # Request smuggling: what fasthttp v1.78.0 rejects, and what we add
+// # Request framing: the listener's Guard
 //
-// fasthttp's request parser already refuses, with 400 (431 for a header
-// larger than its read buffer): a duplicate Content-Length; a Content-Length
-// that is not all digits; a Transfer-Encoding other than chunked or
-// identity, or given twice; Transfer-Encoding in HTTP/1.0; whitespace
-// between a field name and its colon; a header block starting with
-// whitespace; invalid bytes in names or values (CR, LF, NUL, other CTLs);
-// a missing (HTTP/1.1) or duplicate Host; and an invalid request target. It accepts, and this
-// package rejects with 400 (checkHeaderBlock, run on the raw header bytes,
-// which fasthttp keeps as they came off the wire):
-//
-//   - Content-Length together with Transfer-Encoding (fasthttp lets chunked
-//     win and closes the connection afterwards);
-//   - Transfer-Encoding: identity (fasthttp ignores it and reads no body,
-//     leaving the body to be parsed as the next request);
-//   - obs-fold continuation lines (fasthttp joins them);
-//   - bare LF line endings, and whitespace inside a field name.
-//
-// The handler also refuses CONNECT (405): the gateway routes requests, it
-// does not open tunnels. Every rejection closes the connection.
+// Serve wraps its listener with package listener, whose Guard checks every
+// client byte against RFC 9112 before fasthttp parses it, and refuses
+// (400, 417, 431 or 505, answered through errorHandler) every request
+// that fasthttp's lenient parser, or a server or proxy on either side of
+// us, could frame differently; see listener.Guard for the list. fasthttp
+// therefore only ever parses requests whose framing is unambiguous. A
+// request whose body turns out to be malformed after its head was
+// accepted gets 400 (never 499): before anything is sent upstream when
+// the malformed part has already arrived (BodyRefused), else by cutting
+// the upstream request off. Header fields with "_" in their names are
+// dropped unless Options.AllowUnderscoresInHeaders. The handler refuses
+// CONNECT (405): the gateway routes requests, it does not open tunnels.
+// Every rejection closes the connection.
 //
 // # Streaming and timeouts
 //
@@ -57,15 +53,27 @@
 // and the exchange ends in the handler. OnDone then runs just before
 // fasthttp writes the response rather than after, and a client write error
 // is not seen.
-// fasthttp sends a stream of unknown length chunked even to an HTTP/1.0
-// client, which cannot decode it; for those clients the gateway writes the
-// response itself on the hijacked connection and ends the body by closing.
 //
-// fasthttp's server ReadTimeout runs from the first byte of a request until
-// the handler is done with its body. The gateway uses it as
-// Options.ReadHeaderTimeout and, through Server.HeaderReceived, replaces it
-// for the body with Options.ReadTimeout (none by default), so a large upload
-// is not cut by the header timeout. A body too slow for ReadTimeout is 408.
+// The upstream request's head and framing are written by the gateway
+// (buildRequest): Content-Length for a body of known size, else chunked,
+// with the client's trailer fields after the last chunk. A body the client
+// sent with "Expect: 100-continue" follows the upstream's 100 (or
+// ExpectContinueTimeout); a final answer instead is relayed and the body
+// is not sent. The upstream's response header is read straight into the
+// client's response (readResponse), so nothing is copied and the
+// upstream's own fields, Date among them, are what the client gets; the
+// hop-by-hop ones are then removed (filterResponseHeader). Interim (1xx)
+// responses are forwarded on the hijacked connection as they arrive
+// (respondHijacked), as is a body of unknown length to an HTTP/1.0 client.
+//
+// Every stall is bounded. fasthttp's ReadTimeout bounds the request line
+// and header (ReadHeaderTimeout) and its IdleTimeout the keep-alive wait;
+// the listener bounds each read of a request body (ReadTimeout, 408) and
+// each write to the client (WriteTimeout); the exchange bounds each write
+// of the request to the upstream (UpstreamWriteTimeout) and each read of
+// its response body (UpstreamReadTimeout), besides ResponseHeaderTimeout.
+// Deadlines are moved only when they would be off by more than an eighth
+// of their timeout, so a busy connection rarely re-arms a timer.
 //
 // Upstream connections come from one fasthttp.HostClient per instance
 // address, but the exchange is driven through HostClient's exported
@@ -129,7 +137,11 @@
 // time spent waiting for the client's streamed body (a slow upload is not a
 // slow upstream), and End from the same clock read. Failed is a connection
 // failure, a timeout, an answer that is not HTTP, or a status the breaker
-// calls an error (IsErrorStatus). A client that went away (499) or was too
+// calls an error (IsErrorStatus). For a response whose body streams, the
+// Record waits for the end of the body (with the latency measured at the
+// header), and an upstream that breaks off or stalls past
+// UpstreamReadTimeout mid-body is a failure; a half-open probe is then out
+// until the body ends. A client that went away (499) or was too
 // slow (408), and a body cut at MaxBodyBytes (413), are not the upstream's
 // failures: they are recorded as successes with the latency seen so far,
 // which is a lower bound of the upstream's, so a target slow enough to
@@ -220,27 +232,29 @@
 //
 // # System calls
 //
-// A keep-alive request costs the gateway two reads and two writes (read the
-// request, write it upstream, read the answer, write the response), plus
-// the poller's epoll waits whenever it runs out of work. Go's network poller
-// reads before it waits, so waiting for data that has not arrived yet
-// costs a read that fails with EAGAIN; the gateway avoids both such reads
-// by writing from inside a syscall.RawConn read callback, which arms the
-// wait before the write so that an answer arriving at once is not missed:
-//   - upstream, a request without a streamed body is flushed that way and
-//     the answer is waited for without a failed read (flushAndWait);
-//   - on the client side, the connection holds back the write of a
-//     complete response until fasthttp reads the connection again, and
-//     sends it from that read's callback (clientConn). Streamed responses
-//     and hijacked connections are written at once.
+// A keep-alive request costs the gateway, on the client side, the read of
+// the request, one read that finds nothing more (EAGAIN) before the poller
+// waits, and the write of the answer; on the upstream side, a peek at a
+// reused connection (peekIdle, which finds stray bytes or a close that
+// arrived while it was idle), the write and the read. The upstream read
+// needs no failed attempt: a request the gateway holds whole is flushed
+// from inside a syscall.RawConn read callback, which arms the wait before
+// the write, so an answer arriving at once is not missed (flushAndWait;
+// nothing can be in the socket before the request, since peekIdle just
+// looked). An earlier trick did the same on the client side, holding back
+// the response write until fasthttp's next read; it lost the readiness of
+// a pipelined request that arrived while the handler ran, and hung it, so
+// it is gone: a client's next request may already be there, and only a
+// read can tell.
 //
 // # Access log
 //
 // With Options.AccessLog set, every request produces one JSON line with the
 // keys time, method, path, status, upstream (the instance address), pool
 // (the pool that served it), rule, group, degraded, intended_upstream (the
-// pool the rule chose, for a degraded request), identity_source, latency_ms
-// and bytes, encoded by hand into a pooled buffer. Lines are appended to a
+// pool the rule chose, for a degraded request), identity_source, latency_ms,
+// bytes, request_id and, when one fired, timeout (its config key), encoded
+// by hand into a pooled buffer. Lines are appended to a
 // bounded buffer that one writer goroutine writes out in batches of at most
 // 64 KiB; when the buffer is full lines are dropped and counted rather than
 // slowing requests.

@@ -141,4 +141,3 @@ func TestReusePortAcceptQueue(t *testing.T) {
 		})
 	}
 }
-
