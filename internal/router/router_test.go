@@ -183,20 +183,44 @@ func TestRollback(t *testing.T) {
 	}
 }
 
+// TestColoring: an inbound X-Gray-Tag is honoured only with trust_gray_tag
+// and only from a trusted peer; from anyone else it is ignored, so that a
+// client cannot name gray and skip the whitelist and the bucket.
 func TestColoring(t *testing.T) {
 	gray := compile(t, `{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2.1"}}`)
-	trusted := build(t, Input{Rules: []*rule.Compiled{gray}, TrustGrayTag: true})
-	untrusted := build(t, Input{Rules: []*rule.Compiled{gray}})
-	r := get("/", "X-User-Id", "1", "X-Gray-Tag", "v2.1")
-	if d := trusted.Decide(r, nil); d.Group != "gray" || d.Tag != "v2.1" {
-		t.Errorf("trusted colored request = %+v, want gray with its tag", d)
+	honour := build(t, Input{Rules: []*rule.Compiled{gray}, TrustGrayTag: true})
+	off := build(t, Input{Rules: []*rule.Compiled{gray}})
+	tests := []struct {
+		name      string
+		s         *Snapshot
+		trusted   bool
+		tag       string
+		wantGroup string
+		wantTag   string
+		ignored   bool
+	}{
+		{"trust_gray_tag, trusted peer", honour, true, "v2.1", GroupGray, "v2.1", false},
+		{"trust_gray_tag, untrusted peer", honour, false, "v2.1", GroupDefault, "", true},
+		{"trust_gray_tag off, trusted peer", off, true, "v2.1", GroupDefault, "", false},
+		{"unknown color from a trusted peer propagates", honour, true, "other-service-tag", GroupDefault, "other-service-tag", false},
+		{"unknown color from an untrusted peer is dropped", honour, false, "other-service-tag", GroupDefault, "", true},
 	}
-	if d := untrusted.Decide(r, nil); d.Group != GroupDefault || d.Tag != "" {
-		t.Errorf("untrusted colored request = %+v, want the tag ignored", d)
-	}
-	r = get("/", "X-User-Id", "1", "X-Gray-Tag", "other-service-tag")
-	if d := trusted.Decide(r, nil); d.Group != GroupDefault || d.Tag != "other-service-tag" {
-		t.Errorf("unknown color must still propagate: %+v", d)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := get("/", "X-User-Id", "1", "X-Gray-Tag", tt.tag)
+			r.Trusted = tt.trusted
+			d := tt.s.Decide(r, nil)
+			if d.Group != tt.wantGroup || d.Tag != tt.wantTag {
+				t.Errorf("Decide = group %q tag %q, want %q %q", d.Group, d.Tag, tt.wantGroup, tt.wantTag)
+			}
+			var tr Trace
+			if d2 := tt.s.Decide(r, &tr); d2 != d {
+				t.Errorf("traced decision %+v differs from the live one %+v", d2, d)
+			}
+			if got := tr.IgnoredColor != ""; got != tt.ignored || tr.PeerTrusted != tt.trusted {
+				t.Errorf("trace ignored color %q, peer trusted %v; want ignored %v, trusted %v", tr.IgnoredColor, tr.PeerTrusted, tt.ignored, tt.trusted)
+			}
+		})
 	}
 }
 
@@ -343,13 +367,16 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 	g := compile(t, `{"key":"g","type":"gray","gray_percent":100,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"stable":"v1"}}`)
 	s := build(t, Input{Rules: []*rule.Compiled{g}, Breakers: map[string]*breaker.Breaker{"g": brk}})
 	d := s.Decide(get("/", "X-User-Id", "1"), nil)
-	if d.Group != "gray" || d.Breaker != brk {
+	if d.Group != "gray" || d.Breaker != brk || d.StableTag != "v1" {
 		t.Fatalf("closed breaker: %+v", d)
+	}
+	if d.Guard() {
+		t.Fatalf("closed breaker refused: %+v", d)
 	}
 	brk.Record(d.Ticket, breaker.Outcome{Latency: time.Millisecond, Failed: true, End: now})
 	for i := 0; i < 30; i++ {
 		d := s.Decide(get("/", "X-User-Id", fmt.Sprint(i)), nil)
-		if d.Breaker == nil {
+		if d.Guard() {
 			break
 		}
 		brk.Record(d.Ticket, breaker.Outcome{Latency: time.Millisecond, Failed: true, End: now})
@@ -357,9 +384,14 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 	if brk.State() != breaker.Open {
 		t.Fatalf("breaker did not open: %v", brk.Snapshot())
 	}
+	// Decide itself never asks the breaker; Guard, which the data plane
+	// calls after its limits, degrades the decision.
 	d = s.Decide(get("/", "X-User-Id", "1"), nil)
-	if d.Group != GroupStable || d.Degraded != DegradedBreaker || d.Target.Name != "stable" || d.Intended.Name != "gray" || d.Tag != "v1" || d.Breaker != nil {
-		t.Errorf("open breaker: %+v", d)
+	if d.Group != GroupGray || d.Breaker != brk {
+		t.Errorf("open breaker before Guard: %+v", d)
+	}
+	if !d.Guard() || d.Group != GroupStable || d.Degraded != DegradedBreaker || d.Target.Name != "stable" || d.Intended.Name != "gray" || d.Tag != "v1" || d.Breaker != nil {
+		t.Errorf("open breaker after Guard: %+v", d)
 	}
 	var tr Trace
 	s.Decide(get("/", "X-User-Id", "1"), &tr)
@@ -373,7 +405,7 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 	}
 	probes := 0
 	for i := 0; i < 10; i++ {
-		if d := s.Decide(get("/", "X-User-Id", "1"), nil); d.Breaker != nil {
+		if d := s.Decide(get("/", "X-User-Id", "1"), nil); !d.Guard() {
 			probes++
 		}
 	}
