@@ -79,10 +79,14 @@ func Explain(snap *router.Snapshot, view Viewer, req ExplainRequest) (ExplainDec
 	return out, tr, nil
 }
 
-// rawRequest writes req out as the bytes of an HTTP request without a body,
-// and parses its remote address. Every problem is named by its field.
-// Without a host the request is HTTP/1.0, which may omit Host; a live
-// request like that has an empty host too.
+// explainHost is the Host of an explained request that names none: a name
+// no route can be for (RFC 6761 reserves .invalid), so that the request is
+// routed as one for any host, as live HTTP/1.1 requests always have a Host
+// (a target starting with "//" would otherwise be read as an authority).
+const explainHost = "explain.invalid"
+
+// rawRequest writes req out as the bytes of an HTTP/1.1 request without a
+// body, and parses its remote address. Every problem is named by its field.
 func rawRequest(req ExplainRequest) ([]byte, netip.Addr, error) {
 	var errs []error
 	method := req.Method
@@ -137,6 +141,9 @@ func rawRequest(req ExplainRequest) ([]byte, netip.Addr, error) {
 		}
 		lines = append(lines, k+": "+v)
 	}
+	if host == "" {
+		host = explainHost
+	}
 	if !validFieldValue(host) || strings.ContainsAny(host, " \t") {
 		errs = append(errs, strict.Errorf("host", "invalid host %q", host))
 	}
@@ -170,12 +177,7 @@ func rawRequest(req ExplainRequest) ([]byte, netip.Addr, error) {
 		return nil, netip.Addr{}, errors.Join(errs...)
 	}
 	var b bytes.Buffer
-	b.WriteString(method + " " + target)
-	if host == "" {
-		b.WriteString(" HTTP/1.0\r\n")
-	} else {
-		b.WriteString(" HTTP/1.1\r\nHost: " + host + "\r\n")
-	}
+	b.WriteString(method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\n")
 	for _, l := range lines {
 		b.WriteString(l + "\r\n")
 	}
