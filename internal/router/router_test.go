@@ -413,3 +413,35 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 		t.Errorf("half-open let %d probes through, want 5", probes)
 	}
 }
+
+// TestDegradeLabels: a decision carries the stable target's tag, and a
+// fallback relabels a gray rule's request as stable but keeps an
+// experiment's request in the group it was assigned.
+func TestDegradeLabels(t *testing.T) {
+	gray := compile(t, `{"key":"g","type":"gray","gray_percent":100,"conditions":{"path_prefix":["/g/"]},"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2","stable":"v1"}}`)
+	ab := compile(t, `{"key":"x","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":50,"target":"a","tag":"ctl","control":true},{"name":"B","weight":50,"target":"b"}]}`)
+	s := build(t, Input{Rules: []*rule.Compiled{gray, ab}})
+	tests := []struct {
+		name, path                                         string
+		group                                              func(Decision) bool
+		wantStableTag, wantExperiment                      string
+		wantGroupAfter, wantTagAfter, wantTarget, wantFrom string
+	}{
+		{"gray rule", "/g/1", func(d Decision) bool { return d.Group == GroupGray }, "v1", "", GroupStable, "v1", "stable", "gray"},
+		{"experiment group", "/x", func(d Decision) bool { return d.Group == "B" }, "ctl", "e", "B", "ctl", "a", "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := userWhere(t, s, tt.path, tt.group)
+			d := s.Decide(get(tt.path, "X-User-Id", u), nil)
+			if d.StableTag != tt.wantStableTag || d.Experiment != tt.wantExperiment {
+				t.Errorf("StableTag %q, Experiment %q; want %q, %q", d.StableTag, d.Experiment, tt.wantStableTag, tt.wantExperiment)
+			}
+			d.FallBack()
+			if d.Group != tt.wantGroupAfter || d.Tag != tt.wantTagAfter || d.Degraded != DegradedFallback || d.Target.Name != tt.wantTarget || d.Intended.Name != tt.wantFrom {
+				t.Errorf("after FallBack: group %q tag %q degraded %q target %s intended %s; want %q %q fallback %s %s",
+					d.Group, d.Tag, d.Degraded, d.Target.Name, d.Intended.Name, tt.wantGroupAfter, tt.wantTagAfter, tt.wantTarget, tt.wantFrom)
+			}
+		})
+	}
+}
