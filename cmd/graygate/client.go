@@ -519,7 +519,7 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			ClientIP       string   `json:"client_ip"`
 			PeerTrusted    bool     `json:"peer_trusted"`
 			SkippedByIndex []string `json:"skipped_by_index"`
-			Rules   []struct {
+			Rules          []struct {
 				Key, Type, Hash, Reason string
 				Priority                int
 				Conditions              []struct {
