@@ -445,3 +445,39 @@ func TestDegradeLabels(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainOfColoredRequestSpendsNoProbe: explaining a request colored
+// by a trusted hop reads the gray target's breaker but never takes a
+// half-open probe, and shows the open breaker's degradation.
+func TestExplainOfColoredRequestSpendsNoProbe(t *testing.T) {
+	now := time.Unix(1000, 0)
+	brk, err := breaker.New(breaker.Config{MinRequests: 2}, breaker.Options{Name: "g", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := compile(t, `{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2","stable":"v1"}}`)
+	s := build(t, Input{Rules: []*rule.Compiled{g}, Breakers: map[string]*breaker.Breaker{"g": brk}, TrustGrayTag: true})
+	colored := get("/", "X-User-Id", "1", "X-Gray-Tag", "v2")
+	colored.Trusted = true
+	for range 2 {
+		tk, _ := brk.Allow()
+		brk.Record(tk, breaker.Outcome{Failed: true, End: now})
+	}
+	var tr Trace
+	if d := s.Decide(colored, &tr); d.Degraded != DegradedBreaker || d.Tag != "v1" || len(tr.Rules) != 1 || !strings.HasPrefix(tr.Rules[0].Breaker, "open") {
+		t.Errorf("explain with the breaker open: %+v, trace %+v", d, tr)
+	}
+	now = now.Add(61 * time.Second)
+	for range 10 {
+		s.Decide(colored, &Trace{})
+	}
+	probes := 0
+	for range 10 {
+		if d := s.Decide(colored, nil); !d.Guard() {
+			probes++
+		}
+	}
+	if probes != 5 {
+		t.Errorf("half-open let %d colored probes through after explain, want 5", probes)
+	}
+}
