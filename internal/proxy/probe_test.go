@@ -174,3 +174,20 @@ func TestBreakerRefusalDegradesInStablesSlot(t *testing.T) {
 		g.Release()
 	}
 }
+
+// TestBreakerRefusalWithoutStable: a decision whose breaker refuses and
+// that names no stable target is answered 503, not sent anywhere.
+func TestBreakerRefusalWithoutStable(t *testing.T) {
+	clk := &fakeClock{}
+	b := newBreaker(t, clk, breaker.Config{MinRequests: 2, OpenFor: breaker.Duration(time.Hour)})
+	for range 2 {
+		tk, _ := b.Allow()
+		b.Record(tk, breaker.Outcome{Failed: true, End: clk.Now()})
+	}
+	gray, seen := echoBackend(t, "gray")
+	_, addr := startProxy(t, Options{Now: clk.Now}, &grayRoute{gray: poolOf("gray", addrOf(gray)), b: b})
+	resp, _ := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp.StatusCode != http.StatusServiceUnavailable || seen.Load() != 0 {
+		t.Errorf("open breaker, no stable: %d, gray saw %d requests; want 503 and none", resp.StatusCode, seen.Load())
+	}
+}

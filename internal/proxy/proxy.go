@@ -402,9 +402,8 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 
 // forward makes one attempt on ex.d.Target: take a concurrency slot, ask
 // the breaker (acquire), pick an instance, build and send the request, and
-// relay the answer. An error
-// means nothing has been written to the client yet; the caller answers it
-// or falls back.
+// relay the answer. An error means nothing has been written to the client
+// yet; the caller answers it or falls back.
 func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) (bool, error) {
 	if err := ex.acquire(); err != nil {
 		return false, err

@@ -168,6 +168,9 @@ func (ex *exchange) acquire() error {
 	}
 	if ex.d.Guard() {
 		ex.releaseGate()
+		if ex.d.Target == nil {
+			return fmt.Errorf("the gray target's breaker is open and there is no stable target: %w", upstream.ErrNoInstance)
+		}
 		if !ex.takeGate() {
 			return errGateFull
 		}
