@@ -483,7 +483,7 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.StringVar(&req.Path, "path", "/", "request `PATH`")
 		fs.StringVar(&req.Method, "method", "GET", "request `METHOD`")
 		fs.StringVar(&req.Host, "host", "", "request `HOST`")
-		fs.StringVar(&req.RemoteAddr, "remote-addr", "", "client `IP`")
+		fs.StringVar(&req.RemoteAddr, "remote-addr", "", "the TCP peer's `IP` (with --header X-Forwarded-For=..., the client behind a trusted proxy)")
 		fs.Var(kvFlag(req.Headers), "header", "request header `K=V` (repeatable)")
 		fs.Var(kvFlag(req.Cookies), "cookie", "cookie `K=V` (repeatable)")
 		fs.Var(kvFlag(req.Query), "query", "query argument `K=V` (repeatable)")
