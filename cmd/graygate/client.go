@@ -483,7 +483,7 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.StringVar(&req.Path, "path", "/", "request `PATH`")
 		fs.StringVar(&req.Method, "method", "GET", "request `METHOD`")
 		fs.StringVar(&req.Host, "host", "", "request `HOST`")
-		fs.StringVar(&req.RemoteAddr, "remote-addr", "", "client `IP`")
+		fs.StringVar(&req.RemoteAddr, "remote-addr", "", "the TCP peer's `IP` (with --header X-Forwarded-For=..., the client behind a trusted proxy)")
 		fs.Var(kvFlag(req.Headers), "header", "request header `K=V` (repeatable)")
 		fs.Var(kvFlag(req.Cookies), "cookie", "cookie `K=V` (repeatable)")
 		fs.Var(kvFlag(req.Query), "query", "query argument `K=V` (repeatable)")
@@ -514,8 +514,12 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Source                                    string `json:"identity_source"`
 		} `json:"decision"`
 		Trace struct {
-			Colored string `json:"colored"`
-			Rules   []struct {
+			Colored        string   `json:"colored"`
+			IgnoredColor   string   `json:"ignored_color"`
+			ClientIP       string   `json:"client_ip"`
+			PeerTrusted    bool     `json:"peer_trusted"`
+			SkippedByIndex []string `json:"skipped_by_index"`
+			Rules          []struct {
 				Key, Type, Hash, Reason string
 				Priority                int
 				Conditions              []struct {
@@ -540,6 +544,16 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, ", degraded: %s", d.Degraded)
 	}
 	fmt.Fprintf(stdout, "\n  %s (revision %d)\n", ex.Trace.Reason, ex.Revision)
+	if ex.Trace.ClientIP != "" {
+		peer := "not a trusted proxy: its X-Forwarded-For, region and tag headers are ignored"
+		if ex.Trace.PeerTrusted {
+			peer = "a trusted proxy"
+		}
+		fmt.Fprintf(stdout, "  client %s; the peer is %s\n", ex.Trace.ClientIP, peer)
+	}
+	if ex.Trace.IgnoredColor != "" {
+		fmt.Fprintf(stdout, "  X-Gray-Tag %q ignored: the peer is not in trusted_proxies\n", ex.Trace.IgnoredColor)
+	}
 	for _, r := range ex.Trace.Rules {
 		fmt.Fprintf(stdout, "  - %s (%s, priority %d, %s): %s\n", r.Key, r.Type, r.Priority, r.Hash, r.Reason)
 		for _, cnd := range r.Conditions {
@@ -549,6 +563,9 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			fmt.Fprintf(stdout, "      %s %s %v, got %q\n", mark, cnd.Condition, cnd.Want, cnd.Got)
 		}
+	}
+	if len(ex.Trace.SkippedByIndex) > 0 {
+		fmt.Fprintf(stdout, "  not evaluated (the path index rules them out): %s\n", strings.Join(ex.Trace.SkippedByIndex, ", "))
 	}
 	return nil
 }

@@ -292,6 +292,13 @@ rules:
 	if out, code := runCLI(t, env, "explain", "--user-id", "vip", "--path", "/x"); code != 0 || !strings.Contains(out, `user "vip"`) || !strings.Contains(out, "whitelisted") {
 		t.Errorf("explain: %d\n%s", code, out)
 	}
+	// No trusted_proxies: the peer's X-Forwarded-For and X-Gray-Tag count
+	// for nothing, and explain says so.
+	if out, code := runCLI(t, env, "explain", "--user-id", "vip", "--path", "/x", "--remote-addr", "127.0.0.1",
+		"--header", "X-Forwarded-For=10.1.1.1", "--header", "X-Gray-Tag=gray"); code != 0 ||
+		!strings.Contains(out, "client 127.0.0.1; the peer is not a trusted proxy") {
+		t.Errorf("explain from an untrusted peer: %d\n%s", code, out)
+	}
 	if out, code := runCLI(t, env, "explain", "--user-id", "vip", "-o", "json"); code != 0 || !json.Valid([]byte(out)) {
 		t.Errorf("explain -o json: %d\n%s", code, out)
 	}

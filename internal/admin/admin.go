@@ -43,6 +43,10 @@ type Token struct {
 type Options struct {
 	Store  store.Store
 	Router *router.Router
+	// View is how the data plane sees a request (proxy.(*Proxy).View).
+	// Explain decides through it, so that what it reports is what live
+	// traffic gets; without it POST /api/v1/explain is not routed.
+	View Viewer
 	// Compile validates and compiles one rule against the current config.
 	Compile func(r rule.Rule) (*rule.Compiled, error)
 	// Apply rebuilds the serving snapshot from the store and publishes it;
@@ -98,7 +102,9 @@ func New(opts Options) *Server {
 	s.handle("POST /api/v1/rules/{key}/resume", RoleAdmin, s.rollbackRule(false))
 	s.handle("POST /api/v1/rollback", RoleAdmin, s.rollbackAll(true))
 	s.handle("POST /api/v1/resume", RoleAdmin, s.rollbackAll(false))
-	s.handle("POST /api/v1/explain", RoleViewer, s.explain)
+	if opts.View != nil {
+		s.handle("POST /api/v1/explain", RoleViewer, s.explain)
+	}
 	s.handle("GET /api/v1/status", RoleViewer, s.status)
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.authenticate(w, r); !ok {

@@ -1,7 +1,8 @@
 // Package attr defines the small request view that identity, match and
 // router read. It exists so that the decision engine never sees a fasthttp
-// or net/http type: the data plane adapts its own request to Request, and the
-// explain endpoint and tests use Map.
+// or net/http type: the data plane adapts its own request to Request, and
+// explain decides through that same adapter (proxy.Proxy.View), so that an
+// explained request is seen exactly as a live one; unit tests use Map.
 package attr
 
 import (
@@ -25,6 +26,13 @@ type Request interface {
 	Query(name string) (string, bool)
 	// ClientIP is the client address after trusted-proxy resolution.
 	ClientIP() netip.Addr
+	// PeerTrusted reports whether the TCP peer is one of the configured
+	// trusted proxies. Headers that only a proxy should set (a CDN's
+	// region, a gateway's user tags, an east-west hop's X-Gray-Tag) are
+	// believed only when it is true. It is part of the contract, not an
+	// optional extra found by type assertion, because a view that forgot it
+	// silently turned every trusted header off for live traffic.
+	PeerTrusted() bool
 }
 
 // Map is a Request backed by plain maps. Header keys are matched
@@ -37,7 +45,7 @@ type Map struct {
 	Cookies map[string]string
 	Queries map[string]string
 	IP      netip.Addr
-	// Trusted says the TCP peer is a trusted proxy (see match.Trust).
+	// Trusted says the TCP peer is a trusted proxy (see Request.PeerTrusted).
 	Trusted bool
 }
 

@@ -196,6 +196,7 @@ func New(opts Options) (*Gateway, error) {
 	g.admin = admin.New(admin.Options{
 		Store:   st,
 		Router:  g.router,
+		View:    g.proxy.View,
 		Compile: g.compile,
 		Apply:   g.Apply,
 		Status:  func() any { return g.Status() },

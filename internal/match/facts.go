@@ -17,13 +17,6 @@ type Sources struct {
 	Tags *tags.Resolver
 }
 
-// Trust is implemented by request views that know whether the TCP peer is
-// a trusted proxy; headers set by a CDN or load balancer (region, tags)
-// are believed only from trusted peers.
-type Trust interface {
-	PeerTrusted() bool
-}
-
 // Facts is one request as the conditions see it: the attribute view, the
 // user id, and the region and tags, each resolved at most once and only
 // when a condition asks. A Facts belongs to one request and is not safe for
@@ -45,10 +38,9 @@ func NewFacts(req attr.Request, uid string, src *Sources) Facts {
 	return Facts{Req: req, UID: uid, src: src}
 }
 
-func (f *Facts) trusted() bool {
-	t, ok := f.Req.(Trust)
-	return ok && t.PeerTrusted()
-}
+// trusted says whether headers set by a CDN or load balancer (region,
+// tags) are believed: only from a trusted peer.
+func (f *Facts) trusted() bool { return f.Req.PeerTrusted() }
 
 // Tags returns the user's tags and whether they are known. Sources that
 // fail (Redis down, a bad token) make them Unknown: tag conditions then do

@@ -73,7 +73,7 @@ func TestUnknownTagsMatchNothing(t *testing.T) {
 	src := headerSources(t)
 	p, _ := compileTags(t, `[{"tag":"vip","operator":"not_exists"}]`, nil)
 	// A malformed header from a trusted peer makes the tags unknown.
-	f := NewFacts(&attr.Map{Headers: map[string]string{"X-User-Tags": "vip"}, Trusted: true}, "u1", src)
+	f := NewFacts(&attr.Map{Headers: map[string]string{"X-User-Tags": "vip=true;vip=false"}, Trusted: true}, "u1", src)
 	var trace []Result
 	if p.Match(&f, &trace) {
 		t.Error("unknown tags must not match, not even not_exists")

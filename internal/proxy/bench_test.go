@@ -70,7 +70,7 @@ func BenchmarkProxy(b *testing.B) {
 		benchRequests(b, addr)
 	})
 	// A gray request with every check of the resilience work armed: a
-	// breaker (Allow in the decider, Record with two clock reads), a
+	// breaker (Allow after the limits, Record with two clock reads), a
 	// stable target (so the request is checked for replayability), a pool
 	// gate, a route timeout, a body limit and a rate limiter that never
 	// refuses.
@@ -109,7 +109,8 @@ func BenchmarkDirect(b *testing.B) {
 
 // BenchmarkGuards measures what the resilience work adds per request, off
 // the network: the policy checks of admit, the pool gate, and, for a
-// breaker-guarded request, the clock reads and Record of roundTrip.
+// breaker-guarded request, Allow and the clock reads and Record of
+// roundTrip.
 func BenchmarkGuards(b *testing.B) {
 	var ctx fasthttp.RequestCtx
 	ctx.Request.Header.SetMethod("GET")
@@ -141,20 +142,15 @@ func BenchmarkGuards(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				ex.d = tt.d
-				if tt.d.Breaker != nil {
-					t, _ := br.Allow()
-					ex.d.Ticket = t
-				}
 				ex.recorded = false
 				if err := p.admit(&ctx, ex); err != nil {
 					b.Fatal(err)
 				}
-				if g := ex.d.Target.Gate; g != nil {
-					if !g.Acquire() {
-						b.Fatal("gate full")
-					}
-					g.Release()
+				// The gate, then the breaker's Allow.
+				if err := ex.acquire(); err != nil {
+					b.Fatal(err)
 				}
+				ex.releaseGate()
 				if ex.d.Breaker != nil {
 					ex.recordOutcome(p.now(), nil)
 				}

@@ -42,8 +42,9 @@ type degradeLog struct {
 // values), never from the request's buffers, so it outlives the exchange.
 type degradeRecord struct {
 	at                               time.Time
-	degraded, rule, source           string
+	degraded, rule, group, source    string
 	intended, actual, addr, grayAddr string
+	experiment                       bool
 	status                           int
 	cause                            error // the gray failure, for a fallback
 }
@@ -69,8 +70,8 @@ func (d *degradeLog) record(ex *exchange, at time.Time) {
 		return
 	}
 	r := degradeRecord{
-		at: at, degraded: ex.d.Degraded, rule: ex.d.Rule, source: ex.d.Identity.Source,
-		grayAddr: ex.fallbackAddr, status: ex.status, cause: ex.fallbackErr,
+		at: at, degraded: ex.d.Degraded, rule: ex.d.Rule, group: ex.d.Group, source: ex.d.Identity.Source,
+		grayAddr: ex.fallbackAddr, status: ex.status, cause: ex.fallbackErr, experiment: ex.d.Experiment != "",
 	}
 	if ex.d.Intended != nil {
 		r.intended = ex.d.Intended.Name
@@ -118,6 +119,7 @@ func (d *degradeLog) write(r degradeRecord) {
 		slog.String("degraded", r.degraded),
 		slog.String("reason", r.reason()),
 		slog.String("rule", r.rule),
+		slog.String("group", r.group),
 		slog.String("intended", r.intended),
 		slog.String("actual", r.actual),
 		slog.String("upstream", r.addr),
@@ -137,6 +139,14 @@ func (r *degradeRecord) reason() string {
 		return "the rule is rolled back"
 	case router.DegradedFallback:
 		_, why := classify(r.cause)
+		if r.experiment {
+			// An experiment group's own upstream failed; the control
+			// group's answered, and the request stays in its group.
+			if r.grayAddr == "" {
+				return fmt.Sprintf("group %q upstream %q %s before answering: %v", r.group, r.intended, why, r.cause)
+			}
+			return fmt.Sprintf("group %q upstream %q (%s) %s before answering: %v", r.group, r.intended, r.grayAddr, why, r.cause)
+		}
 		if r.grayAddr == "" {
 			return fmt.Sprintf("gray upstream %q %s before answering: %v", r.intended, why, r.cause)
 		}

@@ -15,7 +15,8 @@
 //     so "Connection: X-Forwarded-For" cannot strip what the gateway sets.
 //   - Inbound X-Forwarded-For/-Proto/-Host (and Forwarded, X-Real-Ip) are
 //     dropped unless the TCP peer is in Options.TrustedProxies. X-Gray-Tag is
-//     always replaced by the router's decision.
+//     always replaced by the router's decision (which honours an inbound
+//     one only from a trusted peer, with trust_gray_tag).
 //   - WebSocket handshakes get Upgrade and Connection re-added and become a
 //     byte tunnel after the 101.
 //   - text/event-stream and bodies of unknown length are flushed chunk by
@@ -98,7 +99,10 @@
 // # Lifetime
 //
 // Per-request state lives in a pooled exchange. The attr.Request view aliases
-// fasthttp's buffers and is only used during Decide. The exchange outlives
+// fasthttp's buffers and is only used during Decide. It is the one
+// implementation of how a request is seen (path, cookies, query, trust and
+// the client address behind trusted proxies): explain uses it too, through
+// View, so that an explained request is decided as a live one. The exchange outlives
 // the handler while a body streams or a WebSocket tunnel runs, so anything it
 // needs then (method, path, the decision's identity value and tag) is copied
 // into its own buffers first: nothing refers to the RequestCtx after the
@@ -128,6 +132,11 @@
 //     when the exchange ends, which for a streamed body is after its last
 //     byte and for a WebSocket when the tunnel closes, and at once when a
 //     failed gray attempt falls back.
+//   - Only then the breaker of a guarded gray target (Decision.Guard): a
+//     request refused by the rate limit, the body size or a full pool never
+//     reaches it, so it cannot use up one of a half-open breaker's few
+//     probes. A breaker that refuses sends the request to stable
+//     (X-Gray-Degraded: breaker), in a slot of the stable pool.
 //
 // # Breaker outcomes
 //
@@ -148,22 +157,25 @@
 // drive clients away still shows in the p99. A pool with no instance is a
 // failure with no latency. Requests refused before the target is contacted
 // (429, 413 by Content-Length, a full gate, a client that broke off while
-// its body was buffered) are not recorded: they say nothing about the
-// target, and counting them as successes would dilute its error rate. If
-// such a request held a half-open probe, the breaker sees the probe as
-// lost and reopens after its probe timeout, which is the safe side.
+// its body was buffered) never asked the breaker, so they hold no ticket
+// and no half-open probe, and are not recorded: they say nothing about the
+// target, and counting them as successes would dilute its error rate.
 // Options.Now must be the breakers' clock, since End is read from it.
 //
 // # Fallback to stable
 //
 // When a request to a gray target (Stable set and not the Target) fails
 // before any response byte, it is sent once more, to Stable, and the
-// client gets stable's answer with "X-Gray-Group: stable" and
-// "X-Gray-Degraded: fallback" (seed 004 §3.3.2, result degradation). The
-// decision seen by OnDone, the access log and the degradation log is the
-// degraded one (Group stable, Degraded fallback, Intended the gray pool,
-// Target stable, Breaker nil); the breaker has the gray failure. The
-// retry is made only if sending twice is harmless:
+// client gets stable's answer with "X-Gray-Degraded: fallback" (seed 004
+// §3.3.2, result degradation); see router.Decision.FallBack. A gray rule's
+// request says "X-Gray-Group: stable". An experiment's request, replayed
+// on the control group's pool, keeps the group it was assigned, so the
+// experiment counts it as a degraded request of its own group and never as
+// one of the control group. The decision seen by OnDone, the access log
+// and the degradation log is the degraded one (Degraded fallback, Intended
+// the failed pool, Target stable, Tag the stable target's, Breaker nil);
+// the breaker has the gray failure. The retry is made only if sending
+// twice is harmless:
 //
 //   - nothing was sent: no instance, connection refused, dial or TLS
 //     failure, or no free connection within DialTimeout (any method);
@@ -177,9 +189,9 @@
 // at most Policy.FallbackBodyBytes (default 64 KiB) or, chunked, when it
 // turns out to fit. A larger body streams as before, with no fallback; a
 // chunked one that outgrows the buffer is streamed on, what was read
-// first included. The replayed body is sent with a Content-Length. The
-// gray X-Gray-Tag is not sent to stable; the decision does not carry the
-// stable target's own tag, so stable gets none. A client waits for the
+// first included. The replayed body is sent with a Content-Length. Stable
+// gets the stable target's own X-Gray-Tag (Decision.StableTag), never the
+// failed target's. A client waits for the
 // gray failure first: up to DialTimeout for a dead host, or the route's
 // header timeout for a silent one. Client failures, a full gate and a
 // WebSocket answer that is not a 101 never fall back.
@@ -189,8 +201,8 @@
 // Every degraded request (breaker, rollback or fallback) is recorded, as
 // seed 004 §3.3.2 asks, so that the gray effect can be assessed
 // afterwards: through the proxy's slog logger as "degraded request" with
-// degraded, reason, rule, intended, actual, upstream, identity_source and
-// status, whether or not the access log is on, and in the access log. The
+// degraded, reason, rule, group, intended, actual, upstream,
+// identity_source and status, whether or not the access log is on, and in the access log. The
 // request only queues a small value; a goroutine calls the handler, so a
 // slow handler never delays requests. Records that do not fit in the
 // queue are counted (DegradationLogDropped) and reported in one summary
@@ -226,7 +238,7 @@
 // checks are a few comparisons (about 8 ns, BenchmarkGuards/plain) and
 // BenchmarkProxy/plain stays at 0 allocations. A gray request with a
 // breaker, a gate and a stable target costs about 125 ns more (two clock
-// reads and the breaker's Record dominate; Allow is the router's), and a
+// reads and the breaker's Record dominate), and a
 // rate limiter about 95 ns on top plus one small allocation: the identity
 // is copied for the Limiter, which may keep it as a map key.
 //

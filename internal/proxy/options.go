@@ -196,3 +196,16 @@ func (o Options) withDefaults() Options {
 	o.TrustedProxies = trusted
 	return o
 }
+
+// isTrusted reports whether a is in one of o.TrustedProxies.
+func (o *Options) isTrusted(a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, pf := range o.TrustedProxies {
+		if pf.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

@@ -28,8 +28,9 @@ import (
 // before the request's buffers are reused. Its other strings (Rule, Group,
 // Identity.Source, pool names) must not alias the request: they are logged
 // after the handler has returned. If the Decision carries a Breaker, the
-// Proxy reports the request's outcome to it (see the package doc for the
-// requests it cannot report).
+// Proxy asks it (Decision.Guard) once the request has passed the route's
+// limits and taken its pool's concurrency slot, and reports the outcome of
+// every request it let through (see the package doc).
 type Decider interface {
 	Decide(req attr.Request) router.Decision
 }
@@ -422,7 +423,7 @@ func (ex *exchange) reportUpstream(ok bool) {
 }
 
 func (ex *exchange) reset() {
-	ex.view.ctx, ex.view.ip, ex.view.dec = nil, netip.Addr{}, ex.view.dec[:0]
+	ex.view.req, ex.view.ip, ex.view.trusted, ex.view.dec = nil, netip.Addr{}, false, ex.view.dec[:0]
 	ex.d = router.Decision{}
 	ex.opts = nil
 	ex.peer = netip.Addr{}
@@ -461,17 +462,8 @@ func (ex *exchange) keepDecision(d router.Decision) {
 	ex.d = d
 }
 
-func (ex *exchange) trusted(a netip.Addr) bool {
-	if !a.IsValid() {
-		return false
-	}
-	for _, pf := range ex.opts.TrustedProxies {
-		if pf.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+// trusted reports whether a is one of Options.TrustedProxies.
+func (ex *exchange) trusted(a netip.Addr) bool { return ex.opts.isTrusted(a) }
 
 // Handler serves one request: validate, route, forward, answer. It is a
 // fasthttp.RequestHandler; Serve runs it in a server configured for
@@ -506,14 +498,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		p.reject(ctx, ex, fasthttp.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false
 	}
-	var xff [][]byte
-	if trusted {
-		xff = in.PeekAll(hdrXForwardedFor)
-	}
-	ex.view.ctx = ctx
-	ex.view.ip = clientIP(ex.peer, ex.trusted, xff)
+	ex.view.see(&ctx.Request, ex.peer, ex.trusted)
 	ex.keepDecision(p.decider.Decide(&ex.view))
-	ex.view.ctx = nil
+	ex.view.req = nil
 	if ex.d.Reject != "" { // e.g. an identity over identity.max_length
 		p.reject(ctx, ex, fasthttp.StatusBadRequest, ex.d.Reject)
 		return false
@@ -547,18 +534,15 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	}
 }
 
-// forward makes one attempt on ex.d.Target: take a concurrency slot, pick
-// an instance, build and send the request, and relay the answer. An error
-// means nothing has been written to the client yet; the caller answers it
-// or falls back.
+// forward makes one attempt on ex.d.Target: take a concurrency slot, ask
+// the breaker (acquire), pick an instance, build and send the request, and
+// relay the answer. An error means nothing has been written to the client
+// yet; the caller answers it or falls back.
 func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) (bool, error) {
-	pool := ex.d.Target
-	if g := pool.Gate; g != nil {
-		if !g.Acquire() {
-			return false, errGateFull
-		}
-		ex.gate = g
+	if err := ex.acquire(); err != nil {
+		return false, err
 	}
+	pool := ex.d.Target
 	var inst *upstream.Instance
 	var err error
 	h := ex.d.VersionHeader

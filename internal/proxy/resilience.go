@@ -158,26 +158,60 @@ func (ex *exchange) fallBackOK(err error) bool {
 	return idempotentMethod(ex.method)
 }
 
-// fallBack turns the exchange into an attempt on stable: the decision
-// becomes group stable, degraded "fallback", with the gray pool as
-// Intended. The gray pool's concurrency slot is given back and the
-// upstream request is rebuilt for stable. X-Gray-Tag is not sent: the
-// decision does not carry the stable target's tag, and the gray one must
-// not reach stable.
-func (ex *exchange) fallBack(err error) {
+// acquire readies an attempt on ex.d.Target: it takes the pool's
+// concurrency slot (full: errGateFull), and then, on the first attempt on
+// a breaker-guarded target, asks the breaker (Decision.Guard). The order
+// matters: a request refused by a rate limit (admit) or a full pool never
+// reaches the breaker, so it cannot use up a half-open probe. A breaker
+// that refuses degrades the decision to stable, and the attempt takes the
+// stable pool's slot instead.
+func (ex *exchange) acquire() error {
+	if !ex.takeGate() {
+		return errGateFull
+	}
+	if ex.d.Guard() {
+		ex.releaseGate()
+		if ex.d.Target == nil {
+			return fmt.Errorf("the gray target's breaker is open and there is no stable target: %w", upstream.ErrNoInstance)
+		}
+		if !ex.takeGate() {
+			return errGateFull
+		}
+	}
+	return nil
+}
+
+// takeGate takes a concurrency slot of ex.d.Target's pool, if it has a cap.
+func (ex *exchange) takeGate() bool {
+	if g := ex.d.Target.Gate; g != nil {
+		if !g.Acquire() {
+			return false
+		}
+		ex.gate = g
+	}
+	return true
+}
+
+func (ex *exchange) releaseGate() {
 	if ex.gate != nil {
 		ex.gate.Release()
 		ex.gate = nil
 	}
+}
+
+// fallBack turns the exchange into an attempt on stable (Decision.FallBack):
+// degraded "fallback", with the failed pool as Intended and the stable
+// target's X-Gray-Tag; a gray rule's request becomes group stable, an
+// experiment's keeps its group. The failed pool's concurrency slot is
+// given back and the upstream request is rebuilt for stable.
+func (ex *exchange) fallBack(err error) {
+	ex.releaseGate()
 	ex.fellBack, ex.fallbackErr = true, err
 	if ex.inst != nil {
 		ex.fallbackAddr = ex.inst.Addr
 	}
 	ex.reportUpstream(false)
-	d := &ex.d
-	d.Intended, d.Target = d.Target, d.Stable
-	d.Group, d.Degraded, d.Tag = router.GroupStable, router.DegradedFallback, ""
-	d.Breaker, d.Ticket = nil, breaker.Ticket{}
+	ex.d.FallBack()
 	ex.inst, ex.uc = nil, nil
 	ex.resp.Reset()
 	ex.sent, ex.respStarted = false, false

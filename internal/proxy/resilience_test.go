@@ -39,8 +39,8 @@ func newBreaker(t testing.TB, clk *fakeClock, cfg breaker.Config) *breaker.Break
 }
 
 // grayRoute decides as the router does for one gray rule: the gray target
-// while its breaker (if any) allows it, with Breaker and Ticket set, else
-// stable, degraded "breaker".
+// (tag v2), guarded by its breaker if any, which the proxy asks
+// (Decision.Guard) after its own limits; stable's tag is v1.
 type grayRoute struct {
 	gray, stable *upstream.Pool
 	b            *breaker.Breaker
@@ -48,19 +48,10 @@ type grayRoute struct {
 }
 
 func (g *grayRoute) Decide(attr.Request) router.Decision {
-	d := router.Decision{
-		Rule: "r1", Group: router.GroupGray, Tag: "v2", Target: g.gray, Stable: g.stable, Policy: g.pol,
-		Identity: identity.ID{Value: "u1", Source: "header:X-User-Id"},
+	return router.Decision{
+		Rule: "r1", Group: router.GroupGray, Tag: "v2", Target: g.gray, Stable: g.stable, StableTag: "v1", Policy: g.pol,
+		Breaker: g.b, Identity: identity.ID{Value: "u1", Source: "header:X-User-Id"},
 	}
-	if g.b == nil {
-		return d
-	}
-	if t, ok := g.b.Allow(); ok {
-		d.Breaker, d.Ticket = g.b, t
-		return d
-	}
-	d.Group, d.Target, d.Tag, d.Degraded, d.Intended = router.GroupStable, g.stable, "", router.DegradedBreaker, g.gray
-	return d
 }
 
 // resetBackend reads each request (all of it if readBody) and then resets
@@ -392,8 +383,8 @@ func TestFallback(t *testing.T) {
 					t.Errorf("stable got %s %q (%d bytes) from %q, want %s with the client's %d bytes",
 						e.Method, e.Body[:min(len(e.Body), 20)], e.BodyLen, e.Name, tt.method, len(tt.body))
 				}
-				if len(e.Header["X-Gray-Tag"]) != 0 {
-					t.Errorf("stable got X-Gray-Tag %q; the gray tag must not reach stable", e.Header["X-Gray-Tag"])
+				if got := e.Header.Values("X-Gray-Tag"); tt.method != "HEAD" && (len(got) != 1 || got[0] != "v1") {
+					t.Errorf("stable got X-Gray-Tag %q, want the stable target's own tag v1 (never the gray one)", got)
 				}
 			}
 			if n := stableGot.Load(); n != wantStable {

@@ -7,34 +7,66 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/attr"
 )
 
-// view is the attr.Request over a fasthttp request. Every string it returns
-// aliases fasthttp's buffers or the view's own decode buffer, so it costs no
-// allocation, and it is valid only until the handler returns: the view
-// lives in a pooled exchange and its ctx is cleared before the handler ends.
+// view is the attr.Request over a fasthttp request: the one way a request
+// is seen, by live traffic (serve) and by explain (View). Every string it
+// returns aliases fasthttp's buffers or the view's own decode buffer, so it
+// costs no allocation, and it is valid only while the request is: in serve
+// the view lives in a pooled exchange and its req is cleared right after
+// Decide.
 type view struct {
-	ctx *fasthttp.RequestCtx
+	req *fasthttp.Request
 	ip  netip.Addr
+	// trusted says the TCP peer is in Options.TrustedProxies.
+	trusted bool
 	// dec holds URL-decoded cookie values. It only grows during a request,
 	// so strings handed out earlier stay intact.
 	dec []byte
 }
 
-func (v *view) Method() string { return b2s(v.ctx.Method()) }
+// see points v at req, received from the TCP peer, and resolves trust and
+// the client address the one way the gateway does: the peer is trusted if
+// trusted says so, and only then is X-Forwarded-For consulted (clientIP).
+func (v *view) see(req *fasthttp.Request, peer netip.Addr, trusted func(netip.Addr) bool) {
+	v.req = req
+	v.trusted = trusted(peer)
+	var xff [][]byte
+	if v.trusted {
+		xff = req.Header.PeekAll(hdrXForwardedFor)
+	}
+	v.ip = clientIP(peer, trusted, xff)
+}
+
+// View returns the attr.Request that the data plane decides on for req
+// arriving from the TCP peer: the same view type, the same path (fasthttp's
+// decoded and normalised one), cookie and query decoding, and trust and
+// client address resolved from Options.TrustedProxies exactly as for a
+// live request. Explain decides through it, so that an explained request is
+// seen the way a live one is. The view aliases req: it is valid while req
+// is not modified or released. View is safe for concurrent use.
+func (p *Proxy) View(req *fasthttp.Request, peer netip.Addr) attr.Request {
+	v := &view{}
+	v.see(req, peer.Unmap(), p.opts.Load().isTrusted)
+	return v
+}
+
+func (v *view) Method() string { return b2s(v.req.Header.Method()) }
 
 // Host is the request target's host: the authority of an absolute-form
 // request line, else the Host header.
-func (v *view) Host() string { return b2s(v.ctx.Host()) }
+func (v *view) Host() string { return b2s(v.req.Host()) }
 
 // Path is the decoded, dot-segment-normalised path without the query, the
 // form rules match on; the upstream still receives the raw request target.
-func (v *view) Path() string { return b2s(v.ctx.Path()) }
+func (v *view) Path() string { return b2s(v.req.URI().Path()) }
 
 // Header returns the first value of the named header. PeekAll is used, not
 // Peek, because it reports a present header with an empty value.
 func (v *view) Header(name string) (string, bool) {
-	vals := v.ctx.Request.Header.PeekAll(name)
+	vals := v.req.Header.PeekAll(name)
 	if len(vals) == 0 {
 		return "", false
 	}
@@ -47,7 +79,7 @@ func (v *view) Header(name string) (string, bool) {
 // rather than through fasthttp's cookie jar, because collecting cookies
 // makes fasthttp rewrite the header it would forward.
 func (v *view) Cookie(name string) (string, bool) {
-	for _, h := range v.ctx.Request.Header.PeekAll(fasthttp.HeaderCookie) {
+	for _, h := range v.req.Header.PeekAll(fasthttp.HeaderCookie) {
 		if raw, ok := findCookie(h, name); ok {
 			return v.decode(raw), true
 		}
@@ -58,7 +90,7 @@ func (v *view) Cookie(name string) (string, bool) {
 // Query returns the first query argument with that name, already decoded
 // by fasthttp.
 func (v *view) Query(name string) (string, bool) {
-	args := v.ctx.QueryArgs()
+	args := v.req.URI().QueryArgs()
 	if val := args.Peek(name); val != nil {
 		return b2s(val), true
 	}
@@ -69,6 +101,9 @@ func (v *view) Query(name string) (string, bool) {
 }
 
 func (v *view) ClientIP() netip.Addr { return v.ip }
+
+// PeerTrusted reports whether the TCP peer is a trusted proxy.
+func (v *view) PeerTrusted() bool { return v.trusted }
 
 // decode aliases raw when there is nothing to decode, else appends the
 // decoded value to the view's buffer.

@@ -44,7 +44,7 @@ func TestViewCookie(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := &view{ctx: parsedCtx(t, "GET / HTTP/1.1\r\nHost: a\r\nCookie: "+tt.header+"\r\n\r\n")}
+			v := &view{req: &parsedCtx(t, "GET / HTTP/1.1\r\nHost: a\r\nCookie: "+tt.header+"\r\n\r\n").Request}
 			got, ok := v.Cookie(tt.cookie)
 			if got != tt.want || ok != tt.wantOK {
 				t.Errorf("Cookie(%q) in %q = %q, %v; want %q, %v", tt.cookie, tt.header, got, ok, tt.want, tt.wantOK)
@@ -54,7 +54,7 @@ func TestViewCookie(t *testing.T) {
 }
 
 func TestViewCookieDecodedValuesStayValid(t *testing.T) {
-	v := &view{ctx: parsedCtx(t, "GET / HTTP/1.1\r\nHost: a\r\nCookie: a=%31+1; b=%32+2\r\n\r\n")}
+	v := &view{req: &parsedCtx(t, "GET / HTTP/1.1\r\nHost: a\r\nCookie: a=%31+1; b=%32+2\r\n\r\n").Request}
 	a, _ := v.Cookie("a")
 	for range 100 { // grow the decode buffer past its first allocation
 		v.Cookie("b")
@@ -67,7 +67,7 @@ func TestViewCookieDecodedValuesStayValid(t *testing.T) {
 // TestViewAllocs: the attribute view must not allocate.
 func TestViewAllocs(t *testing.T) {
 	ctx := parsedCtx(t, "GET /a/%7Eb?q=x+y&f HTTP/1.1\r\nHost: h\r\nX-User-Id: u\r\nCookie: s=1; uid=x%20y\r\n\r\n")
-	v := &view{ctx: ctx, ip: netip.MustParseAddr("10.0.0.1")}
+	v := &view{req: &ctx.Request, ip: netip.MustParseAddr("10.0.0.1")}
 	var sink int
 	allocs := testing.AllocsPerRun(200, func() {
 		v.dec = v.dec[:0]

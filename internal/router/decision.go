@@ -38,7 +38,18 @@ type Decision struct {
 	// Target is the pool that serves the request.
 	Target *upstream.Pool
 	// Stable is the claiming rule's stable target, for fallback; nil if none.
+	// For an ab rule it is the control group's pool.
 	Stable *upstream.Pool
+	// StableTag is Stable's X-Gray-Tag, which a request degraded to Stable
+	// (Guard, FallBack) carries on, so that the call chain behind stable is
+	// colored as what served it.
+	StableTag string
+	// Experiment is the experiment_id of the ab rule that claimed the
+	// request ("" for other rules). A request of an experiment that is
+	// degraded to the control group's pool keeps its Group: it was assigned
+	// to that group, and relabelling it would count it in a group it is
+	// not in (or in "stable", which is outside the experiment).
+	Experiment string
 	// Degraded is "", "rollback", "breaker" or "fallback".
 	Degraded string
 	// Intended is the target the rule chose before a degradation sent the
@@ -56,8 +67,11 @@ type Decision struct {
 	// instead of keeping the client's Host.
 	UpstreamHost bool
 	// Breaker guards the gray target this request goes to (nil otherwise).
-	// The data plane must report the outcome exactly once:
-	// Breaker.Record(Ticket, breaker.Outcome{...}).
+	// The router does not ask it: the data plane calls Guard once, after
+	// its own rate limits and concurrency caps, so that a request they
+	// refuse never spends a half-open probe. If Guard lets the request
+	// through, Ticket is set and the data plane must report the outcome
+	// exactly once: Breaker.Record(Ticket, breaker.Outcome{...}).
 	Breaker *breaker.Breaker
 	Ticket  breaker.Ticket
 	// Policy holds the route's limits; it is never nil.
@@ -66,6 +80,50 @@ type Decision struct {
 	// by their "version" metadata (seed 003), for routes that enable it;
 	// "" leaves it to the pool's own setting.
 	VersionHeader string
+}
+
+// Guard asks the breaker that guards Target whether this request may go
+// there (seed 004 §3.3.1). If it may, Ticket is set and Guard returns
+// false. If not, the request goes to Stable instead, as the router's
+// degradation of a rule does: Group stable, Tag StableTag, Degraded
+// "breaker", Intended the gray target, Breaker nil; Guard returns true
+// (the target changed). A decision without a Breaker is left alone.
+//
+// The data plane calls Guard once per request, after admitting it (rate
+// limit, body size) and after taking the target pool's concurrency slot,
+// so that only a request that will really be sent can spend one of a
+// half-open breaker's few probes. Explain never calls it: it only reads
+// the breaker's state.
+func (d *Decision) Guard() bool {
+	b := d.Breaker
+	if b == nil {
+		return false
+	}
+	if t, ok := b.Allow(); ok {
+		d.Ticket = t
+		return false
+	}
+	d.Intended = d.Target
+	d.Group, d.Target, d.Tag, d.Degraded = GroupStable, d.Stable, d.StableTag, DegradedBreaker
+	d.Breaker, d.Ticket = nil, breaker.Ticket{}
+	return true
+}
+
+// FallBack turns d into the replay of its request on Stable after Target
+// failed before answering (seed 004 §3.3.2, result degradation): Degraded
+// "fallback", Intended the failed target, Tag StableTag, and no breaker
+// (the failed target's breaker has its outcome already). A gray rule's
+// request becomes group stable, which is what served it; an experiment's
+// request keeps the group it was assigned (see Experiment), so the
+// experiment counts it as a degraded request of that group and never as
+// one of the control group.
+func (d *Decision) FallBack() {
+	d.Intended, d.Target = d.Target, d.Stable
+	if d.Experiment == "" {
+		d.Group = GroupStable
+	}
+	d.Degraded, d.Tag = DegradedFallback, d.StableTag
+	d.Breaker, d.Ticket = nil, breaker.Ticket{}
 }
 
 // DefaultFallbackBodyBytes is how much of a request body is buffered so

@@ -2,7 +2,8 @@
 // decision is a pure function of an immutable Snapshot and the request's
 // attributes; Router holds the current Snapshot behind an atomic.Pointer so
 // that a reload swaps the whole rule set at once and no request ever sees
-// half of one. Explain runs the same code with a Trace attached.
+// half of one. Explain runs the same code with a Trace attached, over the
+// same indexed candidates, so what it says is what live traffic gets.
 package router
 
 import (
@@ -123,6 +124,25 @@ func (r *route) index() {
 			}
 		}
 	}
+}
+
+// skipped returns the keys of the route's rules that are not in cands, the
+// candidates the index chose, for explain.
+func (r *route) skipped(cands []entry) []string {
+	if len(cands) == len(r.entries) {
+		return nil
+	}
+	in := make(map[*rule.Compiled]bool, len(cands))
+	for _, e := range cands {
+		in[e.rule] = true
+	}
+	var out []string
+	for _, e := range r.entries {
+		if !in[e.rule] {
+			out = append(out, e.rule.Key)
+		}
+	}
+	return out
 }
 
 // candidates returns the entries that can match path, in order.
@@ -271,18 +291,33 @@ func hasUpper(s string) bool {
 
 // Trace explains one decision.
 type Trace struct {
-	Identity identity.ID  `json:"identity"`
-	Route    string       `json:"route"`
-	Colored  string       `json:"colored,omitempty"`
-	Rules    []rule.Trace `json:"rules"`
-	Reason   string       `json:"reason"`
+	Identity identity.ID `json:"identity"`
+	// ClientIP is the client address after trusted-proxy resolution, and
+	// PeerTrusted whether the TCP peer is a trusted proxy, whose region,
+	// tags and X-Gray-Tag headers are believed.
+	ClientIP    string `json:"client_ip,omitempty"`
+	PeerTrusted bool   `json:"peer_trusted"`
+	Route       string `json:"route"`
+	Colored     string `json:"colored,omitempty"`
+	// IgnoredColor is an inbound X-Gray-Tag that trust_gray_tag would have
+	// honoured had the peer been a trusted proxy.
+	IgnoredColor string       `json:"ignored_color,omitempty"`
+	Rules        []rule.Trace `json:"rules"`
+	// SkippedByIndex lists the route's rules that the path index left out
+	// because they cannot match the path; like live traffic, explain does
+	// not evaluate them.
+	SkippedByIndex []string `json:"skipped_by_index,omitempty"`
+	Reason         string   `json:"reason"`
 }
 
 // Decide routes one request. When tr is non-nil it records every rule
-// considered; on the hot path tr is nil and Decide does not allocate (except
-// to issue an anonymous id or to refuse one). A refused identity (see
-// identity.ID.Refused) ends the decision before any rule runs, so no
-// breaker ticket is taken for a request that will be answered 400.
+// evaluated, and the rules the index skipped; the decision is the same
+// either way. On the hot path tr is nil and Decide does not allocate
+// (except to issue an anonymous id or to refuse one). A refused identity
+// (see identity.ID.Refused) ends the decision before any rule runs.
+// Decide never asks a breaker: a decision for a guarded gray target
+// carries its Breaker, and the data plane calls Decision.Guard once the
+// request has passed its own limits.
 func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	f := match.NewFacts(req, "", s.sources)
 	id := s.resolveIdentity(req, &f)
@@ -290,7 +325,10 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	rt := s.route(req.Host(), req.Path())
 	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader}
 	if tr != nil {
-		tr.Identity, tr.Route = id, rt.name
+		tr.Identity, tr.Route, tr.PeerTrusted = id, rt.name, req.PeerTrusted()
+		if ip := req.ClientIP(); ip.IsValid() {
+			tr.ClientIP = ip.String()
+		}
 	}
 	if id.Refused != nil {
 		d.Reject = id.Refused.Message
@@ -299,20 +337,28 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 		}
 		return d
 	}
+	// An inbound color is believed only from a trusted hop: anyone else
+	// could name gray and skip the whitelist and the bucket.
 	if s.trustTag {
 		if tag, ok := req.Header(TagHeader); ok && tag != "" {
-			d.Tag = tag
-			if tr != nil {
-				tr.Colored = tag
-			}
-			if s.decideColored(&f, rt, tag, &d, tr) {
-				return d
+			if !req.PeerTrusted() {
+				if tr != nil {
+					tr.IgnoredColor = tag
+				}
+			} else {
+				d.Tag = tag
+				if tr != nil {
+					tr.Colored = tag
+				}
+				if s.decideColored(&f, rt, tag, &d, tr) {
+					return d
+				}
 			}
 		}
 	}
 	cands := rt.candidates(req.Path())
 	if tr != nil {
-		cands = rt.entries // explain shows every rule, including those the index skips
+		tr.SkippedByIndex = rt.skipped(cands)
 	}
 	for i := range cands {
 		e := &cands[i]
@@ -332,7 +378,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 		if d.Tag == "" {
 			d.Tag = out.Target.Tag
 		}
-		d.Stable = e.stable
+		d.Stable, d.StableTag, d.Experiment = e.stable, e.stableTag(), e.experiment()
 		if out.Degraded != "" && e.rule.Type != rule.TypeAB {
 			d.Intended = e.rule.Gray.Pool
 		}
@@ -372,7 +418,15 @@ func (s *Snapshot) decideColored(f *match.Facts, rt *route, tag string, d *Decis
 			continue
 		}
 		d.Rule, d.Group, d.Target = e.rule.Key, t.Group, t.Pool
-		d.Stable = e.stable
+		d.Stable, d.StableTag, d.Experiment = e.stable, e.stableTag(), e.experiment()
+		var rtr *rule.Trace
+		if tr != nil {
+			tr.Rules = append(tr.Rules, rule.Trace{
+				Key: e.rule.Key, Type: e.rule.Type, Priority: e.rule.Priority, Hash: e.rule.Mode.String(), RolledBack: e.rolledBack,
+				InScope: true, Claimed: true, Group: t.Group, Target: t.Pool.Name, Reason: fmt.Sprintf("claimed: a target is tagged %q", tag),
+			})
+			rtr = &tr.Rules[len(tr.Rules)-1]
+		}
 		switch {
 		case e.rolledBack && e.rule.Type != rule.TypeAB && t == &e.rule.Gray:
 			d.Group, d.Target, d.Degraded, d.Intended = GroupStable, e.stable, DegradedRollback, t.Pool
@@ -381,9 +435,10 @@ func (s *Snapshot) decideColored(f *match.Facts, rt *route, tag string, d *Decis
 				d.Group, d.Target, d.Degraded, d.Intended = c.Group, c.Pool, DegradedRollback, t.Pool
 			}
 		case t == &e.rule.Gray:
-			guard(e, d, nil)
+			guard(e, d, rtr)
 		}
 		if tr != nil {
+			rtr.Group, rtr.Target = d.Group, d.Target.Name
 			tr.Reason = fmt.Sprintf("request arrived colored %q by a trusted hop; rule %q has a target with that tag: group %q → %s", tag, e.rule.Key, d.Group, d.Target.Name)
 		}
 		return true
@@ -391,34 +446,53 @@ func (s *Snapshot) decideColored(f *match.Facts, rt *route, tag string, d *Decis
 	return false
 }
 
-// guard asks the gray target's breaker whether it may take the request; an
-// open breaker sends it to the rule's stable target instead (seed 004
-// 3.3.1). Explain (tr != nil) only reads the state, so that it never
-// spends a half-open probe.
+// guard attaches the gray target's breaker to a live decision; the data
+// plane asks it (Decision.Guard) once the request has passed its own
+// limits, and an open breaker sends the request to the rule's stable
+// target instead (seed 004 3.3.1). Explain (tr != nil) only reads the
+// state, so that it never spends a half-open probe, and shows what an
+// open breaker does.
 func guard(e *entry, d *Decision, tr *rule.Trace) {
 	b := e.breaker
 	if b == nil {
 		return
 	}
-	if tr != nil {
-		st := b.State()
-		tr.Breaker = st.String()
-		if r := b.Snapshot().Reason; r != "" {
-			tr.Breaker += ": " + r
-		}
-		if st != breaker.Open {
-			return
-		}
-	} else if t, ok := b.Allow(); ok {
-		d.Breaker, d.Ticket = b, t
+	if tr == nil {
+		d.Breaker = b
+		return
+	}
+	st := b.State()
+	tr.Breaker = st.String()
+	if r := b.Snapshot().Reason; r != "" {
+		tr.Breaker += ": " + r
+	}
+	if st != breaker.Open {
 		return
 	}
 	d.Intended = d.Target
-	d.Group, d.Target, d.Tag, d.Degraded = GroupStable, e.stable, e.rule.Stable.Tag, DegradedBreaker
-	if tr != nil {
-		tr.Group, tr.Target = d.Group, d.Target.Name
-		tr.Reason += "; the gray target's breaker is open, so stable instead"
+	d.Group, d.Target, d.Tag, d.Degraded = GroupStable, e.stable, d.StableTag, DegradedBreaker
+	tr.Group, tr.Target = d.Group, d.Target.Name
+	tr.Reason += "; the gray target's breaker is open, so stable instead"
+}
+
+// stableTag is the X-Gray-Tag of the entry's stable target: the rule's
+// stable tag, or for an ab rule the control group's.
+func (e *entry) stableTag() string {
+	if e.rule.Type == rule.TypeAB {
+		if c := e.rule.ControlGroup(); c != nil {
+			return c.Tag
+		}
+		return ""
 	}
+	return e.rule.Stable.Tag
+}
+
+// experiment is the experiment id of an ab rule, "" for other rules.
+func (e *entry) experiment() string {
+	if e.rule.Type == rule.TypeAB {
+		return e.rule.Source.ExperimentID
+	}
+	return ""
 }
 
 func stableOf(c *rule.Compiled) *upstream.Pool {

@@ -183,20 +183,44 @@ func TestRollback(t *testing.T) {
 	}
 }
 
+// TestColoring: an inbound X-Gray-Tag is honoured only with trust_gray_tag
+// and only from a trusted peer; from anyone else it is ignored, so that a
+// client cannot name gray and skip the whitelist and the bucket.
 func TestColoring(t *testing.T) {
 	gray := compile(t, `{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2.1"}}`)
-	trusted := build(t, Input{Rules: []*rule.Compiled{gray}, TrustGrayTag: true})
-	untrusted := build(t, Input{Rules: []*rule.Compiled{gray}})
-	r := get("/", "X-User-Id", "1", "X-Gray-Tag", "v2.1")
-	if d := trusted.Decide(r, nil); d.Group != "gray" || d.Tag != "v2.1" {
-		t.Errorf("trusted colored request = %+v, want gray with its tag", d)
+	honour := build(t, Input{Rules: []*rule.Compiled{gray}, TrustGrayTag: true})
+	off := build(t, Input{Rules: []*rule.Compiled{gray}})
+	tests := []struct {
+		name      string
+		s         *Snapshot
+		trusted   bool
+		tag       string
+		wantGroup string
+		wantTag   string
+		ignored   bool
+	}{
+		{"trust_gray_tag, trusted peer", honour, true, "v2.1", GroupGray, "v2.1", false},
+		{"trust_gray_tag, untrusted peer", honour, false, "v2.1", GroupDefault, "", true},
+		{"trust_gray_tag off, trusted peer", off, true, "v2.1", GroupDefault, "", false},
+		{"unknown color from a trusted peer propagates", honour, true, "other-service-tag", GroupDefault, "other-service-tag", false},
+		{"unknown color from an untrusted peer is dropped", honour, false, "other-service-tag", GroupDefault, "", true},
 	}
-	if d := untrusted.Decide(r, nil); d.Group != GroupDefault || d.Tag != "" {
-		t.Errorf("untrusted colored request = %+v, want the tag ignored", d)
-	}
-	r = get("/", "X-User-Id", "1", "X-Gray-Tag", "other-service-tag")
-	if d := trusted.Decide(r, nil); d.Group != GroupDefault || d.Tag != "other-service-tag" {
-		t.Errorf("unknown color must still propagate: %+v", d)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := get("/", "X-User-Id", "1", "X-Gray-Tag", tt.tag)
+			r.Trusted = tt.trusted
+			d := tt.s.Decide(r, nil)
+			if d.Group != tt.wantGroup || d.Tag != tt.wantTag {
+				t.Errorf("Decide = group %q tag %q, want %q %q", d.Group, d.Tag, tt.wantGroup, tt.wantTag)
+			}
+			var tr Trace
+			if d2 := tt.s.Decide(r, &tr); d2 != d {
+				t.Errorf("traced decision %+v differs from the live one %+v", d2, d)
+			}
+			if got := tr.IgnoredColor != ""; got != tt.ignored || tr.PeerTrusted != tt.trusted {
+				t.Errorf("trace ignored color %q, peer trusted %v; want ignored %v, trusted %v", tr.IgnoredColor, tr.PeerTrusted, tt.ignored, tt.trusted)
+			}
+		})
 	}
 }
 
@@ -343,13 +367,16 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 	g := compile(t, `{"key":"g","type":"gray","gray_percent":100,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"stable":"v1"}}`)
 	s := build(t, Input{Rules: []*rule.Compiled{g}, Breakers: map[string]*breaker.Breaker{"g": brk}})
 	d := s.Decide(get("/", "X-User-Id", "1"), nil)
-	if d.Group != "gray" || d.Breaker != brk {
+	if d.Group != "gray" || d.Breaker != brk || d.StableTag != "v1" {
 		t.Fatalf("closed breaker: %+v", d)
+	}
+	if d.Guard() {
+		t.Fatalf("closed breaker refused: %+v", d)
 	}
 	brk.Record(d.Ticket, breaker.Outcome{Latency: time.Millisecond, Failed: true, End: now})
 	for i := 0; i < 30; i++ {
 		d := s.Decide(get("/", "X-User-Id", fmt.Sprint(i)), nil)
-		if d.Breaker == nil {
+		if d.Guard() {
 			break
 		}
 		brk.Record(d.Ticket, breaker.Outcome{Latency: time.Millisecond, Failed: true, End: now})
@@ -357,9 +384,14 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 	if brk.State() != breaker.Open {
 		t.Fatalf("breaker did not open: %v", brk.Snapshot())
 	}
+	// Decide itself never asks the breaker; Guard, which the data plane
+	// calls after its limits, degrades the decision.
 	d = s.Decide(get("/", "X-User-Id", "1"), nil)
-	if d.Group != GroupStable || d.Degraded != DegradedBreaker || d.Target.Name != "stable" || d.Intended.Name != "gray" || d.Tag != "v1" || d.Breaker != nil {
-		t.Errorf("open breaker: %+v", d)
+	if d.Group != GroupGray || d.Breaker != brk {
+		t.Errorf("open breaker before Guard: %+v", d)
+	}
+	if !d.Guard() || d.Group != GroupStable || d.Degraded != DegradedBreaker || d.Target.Name != "stable" || d.Intended.Name != "gray" || d.Tag != "v1" || d.Breaker != nil {
+		t.Errorf("open breaker after Guard: %+v", d)
 	}
 	var tr Trace
 	s.Decide(get("/", "X-User-Id", "1"), &tr)
@@ -373,12 +405,80 @@ func TestBreakerDegradesGrayToStable(t *testing.T) {
 	}
 	probes := 0
 	for i := 0; i < 10; i++ {
-		if d := s.Decide(get("/", "X-User-Id", "1"), nil); d.Breaker != nil {
+		if d := s.Decide(get("/", "X-User-Id", "1"), nil); !d.Guard() {
 			probes++
 		}
 	}
 	if probes != 5 {
 		t.Errorf("half-open let %d probes through, want 5", probes)
+	}
+}
+
+// TestDegradeLabels: a decision carries the stable target's tag, and a
+// fallback relabels a gray rule's request as stable but keeps an
+// experiment's request in the group it was assigned.
+func TestDegradeLabels(t *testing.T) {
+	gray := compile(t, `{"key":"g","type":"gray","gray_percent":100,"conditions":{"path_prefix":["/g/"]},"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2","stable":"v1"}}`)
+	ab := compile(t, `{"key":"x","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":50,"target":"a","tag":"ctl","control":true},{"name":"B","weight":50,"target":"b"}]}`)
+	s := build(t, Input{Rules: []*rule.Compiled{gray, ab}})
+	tests := []struct {
+		name, path                                         string
+		group                                              func(Decision) bool
+		wantStableTag, wantExperiment                      string
+		wantGroupAfter, wantTagAfter, wantTarget, wantFrom string
+	}{
+		{"gray rule", "/g/1", func(d Decision) bool { return d.Group == GroupGray }, "v1", "", GroupStable, "v1", "stable", "gray"},
+		{"experiment group", "/x", func(d Decision) bool { return d.Group == "B" }, "ctl", "e", "B", "ctl", "a", "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := userWhere(t, s, tt.path, tt.group)
+			d := s.Decide(get(tt.path, "X-User-Id", u), nil)
+			if d.StableTag != tt.wantStableTag || d.Experiment != tt.wantExperiment {
+				t.Errorf("StableTag %q, Experiment %q; want %q, %q", d.StableTag, d.Experiment, tt.wantStableTag, tt.wantExperiment)
+			}
+			d.FallBack()
+			if d.Group != tt.wantGroupAfter || d.Tag != tt.wantTagAfter || d.Degraded != DegradedFallback || d.Target.Name != tt.wantTarget || d.Intended.Name != tt.wantFrom {
+				t.Errorf("after FallBack: group %q tag %q degraded %q target %s intended %s; want %q %q fallback %s %s",
+					d.Group, d.Tag, d.Degraded, d.Target.Name, d.Intended.Name, tt.wantGroupAfter, tt.wantTagAfter, tt.wantTarget, tt.wantFrom)
+			}
+		})
+	}
+}
+
+// TestExplainOfColoredRequestSpendsNoProbe: explaining a request colored
+// by a trusted hop reads the gray target's breaker but never takes a
+// half-open probe, and shows the open breaker's degradation.
+func TestExplainOfColoredRequestSpendsNoProbe(t *testing.T) {
+	now := time.Unix(1000, 0)
+	brk, err := breaker.New(breaker.Config{MinRequests: 2}, breaker.Options{Name: "g", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := compile(t, `{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"v2","stable":"v1"}}`)
+	s := build(t, Input{Rules: []*rule.Compiled{g}, Breakers: map[string]*breaker.Breaker{"g": brk}, TrustGrayTag: true})
+	colored := get("/", "X-User-Id", "1", "X-Gray-Tag", "v2")
+	colored.Trusted = true
+	for range 2 {
+		tk, _ := brk.Allow()
+		brk.Record(tk, breaker.Outcome{Failed: true, End: now})
+	}
+	var tr Trace
+	if d := s.Decide(colored, &tr); d.Degraded != DegradedBreaker || d.Tag != "v1" || len(tr.Rules) != 1 || !strings.HasPrefix(tr.Rules[0].Breaker, "open") {
+		t.Errorf("explain with the breaker open: %+v, trace %+v", d, tr)
+	}
+	now = now.Add(61 * time.Second)
+	for range 10 {
+		s.Decide(colored, &Trace{})
+	}
+	probes := 0
+	for range 10 {
+		if d := s.Decide(colored, nil); !d.Guard() {
+			probes++
+		}
+	}
+	if probes != 5 {
+		t.Errorf("half-open let %d colored probes through after explain, want 5", probes)
 	}
 }
 

@@ -65,7 +65,7 @@ func TestResolve(t *testing.T) {
 		{name: "trusted header", r: both, headers: map[string]string{"x-user-tags": "vip=true;multi_loan_index=0.82"}, trusted: true,
 			want: Set{"vip": "true", "multi_loan_index": "0.82"}, wantStatus: Known},
 		{name: "untrusted header is ignored", r: both, headers: map[string]string{"X-User-Tags": "vip=true"}, wantStatus: None},
-		{name: "malformed trusted header", r: both, headers: map[string]string{"X-User-Tags": "vip"}, trusted: true, wantStatus: Unknown},
+		{name: "malformed trusted header", r: both, headers: map[string]string{"X-User-Tags": "v p=1"}, trusted: true, wantStatus: Unknown},
 		{name: "jwt tags and identity", r: both, headers: bearer(t, claims("tags", map[string]any{"vip": true})),
 			want: Set{"vip": "true"}, wantStatus: Known, wantID: "u-42"},
 		{name: "jwt wins over the header", r: both, trusted: true,

@@ -81,12 +81,14 @@ const (
 // ParseHeader parses a tags header value.
 //
 // The format is a list of name=value pairs separated by ';' or ','
-// ("vip=true;multi_loan_index=0.82"). Spaces and tabs around names and values
-// are ignored, and so are empty pairs (a trailing ';'). A name is 1..64 bytes
-// of [A-Za-z0-9_.:-]; a value is 0..256 bytes of printable ASCII other than
-// ';' and ',' (it may contain '=' and inner spaces). A pair without '=', a
-// repeated name, a bad byte or a header over the limits is an error: a
-// trusted peer that sends garbage is a bug to surface, not to guess around.
+// ("vip=true;multi_loan_index=0.82"). A bare name is a flag: "vip" is
+// "vip=true", so "X-User-Tags: vip, beta" tags the user with both. Spaces
+// and tabs around names and values are ignored, and so are empty pairs (a
+// trailing ';'). A name is 1..64 bytes of [A-Za-z0-9_.:-]; a value is
+// 0..256 bytes of printable ASCII other than ';' and ',' (it may contain
+// '=' and inner spaces). A repeated name, a bad byte or a header over the
+// limits is an error: a trusted peer that sends garbage is a bug to
+// surface, not to guess around.
 // An empty or blank header gives a nil Set and no error.
 //
 // ParseHeader copies v once, so the Set does not alias the caller's buffer
@@ -120,7 +122,7 @@ func ParseHeader(v string) (Set, error) {
 		}
 		k, val, ok := strings.Cut(seg, "=")
 		if !ok {
-			return nil, fmt.Errorf("tags header: pair %d %q has no '='", pair, seg)
+			val = "true" // a flag
 		}
 		k, val = trimOWS(k), trimOWS(val)
 		if err := checkKey(k); err != nil {

@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// trustConfig is baseConfig with region and tag headers, trusting the
+// given proxies. Every test client connects from 127.0.0.1, so trusting
+// 127.0.0.1/32 makes it a trusted proxy and trusting only 10.0.0.0/8 makes
+// it an ordinary client.
+func trustConfig(trusted string) string {
+	return baseConfig + fmt.Sprintf(`
+trusted_proxies: [%q]
+trust_gray_tag: true
+targeting:
+  region: {header: X-Region}
+  tags: {header: X-User-Tags}
+`, trusted)
+}
+
+// TestTrustedHeadersReachLiveTraffic: a trusted peer's X-Region and
+// X-User-Tags route real requests, through the gateway's listener, to gray;
+// the same headers from a peer outside trusted_proxies change nothing.
+func TestTrustedHeadersReachLiveTraffic(t *testing.T) {
+	rules := map[string]map[string]any{
+		"in_beijing": {"type": "gray", "gray_percent": 100, "targets": map[string]string{"gray": "gray", "stable": "stable"},
+			"conditions": map[string]any{"path_prefix": []string{"/region/"}, "region_in": []string{"北京"}}},
+		"vips": {"type": "gray", "gray_percent": 100, "targets": map[string]string{"gray": "gray", "stable": "stable"},
+			"conditions": map[string]any{"path_prefix": []string{"/tags/"}, "tags": []map[string]any{{"tag": "vip", "operator": "eq", "value": true}}}},
+		"vips_in_beijing": {"type": "gray", "gray_percent": 100, "targets": map[string]string{"gray": "gray", "stable": "stable"},
+			"conditions": map[string]any{"path_prefix": []string{"/both/"}, "region_in": []string{"北京"},
+				"tags": []map[string]any{{"tag": "vip", "operator": "exists"}}}},
+	}
+	trusted := start(t, trustConfig("127.0.0.1/32"), "")
+	untrusted := start(t, trustConfig("10.0.0.0/8"), "")
+	for _, e := range []*env{trusted, untrusted} {
+		for k, r := range rules {
+			e.mustPut(k, r)
+		}
+	}
+	tests := []struct {
+		name, path string
+		hdr        []string
+		trusted    bool
+		wantRule   string
+	}{
+		{"region from a trusted peer", "/region/x", []string{"X-Region", "beijing"}, true, "in_beijing"},
+		{"region from an untrusted peer", "/region/x", []string{"X-Region", "beijing"}, false, ""},
+		{"tag from a trusted peer", "/tags/x", []string{"X-User-Tags", "vip"}, true, "vips"},
+		{"tag from an untrusted peer", "/tags/x", []string{"X-User-Tags", "vip"}, false, ""},
+		{"both from a trusted peer", "/both/x", []string{"X-Region", "beijing", "X-User-Tags", "vip"}, true, "vips_in_beijing"},
+		{"both from an untrusted peer", "/both/x", []string{"X-Region", "beijing", "X-User-Tags", "vip"}, false, ""},
+		{"another region from a trusted peer", "/region/x", []string{"X-Region", "上海"}, true, ""},
+		{"no tags from a trusted peer", "/tags/x", []string{}, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := untrusted
+			if tt.trusted {
+				e = trusted
+			}
+			a, err := e.get(tt.path, append([]string{"X-User-Id", "u1"}, tt.hdr...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantGroup, wantBackend := "default", "stable"
+			if tt.wantRule != "" {
+				wantGroup, wantBackend = "gray", "gray"
+			}
+			if a.status != 200 || a.rule != tt.wantRule || a.group != wantGroup || a.backend != wantBackend {
+				t.Errorf("GET %s %v: %+v; want rule %q, group %s from %s", tt.path, tt.hdr, a, tt.wantRule, wantGroup, wantBackend)
+			}
+			// Explain, asked about the same peer, agrees.
+			code, ex := e.api("POST", "/api/v1/explain", map[string]any{"path": tt.path, "host": "gw",
+				"headers": headerMap(append([]string{"X-User-Id", "u1"}, tt.hdr...)), "remote_addr": "127.0.0.1"})
+			d, _ := ex["decision"].(map[string]any)
+			if code != 200 || d["rule"] != tt.wantRule || d["group"] != wantGroup {
+				t.Errorf("explain = %d %v; want rule %q, group %s", code, ex, tt.wantRule, wantGroup)
+			}
+		})
+	}
+}
+
+func headerMap(kv []string) map[string]string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// TestGrayTagOnlyFromTrustedPeers: with trust_gray_tag on, an inbound
+// X-Gray-Tag: gray from a peer outside trusted_proxies neither reaches gray
+// nor is passed on; from a trusted peer it routes to gray and the color
+// travels on.
+func TestGrayTagOnlyFromTrustedPeers(t *testing.T) {
+	rule := map[string]any{"type": "gray", "gray_percent": 0, "targets": map[string]string{"gray": "gray", "stable": "stable"}}
+	trusted := start(t, trustConfig("127.0.0.1/32"), "")
+	untrusted := start(t, trustConfig("10.0.0.0/8"), "")
+	for _, e := range []*env{trusted, untrusted} {
+		e.mustPut("canary", rule)
+	}
+	tests := []struct {
+		name                       string
+		e                          *env
+		wantGroup, backend, seenAs string
+	}{
+		{"untrusted client", untrusted, "default", "stable", ""},
+		{"trusted peer", trusted, "gray", "gray", "gray"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := range 20 { // nobody is gray at 0%; only the color can send them there
+				a, err := tt.e.get("/", "X-User-Id", strconv.Itoa(i), "X-Gray-Tag", "gray")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a.group != tt.wantGroup || a.backend != tt.backend || a.tag != tt.seenAs {
+					t.Fatalf("user %d with X-Gray-Tag: gray: %+v; want group %s from %s, upstream X-Gray-Tag %q", i, a, tt.wantGroup, tt.backend, tt.seenAs)
+				}
+			}
+		})
+	}
+	// The inbound header is stripped, not forwarded next to the gateway's
+	// own: the backend sees at most one X-Gray-Tag.
+	raw := "GET / HTTP/1.1\r\nHost: gw\r\nX-User-Id: 1\r\nX-Gray-Tag: gray\r\nX-Gray-Tag: gray\r\nConnection: close\r\n\r\n"
+	resp := rawRoundTrip(t, untrusted, raw)
+	if !strings.Contains(resp, "X-Backend: stable") || !strings.Contains(resp, "X-Seen-Tag: \r\n") {
+		t.Errorf("untrusted client with two X-Gray-Tag headers got:\n%s", resp)
+	}
+}
+
+// rawRoundTrip writes raw to the gateway's data plane and returns the whole
+// answer (the request must ask for Connection: close).
+func rawRoundTrip(t *testing.T, e *env, raw string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.data, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
+
+// TestABFallbackCountsInItsGroup: the metrics count an experiment group's
+// requests that fell back to the control group's upstream in their own
+// group, as degraded, and never in the control group or as stable.
+func TestABFallbackCountsInItsGroup(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	e := start(t, strings.Replace(baseConfig, `{{b}}`, down, 1), "")
+	e.mustPut("exp", map[string]any{"type": "ab", "experiment_id": "e1", "groups": []map[string]any{
+		{"name": "A", "weight": 50, "target": "a", "control": true}, {"name": "B", "weight": 50, "target": "b"}}})
+	inB := 0
+	for i := range 40 {
+		a, err := e.get("/", "X-User-Id", strconv.Itoa(i))
+		if err != nil || a.status != 200 || a.backend != "a" {
+			t.Fatalf("user %d: %+v %v; want 200 from a", i, a, err)
+		}
+		switch {
+		case a.group == "B" && a.degraded == "fallback" && a.tag == "A":
+			inB++
+		case a.group == "A" && a.degraded == "" && a.tag == "A":
+		default:
+			t.Errorf("user %d: %+v; want group A, or group B degraded fallback, with the control tag A upstream", i, a)
+		}
+	}
+	if inB == 0 {
+		t.Fatal("no user landed in group B")
+	}
+	resp, err := e.client.Get(e.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(resp)
+	resp.Body.Close()
+	metric := func(re string) (int, bool) {
+		m := regexp.MustCompile(re + ` (\d+)`).FindStringSubmatch(body)
+		if m == nil {
+			return 0, false
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n, true
+	}
+	if n, _ := metric(`graygate_requests_total\{code="2xx",group="B",rule="exp",upstream="a"\}`); n != inB {
+		t.Errorf("requests_total for group B served by a = %d, want %d", n, inB)
+	}
+	if n, _ := metric(`graygate_degraded_requests_total\{reason="fallback",rule="exp"\}`); n != inB {
+		t.Errorf("degraded_requests_total{fallback} = %d, want %d", n, inB)
+	}
+	if n, _ := metric(`graygate_requests_total\{code="2xx",group="A",rule="exp",upstream="a"\}`); n != 40-inB {
+		t.Errorf("requests_total for group A = %d, want %d (the fallbacks must not count there)", n, 40-inB)
+	}
+	if _, ok := metric(`graygate_requests_total\{code="2xx",group="stable",rule="exp",upstream="\w+"\}`); ok {
+		t.Errorf("an experiment's request was counted as group stable:\n%s", body)
+	}
+}
