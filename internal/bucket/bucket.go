@@ -319,3 +319,6 @@ func (s *Splitter) Split(uid string) (b uint64, group int) {
 	}
 	return b, s.h.mode.Walk(b, s.weights, s.total)
 }
+
+// Salt returns the salt (experiment id, seed or group id) of the split.
+func (s *Splitter) Salt() string { return s.h.salt }
