@@ -222,11 +222,11 @@ type Trace struct {
 	HeldOut       bool    `json:"held_out,omitempty"`
 	HoldoutBucket *uint64 `json:"holdout_bucket,omitempty"`
 	RolledBack    bool    `json:"rolled_back,omitempty"`
-	Breaker    string         `json:"breaker,omitempty"`
-	Claimed    bool           `json:"claimed"`
-	Group      string         `json:"group,omitempty"`
-	Target     string         `json:"target,omitempty"`
-	Reason     string         `json:"reason"`
+	Breaker       string  `json:"breaker,omitempty"`
+	Claimed       bool    `json:"claimed"`
+	Group         string  `json:"group,omitempty"`
+	Target        string  `json:"target,omitempty"`
+	Reason        string  `json:"reason"`
 }
 
 // Outcome is what a rule decided for a request it claimed.
