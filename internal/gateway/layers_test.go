@@ -13,6 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/store"
 )
 
@@ -327,4 +328,53 @@ func TestStoredLayerOverlap(t *testing.T) {
 	if msg, _ := broken["second"].(string); !strings.Contains(msg, "layer_range") || !strings.Contains(msg, `"first"`) {
 		t.Errorf("status after restart = %v", st)
 	}
+}
+
+// TestHoldoutReload changes experiments.holdout by reloading the config:
+// the new holdout serves from the next request, gray rules untouched.
+func TestHoldoutReload(t *testing.T) {
+	e := start(t, baseConfig, "")
+	e.mustPut("canary", grayRule(100))
+	// The canary claims every path; the experiment goes first on /shop/.
+	e.mustPut("exp", `{"type":"ab","priority":1,"experiment_id":"e","conditions":{"path_prefix":["/shop/"]},
+		"groups":[{"name":"A","weight":0,"target":"a","control":true},{"name":"B","weight":100,"target":"b"}]}`)
+	withHoldout := func(percent string) *config.Config {
+		y := baseConfig
+		if percent != "" {
+			y += "experiments: {holdout: {percent: " + percent + "}}\n"
+		}
+		for name, addr := range e.backends {
+			y = strings.ReplaceAll(y, "{{"+name+"}}", addr)
+		}
+		c, err := config.Parse([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.DataDir = e.gw.cfg.DataDir
+		return c
+	}
+	check := func(group, backend string) {
+		t.Helper()
+		for u := 0; u < 20; u++ {
+			uid := strconv.Itoa(u)
+			if a, err := e.get("/shop/x", "X-User-Id", uid); err != nil || a.rule != "exp" || a.group != group || a.backend != backend {
+				t.Fatalf("user %s on /shop/: %+v %v, want group %s on %s", uid, a, err, group, backend)
+			}
+			if a, err := e.get("/api/x", "X-User-Id", uid); err != nil || a.rule != "canary" || a.group != "gray" {
+				t.Fatalf("user %s on the gray rule: %+v %v", uid, a, err)
+			}
+		}
+	}
+	check("B", "b")
+	if err := e.gw.ReloadConfig(context.Background(), withHoldout("100")); err != nil {
+		t.Fatal(err)
+	}
+	check("holdout", "a")
+	if code, got := e.api("GET", "/api/v1/layers", nil); code != 200 || fmt.Sprint(got["holdout"]) != "map[percent:100 salt:holdout]" {
+		t.Errorf("GET /api/v1/layers = %d %v", code, got)
+	}
+	if err := e.gw.ReloadConfig(context.Background(), withHoldout("")); err != nil {
+		t.Fatal(err)
+	}
+	check("B", "b")
 }
