@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -149,4 +150,39 @@ func benchAB(b *testing.B, ab *rule.Compiled, ho *rule.Holdout) {
 	for b.Loop() {
 		s.Decide(r, nil)
 	}
+}
+
+// BenchmarkLayerHoldoutAdded measures what a layer and a holdout add to an
+// ab decision on a shared, loaded machine: it alternates blocks of the
+// plain and the layered decision (BenchmarkDecideAB and
+// BenchmarkDecideABLayerHoldout's snapshots), so that both see the same
+// load, and reports each one's time and the difference per decision.
+func BenchmarkLayerHoldoutAdded(b *testing.B) {
+	plain := build(b, Input{Rules: []*rule.Compiled{abRule(b, "exp", "")}})
+	layered := build(b, Input{Rules: []*rule.Compiled{abRule(b, "exp", `"layer":"checkout","layer_range":[0,10000]`)}, Holdout: rule.NewHoldout(5, "")})
+	r := get("/shop/cart", "X-User-Id", "user-1234567")
+	if d := layered.Decide(r, nil); d.Rule != "exp" || d.Group == GroupHoldout {
+		b.Fatalf("Decide = %+v", d)
+	}
+	const block = 256
+	var tPlain, tLayered time.Duration
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		snaps, spent := [2]*Snapshot{plain, layered}, [2]*time.Duration{&tPlain, &tLayered}
+		if n/block%2 == 1 {
+			snaps, spent = [2]*Snapshot{layered, plain}, [2]*time.Duration{&tLayered, &tPlain}
+		}
+		for i := range snaps {
+			start := time.Now()
+			for range block {
+				snaps[i].Decide(r, nil)
+			}
+			*spent[i] += time.Since(start)
+		}
+		n += block
+	}
+	b.ReportMetric(float64(tPlain.Nanoseconds())/float64(n), "plain-ns/decision")
+	b.ReportMetric(float64(tLayered.Nanoseconds())/float64(n), "layered-ns/decision")
+	b.ReportMetric(float64((tLayered-tPlain).Nanoseconds())/float64(n), "added-ns/decision")
 }
