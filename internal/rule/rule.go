@@ -1,6 +1,12 @@
 // Package rule defines graygate's routing rules in the two JSON shapes of
 // seed 000 section 1.3 (gray and ab), validates them with path-named errors,
 // and compiles them into immutable evaluators.
+//
+// ab rules may share a layer (layer.go): each owns a range of the layer's
+// slots, so experiments of one layer never share a user; and the global
+// holdout (holdout.go) keeps one stable population out of every
+// experiment. Overlap is a cross-rule property, checked by LayerConflicts
+// when a rule is stored and by CheckLayers when a snapshot is built.
 package rule
 
 import (
