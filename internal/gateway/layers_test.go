@@ -378,3 +378,26 @@ func TestHoldoutReload(t *testing.T) {
 	}
 	check("B", "b")
 }
+
+// TestConfigRulesMustNotOverlap: config rules that overlap in a layer are a
+// config error naming layer_range and the other rule.
+func TestConfigRulesMustNotOverlap(t *testing.T) {
+	y := baseConfig + `
+rules:
+  - {key: one, type: ab, experiment_id: e1, layer: l, layer_range: [0, 6000], groups: [{name: A, weight: 100, target: a}]}
+  - {key: two, type: ab, experiment_id: e2, layer: l, layer_range: [5000, 10000], groups: [{name: B, weight: 100, target: b}]}
+`
+	y = strings.NewReplacer("{{stable}}", "127.0.0.1:1", "{{gray}}", "127.0.0.1:2", "{{a}}", "127.0.0.1:3", "{{b}}", "127.0.0.1:4").Replace(y)
+	cfg, err := config.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	g, err := New(Options{Config: cfg})
+	if err == nil {
+		t.Fatalf("New accepted overlapping config rules: %+v", g.Status())
+	}
+	if msg := err.Error(); !strings.Contains(msg, "config rules[1]: layer_range: [5000, 10000] overlaps [0, 6000] of rule \"one\"") {
+		t.Errorf("New = %v", err)
+	}
+}
