@@ -226,6 +226,12 @@ func TestValidateCommand(t *testing.T) {
 	if out, code := runCLI(t, nil, "validate", good); code != 0 || !strings.Contains(out, "2 valid rule(s)") {
 		t.Errorf("validate good rules: exit %d\n%s", code, out)
 	}
+	overlap := filepath.Join(dir, "overlap.json")
+	os.WriteFile(overlap, []byte(`[{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[0,5000],"groups":[{"name":"A","weight":100,"target":"127.0.0.1:3"}]},
+		{"key":"b","type":"ab","experiment_id":"f","layer":"checkout","layer_range":[4000,6000],"groups":[{"name":"B","weight":100,"target":"127.0.0.1:4"}]}]`), 0o644)
+	if out, code := runCLI(t, nil, "validate", overlap); code != 1 || !strings.Contains(out, `[1].layer_range: [4000, 6000] overlaps [0, 5000] of rule "a" in layer "checkout"`) {
+		t.Errorf("validate overlapping layer ranges: exit %d\n%s", code, out)
+	}
 	cfg := filepath.Join(dir, "graygate.yaml")
 	os.WriteFile(cfg, []byte("listne: ':1'\nupstreams: {a: {instances: [{addr: nowhere}]}}\nrules: [{key: g, type: gray, gray_percent: 5, targets: {gray: a, stable: b}}]\n"), 0o644)
 	out, code = runCLI(t, nil, "validate", cfg)

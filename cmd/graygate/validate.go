@@ -126,6 +126,7 @@ func validateRules(cfg *config.Config, raws []json.RawMessage, prefix string) er
 	env := rule.Env{Resolve: reg.Resolve, HasRoute: func(n string) bool { return routes[n] }}
 	var errs []error
 	keys := map[string]int{}
+	var compiled []*rule.Compiled
 	for i, raw := range raws {
 		p := ""
 		if prefix != "" {
@@ -140,6 +141,10 @@ func validateRules(cfg *config.Config, raws []json.RawMessage, prefix string) er
 			errs = append(errs, strict.Errorf(strict.Join(p, "key"), "duplicates rules[%d].key %q", j, c.Key))
 		}
 		keys[c.Key] = i
+		if err := rule.LayerConflicts(c, compiled); err != nil {
+			errs = append(errs, strict.Prefix(p, err))
+		}
+		compiled = append(compiled, c)
 	}
 	return errors.Join(errs...)
 }

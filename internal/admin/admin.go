@@ -106,6 +106,7 @@ func New(opts Options) *Server {
 		s.handle("POST /api/v1/explain", RoleViewer, s.explain)
 	}
 	s.handle("GET /api/v1/status", RoleViewer, s.status)
+	s.handle("GET /api/v1/layers", RoleViewer, s.layers)
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.authenticate(w, r); !ok {
 			return

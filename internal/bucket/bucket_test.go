@@ -89,9 +89,10 @@ func TestWalk(t *testing.T) {
 	}
 }
 
-// TestMonotonicPercent checks that raising a percentage only adds users.
+// TestMonotonicPercent checks that raising a percentage only adds users,
+// in every mode.
 func TestMonotonicPercent(t *testing.T) {
-	for _, mode := range []Mode{XXH64, CRC32} {
+	for _, mode := range []Mode{XXH64, CRC32, GrowthBook, Unleash} {
 		h := New(mode, "rule-a")
 		for u := 0; u < 20000; u++ {
 			b := h.Bucket(strconv.Itoa(u))

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -58,6 +59,8 @@ type Config struct {
 	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
 	// Targeting configures where regions and user tags come from.
 	Targeting Targeting `json:"targeting,omitempty"`
+	// Experiments configures what every ab rule shares: the holdout.
+	Experiments Experiments `json:"experiments,omitempty"`
 
 	Admin     Admin               `json:"admin,omitempty"`
 	Identity  identity.Config     `json:"identity,omitempty"`
@@ -209,6 +212,40 @@ func (t *Targeting) Validate(path string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Experiments configures what every ab rule shares.
+type Experiments struct {
+	// Holdout keeps a stable share of users out of every experiment: a
+	// held-out user is claimed by no ab rule and is served by the control
+	// group of the ab rule that would have claimed them, as group
+	// "holdout". Gray rules ignore it.
+	Holdout *Holdout `json:"holdout,omitempty"`
+}
+
+// Holdout is the global holdout: users whose xxh64(salt + ":" + uid) %
+// 10000 is below percent × 100 are held out.
+type Holdout struct {
+	// Percent is the share held out, 0..100 with up to two decimals.
+	Percent float64 `json:"percent"`
+	// Salt salts the holdout bucket (default "holdout"). Changing it
+	// changes who is held out.
+	Salt string `json:"salt,omitempty"`
+}
+
+// Validate reports every problem under path.
+func (e *Experiments) Validate(path string) error {
+	if e.Holdout == nil {
+		return nil
+	}
+	p := strict.Join(strict.Join(path, "holdout"), "percent")
+	switch h := e.Holdout.Percent * 100; {
+	case math.IsNaN(e.Holdout.Percent) || e.Holdout.Percent < 0 || e.Holdout.Percent > 100:
+		return strict.Errorf(p, "must be 0..100, got %v", e.Holdout.Percent)
+	case math.Abs(h-math.Round(h)) > 1e-6:
+		return strict.Errorf(p, "allows at most two decimals, got %v", e.Holdout.Percent)
+	}
+	return nil
 }
 
 // Limits protect a route and its upstreams from slow, large or too many requests.
@@ -506,6 +543,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Targeting.Validate("targeting"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Experiments.Validate("experiments"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Limits.Validate("limits"); err != nil {

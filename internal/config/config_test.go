@@ -20,6 +20,8 @@ identity:
   anonymous: ip
 proxy:
   dial_timeout: 500ms
+experiments:
+  holdout: {percent: 5.25, salt: ho2026}
 upstreams:
   stable: {instances: [{addr: "127.0.0.1:9001"}]}
   gray: {instances: [{addr: "http://127.0.0.1:9002", metadata: {version: "2"}}]}
@@ -36,6 +38,9 @@ rules:
 	}
 	if c.Proxy.DialTimeout.Std() != 500*time.Millisecond || c.Admin.Tokens[0].Role != "admin" || c.Admin.Tokens[1].Role != "viewer" {
 		t.Errorf("decoded wrong: %+v", c)
+	}
+	if h := c.Experiments.Holdout; h == nil || h.Percent != 5.25 || h.Salt != "ho2026" {
+		t.Errorf("experiments.holdout = %+v", h)
 	}
 	pools, _ := c.Pools(nil, nil)
 	if p := pools["gray"]; p.Instances[0].Addr != "127.0.0.1:9002" || p.Instances[0].Metadata["version"] != "2" {
@@ -65,6 +70,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad cidr", "trusted_proxies: [10.0.0.0/40]\n", []string{`trusted_proxies[0]: invalid CIDR or address "10.0.0.0/40"`}},
 		{"bad identity", "identity: {anonymous: nope}\n", []string{`identity.anonymous: must be "cookie" or "ip"`}},
 		{"bad yaml", "listen: [\n", []string{"invalid YAML"}},
+		{"holdout above 100", "experiments: {holdout: {percent: 120}}\n", []string{"experiments.holdout.percent: must be 0..100, got 120"}},
+		{"holdout decimals", "experiments: {holdout: {percent: 5.125, salt: h}}\n", []string{"experiments.holdout.percent: allows at most two decimals, got 5.125"}},
+		{"holdout unknown key", "experiments: {holdout: {percentage: 5}}\n", []string{"experiments.holdout.percentage: unknown field"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,6 +93,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("listen: ':1'\nupstreams: {a: {instances: [{addr: 'h:1'}]}}\n"))
 	f.Add([]byte("routes: [{name: r}]\nrules: [{key: a}]\n"))
 	f.Add([]byte("{1: 2}"))
+	f.Add([]byte("experiments: {holdout: {percent: 5, salt: holdout}}\n"))
+	f.Add([]byte("experiments: {holdout: {percent: -0.001, salt: [1]}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err == nil && c.Listen == "" {

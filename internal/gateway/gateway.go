@@ -5,6 +5,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -257,12 +259,16 @@ func proxyOptions(cfg *config.Config, accessLog io.Writer, now func() time.Time)
 	return o, nil
 }
 
-// seed creates the config's rules that the store has never held.
+// seed creates the config's rules that the store has never held. A rule
+// that would overlap a serving rule (or an earlier rule of the file) in a
+// layer is refused, so that the store never holds an overlap.
 func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
+	others := g.servingRules()
 	for i, raw := range cfg.Rules {
 		r, err := rule.Decode(raw)
+		var c *rule.Compiled
 		if err == nil {
-			_, err = g.compileWith(cfg, g.reg, r)
+			c, err = g.compileWith(cfg, g.reg, r)
 		}
 		if err != nil {
 			return fmt.Errorf("config rules[%d]: %w", i, err)
@@ -272,9 +278,13 @@ func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("seed rule %q: %w", r.Key, err)
 		}
+		if err := rule.LayerConflicts(c, others); err != nil {
+			return fmt.Errorf("config rules[%d]: %w", i, err)
+		}
 		if _, err := g.store.Put(ctx, r.Key, raw, 0, store.Meta{By: "config", Reason: "seeded from the config file"}); err != nil && !errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("seed rule %q: %w", r.Key, err)
 		}
+		others = append(others, c)
 	}
 	return nil
 }
@@ -287,12 +297,57 @@ func (g *Gateway) compileWith(cfg *config.Config, reg *upstream.Registry, r rule
 	return rule.Compile(r, rule.Env{Resolve: reg.Resolve, HasRoute: func(n string) bool { return routes[n] }, TagTypes: cfg.Targeting.TagTypes})
 }
 
-// compile validates a rule against the current config (for the admin API).
+// compile validates a rule against the current config and, for a rule in a
+// layer, against the serving rules of its layer (for the admin API): an
+// overlapping layer_range is a problem named by path that names the other
+// rule.
 func (g *Gateway) compile(r rule.Rule) (*rule.Compiled, error) {
 	g.mu.Lock()
 	cfg, reg := g.cfg, g.reg
 	g.mu.Unlock()
-	return g.compileWith(cfg, reg, r)
+	c, err := g.compileWith(cfg, reg, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := rule.LayerConflicts(c, g.servingRules()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// servingRules returns the rules of the serving snapshot (none before the
+// first one is built).
+func (g *Gateway) servingRules() []*rule.Compiled {
+	if g.router == nil {
+		return nil
+	}
+	snap := g.router.Load()
+	out := make([]*rule.Compiled, 0, len(snap.RuleSet))
+	for _, c := range snap.RuleSet {
+		out = append(out, c)
+	}
+	return out
+}
+
+// dropLayerConflicts is for the first snapshot, which has no older one to
+// keep serving: of rules that overlap in a layer, the one stored earlier
+// (lower revision) serves and the later one is disabled and reported, so
+// that a store that somehow holds an overlap cannot keep the gateway from
+// starting. Later snapshots refuse such a set instead (router.Build).
+func dropLayerConflicts(rules []*rule.Compiled, revision map[string]int64, broken map[string]string) []*rule.Compiled {
+	sorted := slices.Clone(rules)
+	slices.SortFunc(sorted, func(a, b *rule.Compiled) int {
+		return cmp.Or(cmp.Compare(revision[a.Key], revision[b.Key]), cmp.Compare(a.Key, b.Key))
+	})
+	var kept []*rule.Compiled
+	for _, c := range sorted {
+		if err := rule.LayerConflicts(c, kept); err != nil {
+			broken[c.Key] = err.Error()
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept
 }
 
 // build compiles the current store state with the current config. The
@@ -307,8 +362,10 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	broken := map[string]string{}
 	rolled := map[string]bool{}
 	seen := make(map[string]bool, len(st.Rules))
+	revision := make(map[string]int64, len(st.Rules))
 	for _, e := range st.Rules {
 		seen[e.Key] = true
+		revision[e.Key] = e.Revision
 		if e.RolledBack {
 			rolled[e.Key] = true
 		}
@@ -332,6 +389,9 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 		if !seen[k] {
 			delete(g.cache, k)
 		}
+	}
+	if g.router == nil {
+		rules = dropLayerConflicts(rules, revision, broken)
 	}
 	breakers := map[string]*breaker.Breaker{}
 	inUse := map[string]bool{}
@@ -363,6 +423,9 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 		RolledBack:    rolled,
 		TrustGrayTag:  cfg.TrustGrayTag,
 		UpstreamHost:  !*cfg.PreserveHost,
+	}
+	if h := cfg.Experiments.Holdout; h != nil {
+		in.Holdout = rule.NewHoldout(h.Percent, h.Salt)
 	}
 	if cfg.DefaultUpstream != "" {
 		p, err := g.reg.Resolve(cfg.DefaultUpstream)

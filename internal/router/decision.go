@@ -6,6 +6,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -14,6 +15,9 @@ const (
 	GroupGray    = "gray"
 	GroupStable  = "stable"
 	GroupDefault = "default"
+	// GroupHoldout answers a request whose user the holdout keeps out of
+	// every experiment: the ab rule's control target serves it.
+	GroupHoldout = rule.GroupHoldout
 )
 
 // Degrade reasons, sent as X-Gray-Degraded.

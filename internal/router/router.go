@@ -65,6 +65,9 @@ type Input struct {
 	Policy *Policy
 	// Sources resolve regions and user tags for conditions (nil: none).
 	Sources *match.Sources
+	// Holdout keeps a stable share of users out of every ab rule (config
+	// experiments.holdout; nil: none).
+	Holdout *rule.Holdout
 }
 
 // Snapshot is a compiled, immutable routing table. It must not be modified
@@ -80,6 +83,7 @@ type Snapshot struct {
 	fallback      *route
 	trustTag      bool
 	rolledBackAll bool
+	holdout       *rule.Holdout
 }
 
 type route struct {
@@ -177,6 +181,7 @@ func Build(in Input) (*Snapshot, error) {
 		hosts:         map[string][]*route{},
 		trustTag:      in.TrustGrayTag,
 		rolledBackAll: in.RolledBackAll,
+		holdout:       in.Holdout,
 	}
 	sorted := slices.Clone(in.Rules)
 	slices.SortFunc(sorted, func(a, b *rule.Compiled) int {
@@ -201,6 +206,9 @@ func Build(in Input) (*Snapshot, error) {
 			return nil, fmt.Errorf("rule %q is defined twice", r.Key)
 		}
 		s.RuleSet[r.Key] = r
+	}
+	if err := rule.CheckLayers(sorted); err != nil {
+		return nil, fmt.Errorf("layers: %w", err)
 	}
 	for _, rs := range in.Routes {
 		if names[rs.Name] {
@@ -367,11 +375,14 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 			tr.Rules = append(tr.Rules, rule.Trace{})
 			rtr = &tr.Rules[len(tr.Rules)-1]
 		}
-		out, ok := e.rule.Eval(&f, e.rolledBack, rtr)
+		out, ok := e.rule.Eval(&f, e.rolledBack, s.holdout, rtr)
 		if !ok {
 			continue
 		}
 		d.Rule, d.Group, d.Target, d.Degraded = e.rule.Key, out.Target.Group, out.Target.Pool, out.Degraded
+		if out.HeldOut {
+			d.Group = GroupHoldout
+		}
 		if d.Target == nil {
 			d.Target = e.stable // a tag rule without a stable target, rolled back
 		}
@@ -387,6 +398,9 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 		}
 		if tr != nil {
 			tr.Reason = fmt.Sprintf("rule %q claimed the request: group %q → %s", e.rule.Key, d.Group, d.Target.Name)
+			if out.HeldOut {
+				tr.Reason = fmt.Sprintf("held out of every experiment: rule %q answers with its control target → %s", e.rule.Key, d.Target.Name)
+			}
 		}
 		return d
 	}
@@ -507,6 +521,19 @@ func stableOf(c *rule.Compiled) *upstream.Pool {
 
 // RolledBackAll reports the global rollback flag.
 func (s *Snapshot) RolledBackAll() bool { return s.rolledBackAll }
+
+// Holdout returns the snapshot's holdout (nil: none).
+func (s *Snapshot) Holdout() *rule.Holdout { return s.holdout }
+
+// Layers lists the layers of the snapshot's rules with their ranges and
+// free slots.
+func (s *Snapshot) Layers() []rule.Layer {
+	rules := make([]*rule.Compiled, 0, len(s.RuleSet))
+	for _, r := range s.RuleSet {
+		rules = append(rules, r)
+	}
+	return rule.Layers(rules)
+}
 
 // Router holds the current Snapshot. It is safe for concurrent use; only
 // the reloader calls Store.

@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -58,7 +59,8 @@ type Compiled struct {
 	Stable    Target
 
 	// ab
-	walk    *bucket.Hasher
+	split   *bucket.Splitter
+	layer   *layer
 	Groups  []Target
 	weights []int
 	control int
@@ -91,6 +93,7 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 		errs = append(errs, strict.Errorf("route", "no route named %q is configured", r.Route))
 	}
 	mode, _ := bucket.ParseMode(r.Hash)
+	gateSalt, walkSalt := hashSalts(&r, mode)
 	typ := r.EffectiveType()
 	scope, err := match.Compile(r.Conditions, "conditions", env.TagTypes)
 	if err != nil {
@@ -121,8 +124,8 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 		when:     expr,
 	}
 	if typ == TypeTag {
-		c.gate = bucket.New(mode, r.Key)
-		c.threshold = mode.Size()
+		c.gate = bucket.New(mode, gateSalt)
+		c.threshold = mode.Threshold(10000)
 		c.Gray = Target{Group: "gray", Tag: "gray", Pool: resolve("target", r.Target)}
 		c.Stable = Target{Group: "stable", Tag: "stable"}
 		if r.Stable != "" {
@@ -131,7 +134,7 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 	}
 	switch r.Type {
 	case TypeGray:
-		c.gate = bucket.New(mode, r.Key)
+		c.gate = bucket.New(mode, gateSalt)
 		c.threshold = mode.Threshold(int(math.Round(*r.GrayPercent * 100)))
 		c.Gray = Target{Group: "gray", Tag: "gray", Pool: resolve("targets.gray", r.Targets.Gray)}
 		c.Stable = Target{Group: "stable", Tag: "stable", Pool: resolve("targets.stable", r.Targets.Stable)}
@@ -160,7 +163,7 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 		}
 		c.wlUID = newUIDSet(uids)
 	case TypeAB:
-		c.walk = bucket.New(mode, r.ExperimentID)
+		c.layer = newLayer(&r)
 		for i, g := range r.Groups {
 			tag := g.Tag
 			if tag == "" {
@@ -172,11 +175,27 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 				c.control = i
 			}
 		}
+		c.split = bucket.NewSplitter(mode, walkSalt, c.weights)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// hashSalts returns the salts of a rule's gate and of its group walk: the
+// key and the experiment id in XXH64 and CRC32 mode, GrowthBook's seed
+// (default: the key for the gate, the experiment id for the walk), and
+// Unleash's group id (default: the key) for both.
+func hashSalts(r *Rule, mode bucket.Mode) (gate, walk string) {
+	switch mode {
+	case bucket.GrowthBook:
+		return cmp.Or(r.Seed, r.Key), cmp.Or(r.Seed, r.ExperimentID)
+	case bucket.Unleash:
+		g := cmp.Or(r.GroupID, r.Key)
+		return g, g
+	}
+	return r.Key, r.ExperimentID
 }
 
 // Trace is what one rule did with one request, for explain.
@@ -192,26 +211,41 @@ type Trace struct {
 	Bucket     *uint64        `json:"bucket,omitempty"`
 	Buckets    uint64         `json:"buckets,omitempty"`
 	Threshold  *uint64        `json:"threshold,omitempty"`
-	RolledBack bool           `json:"rolled_back,omitempty"`
-	Breaker    string         `json:"breaker,omitempty"`
-	Claimed    bool           `json:"claimed"`
-	Group      string         `json:"group,omitempty"`
-	Target     string         `json:"target,omitempty"`
-	Reason     string         `json:"reason"`
+	// Layer, LayerSalt, Slot and LayerRange show where the user sits in
+	// the rule's layer (ab rules with a layer).
+	Layer      string  `json:"layer,omitempty"`
+	LayerSalt  string  `json:"layer_salt,omitempty"`
+	Slot       *uint64 `json:"slot,omitempty"`
+	LayerRange *[2]int `json:"layer_range,omitempty"`
+	// HeldOut says the holdout kept the user out of the experiment;
+	// HoldoutBucket is the user's holdout bucket when a holdout is set.
+	HeldOut       bool    `json:"held_out,omitempty"`
+	HoldoutBucket *uint64 `json:"holdout_bucket,omitempty"`
+	RolledBack    bool    `json:"rolled_back,omitempty"`
+	Breaker       string  `json:"breaker,omitempty"`
+	Claimed       bool    `json:"claimed"`
+	Group         string  `json:"group,omitempty"`
+	Target        string  `json:"target,omitempty"`
+	Reason        string  `json:"reason"`
 }
 
 // Outcome is what a rule decided for a request it claimed.
 type Outcome struct {
 	Target   *Target
 	Degraded string // "rollback" when the rollback state changed the answer
+	// HeldOut is set when the holdout kept the user out of the experiment:
+	// Target is the control group, and the group to report is "holdout".
+	HeldOut bool
 }
 
 // Eval decides whether the rule claims the request described by f.
 // rolledBack applies one-click rollback: a gray rule sends what it would
 // have sent to gray to stable instead, and an ab rule sends everyone to its
-// control group. When tr is non-nil it is filled in; on the hot path it is
-// nil and Eval does not allocate.
-func (c *Compiled) Eval(f *match.Facts, rolledBack bool, tr *Trace) (Outcome, bool) {
+// control group. ho is the global holdout (nil: none): an ab rule that would
+// claim a held-out user answers with its control group and HeldOut set.
+// When tr is non-nil it is filled in; on the hot path it is nil and Eval
+// does not allocate.
+func (c *Compiled) Eval(f *match.Facts, rolledBack bool, ho *Holdout, tr *Trace) (Outcome, bool) {
 	var conds *[]match.Result
 	if tr != nil {
 		*tr = Trace{Key: c.Key, Type: c.Type, Priority: c.Priority, Hash: c.Mode.String(), RolledBack: rolledBack}
@@ -227,7 +261,7 @@ func (c *Compiled) Eval(f *match.Facts, rolledBack bool, tr *Trace) (Outcome, bo
 		tr.InScope = true
 	}
 	if c.Type == TypeAB {
-		return c.evalAB(f.UID, rolledBack, tr), true
+		return c.evalAB(f.UID, rolledBack, ho, tr)
 	}
 	if c.Type == TypeTag {
 		return c.grayOutcome(rolledBack, tr, "every tag condition holds")
@@ -252,7 +286,7 @@ func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *T
 		if c.threshold == 0 {
 			return Outcome{}, false
 		}
-		if c.threshold >= c.Mode.Size() {
+		if c.Mode.Everyone(c.threshold) {
 			return c.grayOutcome(rolledBack, nil, "")
 		}
 	}
@@ -261,14 +295,14 @@ func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *T
 		if tr == nil {
 			return c.grayOutcome(rolledBack, nil, "")
 		}
-		tr.Salt = c.Key
+		tr.Salt = c.gate.Salt()
 		tr.Bucket, tr.Threshold, tr.Buckets = ptr(b), ptr(c.threshold), c.Mode.Size()
-		return c.grayOutcome(rolledBack, tr, fmt.Sprintf("bucket %d < threshold %d of %d", b, c.threshold, c.Mode.Size()))
+		return c.grayOutcome(rolledBack, tr, c.Mode.Explain(b, c.threshold))
 	}
 	if tr != nil {
-		tr.Salt = c.Key
+		tr.Salt = c.gate.Salt()
 		tr.Bucket, tr.Threshold, tr.Buckets = ptr(b), ptr(c.threshold), c.Mode.Size()
-		tr.Reason = fmt.Sprintf("not claimed: not whitelisted and bucket %d >= threshold %d of %d; falls through", b, c.threshold, c.Mode.Size())
+		tr.Reason = "not claimed: not whitelisted and " + c.Mode.Explain(b, c.threshold) + "; falls through"
 	}
 	return Outcome{}, false
 }
@@ -340,25 +374,60 @@ func (c *Compiled) grayOutcome(rolledBack bool, tr *Trace, why string) (Outcome,
 	return out, true
 }
 
-func (c *Compiled) evalAB(uid string, rolledBack bool, tr *Trace) Outcome {
+// evalAB decides an in-scope ab rule: the layer range first (a user whose
+// slot is outside it falls through), then the holdout (a held-out user goes
+// to the control group, as group "holdout"), then rollback, then the walk.
+// The holdout comes before rollback because a held-out user is in no
+// experiment, so there is nothing to roll back for them.
+func (c *Compiled) evalAB(uid string, rolledBack bool, ho *Holdout, tr *Trace) (Outcome, bool) {
+	if c.layer != nil {
+		slot, in := c.layer.holds(uid)
+		if tr != nil {
+			tr.Layer, tr.LayerSalt, tr.Slot = c.layer.name, c.layer.salt, ptr(slot)
+			tr.LayerRange = &[2]int{int(c.layer.start), int(c.layer.end)}
+		}
+		if !in {
+			if tr != nil {
+				tr.Reason = fmt.Sprintf("not claimed: slot %d of layer %q is outside the rule's layer_range %s; falls through", slot, c.layer.name, c.layer)
+			}
+			return Outcome{}, false
+		}
+	}
+	if ho != nil {
+		hb, held := ho.Holds(uid)
+		if tr != nil {
+			tr.HoldoutBucket = ptr(hb)
+		}
+		if held {
+			t := &c.Groups[c.control]
+			if tr != nil {
+				tr.HeldOut, tr.Claimed, tr.Group, tr.Target = true, true, GroupHoldout, t.Pool.Name
+				tr.Reason = fmt.Sprintf("held out: holdout bucket %d < %d of 10000 (%v%%, salt %q), so no experiment claims this user; the control group %q answers",
+					hb, ho.Threshold(), ho.Percent, ho.Salt, t.Group)
+			}
+			return Outcome{Target: t, HeldOut: true}, true
+		}
+	}
 	if rolledBack {
 		t := &c.Groups[c.control]
 		if tr != nil {
 			tr.Claimed, tr.Group, tr.Target = true, t.Group, t.Pool.Name
 			tr.Reason = "claimed: rolled back, everyone goes to the control group " + strconv.Quote(t.Group)
 		}
-		return Outcome{Target: t, Degraded: "rollback"}
+		return Outcome{Target: t, Degraded: "rollback"}, true
 	}
-	b := c.walk.Bucket(uid)
-	i := c.Mode.Walk(b, c.weights, 100)
+	b, i := c.split.Split(uid)
 	t := &c.Groups[i]
 	if tr != nil {
-		tr.Salt = c.Source.ExperimentID
-		tr.Bucket, tr.Buckets = ptr(b), c.Mode.Size()
+		tr.Salt = c.split.Salt()
+		tr.Bucket, tr.Buckets = ptr(b), c.split.Size()
 		tr.Claimed, tr.Group, tr.Target = true, t.Group, t.Pool.Name
-		tr.Reason = fmt.Sprintf("claimed: bucket %d of %d walked over weights %v lands in group %q", b, c.Mode.Size(), c.weights, t.Group)
+		tr.Reason = fmt.Sprintf("claimed: %s bucket %d of %d walked over weights %v lands in group %q", c.Mode, b, c.split.Size(), c.weights, t.Group)
+		if c.layer != nil {
+			tr.Reason += fmt.Sprintf(" (slot %d of layer %q is in layer_range %s)", *tr.Slot, c.layer.name, c.layer)
+		}
 	}
-	return Outcome{Target: t}
+	return Outcome{Target: t}, true
 }
 
 // ControlGroup returns the group rollback sends everyone to (ab rules).

@@ -1,9 +1,16 @@
 // Package rule defines graygate's routing rules in the two JSON shapes of
 // seed 000 section 1.3 (gray and ab), validates them with path-named errors,
 // and compiles them into immutable evaluators.
+//
+// ab rules may share a layer (layer.go): each owns a range of the layer's
+// slots, so experiments of one layer never share a user; and the global
+// holdout (holdout.go) keeps one stable population out of every
+// experiment. Overlap is a cross-rule property, checked by LayerConflicts
+// when a rule is stored and by CheckLayers when a snapshot is built.
 package rule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -51,8 +58,16 @@ type Rule struct {
 	Route string `json:"route,omitempty"`
 	// Priority orders evaluation, lowest first (default 100 for gray, 200 for ab; ties by key).
 	Priority *int `json:"priority,omitempty"`
-	// Hash is "xxh64" (default) or "crc32" (seed 000 compatible).
+	// Hash is "xxh64" (default), "crc32" (seed 000 compatible),
+	// "growthbook" (GrowthBook's hash version 2) or "unleash" (Unleash's
+	// normalized murmur3 hash).
 	Hash string `json:"hash,omitempty"`
+	// Seed overrides the GrowthBook seed ("hash": "growthbook" only):
+	// by default the experiment_id of an ab rule, the key of a gray rule.
+	Seed string `json:"seed,omitempty"`
+	// GroupID overrides the Unleash group id ("hash": "unleash" only); by
+	// default the rule key.
+	GroupID string `json:"group_id,omitempty"`
 	// Conditions scope the rule; all must match.
 	Conditions *match.Conditions `json:"conditions,omitempty"`
 	// When is a CEL expression over request, user and client that must
@@ -83,6 +98,17 @@ type Rule struct {
 	ExperimentID string `json:"experiment_id,omitempty"`
 	// Groups are the experiment groups; weights sum to 100 (ab).
 	Groups []Group `json:"groups,omitempty"`
+	// Layer names the layer of mutually exclusive experiments the rule
+	// belongs to (ab); it needs LayerRange.
+	Layer string `json:"layer,omitempty"`
+	// LayerRange is [start, end]: the half-open range of the layer's 10000
+	// slots the rule is in scope for (ab). Ranges of one layer must not
+	// overlap.
+	LayerRange []int `json:"layer_range,omitempty"`
+	// LayerSalt salts the layer's slots, xxh64(layer_salt + ":" + uid) %
+	// 10000 (ab; default: the layer name). Every rule of a layer must use
+	// the same salt.
+	LayerSalt string `json:"layer_salt,omitempty"`
 }
 
 // Targets are a gray rule's two upstreams: host:port, a URL, or an upstream name.
@@ -157,8 +183,15 @@ func (r *Rule) Validate() error {
 	case !ValidKey(r.Key):
 		add("key", "must match %s, got %q", keyPattern, r.Key)
 	}
-	if _, ok := bucket.ParseMode(r.Hash); !ok {
-		add("hash", "must be \"xxh64\" or \"crc32\", got %q", r.Hash)
+	mode, ok := bucket.ParseMode(r.Hash)
+	if !ok {
+		add("hash", "must be %s, got %q", bucket.ModeNames, r.Hash)
+	}
+	if r.Seed != "" && (!ok || mode != bucket.GrowthBook) {
+		add("seed", "is only for \"hash\": \"growthbook\"; this rule hashes with %q", cmp.Or(r.Hash, "xxh64"))
+	}
+	if r.GroupID != "" && (!ok || mode != bucket.Unleash) {
+		add("group_id", "is only for \"hash\": \"unleash\"; this rule hashes with %q", cmp.Or(r.Hash, "xxh64"))
 	}
 	if err := r.Conditions.Validate("conditions"); err != nil {
 		errs = append(errs, err)
@@ -203,6 +236,7 @@ func (r *Rule) validateTag() []error {
 			add(f.name, "is not for tag rules; use a gray rule with conditions.tags to combine tags with a percentage")
 		}
 	}
+	errs = append(errs, r.layerOnlyForAB()...)
 	if r.Breaker != nil {
 		if err := r.Breaker.Validate("breaker"); err != nil {
 			errs = append(errs, err)
@@ -252,6 +286,51 @@ func (r *Rule) validateGray() []error {
 	}
 	if r.Groups != nil {
 		add("groups", "are only for ab rules")
+	}
+	return append(errs, r.layerOnlyForAB()...)
+}
+
+// layerOnlyForAB reports layer fields on a rule that is not an ab rule.
+func (r *Rule) layerOnlyForAB() []error {
+	var errs []error
+	for _, f := range []struct {
+		set  bool
+		name string
+	}{{r.Layer != "", "layer"}, {r.LayerRange != nil, "layer_range"}, {r.LayerSalt != "", "layer_salt"}} {
+		if f.set {
+			errs = append(errs, strict.Errorf(f.name, "is only for ab rules: layers make experiments mutually exclusive"))
+		}
+	}
+	return errs
+}
+
+// validateLayer reports the problems of an ab rule's layer fields.
+func (r *Rule) validateLayer() []error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, strict.Errorf(path, format, args...))
+	}
+	if r.Layer == "" {
+		if r.LayerRange != nil {
+			add("layer_range", "needs \"layer\": a range is a share of a named layer's slots")
+		}
+		if r.LayerSalt != "" {
+			add("layer_salt", "needs \"layer\"")
+		}
+		return errs
+	}
+	if !ValidKey(r.Layer) {
+		add("layer", "must match %s, got %q", keyPattern, r.Layer)
+	}
+	switch {
+	case r.LayerRange == nil:
+		add("layer_range", "is required with \"layer\": [start, end], a half-open range of the layer's %d slots", LayerSlots)
+	case len(r.LayerRange) != 2:
+		add("layer_range", "must be [start, end], got %d numbers", len(r.LayerRange))
+	case r.LayerRange[0] < 0 || r.LayerRange[1] > LayerSlots || r.LayerRange[0] > LayerSlots || r.LayerRange[1] < 0:
+		add("layer_range", "must be within 0..%d, got [%d, %d]", LayerSlots, r.LayerRange[0], r.LayerRange[1])
+	case r.LayerRange[0] >= r.LayerRange[1]:
+		add("layer_range", "must not be empty: start %d must be below end %d, got [%d, %d]", r.LayerRange[0], r.LayerRange[1], r.LayerRange[0], r.LayerRange[1])
 	}
 	return errs
 }
@@ -311,7 +390,7 @@ func (r *Rule) validateAB() []error {
 	if r.TargetTags != nil {
 		add("target_tags", "are only for gray rules; ab rules put a tag in each group")
 	}
-	return errs
+	return append(errs, r.validateLayer()...)
 }
 
 type whitelistEntry struct {

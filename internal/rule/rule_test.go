@@ -107,7 +107,33 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown route", `{"key":"a","type":"gray","route":"web","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
 			[]string{`route: no route named "web"`}},
 		{"bad hash", `{"key":"a","type":"gray","hash":"md5","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
-			[]string{`hash: must be "xxh64" or "crc32", got "md5"`}},
+			[]string{`hash: must be "xxh64", "crc32", "growthbook" or "unleash", got "md5"`}},
+		{"group_id on xxh64", `{"key":"a","type":"gray","group_id":"g","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{`group_id: is only for "hash": "unleash"; this rule hashes with "xxh64"`}},
+		{"group_id on growthbook", `{"key":"a","type":"ab","hash":"growthbook","group_id":"g","experiment_id":"e","groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{`group_id: is only for "hash": "unleash"; this rule hashes with "growthbook"`}},
+		{"seed on unleash", `{"key":"a","type":"gray","hash":"unleash","seed":"s","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{`seed: is only for "hash": "growthbook"; this rule hashes with "unleash"`}},
+		{"layer_range without layer", `{"key":"a","type":"ab","experiment_id":"e","layer_range":[0,5000],"layer_salt":"x","groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{`layer_range: needs "layer"`, `layer_salt: needs "layer"`}},
+		{"layer without layer_range", `{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{`layer_range: is required with "layer"`}},
+		{"layer_range above 10000", `{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[5000,10001],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"layer_range: must be within 0..10000, got [5000, 10001]"}},
+		{"layer_range negative", `{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[-1,10],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"layer_range: must be within 0..10000, got [-1, 10]"}},
+		{"layer_range empty", `{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[5000,5000],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"layer_range: must not be empty: start 5000 must be below end 5000"}},
+		{"layer_range reversed", `{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[6000,5000],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"layer_range: must not be empty: start 6000 must be below end 5000"}},
+		{"layer_range three numbers", `{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[0,1,2],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"layer_range: must be [start, end], got 3 numbers"}},
+		{"layer_range fractional", `{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[0,1.5],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"layer_range[1]: expected an integer, got 1.5"}},
+		{"bad layer name", `{"key":"a","type":"ab","experiment_id":"e","layer":"check out","layer_range":[0,10],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
+			[]string{"layer: must match"}},
+		{"layer on a gray rule", `{"key":"a","type":"gray","layer":"checkout","layer_range":[0,10],"gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
+			[]string{"layer: is only for ab rules", "layer_range: is only for ab rules"}},
 		{"bad conditions", `{"key":"a","type":"gray","gray_percent":1,"conditions":{"path_prefix":["api"],"ua_contains":[""]},"targets":{"gray":"h:1","stable":"h:2"}}`,
 			[]string{`conditions.path_prefix[0]: must start with "/"`, "conditions.ua_contains[0]: must not be empty"}},
 	}
@@ -188,7 +214,7 @@ func TestGraySemantics(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var tr Trace
-			out, ok := c.Eval(facts(tt.r, tt.uid), tt.rolledBack, &tr)
+			out, ok := c.Eval(facts(tt.r, tt.uid), tt.rolledBack, nil, &tr)
 			if ok != tt.claimed {
 				t.Fatalf("Eval claimed = %v, want %v (trace %+v)", ok, tt.claimed, tr)
 			}
@@ -206,14 +232,14 @@ func TestABRollbackGoesToControl(t *testing.T) {
 	c := mustParse(t, `{"key":"ab","type":"ab","experiment_id":"e","groups":[
 		{"name":"A","weight":50,"target":"127.0.0.1:1"},{"name":"B","weight":50,"target":"127.0.0.1:2","control":true}]}`)
 	for _, u := range []string{"1", "2", "3", "4", "5", "6"} {
-		out, ok := c.Eval(facts(req("/", "", ""), u), true, nil)
+		out, ok := c.Eval(facts(req("/", "", ""), u), true, nil, nil)
 		if !ok || out.Target.Group != "B" || out.Degraded != "rollback" {
 			t.Errorf("rolled back Eval(%s) = %+v, want control group B", u, out)
 		}
 	}
 	d := mustParse(t, `{"key":"ab","type":"ab","experiment_id":"e","groups":[
 		{"name":"A","weight":0,"target":"127.0.0.1:1"},{"name":"B","weight":100,"target":"127.0.0.1:2"}]}`)
-	if out, _ := d.Eval(facts(req("/", "", ""), "x"), true, nil); out.Target.Group != "A" {
+	if out, _ := d.Eval(facts(req("/", "", ""), "x"), true, nil, nil); out.Target.Group != "A" {
 		t.Errorf("without a control group rollback goes to the first group, got %s", out.Target.Group)
 	}
 }
@@ -247,7 +273,7 @@ func TestSeedPHPGolden(t *testing.T) {
 			t.Fatalf("Parse(%s): %v", g.Rule, err)
 		}
 		for i, u := range golden.Users {
-			_, ok := c.Eval(facts(r, u), false, nil)
+			_, ok := c.Eval(facts(r, u), false, nil, nil)
 			if ok != g.Gray[i] {
 				t.Errorf("rule %s percent %v: user %q gray = %v, PHP says %v", c.Key, *c.Source.GrayPercent, u, ok, g.Gray[i])
 			}
@@ -260,7 +286,7 @@ func TestSeedPHPGolden(t *testing.T) {
 			t.Fatalf("Parse(%s): %v", g.Rule, err)
 		}
 		for i, u := range golden.Users {
-			out, _ := c.Eval(facts(r, u), false, nil)
+			out, _ := c.Eval(facts(r, u), false, nil, nil)
 			if out.Target.Group != g.Group[i] {
 				t.Errorf("rule %s: user %q group = %s, PHP says %s", c.Key, u, out.Target.Group, g.Group[i])
 			}
@@ -277,7 +303,7 @@ func TestEvalDoesNotAllocate(t *testing.T) {
 		"conditions":{"path_prefix":["/api/"]},"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"}}`)
 	r := req("/api/x", "ua", "10.9.9.9")
 	f := facts(r, "user-1")
-	allocs := testing.AllocsPerRun(100, func() { c.Eval(f, false, nil) })
+	allocs := testing.AllocsPerRun(100, func() { c.Eval(f, false, nil, nil) })
 	if allocs != 0 {
 		t.Errorf("Eval allocates %v times per call", allocs)
 	}
@@ -288,6 +314,13 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
 	f.Add([]byte(`[1,2,{"a":null}]`))
 	f.Add([]byte(`{"key":"x","conditions":{"path_prefix":"/a"}}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[0,5000],"layer_salt":"s","groups":[{"name":"A","weight":50,"target":"h:1"},{"name":"B","weight":50,"target":"h:2"}]}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[9999,10000,1],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","layer_range":[-5,1e9],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","layer":"l","layer_range":[],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
+	f.Add([]byte(`{"key":"g","type":"gray","hash":"growthbook","seed":"种子","gray_percent":12.34,"targets":{"gray":"h:1","stable":"h:2"}}`))
+	f.Add([]byte(`{"key":"g","type":"gray","hash":"unleash","group_id":"AB12A","gray_percent":50,"targets":{"gray":"h:1","stable":"h:2"}}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","hash":"unleash","experiment_id":"e","groups":[{"name":"A","weight":0,"target":"h:1"},{"name":"B","weight":100,"target":"h:2"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, testEnv())
 		if err != nil {
@@ -299,8 +332,10 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		// A compiled rule must evaluate without panicking.
-		c.Eval(facts(req("/api/user/1", "WeChat", "10.0.0.1"), "u1"), false, &Trace{})
-		c.Eval(facts(req("/", "", ""), ""), true, nil)
+		c.Eval(facts(req("/api/user/1", "WeChat", "10.0.0.1"), "u1"), false, nil, &Trace{})
+		c.Eval(facts(req("/", "", ""), ""), true, nil, nil)
+		c.Eval(facts(req("/", "", ""), "用户😀"), false, NewHoldout(50, ""), &Trace{})
+		_ = CheckLayers([]*Compiled{c, c})
 	})
 }
 
@@ -330,7 +365,7 @@ func TestSeed004TagRuleVerbatim(t *testing.T) {
 		r.Trusted = true
 		f := match.NewFacts(r, "u1", &match.Sources{Tags: src})
 		var tr Trace
-		out, ok := c.Eval(&f, false, &tr)
+		out, ok := c.Eval(&f, false, nil, &tr)
 		if ok != tt.want || ok && out.Target.Group != "gray" {
 			t.Errorf("tags %q: claimed %v (%+v), want %v; trace %+v", tt.header, ok, out, tt.want, tr)
 		}

@@ -58,7 +58,7 @@ func TestCombinedStrategies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := match.NewFacts(creditReq(tt.path, tt.region, tt.tags), tt.uid, src)
 			var tr Trace
-			_, ok := c.Eval(&f, false, &tr)
+			_, ok := c.Eval(&f, false, nil, &tr)
 			if ok != tt.claimed {
 				t.Fatalf("claimed = %v, want %v; trace %+v", ok, tt.claimed, tr)
 			}
@@ -82,8 +82,8 @@ func TestCombinedStrategies(t *testing.T) {
 		uid := "u" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('0'+i%10)) + string(rune('A'+i/260))
 		f1 := match.NewFacts(creditReq("/api/credit/x", "北京", good), uid, src)
 		f2 := match.NewFacts(creditReq("/api/credit/x", "上海", good), uid, src)
-		_, ok1 := c.Eval(&f1, false, nil)
-		_, ok2 := c.Eval(&f2, false, nil)
+		_, ok1 := c.Eval(&f1, false, nil, nil)
+		_, ok2 := c.Eval(&f2, false, nil, nil)
 		if ok1 != ok2 {
 			t.Fatalf("user %s: gray in 北京 %v, in 上海 %v", uid, ok1, ok2)
 		}
@@ -129,6 +129,6 @@ func BenchmarkCombinedRule(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g := f // resolved attributes, as within one request
-		c.Eval(&g, false, nil)
+		c.Eval(&g, false, nil, nil)
 	}
 }

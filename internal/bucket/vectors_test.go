@@ -1,0 +1,379 @@
+package bucket
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"math"
+	"os"
+	"strconv"
+	"testing"
+	"unicode/utf16"
+)
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestGrowthBookCases checks every case of the hash, getBucketRange and
+// chooseVariation sections of GrowthBook's cases.json.
+func TestGrowthBookCases(t *testing.T) {
+	var cases struct {
+		Hash           [][]any `json:"hash"`
+		GetBucketRange [][]any `json:"getBucketRange"`
+		ChooseVariaton [][]any `json:"chooseVariation"`
+	}
+	readJSON(t, "testdata/growthbook-cases.json", &cases)
+	if len(cases.Hash) < 15 || len(cases.GetBucketRange) < 13 || len(cases.ChooseVariaton) < 13 {
+		t.Fatalf("cases.json sections are short: %d, %d, %d", len(cases.Hash), len(cases.GetBucketRange), len(cases.ChooseVariaton))
+	}
+	v2 := 0
+	for i, c := range cases.Hash {
+		seed, value, version := c[0].(string), c[1].(string), int(c[2].(float64))
+		n, ok := GrowthBookHash(seed, value, version)
+		if c[3] == nil {
+			if ok {
+				t.Errorf("hash[%d] (%q, %q, v%d) = %v, want null", i, seed, value, version, n)
+			}
+			continue
+		}
+		if version == 2 {
+			v2++
+		}
+		if want := c[3].(float64); !ok || n != want {
+			t.Errorf("hash[%d] (%q, %q, v%d) = %v, want %v", i, seed, value, version, n, want)
+		}
+	}
+	if v2 < 7 {
+		t.Errorf("only %d version 2 hash cases", v2)
+	}
+	round := func(x float64) float64 { return math.Round(x*1e6) / 1e6 }
+	for _, c := range cases.GetBucketRange {
+		name, args := c[0].(string), c[1].([]any)
+		var weights []float64
+		if args[2] != nil {
+			for _, w := range args[2].([]any) {
+				weights = append(weights, w.(float64))
+			}
+		}
+		got := BucketRanges(int(args[0].(float64)), args[1].(float64), weights)
+		want := c[2].([]any)
+		if len(got) != len(want) {
+			t.Errorf("getBucketRange %q = %v, want %v", name, got, want)
+			continue
+		}
+		for j, w := range want {
+			r := w.([]any)
+			if round(got[j][0]) != round(r[0].(float64)) || round(got[j][1]) != round(r[1].(float64)) {
+				t.Errorf("getBucketRange %q = %v, want %v", name, got, want)
+				break
+			}
+		}
+	}
+	for _, c := range cases.ChooseVariaton {
+		name, n := c[0].(string), c[1].(float64)
+		var ranges [][2]float64
+		for _, r := range c[2].([]any) {
+			rr := r.([]any)
+			ranges = append(ranges, [2]float64{rr[0].(float64), rr[1].(float64)})
+		}
+		if got, want := ChooseVariation(n, ranges), int(c[3].(float64)); got != want {
+			t.Errorf("chooseVariation %q = %d, want %d", name, got, want)
+		}
+	}
+}
+
+// TestGrowthBookSDK checks graygate's GrowthBook mode against decisions of
+// GrowthBook's JavaScript SDK itself (testdata/growthbook-sdk.mjs), with
+// non-ASCII ids and seeds: the hash value, the experiment variation for
+// several weight sets, and rollout inclusion at several coverages,
+// including ids exactly at the coverage's edge.
+func TestGrowthBookSDK(t *testing.T) {
+	var sdk struct {
+		Hash []struct {
+			Seed, ID string
+			N        float64
+		} `json:"hash"`
+		Experiments []struct {
+			Seed, ID  string
+			Weights   []int
+			Variation int
+		} `json:"experiments"`
+		Rollouts []struct {
+			Seed, ID   string
+			Hundredths int
+			On         bool
+		} `json:"rollouts"`
+	}
+	readJSON(t, "testdata/growthbook-sdk.json", &sdk)
+	nonASCII, wide := 0, 0
+	for _, c := range sdk.Hash {
+		n, _ := GrowthBookHash(c.Seed, c.ID, 2)
+		if n != c.N {
+			t.Errorf("hash(%q, %q) = %v, the SDK says %v", c.Seed, c.ID, n, c.N)
+		}
+		if b := New(GrowthBook, c.Seed).Bucket(c.ID); float64(b)/10000 != c.N {
+			t.Errorf("Bucket(%q, %q) = %d, the SDK says n = %v", c.Seed, c.ID, b, c.N)
+		}
+		for _, r := range c.ID {
+			if r >= 0x80 {
+				nonASCII++
+			}
+			if r >= 0x100 {
+				wide++
+			}
+		}
+	}
+	if nonASCII == 0 || wide == 0 {
+		t.Fatal("the SDK vectors hold no non-ASCII ids")
+	}
+	for _, c := range sdk.Experiments {
+		_, got := NewSplitter(GrowthBook, c.Seed, c.Weights).Split(c.ID)
+		if got != c.Variation {
+			t.Errorf("experiment %q weights %v, id %q: group %d, the SDK says %d", c.Seed, c.Weights, c.ID, got, c.Variation)
+		}
+	}
+	for _, c := range sdk.Rollouts {
+		in := New(GrowthBook, c.Seed).Bucket(c.ID) < GrowthBook.Threshold(c.Hundredths)
+		if in != c.On {
+			t.Errorf("rollout %q at %d/100 %%, id %q: in = %v, the SDK says %v", c.Seed, c.Hundredths, c.ID, in, c.On)
+		}
+	}
+	if len(sdk.Experiments) < 100 || len(sdk.Rollouts) < 100 {
+		t.Fatalf("only %d experiment and %d rollout vectors", len(sdk.Experiments), len(sdk.Rollouts))
+	}
+}
+
+// TestFNVUTF16 pins the code-unit detail: below U+0100 a code unit is one
+// byte and FNV-1a over code units equals hash/fnv over bytes (Latin-1);
+// from U+0100 on the whole 16-bit unit is XORed in, and runes above the
+// BMP are two surrogate units.
+func TestFNVUTF16(t *testing.T) {
+	latin1 := func(s string) []byte {
+		var b []byte
+		for _, r := range s {
+			b = append(b, byte(r))
+		}
+		return b
+	}
+	for _, s := range []string{"", "a", "seed123", "naïve", "\u00ff\u00e9"} {
+		h := fnv.New32a()
+		h.Write(latin1(s))
+		if got := fnvUTF16(fnvOffset32, s); got != h.Sum32() {
+			t.Errorf("fnvUTF16(%q) = %d, hash/fnv over Latin-1 = %d", s, got, h.Sum32())
+		}
+	}
+	// A reference that hashes the code units utf16.Encode produces.
+	units := func(s string) uint32 {
+		h := uint32(fnvOffset32)
+		for _, u := range utf16.Encode([]rune(s)) {
+			h = (h ^ uint32(u)) * fnvPrime32
+		}
+		return h
+	}
+	for _, s := range []string{"\u0100", "用户", "😀", "x😀y", "𝄞"} {
+		if got, want := fnvUTF16(fnvOffset32, s), units(s); got != want {
+			t.Errorf("fnvUTF16(%q) = %d, over utf16.Encode = %d", s, got, want)
+		}
+		h := fnv.New32a()
+		h.Write([]byte(s))
+		if fnvUTF16(fnvOffset32, s) == h.Sum32() {
+			t.Errorf("fnvUTF16(%q) equals FNV-1a over UTF-8 bytes; the code units are not being used", s)
+		}
+	}
+}
+
+// TestGrowthBookSplitMatchesChooseVariation holds the precomputed bucket
+// bounds of a GrowthBook split to the SDK's float comparison for every
+// bucket, with weights whose cumulative sums are not exact in binary.
+func TestGrowthBookSplitMatchesChooseVariation(t *testing.T) {
+	for _, weights := range [][]int{{10, 20, 70}, {33, 33, 34}, {1, 2, 3, 94}, {0, 50, 0, 50}, {7, 13, 17, 19, 44}, {100}} {
+		s := NewSplitter(GrowthBook, "x", weights)
+		fr := make([]float64, len(weights))
+		for i, w := range weights {
+			fr[i] = float64(w) / 100
+		}
+		ranges := BucketRanges(len(weights), 1, fr)
+		for b := uint64(0); b < 10000; b++ {
+			want := ChooseVariation(float64(b)/10000, ranges)
+			got := -1
+			for i := range s.lo {
+				if s.lo[i] <= b && b < s.hi[i] {
+					got = i
+					break
+				}
+			}
+			if got != want || want < 0 {
+				t.Fatalf("weights %v bucket %d: bounds say %d, chooseVariation %d", weights, b, got, want)
+			}
+		}
+	}
+}
+
+// TestUnleashSpec checks the normalized values of two Unleash SDKs' tests,
+// the gradual and flexible rollout cases and the variant cases of Unleash's
+// client-specification, and UTF-8 vectors for non-ASCII ids and group ids.
+func TestUnleashSpec(t *testing.T) {
+	var spec struct {
+		Normalized []struct {
+			ID         string
+			GroupID    string `json:"group_id"`
+			Seed       uint32
+			Normalizer uint32
+			Value      uint32
+		} `json:"normalized"`
+		Rollouts []struct {
+			Spec, Toggle string
+			GroupID      string `json:"group_id"`
+			Percentage   int
+			ID           string
+			Expected     bool
+		} `json:"rollouts"`
+		Variants []struct {
+			Spec, Toggle string
+			GroupID      string `json:"group_id"`
+			ID           string
+			Weights      []int
+			Names        []string
+			Expected     string
+		} `json:"variants"`
+	}
+	readJSON(t, "testdata/unleash-spec.json", &spec)
+	var utf8 struct {
+		Normalized []struct {
+			ID         string
+			GroupID    string `json:"group_id"`
+			Seed       uint32
+			Normalizer uint32
+			Value      uint32
+		} `json:"normalized"`
+	}
+	readJSON(t, "testdata/unleash-utf8.json", &utf8)
+	for _, c := range append(spec.Normalized, utf8.Normalized...) {
+		if got := UnleashNormalized(c.ID, c.GroupID, c.Normalizer, c.Seed); got != c.Value {
+			t.Errorf("normalizedValue(%q, %q, %d, seed %d) = %d, want %d", c.ID, c.GroupID, c.Normalizer, c.Seed, got, c.Value)
+		}
+		if c.Normalizer == 100 {
+			h := newHasher(Unleash, c.GroupID, c.Seed, 100)
+			if got := h.Bucket(c.ID); got != uint64(c.Value) {
+				t.Errorf("Bucket(%q, %q, seed %d) = %d, want %d", c.ID, c.GroupID, c.Seed, got, c.Value)
+			}
+		}
+	}
+	for _, c := range spec.Rollouts {
+		in := New(Unleash, c.GroupID).Bucket(c.ID) < Unleash.Threshold(c.Percentage*100)
+		if in != c.Expected {
+			t.Errorf("%s %s: id %q at %d%% enabled = %v, want %v", c.Spec, c.Toggle, c.ID, c.Percentage, in, c.Expected)
+		}
+	}
+	for _, c := range spec.Variants {
+		_, i := NewSplitter(Unleash, c.GroupID, c.Weights).Split(c.ID)
+		if c.Names[i] != c.Expected {
+			t.Errorf("%s %s: id %q gets %s, want %s", c.Spec, c.Toggle, c.ID, c.Names[i], c.Expected)
+		}
+	}
+	if len(spec.Rollouts) < 15 || len(spec.Variants) < 15 || len(utf8.Normalized) < 50 {
+		t.Fatalf("only %d rollout, %d variant and %d UTF-8 vectors", len(spec.Rollouts), len(spec.Variants), len(utf8.Normalized))
+	}
+}
+
+func TestUnleashVariantWalk(t *testing.T) {
+	tests := []struct {
+		name    string
+		target  uint32
+		weights []int
+		want    int
+	}{
+		{"first", 1, []int{50, 50}, 0},
+		{"last of first", 50, []int{50, 50}, 0},
+		{"first of second", 51, []int{50, 50}, 1},
+		{"top", 100, []int{50, 50}, 1},
+		{"zero weight skipped", 1, []int{0, 100}, 1},
+		{"beyond the total", 101, []int{50, 50}, -1},
+		{"uneven", 2, []int{1, 49, 50}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := UnleashVariant(tt.target, tt.weights); got != tt.want {
+				t.Errorf("UnleashVariant(%d, %v) = %d, want %d", tt.target, tt.weights, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestThresholdCompatibleModes(t *testing.T) {
+	tests := []struct {
+		mode       Mode
+		hundredths int
+		want       uint64
+		everyone   bool
+	}{
+		{GrowthBook, 0, 0, false}, {GrowthBook, 1, 2, false}, {GrowthBook, 1000, 1001, false},
+		{GrowthBook, 9999, 10000, true}, {GrowthBook, 10000, 10000, true},
+		{Unleash, 0, 0, false}, {Unleash, 50, 1, false}, {Unleash, 100, 2, false}, {Unleash, 1050, 11, false},
+		{Unleash, 9950, 100, false}, {Unleash, 10000, 101, true},
+	}
+	for _, tt := range tests {
+		got := tt.mode.Threshold(tt.hundredths)
+		if got != tt.want || tt.mode.Everyone(got) != tt.everyone {
+			t.Errorf("%v.Threshold(%d) = %d (everyone %v), want %d (%v)", tt.mode, tt.hundredths, got, tt.mode.Everyone(got), tt.want, tt.everyone)
+		}
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, m := range []Mode{XXH64, CRC32, GrowthBook, Unleash} {
+		if got, ok := ParseMode(m.String()); !ok || got != m {
+			t.Errorf("ParseMode(%q) = %v, %v", m.String(), got, ok)
+		}
+	}
+	for _, s := range []string{"md5", "GrowthBook", "murmur3"} {
+		if _, ok := ParseMode(s); ok {
+			t.Errorf("ParseMode(%q) accepted", s)
+		}
+	}
+}
+
+// TestCompatibleModesDoNotAllocate holds every mode's per-request work to 0
+// allocations, non-ASCII and astral ids included.
+func TestCompatibleModesDoNotAllocate(t *testing.T) {
+	for _, m := range []Mode{XXH64, CRC32, GrowthBook, Unleash} {
+		h := New(m, "exp_用户")
+		s := NewSplitter(m, "exp_用户", []int{10, 20, 70})
+		for _, uid := range []string{"user-1234567", "用户42😀", strconv.Itoa(1 << 30)} {
+			if a := testing.AllocsPerRun(100, func() { h.Bucket(uid); s.Split(uid) }); a != 0 {
+				t.Errorf("%v: Bucket and Split(%q) allocate %v times", m, uid, a)
+			}
+		}
+	}
+}
+
+func BenchmarkBucketGrowthBook(b *testing.B) {
+	h := New(GrowthBook, "gray_v2")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = h.Bucket("user-1234567")
+	}
+}
+
+func BenchmarkBucketGrowthBookNonASCII(b *testing.B) {
+	h := New(GrowthBook, "gray_v2")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = h.Bucket("用户1234567😀")
+	}
+}
+
+func BenchmarkBucketUnleash(b *testing.B) {
+	h := New(Unleash, "gray_v2")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = h.Bucket("user-1234567")
+	}
+}
