@@ -73,7 +73,8 @@ func TestExplainEqualsLive(t *testing.T) {
 	snap := explainSnapshot(t, namedPools(func(name string) string { return addrs[name] }))
 	rt := router.New(snap)
 	decided := make(chan liveDecision, 1)
-	onDone := func(d *router.Decision, _ int, _ time.Duration, _ int64) {
+	onDone := func(done *proxy.Done) {
+		d := done.Decision
 		ld := liveDecision{Rule: d.Rule, Group: d.Group, Tag: strings.Clone(d.Tag), Degraded: d.Degraded,
 			UserID: strings.Clone(d.Identity.Value), Source: d.Identity.Source}
 		if d.Target != nil {

@@ -187,8 +187,8 @@ func New(opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	popts.OnDone = func(d *router.Decision, status int, elapsed time.Duration, _ int64) {
-		g.metrics.Observe(d, status, elapsed)
+	popts.OnDone = func(done *proxy.Done) {
+		g.metrics.Observe(done.Decision, done.Status, done.Elapsed)
 	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {

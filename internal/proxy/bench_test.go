@@ -60,7 +60,7 @@ func BenchmarkProxy(b *testing.B) {
 	backend := fasthttpBackend(b)
 	d := staticDecider{Rule: "r1", Group: "stable", Target: poolOf("stable", backend)}
 	var n atomic.Int64
-	onDone := func(*router.Decision, int, time.Duration, int64) { n.Add(1) }
+	onDone := func(*Done) { n.Add(1) }
 	b.Run("plain", func(b *testing.B) {
 		_, addr := startProxy(b, Options{OnDone: onDone}, d)
 		benchRequests(b, addr)

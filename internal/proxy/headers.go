@@ -345,6 +345,12 @@ func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
 	}
 	clear(ex.tokens)
 	ex.tokens = ex.tokens[:0]
+	if r := ex.d.Report; r != nil && len(r.Headers) > 0 && isFinal(h.StatusCode()) {
+		ex.captureReported(h, r.Headers)
+		for _, n := range r.Headers {
+			del = append(append(del, n...), 0)
+		}
+	}
 	for len(del) > 0 {
 		i := bytes.IndexByte(del, 0)
 		h.DelBytes(del[:i])
@@ -354,6 +360,40 @@ func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
 }
 
 var strHTTP11 = []byte("HTTP/1.1")
+
+// isFinal reports whether a response status is a final one.
+func isFinal(status int) bool { return !isInterim(status) }
+
+// captureReported keeps the values of the response headers the upstream
+// reports metrics in (Decision.Report), for OnDone, copied into one
+// buffer of the exchange; the caller removes the headers.
+func (ex *exchange) captureReported(h *fasthttp.ResponseHeader, names []string) {
+	buf := ex.reportBuf[:0]
+	var ends [maxReported]int
+	n := min(len(names), maxReported)
+	for i := range n {
+		if v := h.Peek(names[i]); v != nil {
+			buf = append(buf, v...)
+			ends[i] = len(buf)
+		} else {
+			ends[i] = -1
+		}
+	}
+	ex.reportBuf = buf
+	ex.reported = ex.reported[:0]
+	start := 0
+	for i := range n {
+		if ends[i] < 0 {
+			ex.reported = append(ex.reported, nil)
+			continue
+		}
+		ex.reported = append(ex.reported, buf[start:ends[i]:ends[i]])
+		start = ends[i]
+	}
+}
+
+// maxReported bounds the report headers read per response.
+const maxReported = 16
 
 // addVia adds the gateway's Via entry to a forwarded response.
 func (ex *exchange) addVia(h *fasthttp.ResponseHeader) {

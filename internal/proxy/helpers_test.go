@@ -250,7 +250,8 @@ type doneCall struct {
 
 func newDoneRecorder() *doneRecorder { return &doneRecorder{ch: make(chan doneCall, 1024)} }
 
-func (r *doneRecorder) onDone(d *router.Decision, status int, elapsed time.Duration, bytesOut int64) {
+func (r *doneRecorder) onDone(done *Done) {
+	d, status, elapsed, bytesOut := done.Decision, done.Status, done.Elapsed, done.BytesOut
 	c := doneCall{
 		rule: strings.Clone(d.Rule), group: strings.Clone(d.Group), tag: strings.Clone(d.Tag),
 		idValue: strings.Clone(d.Identity.Value), degraded: d.Degraded, status: status, bytes: bytesOut, elapsed: elapsed,

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/graygate/graygate/internal/listener"
-	"github.com/graygate/graygate/internal/router"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -103,7 +102,7 @@ func TestReusePortAcceptQueue(t *testing.T) {
 				t.Fatalf("second Listen on %s: %v", addr, err)
 			}
 			var served atomic.Int64
-			startProxyOn(t, ln2, Options{OnDone: func(*router.Decision, int, time.Duration, int64) { served.Add(1) }}, d)
+			startProxyOn(t, ln2, Options{OnDone: func(*Done) { served.Add(1) }}, d)
 			if err := ln1.Close(); err != nil {
 				t.Fatal(err)
 			}

@@ -114,16 +114,13 @@ type Options struct {
 	AccessLogFlushInterval time.Duration
 
 	// OnDone, if set, is called once per request when the gateway is done
-	// with it: for a streamed body, after the last byte; for a WebSocket,
-	// when the tunnel closes; for an answer without a body, the gateway's
-	// own error answers and a small body copied whole (see the package
-	// doc), just before the server writes it. status is what the client was
-	// sent, or 499 if the client went away before the upstream answered.
-	// bytesOut counts body bytes sent to the client. d is valid only during
-	// the call; for requests rejected before routing it is a zero Decision.
-	// OnDone runs on the request's goroutine and must be fast and safe for
-	// concurrent use.
-	OnDone func(d *router.Decision, status int, elapsed time.Duration, bytesOut int64)
+	// with it (see Done): for a streamed body, after the last byte; for a
+	// WebSocket, when the tunnel closes; for an answer without a body, the
+	// gateway's own error answers and a small body copied whole (see the
+	// package doc), just before the server writes it. The Done and what it
+	// points to are valid only during the call. OnDone runs on the
+	// request's goroutine and must be fast and safe for concurrent use.
+	OnDone func(*Done)
 
 	// Now is the clock that times requests: the elapsed time OnDone and the
 	// access log report, and the latency and end time of the outcomes
@@ -208,4 +205,27 @@ func (o *Options) isTrusted(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// Done describes a request the gateway has finished with, for
+// Options.OnDone. Everything in it, the strings and slices included, is
+// valid only during the call: copy what you keep.
+type Done struct {
+	// Decision is the request's decision, as degraded if it was; a zero
+	// Decision for a request rejected before routing.
+	Decision *router.Decision
+	// Status is what the client was sent, or 499 if the client went away
+	// before the upstream answered.
+	Status int
+	// Elapsed is the time from the request's start to now.
+	Elapsed time.Duration
+	// BytesOut counts body bytes sent to the client.
+	BytesOut int64
+	// Method and Path are the request's method and decoded path.
+	Method, Path string
+	// Reported holds, in the order of Decision.Report.Headers, the values
+	// of the response headers the upstream reported metrics in (nil where
+	// it sent none); those headers were removed before the client saw the
+	// response.
+	Reported [][]byte
 }

@@ -317,7 +317,11 @@ type exchange struct {
 	hijackedConn net.Conn
 	// respOut is the client's response header while its body streams, for
 	// the trailers.
-	respOut   *fasthttp.ResponseHeader
+	respOut *fasthttp.ResponseHeader
+	// reported holds the values of Decision.Report.Headers, in reportBuf.
+	reported  [][]byte
+	reportBuf []byte
+	done      Done
 	upEOF     bool
 	upErr     error
 	clientErr error
@@ -402,7 +406,10 @@ func (ex *exchange) finish() {
 		ex.gate = nil
 	}
 	if ex.opts.OnDone != nil {
-		ex.opts.OnDone(&ex.d, ex.status, elapsed, ex.bytesOut)
+		ex.done = Done{Decision: &ex.d, Status: ex.status, Elapsed: elapsed, BytesOut: ex.bytesOut,
+			Method: b2s(ex.method), Path: b2s(ex.path), Reported: ex.reported}
+		ex.opts.OnDone(&ex.done)
+		ex.done = Done{}
 	}
 	if a := p.access.Load(); a != nil {
 		a.record(ex, end, elapsed)
@@ -444,6 +451,8 @@ func (ex *exchange) reset() {
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
 	ex.upEOF, ex.upErr, ex.clientErr, ex.writeErr, ex.timeout = false, nil, nil, nil, ""
 	ex.reqID = ex.reqID[:0]
+	clear(ex.reported)
+	ex.reported, ex.reportBuf = ex.reported[:0], ex.reportBuf[:0]
 	ex.method, ex.path = ex.method[:0], ex.path[:0]
 	ex.idVal, ex.tag, ex.scratch = ex.idVal[:0], ex.tag[:0], ex.scratch[:0]
 	clear(ex.tokens)

@@ -43,7 +43,8 @@ func TestConcurrentDecisions(t *testing.T) {
 
 	var doneCalls, doneBad atomic.Int64
 	var firstBad atomic.Value
-	onDone := func(d *router.Decision, status int, _ time.Duration, _ int64) {
+	onDone := func(done *Done) {
+		d, status := done.Decision, done.Status
 		doneCalls.Add(1)
 		n, err := strconv.Atoi(d.Tag)
 		if err != nil || status != 200 || d.Identity.Value != d.Tag ||

@@ -364,3 +364,48 @@ func TestUpstreamClientsAreDropped(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestReportedHeaders: the response headers a rule asks to report
+// (Decision.Report) reach OnDone with their values and never the client.
+func TestReportedHeaders(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			extra := ""
+			if req.URL.Path == "/buy" {
+				extra = "X-Gray-Metric-Revenue: 12.5\r\n"
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\n%sX-Other: kept\r\nContent-Length: 2\r\n\r\nok", extra)
+		}
+	})
+	got := make(chan []string, 4)
+	report := &router.Report{Headers: []string{"X-Gray-Metric-Revenue", "X-Gray-Metric-Items"}}
+	onDone := func(d *Done) {
+		var vals []string
+		for _, v := range d.Reported {
+			vals = append(vals, string(v))
+		}
+		got <- vals
+	}
+	_, addr := startProxy(t, Options{OnDone: onDone}, staticDecider{Group: "B", Target: poolOf("b", up), Report: report})
+	for _, tt := range []struct{ path, want string }{{"/buy", "[12.5 ]"}, {"/view", "[ ]"}} {
+		resp, _ := rawExchange(t, addr, "GET", "GET "+tt.path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		if v := resp.Header.Get("X-Gray-Metric-Revenue"); v != "" {
+			t.Errorf("%s: the client saw X-Gray-Metric-Revenue: %s", tt.path, v)
+		}
+		if resp.Header.Get("X-Other") != "kept" {
+			t.Errorf("%s: X-Other lost", tt.path)
+		}
+		select {
+		case vals := <-got:
+			if fmt.Sprint(vals) != tt.want {
+				t.Errorf("%s: OnDone Reported %q, want %s", tt.path, vals, tt.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no OnDone")
+		}
+	}
+}

@@ -80,6 +80,9 @@ type Decision struct {
 	Ticket  breaker.Ticket
 	// Policy holds the route's limits; it is never nil.
 	Policy *Policy
+	// Report is what the claiming rule asks the data plane to collect
+	// (nil: nothing). It belongs to the snapshot and must not be modified.
+	Report *Report
 	// VersionHeader names the request header whose value picks instances
 	// by their "version" metadata (seed 003), for routes that enable it;
 	// "" leaves it to the pool's own setting.
@@ -152,3 +155,13 @@ type Policy struct {
 
 // NoPolicy is the Policy of a route without limits.
 var NoPolicy = &Policy{FallbackBodyBytes: DefaultFallbackBodyBytes}
+
+// Report is what a rule asks the data plane to collect from a request it
+// claimed, for its experiment's metrics.
+type Report struct {
+	// Headers name the response headers in which the upstream reports
+	// metric values (from_header metrics). The data plane hands their
+	// values to OnDone and removes them before the client sees the
+	// response.
+	Headers []string
+}
