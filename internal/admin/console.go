@@ -62,9 +62,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ principal) {
 	trends := map[key][]uint64{}
 	for _, sr := range exp.Series {
 		counts := make([]uint64, n)
-		last := sr.Buckets[len(sr.Buckets)-1].Start
 		for _, b := range sr.Buckets {
-			if i := n - 1 - int((last-b.Start)/exp.WidthMs); i >= 0 {
+			// The last point is the last whole bucket, which ends at exp.End.
+			if i := n - int((exp.End-b.Start)/exp.WidthMs); i >= 0 && i < n {
 				counts[i] = b.Requests
 			}
 		}

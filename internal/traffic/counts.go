@@ -172,9 +172,12 @@ type Series struct {
 // marshals to JSON, travels (a fleet of gateways publishes it) and adds up
 // with Merge. Only buckets with requests are listed.
 type Export struct {
-	Schema  int      `json:"schema"`
-	WidthMs int64    `json:"width_ms"`
-	Series  []Series `json:"series"`
+	Schema  int   `json:"schema"`
+	WidthMs int64 `json:"width_ms"`
+	// End is where the exported buckets end, in Unix milliseconds: the
+	// start of the bucket that was still filling. Merge keeps the latest.
+	End    int64    `json:"end"`
+	Series []Series `json:"series"`
 }
 
 // Window sums the buckets of (rule, group) that lie wholly in [end-d, end).
@@ -221,6 +224,7 @@ func Merge(exports ...Export) (Export, error) {
 		if e.WidthMs != out.WidthMs {
 			return Export{}, fmt.Errorf("exports[%d].width_ms: %d, but exports[0] has %d", i, e.WidthMs, out.WidthMs)
 		}
+		out.End = max(out.End, e.End)
 		for j, s := range e.Series {
 			for k, b := range s.Buckets {
 				if len(b.Latency) > NumLatencyBuckets {

@@ -330,7 +330,7 @@ func (s *Set) Windows(d time.Duration) []SeriesStats {
 // Merge and Export.Window.
 func (s *Set) Export(d time.Duration) Export {
 	from, to, _ := s.bucketsFor(d)
-	out := Export{Schema: LatencySchema, WidthMs: s.width / int64(time.Millisecond)}
+	out := Export{Schema: LatencySchema, WidthMs: s.width / int64(time.Millisecond), End: (to + 1) * s.width / int64(time.Millisecond)}
 	s.each(func(rule string, se *series) {
 		sr := Series{Rule: rule, Group: se.group}
 		for ep := from; ep <= to; ep++ {

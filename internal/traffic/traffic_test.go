@@ -362,6 +362,9 @@ func TestWindowsAndExport(t *testing.T) {
 			exp.Schema, exp.WidthMs, len(exp.Series), len(exp.Series[1].Buckets))
 	}
 	end := c.Now().Truncate(time.Second)
+	if exp.End != end.UnixMilli() {
+		t.Errorf("Export.End = %d, want %d (the start of the current second)", exp.End, end.UnixMilli())
+	}
 	for _, w := range ws {
 		got := exp.Window(w.Rule, w.Group, end, 10*time.Second)
 		if got.Requests != w.Requests || got.Errors != w.Errors || got.P99Ms != w.P99Ms || got.RPS != w.RPS {
@@ -399,6 +402,9 @@ func TestMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := c1.Now().Truncate(time.Second)
+	if merged.End != end.UnixMilli() {
+		t.Errorf("merged End = %d, want %d", merged.End, end.UnixMilli())
+	}
 	gray := merged.Window("canary", "gray", end, time.Minute)
 	// Alone, g1's p99 is 1 ms; the fleet's includes g2's two slow errors.
 	if gray.Requests != 101 || gray.Errors != 2 || gray.P99() != 2097152*time.Microsecond {
