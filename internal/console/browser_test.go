@@ -437,3 +437,33 @@ func TestBrowserOptionalFeatures(t *testing.T) {
 		}
 	})
 }
+
+// TestBrowserEditorPaths: a problem whose path names a list goes beside
+// the list, and one whose field has no input (edited away in the JSON
+// view) goes beside the nearest enclosing field.
+func TestBrowserEditorPaths(t *testing.T) {
+	b := newTab(t)
+	e := startGateway(t, nil)
+	b.login(e, adminToken)
+
+	b.open(e.admin + "/ui/#/rules/checkout_button")
+	b.typeInto(`#editor input[data-path="groups[0].weight"]`, "70")
+	b.waitText(`#editor [data-error-for="groups"]`, "weights must sum to 100, got 120")
+	b.typeInto(`#editor input[data-path="groups[1].weight"]`, "30")
+	b.waitText("#validation", "valid")
+	b.click("#review")
+	b.waitText("#review-diff", "~ groups: ")
+
+	b.open(e.admin + "/ui/#/rules/user_center_v2")
+	b.click("#tab-json")
+	b.typeInto("#editor-json", `{"type": "gray", "gray_percent": 30, "targets": {"gray": "gray"}}`)
+	b.waitText("#validation", "targets.stable")
+	b.click("#tab-fields")
+	b.waitFor("the targets problem beside targets", `document.querySelector('#editor [data-error-for="targets"]').textContent !== ''`)
+	if n := b.count(`#editor input[data-path="white_list[0]"]`); n != 0 {
+		t.Errorf("the form still shows the white list the JSON removed")
+	}
+	if _, r := e.api("GET", "/api/v1/rules/user_center_v2", nil); r["version"] != 1.0 {
+		t.Errorf("editing saved something: version %v", r["version"])
+	}
+}
