@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it: the real services the
-# integration tests start on loopback (installed from Debian if missing),
+# integration tests start on loopback and the browser the console's tests
+# drive (installed from Debian if missing),
 # formatting, vet, then every test with the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/redis.sh >/dev/null
 bash scripts/etcd.sh >/dev/null
+bash scripts/chromium.sh >/dev/null
+# The console's browser tests fail, not skip, without chromium.
+export GRAYGATE_REQUIRE_BROWSER=1
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

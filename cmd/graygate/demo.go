@@ -84,6 +84,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 const demoHelp = `
 graygate demo is serving on http://%[1]s
+
+  Operator console: http://%[13]s/ui/   (log in with the token %[12]s)
+
   upstreams: stable %[2]s, gray %[3]s, exp-a %[4]s, exp-b %[5]s
   rules: user_center_v2 sends 30%% of users (and uid 10001 always) on /api/user/ to gray;
          checkout_button splits /shop/ 50/50 between exp-a and exp-b.

@@ -363,10 +363,15 @@ func TestDemo(t *testing.T) {
 	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
 	sc := bufio.NewScanner(stderr)
 	var curls []string
+	var consoleURL, consoleToken string
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if strings.HasPrefix(line, "curl -si http://"+data+"/api/user/profile -H 'X-User-Id: 10001'") {
 			curls = append(curls, line)
+		}
+		if rest, ok := strings.CutPrefix(line, "Operator console: "); ok {
+			f := strings.Fields(rest)
+			consoleURL, consoleToken = f[0], strings.TrimSuffix(f[len(f)-1], ")")
 		}
 		if strings.HasPrefix(line, "Press Ctrl-C") {
 			break
@@ -390,6 +395,33 @@ func TestDemo(t *testing.T) {
 	}
 	if !seen["GRAY"] || !seen["STABLE"] {
 		t.Errorf("demo users did not land on different versions: %v", seen)
+	}
+
+	// The printed console link serves the console, and the printed token
+	// logs in as an admin.
+	if consoleURL != "http://"+admin+"/ui/" || consoleToken != "demo-token" {
+		t.Fatalf("demo printed the console as %q with token %q, want http://%s/ui/ and demo-token", consoleURL, consoleToken, admin)
+	}
+	resp, err := http.Get(consoleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		resp.Header.Get("Content-Security-Policy") == "" || !strings.Contains(string(page), `src="js/app.js"`) {
+		t.Errorf("GET %s = %d %q (CSP %q), want the console page", consoleURL, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Security-Policy"))
+	}
+	req, _ := http.NewRequest("GET", "http://"+admin+"/api/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+consoleToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(who), `"role": "admin"`) {
+		t.Errorf("whoami with the demo token = %d %s, want role admin", resp.StatusCode, who)
 	}
 }
 

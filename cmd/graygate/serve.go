@@ -137,7 +137,7 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 		}
 		st = es
 	}
-	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, AccessLog: accessLog, Store: st})
+	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, AccessLog: accessLog, Store: st, Version: versionString()})
 	if err != nil {
 		if st != nil {
 			_ = st.Close()

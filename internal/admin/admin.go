@@ -21,6 +21,7 @@ import (
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/traffic"
 )
 
 // MaxBody is the largest request body the admin API reads.
@@ -58,6 +59,8 @@ type Options struct {
 	Ready func() error
 	// Metrics serves /metrics; nil leaves it unrouted.
 	Metrics http.Handler
+	// Traffic feeds GET /api/v1/stats; nil leaves it unrouted.
+	Traffic *traffic.Set
 	Tokens  []Token
 	Logger  *slog.Logger
 }
@@ -107,6 +110,7 @@ func New(opts Options) *Server {
 	}
 	s.handle("GET /api/v1/status", RoleViewer, s.status)
 	s.handle("GET /api/v1/layers", RoleViewer, s.layers)
+	s.routeConsole()
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.authenticate(w, r); !ok {
 			return

@@ -31,6 +31,7 @@ import (
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/traffic"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -47,6 +48,8 @@ type Options struct {
 	// AccessLog receives the JSON access log when Config.AccessLog.Enabled.
 	AccessLog io.Writer
 	Now       func() time.Time
+	// Version is the build's version, shown in the status.
+	Version string
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -60,6 +63,7 @@ type Gateway struct {
 	metrics  *metrics.Metrics
 	breakers *breaker.Set
 	limits   *limit.Set
+	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats
 	health   *upstream.Health
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
@@ -97,6 +101,8 @@ type Status struct {
 	Sync        *StoreSync         `json:"store_sync,omitempty"`
 	ConfigGen   int                `json:"config_generation"`
 	StartedAt   time.Time          `json:"started_at"`
+	Version     string             `json:"version,omitempty"`
+	UptimeS     float64            `json:"uptime_s"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
@@ -114,6 +120,12 @@ func New(opts Options) (*Gateway, error) {
 	g.status.StartedAt = opts.Now()
 	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
 	g.limits = limit.NewSet(opts.Now)
+	g.status.Version = opts.Version
+	tr, err := traffic.New(traffic.Options{Now: opts.Now})
+	if err != nil {
+		return nil, err
+	}
+	g.traffic = tr
 	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
 	pools, err := g.pools(cfg)
 	if err != nil {
@@ -188,7 +200,10 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	popts.OnDone = func(done *proxy.Done) {
-		g.metrics.Observe(done.Decision, done.Status, done.Elapsed)
+		d := done.Decision
+		g.metrics.Observe(d, done.Status, done.Elapsed)
+		// A transport failure arrives as the 502/503/504 the proxy answered.
+		g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
 	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
@@ -204,6 +219,7 @@ func New(opts Options) (*Gateway, error) {
 		Status:  func() any { return g.Status() },
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
+		Traffic: g.traffic,
 		Tokens:  tokens(cfg, opts.AdminToken),
 		Logger:  opts.Logger,
 	})
@@ -393,6 +409,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	if g.router == nil {
 		rules = dropLayerConflicts(rules, revision, broken)
 	}
+	g.traffic.Retain(func(k string) bool { return seen[k] })
 	breakers := map[string]*breaker.Breaker{}
 	inUse := map[string]bool{}
 	for _, r := range rules {
@@ -649,6 +666,7 @@ func (g *Gateway) Status() Status {
 	st := g.status
 	g.mu.Unlock()
 	st.Breakers = g.breakers.Snapshots()
+	st.UptimeS = g.opts.Now().Sub(st.StartedAt).Round(time.Second).Seconds()
 	if st.Sync = g.storeSync(); st.Sync != nil {
 		st.Stale = st.Sync.Stale || !st.Sync.Synced
 	}
@@ -688,6 +706,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	}()
 	go g.watchStore(ctx)
 	go g.discover(ctx)
+	go g.traffic.Run(ctx)
 	g.mu.Lock()
 	g.serveCtx = ctx
 	if err := g.tgt.Load().watch(ctx); err != nil {

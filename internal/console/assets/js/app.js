@@ -1,0 +1,119 @@
+// The console's shell: login, the header, and a hash router over the
+// screens. Routes: #/ (overview), #/rules/{key}, #/explain, #/status.
+import {h, replace} from './dom.js';
+import {APIError, clearToken, getToken, request, setToken, setUnauthorizedHandler} from './api.js';
+import {overview} from './overview.js';
+import {rulePage} from './rule.js';
+import {explain} from './explain.js';
+import {status} from './status.js';
+
+const app = document.getElementById('app');
+let session = null; // {name, role, canWrite}
+let current = null; // the mounted screen: {dispose}
+let loginNotice = '';
+
+function route() {
+  const hash = location.hash || '#/';
+  const m = hash.match(/^#\/rules\/(.+)$/);
+  if (m) {
+    let key = m[1];
+    try { key = decodeURIComponent(key); } catch { /* keep it as it is */ }
+    return {name: 'rule', key};
+  }
+  if (hash === '#/explain') return {name: 'explain'};
+  if (hash === '#/status') return {name: 'status'};
+  return {name: 'overview'};
+}
+
+function unmount() {
+  if (current && current.dispose) current.dispose();
+  current = null;
+}
+
+function logout(notice) {
+  unmount();
+  clearToken();
+  session = null;
+  loginNotice = notice || '';
+  showLogin();
+}
+
+function showLogin() {
+  const input = h('input', {type: 'password', id: 'token', name: 'token', autocomplete: 'off', required: true, spellcheck: 'false'});
+  const err = h('p', {class: 'error', id: 'login-error', role: 'alert'}, loginNotice);
+  const button = h('button', {type: 'submit', class: ['btn', 'primary'], id: 'login-submit'}, 'Log in');
+  const form = h('form', {class: 'login', id: 'login-form', autocomplete: 'off'},
+    h('h1', null, 'graygate'),
+    h('p', {class: 'muted'}, 'Operator console. Log in with an admin API token: an admin token may change rules, a viewer token only looks.'),
+    h('label', {for: 'token'}, 'Admin API token'),
+    input, err, button);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const tok = input.value.trim();
+    if (!tok) return;
+    button.disabled = true;
+    setToken(tok);
+    try {
+      await whoami();
+      loginNotice = '';
+      render();
+    } catch (ex) {
+      clearToken();
+      err.textContent = ex instanceof APIError && ex.status === 401
+        ? 'That token was refused (HTTP 401). Check it and try again.'
+        : `Could not reach the admin API: ${ex.message}`;
+      button.disabled = false;
+      input.select();
+    }
+  });
+  replace(app, h('main', {class: 'login-wrap'}, form));
+  input.focus();
+}
+
+async function whoami() {
+  const {data} = await request('GET', '/api/v1/whoami', {quiet401: true});
+  session = {name: data.name, role: data.role, canWrite: data.role === 'admin'};
+}
+
+function header(r) {
+  const link = (href, text, active) => h('a', {href, class: active ? 'active' : null}, text);
+  const logoutBtn = h('button', {type: 'button', class: ['btn', 'ghost'], id: 'logout'}, 'Log out');
+  logoutBtn.addEventListener('click', () => logout(''));
+  return h('header', {class: 'top'},
+    h('a', {href: '#/', class: 'brand'}, 'graygate'),
+    h('nav', null,
+      link('#/', 'Overview', r.name === 'overview' || r.name === 'rule'),
+      link('#/explain', 'Explain', r.name === 'explain'),
+      link('#/status', 'Status', r.name === 'status')),
+    h('div', {class: 'who'},
+      h('span', {id: 'whoami', 'data-role': session.role}, `${session.name} · ${session.role}`),
+      logoutBtn));
+}
+
+async function render() {
+  unmount();
+  if (!getToken()) { showLogin(); return; }
+  if (!session) {
+    try {
+      await whoami();
+    } catch (ex) {
+      if (ex instanceof APIError && ex.status === 401) { logout('Your token was refused; log in again.'); return; }
+      replace(app, h('main', {class: 'page'}, h('p', {class: 'error'}, `Could not reach the admin API: ${ex.message}`)));
+      return;
+    }
+  }
+  const r = route();
+  const main = h('main', {class: 'page', id: 'main'});
+  replace(app, header(r), main);
+  const ctx = {session, main};
+  switch (r.name) {
+    case 'rule': current = rulePage(ctx, r.key); break;
+    case 'explain': current = explain(ctx); break;
+    case 'status': current = status(ctx); break;
+    default: current = overview(ctx);
+  }
+}
+
+setUnauthorizedHandler(() => { if (session) logout('Your token was refused; log in again.'); });
+window.addEventListener('hashchange', render);
+render();

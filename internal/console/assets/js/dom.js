@@ -1,0 +1,153 @@
+// DOM helpers. Every string becomes a text node or an attribute value:
+// nothing here (or anywhere in the console) parses a string as HTML, and
+// the Content-Security-Policy's Trusted Types rule makes sure of it.
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+function append(el, children) {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) append(el, c);
+    else if (c instanceof Node) el.appendChild(c);
+    else el.appendChild(document.createTextNode(String(c)));
+  }
+}
+
+function setAttrs(el, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') {
+      el.addEventListener(k.slice(2), v);
+    } else if (k === 'class') {
+      el.className = Array.isArray(v) ? v.filter(Boolean).join(' ') : v;
+    } else if (k === 'value') {
+      el.value = v;
+    } else if (k === 'checked') {
+      el.checked = !!v;
+    } else if (k === 'href') {
+      // Only the console's own routes are linked.
+      el.setAttribute('href', String(v).startsWith('#/') ? v : '#/');
+    } else {
+      el.setAttribute(k, v === true ? '' : String(v));
+    }
+  }
+}
+
+// h builds an HTML element: h('td', {class: 'num'}, 'text', child, ...).
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+// s builds an SVG element.
+export function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  append(el, children);
+  return el;
+}
+
+// replace swaps el's children for the given ones.
+export function replace(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+export function fmtRate(rps) {
+  if (rps === 0) return '0/s';
+  if (rps < 0.1) return rps.toFixed(3) + '/s';
+  if (rps < 10) return rps.toFixed(2) + '/s';
+  return Math.round(rps).toLocaleString('en') + '/s';
+}
+
+export function fmtPercent(fraction) {
+  return (fraction * 100).toFixed(fraction > 0 && fraction < 0.001 ? 2 : 1) + '%';
+}
+
+export function fmtMs(ms) {
+  if (ms < 1) return ms.toFixed(3) + ' ms';
+  if (ms < 100) return ms.toFixed(1) + ' ms';
+  if (ms < 1000) return Math.round(ms) + ' ms';
+  return (ms / 1000).toFixed(2) + ' s';
+}
+
+export function fmtTime(iso) {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  if (isNaN(d.getTime()) || d.getUTCFullYear() < 2) return '—';
+  return d.toISOString().replace('T', ' ').slice(0, 19) + 'Z';
+}
+
+export function fmtDuration(seconds) {
+  seconds = Math.max(0, Math.round(seconds));
+  const d = Math.floor(seconds / 86400), hr = Math.floor(seconds / 3600) % 24;
+  const m = Math.floor(seconds / 60) % 60, sec = seconds % 60;
+  const pad = (n) => String(n).padStart(2, '0');
+  if (d > 0) return `${d}d ${hr}h ${pad(m)}m`;
+  if (hr > 0) return `${hr}h ${pad(m)}m ${pad(sec)}s`;
+  if (m > 0) return `${m}m ${pad(sec)}s`;
+  return `${sec}s`;
+}
+
+// json renders a value compactly for display.
+export function json(v) {
+  return JSON.stringify(v);
+}
+
+// sparkline draws counts as a small line chart.
+export function sparkline(counts, {width = 96, height = 22} = {}) {
+  const svg = s('svg', {width, height, viewBox: `0 0 ${width} ${height}`, class: 'spark', 'aria-hidden': 'true'});
+  if (!counts || counts.length < 2) return svg;
+  const top = Math.max(1, ...counts);
+  const step = width / (counts.length - 1);
+  const pts = counts.map((c, i) => `${(i * step).toFixed(1)},${(height - 1 - (c / top) * (height - 3)).toFixed(1)}`);
+  svg.appendChild(s('polyline', {points: pts.join(' '), fill: 'none', 'stroke-width': 1.5, class: 'spark-line'}));
+  return svg;
+}
+
+// pill is a small colored label.
+export function pill(text, kind) {
+  return h('span', {class: ['pill', kind]}, text);
+}
+
+// confirmDialog asks before a dangerous action. It resolves true only when
+// the operator presses the confirm button; Escape or Cancel resolve false.
+export function confirmDialog({title, message, confirm, danger = true}) {
+  return new Promise((resolve) => {
+    const ok = h('button', {type: 'button', class: ['btn', danger ? 'danger' : 'primary'], 'data-confirm': ''}, confirm);
+    const cancel = h('button', {type: 'button', class: 'btn', 'data-cancel': ''}, 'Cancel');
+    const dlg = h('dialog', {class: 'confirm', 'aria-labelledby': 'confirm-title'},
+      h('h2', {id: 'confirm-title'}, title),
+      h('p', {class: 'confirm-message'}, message),
+      h('div', {class: 'actions'}, cancel, ok));
+    let answered = false;
+    const done = (v) => {
+      if (answered) return;
+      answered = true;
+      dlg.close();
+      dlg.remove();
+      resolve(v);
+    };
+    ok.addEventListener('click', () => done(true));
+    cancel.addEventListener('click', () => done(false));
+    dlg.addEventListener('cancel', (e) => { e.preventDefault(); done(false); });
+    document.body.appendChild(dlg);
+    dlg.showModal();
+    cancel.focus();
+  });
+}
+
+// toast shows a short message at the bottom of the screen.
+export function toast(text, kind = 'ok') {
+  let box = document.getElementById('toasts');
+  if (!box) {
+    box = h('div', {id: 'toasts', role: 'status', 'aria-live': 'polite'});
+    document.body.appendChild(box);
+  }
+  const t = h('div', {class: ['toast', kind]}, text);
+  box.appendChild(t);
+  setTimeout(() => t.remove(), 6000);
+}

@@ -1,0 +1,178 @@
+// The overview: every rule with its split, breaker and rollback state, and
+// live per-group traffic refreshed every few seconds; Rollback all and
+// Resume for admins.
+import {confirmDialog, fmtMs, fmtPercent, fmtRate, fmtTime, h, pill, replace, sparkline, toast} from './dom.js';
+import {enc, get, post, probe} from './api.js';
+
+export const REFRESH_MS = 3000;
+
+// split describes how a rule divides its traffic.
+export function split(r) {
+  if (r.type === 'gray') {
+    const wl = Array.isArray(r.white_list) && r.white_list.length ? ` + ${r.white_list.length} whitelisted` : '';
+    return `${r.gray_percent ?? 0}% gray${wl}`;
+  }
+  if (Array.isArray(r.groups)) return r.groups.map((g) => `${g.name} ${g.weight}`).join(' · ');
+  return '';
+}
+
+// definedGroups are the groups a rule can send traffic to.
+export function definedGroups(r) {
+  if (r.type === 'gray') return ['gray', 'stable'];
+  return Array.isArray(r.groups) ? r.groups.map((g) => g.name) : [];
+}
+
+// breakerOf finds the breaker of a gray rule in the status document
+// (breakers are named "rule|gray target").
+export function breakerOf(statusDoc, key) {
+  const bs = (statusDoc && statusDoc.breakers) || [];
+  return bs.find((b) => typeof b.name === 'string' && b.name.startsWith(key + '|')) || null;
+}
+
+export function breakerPill(r, statusDoc) {
+  if (r.type !== 'gray') return h('span', {class: 'muted'}, '—');
+  const b = breakerOf(statusDoc, r.key);
+  if (!b) return pill('closed', 'ok');
+  const kind = b.state === 'open' ? 'bad' : b.state === 'half-open' ? 'warn' : 'ok';
+  const p = pill(b.state, kind);
+  if (b.reason) p.title = b.reason;
+  return p;
+}
+
+export function rollbackPill(r) {
+  return r.rolled_back ? pill('rolled back', 'warn') : h('span', {class: 'muted'}, 'no');
+}
+
+// liveTable renders the traffic of one rule's groups.
+export function liveTable(groups, stats) {
+  const rows = groups.map((g) => {
+    const st = stats.get(g);
+    const cells = st && st.requests > 0
+      ? [h('td', {class: 'num', 'data-stat': 'rps'}, fmtRate(st.rps)),
+         h('td', {class: ['num', st.error_rate > 0.05 ? 'bad-text' : null], 'data-stat': 'error_rate'}, fmtPercent(st.error_rate)),
+         h('td', {class: 'num', 'data-stat': 'p99'}, fmtMs(st.p99_ms))]
+      : [h('td', {class: 'num muted', 'data-stat': 'rps'}, '0/s'), h('td', {class: 'num muted'}, '—'), h('td', {class: 'num muted'}, '—')];
+    return h('tr', {'data-group': g},
+      h('td', {class: 'group'}, g), ...cells,
+      h('td', null, sparkline(st ? st.trend : [])));
+  });
+  return h('table', {class: 'live'}, h('tbody', null, rows));
+}
+
+// statsByRule indexes /api/v1/stats by rule, then group.
+export function statsByRule(doc) {
+  const m = new Map();
+  for (const s of (doc && doc.series) || []) {
+    if (!m.has(s.rule)) m.set(s.rule, new Map());
+    m.get(s.rule).set(s.group, s);
+  }
+  return m;
+}
+
+export function overview(ctx) {
+  const {main, session} = ctx;
+  const body = h('div', {id: 'overview'});
+  const updated = h('span', {class: 'muted', id: 'updated'});
+  const problem = h('p', {class: 'error', role: 'alert'});
+  replace(main, h('div', {class: 'titlebar'}, h('h1', null, 'Rules'), updated), problem, body);
+  let timer = null, alive = true, hasStats = true;
+
+  async function load() {
+    try {
+      const [list, statusDoc, statsDoc] = await Promise.all([
+        get('/api/v1/rules'), get('/api/v1/status'),
+        hasStats ? probe('/api/v1/stats?window=10s') : Promise.resolve(null)]);
+      if (!alive) return;
+      if (!statsDoc) hasStats = false;
+      draw(list, statusDoc, statsDoc);
+      problem.textContent = '';
+      updated.textContent = `live, every ${REFRESH_MS / 1000} s · updated ${new Date().toLocaleTimeString('en-GB')}`;
+    } catch (ex) {
+      if (alive) problem.textContent = `Could not refresh: ${ex.message}`;
+    }
+  }
+
+  function draw(list, statusDoc, statsDoc) {
+    const stats = statsByRule(statsDoc);
+    const rules = list.rules || [];
+    const globalOn = !!list.rolled_back;
+    const bar = h('div', {class: ['globalbar', globalOn ? 'on' : null], id: 'global-rollback', 'data-rolled-back': String(globalOn)},
+      h('span', null, globalOn
+        ? 'Global rollback is ON: gray rules send everyone to stable, experiments to their control group.'
+        : `Global rollback is off. Revision ${list.revision}, ${rules.length} rule(s).`));
+    if (session.canWrite) {
+      bar.appendChild(globalOn
+        ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', onclick: resumeAll}, 'Resume')
+        : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', onclick: rollbackAll}, 'Rollback all'));
+    }
+    const head = h('tr', null, ['Rule', 'Type', 'Split', 'Breaker', 'Rolled back'].map((t) => h('th', null, t)),
+      hasStats ? h('th', {class: 'live-head'}, 'Live, last 10 s: group · rate · errors · p99') : null);
+    const rows = rules.map((r) => {
+      const groups = definedGroups(r);
+      const seen = stats.get(r.key) || new Map();
+      for (const g of seen.keys()) if (!groups.includes(g)) groups.push(g);
+      return h('tr', {'data-rule': r.key},
+        h('td', null,
+          h('a', {href: '#/rules/' + enc(r.key), class: 'rule-key'}, r.key),
+          r.rule_name ? h('div', {class: 'rule-name'}, r.rule_name) : null),
+        h('td', null, pill(r.type, r.type)),
+        h('td', {class: 'split'}, split(r)),
+        h('td', {class: 'breaker'}, breakerPill(r, statusDoc)),
+        h('td', {class: 'rollback'}, rollbackPill(r)),
+        hasStats ? h('td', null, liveTable(groups, seen)) : null);
+    });
+    const unclaimed = stats.get('');
+    if (hasStats && unclaimed) {
+      rows.push(h('tr', {'data-rule': ''},
+        h('td', {class: 'muted'}, 'no rule claimed'), h('td'), h('td', {class: 'split muted'}, 'default upstream'), h('td'), h('td'),
+        h('td', null, liveTable([...unclaimed.keys()], unclaimed))));
+    }
+    replace(body, bar,
+      rules.length ? h('table', {class: 'rules'}, h('thead', null, head), h('tbody', null, rows))
+        : h('p', {class: 'muted'}, 'No rules yet. PUT one with the admin API or graygate rules put.'),
+      h('p', {class: 'muted small'}, `Store ${storeKind(statusDoc)}, last reload ${statusDoc.last_reload_result || '—'} at ${fmtTime(statusDoc.last_reload)}.`));
+  }
+
+  async function rollbackAll() {
+    const yes = await confirmDialog({
+      title: 'Roll back every rule?',
+      message: 'Every gray rule stops sending anyone (whitelist included) to gray, and every experiment sends everyone to its control group, until you press Resume. The rules themselves are kept.',
+      confirm: 'Roll back every rule'});
+    if (!yes) return;
+    try {
+      await post('/api/v1/rollback', {reason: 'console: rollback all'});
+      toast('Every rule is rolled back.', 'warn');
+    } catch (ex) {
+      toast(`Rollback failed: ${ex.message}`, 'bad');
+    }
+    load();
+  }
+
+  async function resumeAll() {
+    const yes = await confirmDialog({
+      title: 'Resume every rule?',
+      message: 'Rules route as written again: gray users go back to gray, experiment groups to their targets.',
+      confirm: 'Resume every rule', danger: false});
+    if (!yes) return;
+    try {
+      await post('/api/v1/resume', {reason: 'console: resume'});
+      toast('Resumed: rules route as written again.');
+    } catch (ex) {
+      toast(`Resume failed: ${ex.message}`, 'bad');
+    }
+    load();
+  }
+
+  load();
+  timer = setInterval(load, REFRESH_MS);
+  return {dispose() { alive = false; clearInterval(timer); }};
+}
+
+// storeKind reads the store's kind from the status document, whose store
+// field is a string ("file", "etcd") or an object {kind, state, since,
+// revision}.
+export function storeKind(doc) {
+  const st = doc && doc.store;
+  if (st && typeof st === 'object') return st.kind || 'unknown';
+  return st || 'unknown';
+}

@@ -1,0 +1,401 @@
+// The rule page (#/rules/{key}): the rule's fields; for admins an editor
+// that validates as you type (PUT ?dry_run=1) and shows each problem next
+// to its field by JSON path, a diff before saving, and a save with
+// If-Match; the history with field diffs and Revert; per-rule Rollback and
+// Resume; live traffic per group.
+import {confirmDialog, fmtTime, h, json, pill, replace, toast} from './dom.js';
+import {APIError, enc, get, post, probe, request} from './api.js';
+import {diff, diffText, joinPath} from './diff.js';
+import {REFRESH_MS, breakerPill, definedGroups, liveTable, split, statsByRule} from './overview.js';
+
+// META are the fields GET adds to a rule; they are not part of the rule.
+const META = ['key', 'version', 'revision', 'updated_at', 'updated_by', 'rolled_back', 'reason'];
+
+function isObject(v) { return v !== null && typeof v === 'object' && !Array.isArray(v); }
+
+// ORDER is how the rule's fields are listed: what an operator changes
+// most first, then the rest by name.
+const ORDER = ['type', 'rule_name', 'gray_percent', 'experiment_id', 'groups', 'white_list', 'targets', 'target_tags',
+  'conditions', 'when', 'priority', 'hash', 'route', 'breaker'];
+
+function ruleOnly(view) {
+  const r = structuredClone(view);
+  for (const k of META) delete r[k];
+  const keys = Object.keys(r).sort((a, b) => {
+    const ia = ORDER.indexOf(a), ib = ORDER.indexOf(b);
+    if (ia !== ib) return (ia < 0 ? ORDER.length : ia) - (ib < 0 ? ORDER.length : ib);
+    return a < b ? -1 : a > b ? 1 : 0;
+  });
+  const out = {};
+  for (const k of keys) out[k] = r[k];
+  return out;
+}
+
+const NUMBER = /^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;
+
+// parentPaths lists path and its ancestors: "groups[1].weight",
+// "groups[1]", "groups".
+export function parentPaths(path) {
+  const out = [];
+  let p = path;
+  while (p) {
+    out.push(p);
+    const m = p.match(/^(.*)(\[\d+\]|\.[^.[\]]+)$/);
+    p = m ? m[1] : '';
+  }
+  return out;
+}
+
+export function rulePage(ctx, key) {
+  const {main, session} = ctx;
+  let alive = true, timer = null, shown = null;
+  const live = h('div', {id: 'rule-live'}, h('h2', null, 'Live traffic, last 10 s'), h('p', {class: 'muted'}, '…'));
+
+  async function load() {
+    let view;
+    try {
+      view = await get(`/api/v1/rules/${enc(key)}`);
+    } catch (ex) {
+      if (!alive) return;
+      replace(main, back(), ex instanceof APIError && ex.status === 404
+        ? h('p', {class: 'error', id: 'rule-missing'}, `There is no rule named ${key}.`)
+        : h('p', {class: 'error'}, `Could not load rule ${key}: ${ex.message}`));
+      return;
+    }
+    const [hist, statusDoc] = await Promise.all([
+      get(`/api/v1/rules/${enc(key)}/history`).catch(() => ({history: []})),
+      get('/api/v1/status').catch(() => ({}))]);
+    if (!alive) return;
+    shown = view;
+    draw(view, hist.history || [], statusDoc);
+    refreshLive(view);
+    // Rollouts and experiment results appear once the gateway has them.
+    const extras = h('div', {id: 'rule-extras'});
+    main.appendChild(extras);
+    const rollout = await probe(`/api/v1/rules/${enc(key)}/rollout`);
+    if (alive && rollout) extras.appendChild(section('Rollout', h('pre', {class: 'json', id: 'rollout'}, JSON.stringify(rollout, null, 2))));
+    if (view.type === 'ab') {
+      const results = await probe(`/api/v1/experiments/${enc(key)}/results`);
+      if (alive && results) extras.appendChild(section('Experiment results', h('pre', {class: 'json', id: 'experiment'}, JSON.stringify(results, null, 2))));
+    }
+  }
+
+  async function refreshLive(view) {
+    const doc = await probe('/api/v1/stats?window=10s');
+    if (!alive || !doc) return;
+    const stats = statsByRule(doc).get(key) || new Map();
+    const groups = definedGroups(view);
+    for (const g of stats.keys()) if (!groups.includes(g)) groups.push(g);
+    replace(live, h('h2', null, 'Live traffic, last 10 s'), liveTable(groups, stats));
+  }
+
+  function back() { return h('p', null, h('a', {href: '#/', class: 'back'}, '← All rules')); }
+
+  function draw(view, history, statusDoc) {
+    const title = h('div', {class: 'titlebar'},
+      h('h1', null, h('span', {id: 'rule-key'}, key), ' ', pill(view.type, view.type),
+        view.rolled_back ? pill('rolled back', 'warn') : null),
+      h('span', {class: 'muted'}, `version ${view.version} · updated ${fmtTime(view.updated_at)} by ${view.updated_by || '—'}`));
+    const name = view.rule_name ? h('p', {class: 'rule-name big', id: 'rule-name'}, view.rule_name) : null;
+    const actions = h('div', {class: 'actions'});
+    if (session.canWrite) {
+      if (view.rolled_back) {
+        actions.appendChild(h('button', {type: 'button', class: ['btn', 'primary'], id: 'rule-resume', 'data-write': '', onclick: () => setRollback(view, false)}, 'Resume'));
+      } else {
+        actions.appendChild(h('button', {type: 'button', class: ['btn', 'danger'], id: 'rule-rollback', 'data-write': '', onclick: () => setRollback(view, true)}, 'Rollback'));
+      }
+      if (statusDoc.rolled_back) actions.appendChild(h('span', {class: 'muted'}, 'Global rollback is on: Resume it on the overview.'));
+    }
+    replace(main, back(), title, name, actions,
+      section('Fields', fieldsTable(view, statusDoc)),
+      session.canWrite ? editor(view) : section('Rule JSON', h('pre', {class: 'json', id: 'rule-json'}, JSON.stringify(ruleOnly(view), null, 2))),
+      h('section', {class: 'card'}, live),
+      section('History', historyList(view, history)));
+  }
+
+  function section(title, ...children) {
+    return h('section', {class: 'card'}, h('h2', null, title), ...children);
+  }
+
+  function fieldsTable(view, statusDoc) {
+    const rows = [
+      ['Type', view.type], ['Split', split(view)],
+      ['Breaker', breakerPill(view, statusDoc)],
+      ['Rolled back', view.rolled_back ? 'yes' : 'no']];
+    const r = ruleOnly(view);
+    for (const k of Object.keys(r)) {
+      if (k === 'type') continue;
+      const v = r[k];
+      rows.push([k, typeof v === 'string' ? v : json(v)]);
+    }
+    rows.push(['Version', String(view.version)], ['Updated', `${fmtTime(view.updated_at)} by ${view.updated_by || '—'}`]);
+    if (view.reason) rows.push(['Reason', view.reason]);
+    return h('table', {class: 'fields', id: 'rule-fields'}, h('tbody', null,
+      rows.map(([k, v]) => h('tr', {'data-field': k}, h('th', null, k), h('td', null, v)))));
+  }
+
+  async function setRollback(view, on) {
+    const label = view.rule_name ? `${key} (${view.rule_name})` : key;
+    const yes = await confirmDialog(on ? {
+      title: `Roll back ${key}?`,
+      message: `${label}: ${view.type === 'gray' ? 'nobody, whitelist included, goes to gray; those requests go to stable' : 'everyone goes to the control group'} until you resume it. The rule is kept as it is.`,
+      confirm: `Roll back ${key}`,
+    } : {
+      title: `Resume ${key}?`,
+      message: `${label} routes as written again.`,
+      confirm: `Resume ${key}`, danger: false,
+    });
+    if (!yes) return;
+    try {
+      await post(`/api/v1/rules/${enc(key)}/${on ? 'rollback' : 'resume'}`, {reason: `console: ${on ? 'rollback' : 'resume'}`});
+      toast(on ? `${key} is rolled back.` : `${key} resumed.`, on ? 'warn' : 'ok');
+    } catch (ex) {
+      toast(`${on ? 'Rollback' : 'Resume'} failed: ${ex.message}`, 'bad');
+    }
+    load();
+  }
+
+  function historyList(view, history) {
+    if (!history.length) return h('p', {class: 'muted'}, 'No history.');
+    return h('ol', {class: 'history', id: 'history'}, history.map((it) => {
+      const head = h('div', {class: 'history-head'},
+        h('strong', null, `v${it.version}`), ' ', pill(it.op, 'op'), ' ',
+        h('span', null, `${fmtTime(it.at)} by ${it.by || '—'}`),
+        it.reason ? h('span', {class: 'reason'}, ` “${it.reason}”`) : null,
+        it.version === view.version ? pill('current', 'ok') : null);
+      const lines = (it.diff || []).map((d) => h('li', {class: ['diff', d.op]}, diffText(d)));
+      const li = h('li', {'data-version': String(it.version)}, head, lines.length ? h('ul', {class: 'diff-lines'}, lines) : null);
+      if (session.canWrite && it.after && it.version !== view.version) {
+        li.appendChild(h('button', {type: 'button', class: ['btn', 'small'], 'data-write': '', 'data-revert': String(it.version),
+          onclick: () => revert(view, it.version)}, 'Revert to this version'));
+      }
+      return li;
+    }));
+  }
+
+  async function revert(view, version) {
+    const label = view.rule_name ? `${key} (${view.rule_name})` : key;
+    const yes = await confirmDialog({
+      title: `Revert ${key} to version ${version}?`,
+      message: `${label} gets the rule of version ${version} back, saved as a new version; traffic follows it at once.`,
+      confirm: `Revert ${key} to v${version}`});
+    if (!yes) return;
+    try {
+      const out = await post(`/api/v1/rules/${enc(key)}/revert`, {version});
+      toast(`${key} reverted to version ${version}: now version ${out.version}.`);
+    } catch (ex) {
+      toast(`Revert failed: ${ex.message}`, 'bad');
+    }
+    load();
+  }
+
+  // editor is the admin's form over the rule's fields, with a JSON view,
+  // live validation, a diff review and a compare-and-set save.
+  function editor(view) {
+    const original = ruleOnly(view);
+    let draft = structuredClone(original);
+    let mode = 'fields';
+    let seq = 0, debounce = null, valid = true, problems = [];
+    const form = h('div', {class: 'form', id: 'editor-fields'});
+    const jsonArea = h('textarea', {id: 'editor-json', class: 'json', rows: 18, spellcheck: 'false', 'data-write': ''});
+    const summary = h('div', {class: 'summary', id: 'validation', role: 'status', 'aria-live': 'polite'});
+    const review = h('button', {type: 'button', class: ['btn', 'primary'], id: 'review', 'data-write': '', disabled: true}, 'Review changes');
+    const panel = h('div', {id: 'review-panel'});
+    const tabs = h('div', {class: 'tabs'},
+      h('button', {type: 'button', class: 'tab active', id: 'tab-fields', 'data-write': ''}, 'Fields'),
+      h('button', {type: 'button', class: 'tab', id: 'tab-json', 'data-write': ''}, 'JSON'));
+    const [tabFields, tabJson] = tabs.children;
+    tabFields.addEventListener('click', () => setMode('fields'));
+    tabJson.addEventListener('click', () => setMode('json'));
+    jsonArea.addEventListener('input', () => {
+      let parsed;
+      try {
+        parsed = JSON.parse(jsonArea.value);
+      } catch (ex) {
+        valid = false;
+        showProblems([{path: '', message: `not valid JSON: ${ex.message}`}]);
+        return;
+      }
+      if (!isObject(parsed)) {
+        valid = false;
+        showProblems([{path: '', message: 'a rule must be a JSON object'}]);
+        return;
+      }
+      draft = parsed;
+      changed(false);
+    });
+    review.addEventListener('click', showReview);
+
+    function setMode(m) {
+      mode = m;
+      tabFields.classList.toggle('active', m === 'fields');
+      tabJson.classList.toggle('active', m === 'json');
+      form.hidden = m !== 'fields';
+      jsonArea.hidden = m !== 'json';
+      if (m === 'fields') renderForm(); else jsonArea.value = JSON.stringify(draft, null, 2);
+    }
+
+    function renderForm() {
+      replace(form, Object.keys(draft).map((k) => node(draft, k, k, k)));
+      showProblems(problems);
+    }
+
+    function errorSlot(path) {
+      return h('span', {class: 'field-error', 'data-error-for': path, role: 'alert'});
+    }
+
+    // node renders draft value parent[k] at path.
+    function node(parent, k, path, label) {
+      const v = parent[k];
+      if (Array.isArray(v)) {
+        const items = v.map((_, i) => {
+          const el = node(v, i, `${path}[${i}]`, `[${i}]`);
+          const rm = h('button', {type: 'button', class: ['btn', 'small', 'ghost'], title: `remove ${path}[${i}]`, 'data-write': ''}, '×');
+          rm.addEventListener('click', () => { v.splice(i, 1); renderForm(); changed(true); });
+          return h('div', {class: 'item'}, el, rm);
+        });
+        const add = h('button', {type: 'button', class: ['btn', 'small'], 'data-write': ''}, `+ add to ${label}`);
+        add.addEventListener('click', () => { v.push(blank(v[v.length - 1])); renderForm(); changed(true); });
+        return h('fieldset', {'data-path': path}, h('legend', null, label, ' ', errorSlot(path)), items, add);
+      }
+      if (isObject(v)) {
+        return h('fieldset', {'data-path': path}, h('legend', null, label, ' ', errorSlot(path)),
+          Object.keys(v).map((kk) => node(v, kk, joinPath(path, kk), kk)));
+      }
+      const id = 'f-' + path.replace(/[^A-Za-z0-9_-]/g, '_');
+      let input;
+      if (typeof v === 'boolean') {
+        input = h('input', {type: 'checkbox', id, checked: v, 'data-path': path, 'data-write': ''});
+        input.addEventListener('change', () => { parent[k] = input.checked; changed(true); });
+      } else {
+        const numeric = typeof v === 'number';
+        input = h('input', {type: 'text', id, value: v === null ? '' : String(v), 'data-path': path, 'data-write': '',
+          inputmode: numeric ? 'decimal' : null, spellcheck: 'false', autocomplete: 'off'});
+        input.addEventListener('input', () => {
+          const t = input.value;
+          parent[k] = numeric && NUMBER.test(t.trim()) ? Number(t.trim()) : t;
+          changed(true);
+        });
+      }
+      return h('div', {class: 'row'}, h('label', {for: id}, label), input, errorSlot(path));
+    }
+
+    // blank makes a new list element shaped like the last one.
+    function blank(like) {
+      if (typeof like === 'number') return 0;
+      if (typeof like === 'boolean') return false;
+      if (isObject(like)) {
+        const o = {};
+        for (const [k, v] of Object.entries(like)) o[k] = blank(v);
+        return o;
+      }
+      if (Array.isArray(like)) return [];
+      return '';
+    }
+
+    function changed(fromForm) {
+      if (fromForm && mode === 'json') jsonArea.value = JSON.stringify(draft, null, 2);
+      replace(panel);
+      review.disabled = true;
+      summary.textContent = 'checking…';
+      summary.className = 'summary';
+      clearTimeout(debounce);
+      debounce = setTimeout(validate, 250);
+    }
+
+    async function validate() {
+      const my = ++seq;
+      try {
+        await request('PUT', `/api/v1/rules/${enc(key)}?dry_run=1`, {body: draft});
+        if (my !== seq || !alive) return;
+        valid = true;
+        showProblems([]);
+      } catch (ex) {
+        if (my !== seq || !alive) return;
+        valid = false;
+        showProblems(ex instanceof APIError && ex.details.length ? ex.details : [{path: '', message: ex.message}]);
+      }
+    }
+
+    // showProblems puts each problem next to the field its path names, or
+    // the nearest enclosing one, and lists them all in the summary.
+    function showProblems(list) {
+      problems = list;
+      for (const el of form.querySelectorAll('[data-error-for]')) el.textContent = '';
+      for (const el of form.querySelectorAll('.invalid')) { el.classList.remove('invalid'); el.removeAttribute('aria-invalid'); }
+      for (const p of list) {
+        for (const path of parentPaths(p.path || '')) {
+          const slot = form.querySelector(`[data-error-for="${CSS.escape(path)}"]`);
+          if (!slot) continue;
+          slot.textContent = slot.textContent ? `${slot.textContent}; ${p.message}` : p.message;
+          const input = form.querySelector(`[data-path="${CSS.escape(path)}"]`);
+          if (input) { input.classList.add('invalid'); input.setAttribute('aria-invalid', 'true'); }
+          break;
+        }
+      }
+      const dirty = diff(original, draft).length > 0;
+      if (!list.length) {
+        summary.className = 'summary ok';
+        replace(summary, dirty ? '✓ valid: review your changes, then save.' : '✓ valid. Edit a field to change the rule.');
+      } else {
+        summary.className = 'summary bad';
+        replace(summary, h('strong', null, `${list.length} problem(s); nothing is saved until they are fixed:`),
+          h('ul', {id: 'problems'}, list.map((p) => h('li', {'data-problem': p.path || ''}, p.path ? `${p.path}: ${p.message}` : p.message))));
+      }
+      review.disabled = !(valid && !list.length && dirty);
+    }
+
+    function showReview() {
+      const lines = diff(original, draft);
+      const reason = h('input', {type: 'text', id: 'reason', placeholder: 'why (shown in the history)', 'data-write': '', autocomplete: 'off'});
+      const save = h('button', {type: 'button', class: ['btn', 'primary'], id: 'save', 'data-write': ''}, `Save as version ${view.version + 1}`);
+      const cancel = h('button', {type: 'button', class: 'btn', id: 'cancel-review', 'data-write': ''}, 'Back to editing');
+      const msg = h('div', {id: 'save-result', role: 'alert'});
+      cancel.addEventListener('click', () => replace(panel));
+      save.addEventListener('click', async () => {
+        save.disabled = true;
+        try {
+          const body = {...draft};
+          if (reason.value.trim()) body.reason = reason.value.trim();
+          const {data} = await request('PUT', `/api/v1/rules/${enc(key)}`, {body, headers: {'If-Match': String(view.version)}});
+          toast(`Saved ${key}: version ${data.version}.`);
+          load();
+        } catch (ex) {
+          save.disabled = false;
+          if (ex instanceof APIError && ex.status === 409) {
+            let now = null;
+            try { now = await get(`/api/v1/rules/${enc(key)}`); } catch { /* named below without it */ }
+            const reload = h('button', {type: 'button', class: 'btn', id: 'load-latest', 'data-write': ''}, 'Load the latest version (discards this edit)');
+            reload.addEventListener('click', load);
+            replace(msg, h('p', {class: 'error conflict', id: 'conflict'},
+              `${key} changed since you opened it: you opened version ${view.version}` +
+              (now ? `, and it is now version ${now.version} (by ${now.updated_by || '—'} at ${fmtTime(now.updated_at)})` : '') +
+              '. Nothing was saved. Your edit is still here.'), reload);
+            save.disabled = true;
+          } else if (ex instanceof APIError && ex.status === 400) {
+            replace(msg, h('p', {class: 'error'}, ex.message));
+            showProblems(ex.details);
+          } else {
+            replace(msg, h('p', {class: 'error'}, `Save failed: ${ex.message}`));
+          }
+        }
+      });
+      replace(panel, h('div', {class: 'review'},
+        h('h3', null, `Changes to ${key} (version ${view.version} → ${view.version + 1})`),
+        lines.length ? h('ul', {class: 'diff-lines', id: 'review-diff'}, lines.map((d) => h('li', {class: ['diff', d.op]}, diffText(d))))
+          : h('p', {class: 'muted'}, 'No changes.'),
+        h('label', {for: 'reason'}, 'Reason'), reason,
+        h('div', {class: 'actions'}, cancel, save), msg));
+    }
+
+    setMode('fields');
+    jsonArea.hidden = true;
+    showProblems([]);
+    return h('section', {class: 'card', id: 'editor'}, h('h2', null, 'Edit'), tabs, form, jsonArea, summary,
+      h('div', {class: 'actions'}, review), panel);
+  }
+
+  load();
+  timer = setInterval(() => { if (shown) refreshLive(shown); }, REFRESH_MS);
+  return {dispose() { alive = false; clearInterval(timer); }};
+}
