@@ -207,7 +207,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 	if err := opts.provision(); err != nil {
 		return nil, fmt.Errorf("open etcd store: %w", err)
 	}
-	ccfg, err := cfg.clientConfig(&opts)
+	ccfg, err := clientConfig(cfg, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store: %w: %w", err, store.ErrInvalid)
 	}
@@ -216,7 +216,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 		cfg:     cfg,
 		opts:    opts,
 		keys:    newLayout(cfg.Prefix),
-		where:   cfg.where(),
+		where:   cfg.Where(),
 		ccfg:    ccfg,
 		applied: make(chan struct{}),
 		changes: make(chan int64, 1),
