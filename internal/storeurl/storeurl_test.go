@@ -121,4 +121,3 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
-
