@@ -24,6 +24,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/logfile"
 	"github.com/graygate/graygate/internal/metrics"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/router"
@@ -42,9 +43,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Random feeds anonymous ids; nil means crypto/rand.
 	Random io.Reader
-	// AccessLog receives the JSON access log when Config.AccessLog.Enabled.
+	// AccessLog, when set, receives the JSON access log when
+	// Config.AccessLog.Enabled, and access_log.path is ignored. When nil,
+	// the gateway writes to access_log.path itself: "stdout" (Stdout),
+	// "stderr" (Stderr) or a file, reopened by ReopenAccessLog and switched
+	// when a reload changes the path.
 	AccessLog io.Writer
-	Now       func() time.Time
+	// Stdout and Stderr are the standard streams access_log.path names;
+	// nil means the process's own.
+	Stdout, Stderr io.Writer
+	Now            func() time.Time
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -63,6 +71,9 @@ type Gateway struct {
 	discovered map[string][]config.Instance
 	tgt        atomic.Pointer[targeting]
 	serveCtx   context.Context // set by Serve, for watches started on reload
+	// alog is the access log file the gateway opened for access_log.path
+	// (nil while Options.AccessLog is set, or the log was never enabled).
+	alog *logfile.Writer
 
 	mu      sync.Mutex // the one writer: guards cfg, reg, cache and status
 	cfg     *config.Config
@@ -180,9 +191,14 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.router = router.New(snap)
 
-	popts, err := proxyOptions(cfg, opts.AccessLog, opts.Now)
+	if err := g.openAccessLog(cfg); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	popts, err := proxyOptions(cfg, g.accessLog(), opts.Now)
 	if err != nil {
 		_ = st.Close()
+		_ = g.closeAccessLog()
 		return nil, err
 	}
 	popts.OnDone = func(d *router.Decision, status int, elapsed time.Duration, _ int64) {
@@ -505,6 +521,11 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 			snap, err = g.build(ctx)
 		}
 	}
+	if err == nil {
+		// The last step that can fail: the new path is opened before the
+		// old file is let go.
+		err = g.openAccessLog(cfg)
+	}
 	if err != nil {
 		if t := g.tgt.Load(); t != oldTgt {
 			g.tgt.Store(oldTgt)
@@ -650,7 +671,72 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	_ = g.health.Close()
 	_ = g.store.Close()
 	_ = g.tgt.Load().close()
+	if cerr := g.closeAccessLog(); cerr != nil {
+		g.log.Error("close the access log", "err", cerr)
+	}
 	return err
+}
+
+// accessLog returns where the access log goes: the embedder's writer, or
+// the file the gateway opened (nil if none).
+func (g *Gateway) accessLog() io.Writer {
+	if g.opts.AccessLog != nil {
+		return g.opts.AccessLog
+	}
+	if g.alog == nil {
+		return nil
+	}
+	return g.alog
+}
+
+// openAccessLog opens access_log.path when the access log is on and the
+// gateway owns it, or switches the open writer to a changed path. A path
+// that cannot be opened is an error and changes nothing. The caller holds
+// g.mu, or is New.
+func (g *Gateway) openAccessLog(cfg *config.Config) error {
+	if g.opts.AccessLog != nil || !cfg.AccessLog.Enabled {
+		return nil
+	}
+	if g.alog == nil {
+		w, err := logfile.Open(cfg.AccessLog.Path, logfile.Options{Stdout: g.opts.Stdout, Stderr: g.opts.Stderr})
+		if err != nil {
+			return fmt.Errorf("access_log.path: %w", err)
+		}
+		g.alog = w
+		return nil
+	}
+	if err := g.alog.SetPath(cfg.AccessLog.Path); err != nil {
+		return fmt.Errorf("access_log.path: %w", err)
+	}
+	return nil
+}
+
+// ReopenAccessLog reopens the access log file under its name, so that a
+// log rotator that renamed it away (and then signals graygate with
+// SIGUSR1) sees no further writes to the renamed file. It does nothing when
+// the access log goes to a standard stream or to Options.AccessLog.
+func (g *Gateway) ReopenAccessLog() error {
+	g.mu.Lock()
+	w := g.alog
+	g.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	if err := w.Reopen(); err != nil {
+		return fmt.Errorf("reopen the access log: %w", err)
+	}
+	g.log.Info("access log reopened", "path", w.Path())
+	return nil
+}
+
+func (g *Gateway) closeAccessLog() error {
+	g.mu.Lock()
+	w := g.alog
+	g.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	return w.Close()
 }
 
 // watchStore applies changes that other writers (another gateway sharing the
