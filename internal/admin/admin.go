@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
@@ -60,9 +61,10 @@ type Options struct {
 
 // Server is the admin API handler.
 type Server struct {
-	opts   Options
-	mux    *http.ServeMux
-	tokens []hashedToken
+	opts Options
+	mux  *http.ServeMux
+	// tokens is replaced whole by SetTokens; a request reads it once.
+	tokens atomic.Pointer[[]hashedToken]
 	log    *slog.Logger
 }
 
@@ -77,9 +79,7 @@ func New(opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Logger.With("component", "admin")}
-	for _, t := range opts.Tokens {
-		s.tokens = append(s.tokens, hashedToken{name: t.Name, role: t.Role, sum: sha256.Sum256([]byte(t.Value))})
-	}
+	s.SetTokens(opts.Tokens)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
@@ -109,6 +109,17 @@ func New(opts Options) *Server {
 	return s
 }
 
+// SetTokens replaces the accepted tokens, for a config reload: a token no
+// longer listed gets 401 from the next request that arrives after
+// SetTokens returns. It is safe for concurrent use with requests.
+func (s *Server) SetTokens(tokens []Token) {
+	hashed := make([]hashedToken, 0, len(tokens))
+	for _, t := range tokens {
+		hashed = append(hashed, hashedToken{name: t.Name, role: t.Role, sum: sha256.Sum256([]byte(t.Value))})
+	}
+	s.tokens.Store(&hashed)
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
@@ -134,7 +145,8 @@ func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.
 // authenticate checks the bearer token in constant time against every
 // configured token. Tokens are never read from the query string.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (principal, bool) {
-	if len(s.tokens) == 0 {
+	tokens := *s.tokens.Load()
+	if len(tokens) == 0 {
 		writeError(w, http.StatusUnauthorized, "no admin token is configured: start graygate with --admin-token or GRAYGATE_ADMIN_TOKEN", nil)
 		return principal{}, false
 	}
@@ -147,9 +159,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (principal
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	var found *hashedToken
-	for i := range s.tokens {
-		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].sum[:]) == 1 && found == nil {
-			found = &s.tokens[i]
+	for i := range tokens {
+		if subtle.ConstantTimeCompare(sum[:], tokens[i].sum[:]) == 1 && found == nil {
+			found = &tokens[i]
 		}
 	}
 	if found == nil {

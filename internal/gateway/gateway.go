@@ -12,9 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,12 +73,21 @@ type Gateway struct {
 	// (nil while Options.AccessLog is set, or the log was never enabled).
 	alog *logfile.Writer
 
-	mu      sync.Mutex // the one writer: guards cfg, reg, cache and status
+	mu      sync.Mutex // the one writer: guards cfg, reg, cache, status and what follows
 	cfg     *config.Config
 	reg     *upstream.Registry
 	cache   map[string]cached
 	status  Status
 	serving bool
+	// boot is the config the process started with: the running value of
+	// every field that needs a restart (config.RestartRequired).
+	boot *config.Config
+	// popts are the options the data plane runs with.
+	popts proxy.Options
+	// lastBuild is the last snapshot build's result, "ok" or "partial".
+	lastBuild string
+	// watchers stops the registry watch of each discovered service.
+	watchers map[string]context.CancelFunc
 }
 
 type cached struct {
@@ -92,20 +99,23 @@ type cached struct {
 
 // Status is the document GET /api/v1/status returns.
 type Status struct {
-	Revision    int64              `json:"revision"`
-	Rules       int                `json:"rules"`
-	RolledBack  bool               `json:"rolled_back"`
-	StoreKind   string             `json:"store"`
-	LastReload  time.Time          `json:"last_reload"`
-	LastResult  string             `json:"last_reload_result"`
-	LastError   string             `json:"last_error,omitempty"`
-	LastErrorAt *time.Time         `json:"last_error_at,omitempty"`
-	BrokenRules map[string]string  `json:"broken_rules,omitempty"`
-	Breakers    []breaker.Snapshot `json:"breakers"`
-	Stale       bool               `json:"stale"`
-	Sync        *StoreSync         `json:"store_sync,omitempty"`
-	ConfigGen   int                `json:"config_generation"`
-	StartedAt   time.Time          `json:"started_at"`
+	Revision   int64     `json:"revision"`
+	Rules      int       `json:"rules"`
+	RolledBack bool      `json:"rolled_back"`
+	StoreKind  string    `json:"store"`
+	LastReload time.Time `json:"last_reload"`
+	LastResult string    `json:"last_reload_result"`
+	// RestartRequired lists the config fields whose new value waits for a
+	// restart (config.Fields), also named in LastResult.
+	RestartRequired []string           `json:"restart_required"`
+	LastError       string             `json:"last_error,omitempty"`
+	LastErrorAt     *time.Time         `json:"last_error_at,omitempty"`
+	BrokenRules     map[string]string  `json:"broken_rules,omitempty"`
+	Breakers        []breaker.Snapshot `json:"breakers"`
+	Stale           bool               `json:"stale"`
+	Sync            *StoreSync         `json:"store_sync,omitempty"`
+	ConfigGen       int                `json:"config_generation"`
+	StartedAt       time.Time          `json:"started_at"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
@@ -119,8 +129,9 @@ func New(opts Options) (*Gateway, error) {
 		opts.Now = time.Now
 	}
 	cfg := opts.Config
-	g := &Gateway{opts: opts, log: opts.Logger.With("component", "gateway"), cfg: cfg, cache: map[string]cached{}, metrics: metrics.New()}
+	g := &Gateway{opts: opts, log: opts.Logger.With("component", "gateway"), cfg: cfg, boot: cfg, cache: map[string]cached{}, metrics: metrics.New()}
 	g.status.StartedAt = opts.Now()
+	g.status.RestartRequired = []string{}
 	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
 	g.limits = limit.NewSet(opts.Now)
 	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
@@ -195,15 +206,13 @@ func New(opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	popts, err := proxyOptions(cfg, g.accessLog(), opts.Now)
+	popts, err := g.proxyOptions(cfg)
 	if err != nil {
 		_ = st.Close()
 		_ = g.closeAccessLog()
 		return nil, err
 	}
-	popts.OnDone = func(d *router.Decision, status int, elapsed time.Duration, _ int64) {
-		g.metrics.Observe(d, status, elapsed)
-	}
+	g.popts = popts
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.admin = admin.New(admin.Options{
 		Store:   st,
@@ -233,31 +242,6 @@ func tokens(cfg *config.Config, flagToken string) []admin.Token {
 		out = append(out, admin.Token{Name: t.Name, Value: v, Role: t.Role})
 	}
 	return out
-}
-
-func proxyOptions(cfg *config.Config, accessLog io.Writer, now func() time.Time) (proxy.Options, error) {
-	var trusted []netip.Prefix
-	for _, p := range cfg.TrustedProxies {
-		pr, err := config.ParsePrefix(p)
-		if err != nil {
-			return proxy.Options{}, err
-		}
-		trusted = append(trusted, pr)
-	}
-	o := proxy.Options{
-		Now:                   now,
-		TrustedProxies:        trusted,
-		DialTimeout:           cfg.Proxy.DialTimeout.Std(),
-		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Std(),
-		IdleConnTimeout:       cfg.Proxy.IdleTimeout.Std(),
-		ReadHeaderTimeout:     cfg.Proxy.ReadHeaderTimeout.Std(),
-		MaxHeaderBytes:        cfg.Proxy.MaxHeaderBytes,
-		MaxConnsPerHost:       cfg.Proxy.MaxConnsPerHost,
-	}
-	if cfg.AccessLog.Enabled {
-		o.AccessLog = accessLog
-	}
-	return o, nil
 }
 
 // seed creates the config's rules that the store has never held.
@@ -395,16 +379,17 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	}
 	now := g.opts.Now()
 	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(rules), st.RolledBack
-	g.status.LastReload, g.status.LastResult = now, "ok"
+	g.status.LastReload, g.lastBuild = now, "ok"
 	g.status.BrokenRules = nil
 	if len(broken) > 0 {
 		g.status.BrokenRules = broken
-		g.status.LastResult = "partial"
+		g.lastBuild = "partial"
 		for k, e := range broken {
 			g.log.Error("rule disabled: it no longer compiles", "rule", k, "err", e)
 		}
 	}
-	g.metrics.Reloaded(g.status.LastResult, st.Revision)
+	g.status.LastResult = g.result(g.lastBuild)
+	g.metrics.Reloaded(g.lastBuild, st.Revision)
 	g.metrics.SetRollback(st.RolledBack, rolled)
 	return snap, nil
 }
@@ -484,110 +469,6 @@ func (g *Gateway) recordError(err error) {
 	g.log.Error("reload failed; the previous rules keep serving", "err", err)
 }
 
-// ReloadConfig validates a new config and, if it compiles with every stored
-// rule, makes it current. A bad config keeps the old one serving.
-func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
-	oldTgt := g.tgt.Load()
-	if err := g.checkDiscovery(cfg); err != nil {
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		return err
-	}
-	pools, err := g.pools(cfg)
-	if err != nil {
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		return err
-	}
-	newReg := g.reg.WithNamed(pools)
-	if !reflect.DeepEqual(cfg.Targeting, oldCfg.Targeting) {
-		t, err := newTargeting(cfg.Targeting, g.opts.Logger)
-		if err != nil {
-			newReg.Retire(oldReg)
-			g.recordError(fmt.Errorf("config reload: %w", err))
-			return err
-		}
-		g.tgt.Store(t)
-	}
-	g.cfg, g.reg = cfg, newReg
-	g.status.ConfigGen++
-	snap, err := g.build(ctx)
-	if err == nil {
-		err = newlyBroken(oldBroken, g.status.BrokenRules)
-	}
-	if err == nil {
-		if err = g.seed(ctx, cfg); err == nil {
-			snap, err = g.build(ctx)
-		}
-	}
-	if err == nil {
-		// The last step that can fail: the new path is opened before the
-		// old file is let go.
-		err = g.openAccessLog(cfg)
-	}
-	if err != nil {
-		if t := g.tgt.Load(); t != oldTgt {
-			g.tgt.Store(oldTgt)
-			_ = t.close()
-		}
-		newReg.Retire(oldReg)
-		g.cfg, g.reg, g.status.ConfigGen = oldCfg, oldReg, oldGen
-		if _, rerr := g.build(ctx); rerr != nil { // restore the cache and status of the old config
-			g.log.Error("rebuild with the previous config", "err", rerr)
-		}
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		return err
-	}
-	g.router.Store(snap)
-	oldReg.Retire(g.reg)
-	if t := g.tgt.Load(); t != oldTgt {
-		// Requests already past Decide may still read the old resolvers;
-		// closing them makes such a request's tags unknown, never fails it.
-		_ = oldTgt.close()
-		if g.serveCtx != nil {
-			if err := t.watch(g.serveCtx); err != nil {
-				g.log.Error("watch the GeoIP database", "err", err)
-			}
-		}
-	}
-	g.log.Info("config reloaded", "generation", g.status.ConfigGen)
-	return nil
-}
-
-// ReloadConfigFile loads a config with load and makes it current; a config
-// that does not load or compile keeps the old one serving, and the error
-// shows in the status.
-func (g *Gateway) ReloadConfigFile(ctx context.Context, load func() (*config.Config, error)) error {
-	cfg, err := load()
-	if err != nil {
-		g.mu.Lock()
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		g.mu.Unlock()
-		return err
-	}
-	g.mu.Lock()
-	old := g.cfg
-	g.mu.Unlock()
-	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || cfg.DataDir != old.DataDir {
-		g.log.Warn("listen, admin_listen and data_dir changes take effect at the next restart",
-			"listen", cfg.Listen, "admin_listen", cfg.AdminListen, "data_dir", cfg.DataDir)
-	}
-	return g.ReloadConfig(ctx, cfg)
-}
-
-// newlyBroken refuses a config under which stored rules that compiled
-// before no longer do: operators fix the config, not lose a rule.
-func newlyBroken(before, after map[string]string) error {
-	var errs []error
-	for k, e := range after {
-		if _, was := before[k]; !was {
-			errs = append(errs, fmt.Errorf("rule %q would stop compiling: %s", k, e))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Status returns a copy of the status document.
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
@@ -632,9 +513,9 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 		errc <- nil
 	}()
 	go g.watchStore(ctx)
-	go g.discover(ctx)
 	g.mu.Lock()
 	g.serveCtx = ctx
+	g.syncWatchers(g.cfg)
 	if err := g.tgt.Load().watch(ctx); err != nil {
 		g.log.Error("watch the GeoIP database", "err", err)
 	}
@@ -675,68 +556,6 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 		g.log.Error("close the access log", "err", cerr)
 	}
 	return err
-}
-
-// accessLog returns where the access log goes: the embedder's writer, or
-// the file the gateway opened (nil if none).
-func (g *Gateway) accessLog() io.Writer {
-	if g.opts.AccessLog != nil {
-		return g.opts.AccessLog
-	}
-	if g.alog == nil {
-		return nil
-	}
-	return g.alog
-}
-
-// openAccessLog opens access_log.path when the access log is on and the
-// gateway owns it, or switches the open writer to a changed path. A path
-// that cannot be opened is an error and changes nothing. The caller holds
-// g.mu, or is New.
-func (g *Gateway) openAccessLog(cfg *config.Config) error {
-	if g.opts.AccessLog != nil || !cfg.AccessLog.Enabled {
-		return nil
-	}
-	if g.alog == nil {
-		w, err := logfile.Open(cfg.AccessLog.Path, logfile.Options{Stdout: g.opts.Stdout, Stderr: g.opts.Stderr})
-		if err != nil {
-			return fmt.Errorf("access_log.path: %w", err)
-		}
-		g.alog = w
-		return nil
-	}
-	if err := g.alog.SetPath(cfg.AccessLog.Path); err != nil {
-		return fmt.Errorf("access_log.path: %w", err)
-	}
-	return nil
-}
-
-// ReopenAccessLog reopens the access log file under its name, so that a
-// log rotator that renamed it away (and then signals graygate with
-// SIGUSR1) sees no further writes to the renamed file. It does nothing when
-// the access log goes to a standard stream or to Options.AccessLog.
-func (g *Gateway) ReopenAccessLog() error {
-	g.mu.Lock()
-	w := g.alog
-	g.mu.Unlock()
-	if w == nil {
-		return nil
-	}
-	if err := w.Reopen(); err != nil {
-		return fmt.Errorf("reopen the access log: %w", err)
-	}
-	g.log.Info("access log reopened", "path", w.Path())
-	return nil
-}
-
-func (g *Gateway) closeAccessLog() error {
-	g.mu.Lock()
-	w := g.alog
-	g.mu.Unlock()
-	if w == nil {
-		return nil
-	}
-	return w.Close()
 }
 
 // watchStore applies changes that other writers (another gateway sharing the
