@@ -129,11 +129,16 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	if ec, ok, err := cfg.Store.Etcd(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	} else if ok {
-		es, err := etcdstore.Open(ctx, ec, etcdstore.Options{DataDir: cfg.DataDir, HistoryLimit: cfg.Store.HistoryLimit, Logger: logger})
+		// StartWithoutState: a gateway started while etcd is down and
+		// without a cache runs, not ready, and says why on /readyz.
+		es, err := etcdstore.Open(ctx, ec, etcdstore.Options{DataDir: cfg.DataDir, HistoryLimit: cfg.Store.HistoryLimit, Logger: logger, StartWithoutState: true})
 		if err != nil {
 			return fmt.Errorf("open the etcd store %s: %w", cfg.Store.URL, err)
 		}
-		if es.Stale() {
+		switch {
+		case es.StateErr() != nil:
+			logger.Error("no rules to serve until etcd answers: /readyz fails until then", "err", es.StateErr())
+		case es.Stale():
 			logger.Warn("etcd is unreachable: serving the rules cached in the data dir until it returns", "data_dir", cfg.DataDir)
 		}
 		st = es
@@ -159,7 +164,7 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
 	logger.Info("graygate serving", "listen", dataLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
-		"store", g.Status().StoreKind, "data_dir", cfg.DataDir, "revision", g.Status().Revision, "version", versionString())
+		"store", g.Status().Store.Kind, "data_dir", cfg.DataDir, "revision", g.Status().Revision, "version", versionString())
 	if src != nil {
 		go watchConfig(ctx, src, g, logger)
 	}

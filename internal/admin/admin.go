@@ -46,9 +46,14 @@ type Options struct {
 	Router *router.Router
 	// Compile validates and compiles one rule against the current config.
 	Compile func(r rule.Rule) (*rule.Compiled, error)
-	// Apply rebuilds the serving snapshot from the store and publishes it;
-	// it returns once the new rules serve.
-	Apply func(ctx context.Context) error
+	// Commit makes one write serve: it checks that the state change leads
+	// to compiles and serves under the current config, runs write (the
+	// store call, which returns the new store revision) and returns once
+	// the new rules serve. An error wrapping ErrWouldNotServe means nothing
+	// was written; one wrapping ErrNotServing means the store has the
+	// change but it does not serve; any other error is write's. A nil
+	// write only checks.
+	Commit func(ctx context.Context, change Change, write func(ctx context.Context) (revision int64, err error)) error
 	// Status returns the gateway's status document.
 	Status func() any
 	// Ready reports whether the gateway should receive traffic.
@@ -58,6 +63,29 @@ type Options struct {
 	Tokens  []Token
 	Logger  *slog.Logger
 }
+
+// Change describes a write for Options.Commit to check before it is made.
+type Change struct {
+	// Key is the rule written, or "" for the global rollback switch.
+	Key string
+	// Rule is the rule JSON a put or a revert stores; nil otherwise.
+	Rule json.RawMessage
+	// Delete removes the rule.
+	Delete bool
+	// RolledBack, when set, is the new rollback state of Key, or of every
+	// rule when Key is "".
+	RolledBack *bool
+}
+
+// Errors of Options.Commit.
+var (
+	// ErrWouldNotServe: the change would not serve under the current
+	// config and rules, and nothing was written.
+	ErrWouldNotServe = errors.New("the change would not serve; nothing was changed")
+	// ErrNotServing: the store has the change, but the gateway does not
+	// serve it.
+	ErrNotServing = errors.New("the change is stored but does not serve")
+)
 
 // Server is the admin API handler.
 type Server struct {
@@ -215,7 +243,7 @@ func storeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, store.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
-		writeError(w, http.StatusServiceUnavailable, err.Error(), nil)
+		writeError(w, http.StatusServiceUnavailable, "the rule store is unavailable, so nothing was changed; the rules that were serving keep serving: "+err.Error(), nil)
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error(), nil)
 	}

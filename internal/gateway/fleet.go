@@ -12,13 +12,66 @@ import (
 	"github.com/graygate/graygate/internal/store/etcdstore"
 )
 
-// syncer is a store shared by a fleet (etcd): it can be out of sync.
+// syncer is a store shared by a fleet (etcd): it can be out of sync, and
+// even hold no state at all (etcd unreachable since start, no cache).
 type syncer interface {
 	Synced() bool
 	Stale() bool
 	LastSync() time.Time
+	SyncSince() time.Time
+	StateErr() error
 	WatchRestarts() int64
 	PropagationLag() time.Duration
+}
+
+// Store states in the status document.
+const (
+	// StoreOK is the file store's state: it is the source of truth.
+	StoreOK = "ok"
+	// StoreSynced means the gateway serves what etcd holds.
+	StoreSynced = "synced"
+	// StoreStale means etcd is unreachable (or the watch is behind): the
+	// gateway serves the last state it read, from memory or from its
+	// cache file, stays ready, and refuses writes with 503.
+	StoreStale = "stale"
+	// StoreUnavailable means there is no state to serve: etcd has been
+	// unreachable since start and there was no cache. /readyz fails.
+	StoreUnavailable = "unavailable"
+)
+
+// StoreStatus is the "store" part of the status document.
+type StoreStatus struct {
+	// Kind is "file" or "etcd".
+	Kind string `json:"kind"`
+	// State is StoreOK, StoreSynced, StoreStale or StoreUnavailable.
+	State string `json:"state"`
+	// Since is when the state began (etcd).
+	Since *time.Time `json:"since,omitempty"`
+	// Revision is the store revision of the rules being served.
+	Revision int64 `json:"revision"`
+	// Reason says why the state is unavailable.
+	Reason string `json:"reason,omitempty"`
+}
+
+// storeStatus describes the store; revision is what serves.
+func (g *Gateway) storeStatus(revision int64) StoreStatus {
+	out := StoreStatus{Kind: g.store.Kind(), State: StoreOK, Revision: revision}
+	s, ok := g.store.(syncer)
+	if !ok {
+		return out
+	}
+	switch err := s.StateErr(); {
+	case err != nil:
+		out.State, out.Reason = StoreUnavailable, err.Error()
+	case s.Synced() && !s.Stale():
+		out.State = StoreSynced
+	default:
+		out.State = StoreStale
+	}
+	if t := s.SyncSince(); !t.IsZero() {
+		out.Since = &t
+	}
+	return out
 }
 
 // StoreSync is the fleet part of the status document.
@@ -50,7 +103,9 @@ func (g *Gateway) exportStoreMetrics() {
 	}
 	g.metrics.Store(metrics.StoreFuncs{
 		Synced: func() bool { return s.Synced() },
-		Stale:  func() bool { return s.Stale() },
+		// Stale is what the status calls stale: serving a state etcd
+		// has not confirmed (an outage, a cache, or no state at all).
+		Stale: func() bool { return !s.Synced() || s.Stale() },
 		WatchRestarts: func() float64 {
 			return float64(s.WatchRestarts())
 		},

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,12 @@ type Gateway struct {
 	// (nil while Options.AccessLog is set, or the log was never enabled).
 	alog *logfile.Writer
 
+	// wmu serializes what changes what serves from outside the store:
+	// admin writes (Commit) and config reloads, so that a write checked
+	// against one config is never committed under another. It is taken
+	// before mu and held across store writes, which mu never is.
+	wmu sync.Mutex
+
 	mu      sync.Mutex // the one writer: guards cfg, reg, cache, status and what follows
 	cfg     *config.Config
 	reg     *upstream.Registry
@@ -88,6 +95,10 @@ type Gateway struct {
 	lastBuild string
 	// watchers stops the registry watch of each discovered service.
 	watchers map[string]context.CancelFunc
+	// seedPending is set while the config's rules could not be seeded
+	// because the store could not be written (an etcd outage); Apply
+	// retries after the store's next change or resync.
+	seedPending bool
 }
 
 type cached struct {
@@ -99,12 +110,14 @@ type cached struct {
 
 // Status is the document GET /api/v1/status returns.
 type Status struct {
-	Revision   int64     `json:"revision"`
-	Rules      int       `json:"rules"`
-	RolledBack bool      `json:"rolled_back"`
-	StoreKind  string    `json:"store"`
-	LastReload time.Time `json:"last_reload"`
-	LastResult string    `json:"last_reload_result"`
+	Revision   int64 `json:"revision"`
+	Rules      int   `json:"rules"`
+	RolledBack bool  `json:"rolled_back"`
+	// Store says which store serves the rules and whether it is in sync:
+	// {"kind": "etcd", "state": "stale", "since": …, "revision": …}.
+	Store      StoreStatus `json:"store"`
+	LastReload time.Time   `json:"last_reload"`
+	LastResult string      `json:"last_reload_result"`
 	// RestartRequired lists the config fields whose new value waits for a
 	// restart (config.Fields), also named in LastResult.
 	RestartRequired []string           `json:"restart_required"`
@@ -169,7 +182,6 @@ func New(opts Options) (*Gateway, error) {
 		st = fs
 	}
 	g.store = st
-	g.status.StoreKind = st.Kind()
 	if err := g.checkDiscovery(cfg); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -218,7 +230,7 @@ func New(opts Options) (*Gateway, error) {
 		Store:   st,
 		Router:  g.router,
 		Compile: g.compile,
-		Apply:   g.Apply,
+		Commit:  g.Commit,
 		Status:  func() any { return g.Status() },
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
@@ -244,8 +256,13 @@ func tokens(cfg *config.Config, flagToken string) []admin.Token {
 	return out
 }
 
-// seed creates the config's rules that the store has never held.
+// seed creates the config's rules that the store has never held. A rule
+// that does not compile is an error. While the store cannot be written (a
+// shared store out of sync with etcd) seeding waits, so that a gateway
+// starts and reloads during an outage: Apply retries it after the store's
+// next change or resync. The caller holds g.mu, or is New.
 func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
+	keys := make([]string, len(cfg.Rules))
 	for i, raw := range cfg.Rules {
 		r, err := rule.Decode(raw)
 		if err == nil {
@@ -254,13 +271,36 @@ func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
 		if err != nil {
 			return fmt.Errorf("config rules[%d]: %w", i, err)
 		}
-		if _, err := g.store.History(ctx, r.Key); err == nil {
+		keys[i] = r.Key
+	}
+	g.seedPending = false
+	if len(cfg.Rules) == 0 {
+		return nil
+	}
+	if s, ok := g.store.(syncer); ok && !s.Synced() {
+		g.seedPending = true
+		g.log.Warn("the store is out of sync with etcd: the config's rules are seeded when it is back", "rules", len(keys))
+		return nil
+	}
+	for i, raw := range cfg.Rules {
+		key := keys[i]
+		_, err := g.store.History(ctx, key)
+		if err == nil {
 			continue // the store knows this key: API edits win over the file
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("seed rule %q: %w", r.Key, err)
 		}
-		if _, err := g.store.Put(ctx, r.Key, raw, 0, store.Meta{By: "config", Reason: "seeded from the config file"}); err != nil && !errors.Is(err, store.ErrConflict) {
-			return fmt.Errorf("seed rule %q: %w", r.Key, err)
+		if errors.Is(err, store.ErrNotFound) {
+			_, err = g.store.Put(ctx, key, raw, 0, store.Meta{By: "config", Reason: "seeded from the config file"})
+			if errors.Is(err, store.ErrConflict) {
+				err = nil
+			}
+		}
+		if errors.Is(err, store.ErrUnavailable) {
+			g.seedPending = true
+			g.log.Warn("the store cannot be written: the config's rules are seeded when it is back", "rule", key, "err", err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("seed rule %q: %w", key, err)
 		}
 	}
 	return nil
@@ -285,13 +325,59 @@ func (g *Gateway) compile(r rule.Rule) (*rule.Compiled, error) {
 // build compiles the current store state with the current config. The
 // caller holds g.mu, or is New.
 func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
-	cfg := g.cfg
-	st, err := g.store.Load(ctx)
+	st, err := g.load(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("load rules: %w", err)
+		return nil, err
 	}
+	in, broken, err := g.assemble(g.cfg, st, true)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := router.Build(in)
+	if err != nil {
+		return nil, err
+	}
+	now := g.opts.Now()
+	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(in.Rules), st.RolledBack
+	g.status.LastReload, g.lastBuild = now, "ok"
+	g.status.BrokenRules = nil
+	if len(broken) > 0 {
+		g.status.BrokenRules = make(map[string]string, len(broken))
+		g.lastBuild = "partial"
+		for k, e := range broken {
+			g.status.BrokenRules[k] = e.Error()
+			g.log.Error("rule disabled: it no longer compiles", "rule", k, "err", e)
+		}
+	}
+	g.status.LastResult = g.result(g.lastBuild)
+	g.metrics.Reloaded(g.lastBuild, st.Revision)
+	g.metrics.SetRollback(st.RolledBack, in.RolledBack)
+	return snap, nil
+}
+
+// load reads the store's state. A shared store that has no state yet
+// (etcd unreachable since start, no cache) reads as no rules: the gateway
+// serves its routes' defaults and /readyz fails, saying why (ready).
+func (g *Gateway) load(ctx context.Context) (store.State, error) {
+	st, err := g.store.Load(ctx)
+	if err == nil {
+		return st, nil
+	}
+	if s, ok := g.store.(syncer); ok && s.StateErr() != nil && errors.Is(err, store.ErrUnavailable) {
+		return store.State{}, nil
+	}
+	return store.State{}, fmt.Errorf("load rules: %w", err)
+}
+
+// assemble compiles the rules of st under cfg into a router input, with
+// the rules that do not compile (or whose breaker is invalid) by key. With
+// commit it is the real thing: it keeps the compile cache and the breaker
+// set in step with st. Without, it changes nothing, for checking a state
+// before it is written: compiled rules are not cached, breakers are only
+// validated, and routes get no limits. The caller holds g.mu, or is New.
+func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (router.Input, map[string]error, error) {
 	var rules []*rule.Compiled
-	broken := map[string]string{}
+	broken := map[string]error{}
 	rolled := map[string]bool{}
 	seen := make(map[string]bool, len(st.Rules))
 	for _, e := range st.Rules {
@@ -307,41 +393,66 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 				c.rule, err = g.compileWith(cfg, g.reg, r)
 			}
 			c.err = err
-			g.cache[e.Key] = c
+			if commit {
+				g.cache[e.Key] = c
+			}
 		}
 		if c.err != nil {
-			broken[e.Key] = c.err.Error()
+			broken[e.Key] = c.err
 			continue
 		}
 		rules = append(rules, c.rule)
 	}
-	for k := range g.cache {
-		if !seen[k] {
-			delete(g.cache, k)
+	if commit {
+		for k := range g.cache {
+			if !seen[k] {
+				delete(g.cache, k)
+			}
 		}
 	}
 	breakers := map[string]*breaker.Breaker{}
 	inUse := map[string]bool{}
+	kept := rules[:0:0]
 	for _, r := range rules {
 		if r.Type != rule.TypeGray {
+			kept = append(kept, r)
 			continue
 		}
 		key := breakerKey(r)
-		b, err := g.breakers.Get(key, r.Source.Breaker.Over(cfg.Breaker))
+		bc := r.Source.Breaker.Over(cfg.Breaker)
+		if !commit {
+			if err := bc.Validate("breaker"); err != nil {
+				broken[r.Key] = err
+				continue
+			}
+			kept = append(kept, r)
+			continue
+		}
+		b, err := g.breakers.Get(key, bc)
 		if err != nil {
-			broken[r.Key] = err.Error()
+			broken[r.Key] = err
 			continue
 		}
 		breakers[r.Key], inUse[key] = b, true
+		kept = append(kept, r)
 	}
-	for _, key := range g.breakers.Retain(func(k string) bool { return inUse[k] }) {
-		rk, target, _ := strings.Cut(key, "|")
-		g.metrics.ForgetBreaker(rk, target)
+	rules = kept
+	if commit {
+		for _, key := range g.breakers.Retain(func(k string) bool { return inUse[k] }) {
+			rk, target, _ := strings.Cut(key, "|")
+			g.metrics.ForgetBreaker(rk, target)
+		}
+	}
+	policy := func(route string, l config.Limits) *router.Policy {
+		if !commit {
+			return nil
+		}
+		return g.policy(route, l)
 	}
 	in := router.Input{
 		Sources:       g.tgt.Load().src,
 		Breakers:      breakers,
-		Policy:        g.policy("", cfg.Limits),
+		Policy:        policy("", cfg.Limits),
 		Revision:      st.Revision,
 		Identity:      cfg.Identity,
 		Random:        g.opts.Random,
@@ -354,44 +465,26 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	if cfg.DefaultUpstream != "" {
 		p, err := g.reg.Resolve(cfg.DefaultUpstream)
 		if err != nil {
-			return nil, fmt.Errorf("default_upstream: %w", err)
+			return in, nil, fmt.Errorf("default_upstream: %w", err)
 		}
 		in.Default = p
 	}
 	for _, rt := range cfg.Routes {
 		spec := router.RouteSpec{Name: rt.Name, Host: rt.Host, PathPrefix: rt.PathPrefix, UpstreamHost: !*cfg.PreserveHost,
-			Policy: g.policy(rt.Name, rt.Limits.Over(cfg.Limits)), VersionHeader: string(rt.VersionHeader)}
+			Policy: policy(rt.Name, rt.Limits.Over(cfg.Limits)), VersionHeader: string(rt.VersionHeader)}
 		if rt.PreserveHost != nil {
 			spec.UpstreamHost = !*rt.PreserveHost
 		}
 		if rt.Upstream != "" {
 			p, err := g.reg.Resolve(rt.Upstream)
 			if err != nil {
-				return nil, fmt.Errorf("routes %q upstream: %w", rt.Name, err)
+				return in, nil, fmt.Errorf("routes %q upstream: %w", rt.Name, err)
 			}
 			spec.Default = p
 		}
 		in.Routes = append(in.Routes, spec)
 	}
-	snap, err := router.Build(in)
-	if err != nil {
-		return nil, err
-	}
-	now := g.opts.Now()
-	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(rules), st.RolledBack
-	g.status.LastReload, g.lastBuild = now, "ok"
-	g.status.BrokenRules = nil
-	if len(broken) > 0 {
-		g.status.BrokenRules = broken
-		g.lastBuild = "partial"
-		for k, e := range broken {
-			g.log.Error("rule disabled: it no longer compiles", "rule", k, "err", e)
-		}
-	}
-	g.status.LastResult = g.result(g.lastBuild)
-	g.metrics.Reloaded(g.lastBuild, st.Revision)
-	g.metrics.SetRollback(st.RolledBack, rolled)
-	return snap, nil
+	return in, broken, nil
 }
 
 // pools builds the config's named pools with their concurrency gates, which
@@ -446,10 +539,16 @@ func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason s
 }
 
 // Apply rebuilds the snapshot from the store and publishes it. It returns
-// once the new snapshot serves.
+// once the new snapshot serves. Config rules whose seeding waited for the
+// store are seeded first.
 func (g *Gateway) Apply(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.seedPending {
+		if err := g.seed(ctx, g.cfg); err != nil {
+			g.log.Error("seed the config's rules", "err", err)
+		}
+	}
 	snap, err := g.build(ctx)
 	if err != nil {
 		g.recordError(err)
@@ -478,6 +577,8 @@ func (g *Gateway) Status() Status {
 	if st.Sync = g.storeSync(); st.Sync != nil {
 		st.Stale = st.Sync.Stale || !st.Sync.Synced
 	}
+	st.Store = g.storeStatus(st.Revision)
+	st.RestartRequired = slices.Clone(st.RestartRequired)
 	return st
 }
 
@@ -487,8 +588,14 @@ func (g *Gateway) ready() error {
 	if !g.serving {
 		return errors.New("not serving")
 	}
-	if s, ok := g.store.(syncer); ok && !s.Synced() {
-		return errors.New("the rule store is not in sync with etcd; serving the last good rules")
+	// A gateway that holds rules stays ready through an etcd outage: it
+	// serves them (the status says stale), and taking every replica out
+	// of its load balancer at once would turn a control-plane outage into
+	// a fleet-wide one. One with nothing to serve is not ready.
+	if s, ok := g.store.(syncer); ok {
+		if err := s.StateErr(); err != nil {
+			return fmt.Errorf("no rules to serve yet: %w; the gateway becomes ready when etcd answers", err)
+		}
 	}
 	return nil
 }

@@ -24,6 +24,8 @@ import (
 // listed in the status's restart_required and last_reload_result until
 // the process restarts with them.
 func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.reloadLocked(ctx, cfg)
