@@ -156,7 +156,7 @@ func TestJWKSURLRotation(t *testing.T) {
 	// The endpoint goes down, then answers garbage, then is gone: the last
 	// good set keeps verifying.
 	for _, outage := range []struct {
-		name  string
+		name   string
 		break_ func()
 	}{
 		{"503", srv.down},
