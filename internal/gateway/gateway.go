@@ -677,7 +677,12 @@ func (g *Gateway) watchStore(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if cur := g.router.Load(); cur != nil && rev <= cur.Revision {
+			g.mu.Lock()
+			pending := g.seedPending
+			g.mu.Unlock()
+			// A resync after an outage notifies even when nothing changed;
+			// it is also when seeding that waited for the store can run.
+			if cur := g.router.Load(); cur != nil && rev <= cur.Revision && !pending {
 				continue
 			}
 			if err := g.Apply(ctx); err != nil {

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -94,10 +96,14 @@ func TestOutageReadiness(t *testing.T) {
 		t.Errorf("PUT during the outage = %d %v, want 503 saying the store is unavailable", code, out)
 	}
 
-	// Restarted during the outage, with its cache: ready, serving.
+	// Restarted during the outage, with its cache and with a rule in its
+	// config to seed: ready, serving; the seeding waits for etcd.
+	late := json.RawMessage(`{"key":"late","type":"gray","gray_percent":0,"white_list":["uid:late"],"targets":{"gray":"gray","stable":"stable"}}`)
 	g2 := gws[1]
 	g2.shutdown()
-	g2.restart(g2.gw.cfg)
+	cfg2 := *g2.gw.cfg
+	cfg2.Rules = []json.RawMessage{late}
+	g2.restart(&cfg2)
 	if code, body := g2.plain("/readyz"); code != 200 {
 		t.Errorf("/readyz of a gateway started with a cache = %d %s", code, body)
 	}
@@ -149,4 +155,12 @@ func TestOutageReadiness(t *testing.T) {
 		a, err := bare.get("/", "X-User-Id", "vip")
 		return err == nil && a.group == "gray"
 	})
+	// The rule the restarted gateway's config seeds reached etcd once it
+	// was back, and every gateway serves it.
+	for i, e := range []*env{g, g2, bare} {
+		waitFor(t, fmt.Sprintf("gateway %d to serve the rule seeded after the outage", i), 20*time.Second, func() bool {
+			a, err := e.get("/", "X-User-Id", "late")
+			return err == nil && a.rule == "late" && a.group == "gray"
+		})
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/graygate/graygate/internal/config"
 )
 
@@ -197,6 +199,27 @@ func TestReloadAppliesLive(t *testing.T) {
 			wantBefore: "20", wantNow: "50",
 		},
 		{
+			name:   "rules",
+			before: "",
+			next:   "rules: [{key: seeded, type: gray, gray_percent: 100, targets: {gray: gray, stable: stable}}]\n",
+			check: func(e *env) string {
+				a, _ := e.get("/", "X-User-Id", "1")
+				return a.rule
+			},
+			wantBefore: "", wantNow: "seeded",
+		},
+		{
+			name:   "targeting and identity.jwt",
+			before: "",
+			next: "identity: {jwt: only, anonymous: ip}\ntargeting: {tags: {jwt: {hs256_secret_file: " + writeSecret(t, dir) + "}}}\n",
+			check: func(e *env) string {
+				tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "vip", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(strings.Repeat("s", 32)))
+				a, _ := e.get("/", "Authorization", "Bearer "+tok)
+				return a.group
+			},
+			wantBefore: "default", wantNow: "gray",
+		},
+		{
 			name:   "access_log.path",
 			before: "access_log: {enabled: true, path: " + filepath.Join(dir, "a.log") + "}\n",
 			next:   "access_log: {enabled: true, path: " + filepath.Join(dir, "b.log") + "}\n",
@@ -281,4 +304,14 @@ func TestReloadNamesRestartRequired(t *testing.T) {
 	if st := e.gw.Status(); st.LastResult != "ok" || len(st.RestartRequired) != 0 {
 		t.Errorf("back to the running values: %q %v", st.LastResult, st.RestartRequired)
 	}
+}
+
+// writeSecret writes a 32-byte HS256 secret into dir and returns its path.
+func writeSecret(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "hs256.secret")
+	if err := os.WriteFile(p, []byte(strings.Repeat("s", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -156,15 +156,15 @@ func TestJWKSURLRotation(t *testing.T) {
 	// The endpoint goes down, then answers garbage, then is gone: the last
 	// good set keeps verifying.
 	for _, outage := range []struct {
-		name   string
-		break_ func()
+		name string
+		cut  func()
 	}{
 		{"503", srv.down},
 		{"garbage", func() { srv.serveRaw(`{"keys": "not a list"}`) }},
 		{"no signing keys", func() { srv.serveRaw(`{"keys": []}`) }},
 		{"closed", srv.Close},
 	} {
-		outage.break_()
+		outage.cut()
 		before := srv.fetches.Load()
 		clk.advance(5 * time.Minute)
 		if _, err := j.Verify(rotated); err != nil {
