@@ -211,7 +211,7 @@ func TestReloadAppliesLive(t *testing.T) {
 		{
 			name:   "targeting and identity.jwt",
 			before: "",
-			next: "identity: {jwt: only, anonymous: ip}\ntargeting: {tags: {jwt: {hs256_secret_file: " + writeSecret(t, dir) + "}}}\n",
+			next:   "identity: {jwt: only, anonymous: ip}\ntargeting: {tags: {jwt: {hs256_secret_file: " + writeSecret(t, dir) + "}}}\n",
 			check: func(e *env) string {
 				tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "vip", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(strings.Repeat("s", 32)))
 				a, _ := e.get("/", "Authorization", "Bearer "+tok)
