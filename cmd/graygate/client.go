@@ -587,13 +587,30 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return err
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
+	// One line per field; an object's fields (store: kind, state, since,
+	// revision) get lines of their own, as store.kind.
+	flat := map[string]any{}
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok && len(sub) > 0 && k != "broken_rules" {
+			for sk, sv := range sub {
+				flat[k+"."+sk] = sv
+			}
+			continue
+		}
+		flat[k] = v
+	}
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(stdout, "%-20s %s\n", k+":", compact(m[k]))
+		v := flat[k]
+		if str, ok := v.(string); ok {
+			fmt.Fprintf(stdout, "%-20s %s\n", k+":", str)
+			continue
+		}
+		fmt.Fprintf(stdout, "%-20s %s\n", k+":", compact(v))
 	}
 	return nil
 }

@@ -76,7 +76,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	return serve(ctx, cfg, nil, *token, logger, stdout, func(data, admin string) {
+	return serve(ctx, cfg, nil, *token, logger, stdout, stderr, func(data, admin string) {
 		fmt.Fprintf(stderr, demoHelp, data, upstreams["stable"], upstreams["gray"], upstreams["exp-a"], upstreams["exp-b"],
 			data, data, data, data, data, data, *token, admin, *token, admin, admin)
 	})

@@ -329,7 +329,10 @@ rules:
 	if out, code := runCLI(t, env, "rules", "delete", "canary"); code != 0 || !strings.Contains(out, "deleted") {
 		t.Errorf("delete: %d\n%s", code, out)
 	}
-	if out, code := runCLI(t, env, "status", "-o", "json"); code != 0 || !strings.Contains(out, `"store": "file"`) {
+	if out, code := runCLI(t, env, "status", "-o", "json"); code != 0 || !strings.Contains(out, `"kind": "file"`) {
+		t.Errorf("status: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, env, "status"); code != 0 || !strings.Contains(out, "store.kind:          file\n") || !strings.Contains(out, "store.state:         ok\n") {
 		t.Errorf("status: %d\n%s", code, out)
 	}
 
@@ -581,7 +584,7 @@ func TestStoreFlagAndRegister(t *testing.T) {
 	if code, out, err := put(p.admin, "r", `{"type":"gray","gray_percent":0,"targets":{"gray":"svc","stable":"svc"}}`); err != nil || code != 201 {
 		t.Fatalf("PUT = %d %v %v", code, out, err)
 	}
-	if out, code := runCLI(t, []string{"GRAYGATE_ADMIN=" + p.admin, "GRAYGATE_ADMIN_TOKEN=tok"}, "status", "-o", "json"); code != 0 || !strings.Contains(out, `"store": "etcd"`) {
+	if out, code := runCLI(t, []string{"GRAYGATE_ADMIN=" + p.admin, "GRAYGATE_ADMIN_TOKEN=tok"}, "status", "-o", "json"); code != 0 || !strings.Contains(out, `"kind": "etcd"`) || !strings.Contains(out, `"state": "synced"`) {
 		t.Errorf("status: %d %s", code, out)
 	}
 	reg.Process.Signal(syscall.SIGKILL)

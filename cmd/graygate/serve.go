@@ -37,7 +37,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.adminToken, "admin-token", "", "admin bearer `TOKEN` (or env GRAYGATE_ADMIN_TOKEN)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "`DIR` for the embedded rule store (default \"./data\")")
 	fs.StringVar(&f.defaultUpstream, "default-upstream", "", "`HOST:PORT|URL` for requests no rule claims")
-	fs.BoolVar(&f.accessLog, "access-log", false, "write a JSON access log line per request to stdout")
+	fs.BoolVar(&f.accessLog, "access-log", false, "write a JSON access log line per request (to access_log.path: stdout by default, stderr or a file reopened on SIGUSR1)")
 	fs.StringVar(&f.store, "store", "", "shared rule store `URL`: etcd://HOST:PORT[,HOST:PORT]/PREFIX (default: the file store in --data-dir)")
 }
 
@@ -108,7 +108,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.config != "" {
 		src = &configSource{path: f.config, load: func() (*config.Config, error) { return f.load(fs) }}
 	}
-	return serve(ctx, cfg, src, f.adminToken, logger, stdout, nil)
+	return serve(ctx, cfg, src, f.adminToken, logger, stdout, stderr, nil)
 }
 
 // configSource is a config file to watch and how to load it (with flags
@@ -119,8 +119,9 @@ type configSource struct {
 }
 
 // serve runs a gateway until ctx ends. src, if set, is reloaded on SIGHUP
-// and whenever the file changes.
-func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToken string, logger *slog.Logger, accessLog io.Writer, ready func(dataAddr, adminAddr string)) error {
+// and whenever the file changes. access_log.path "stdout" and "stderr" are
+// stdout and stderr; a file is reopened on SIGUSR1 (see reopenSignals).
+func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToken string, logger *slog.Logger, stdout, stderr io.Writer, ready func(dataAddr, adminAddr string)) error {
 	if adminToken == "" && len(cfg.Admin.Tokens) == 0 {
 		logger.Warn("no admin token configured: the admin API will refuse every /api request (set --admin-token or GRAYGATE_ADMIN_TOKEN)")
 	}
@@ -128,16 +129,21 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	if ec, ok, err := cfg.Store.Etcd(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	} else if ok {
-		es, err := etcdstore.Open(ctx, ec, etcdstore.Options{DataDir: cfg.DataDir, HistoryLimit: cfg.Store.HistoryLimit, Logger: logger})
+		// StartWithoutState: a gateway started while etcd is down and
+		// without a cache runs, not ready, and says why on /readyz.
+		es, err := etcdstore.Open(ctx, ec, etcdstore.Options{DataDir: cfg.DataDir, HistoryLimit: cfg.Store.HistoryLimit, Logger: logger, StartWithoutState: true})
 		if err != nil {
 			return fmt.Errorf("open the etcd store %s: %w", cfg.Store.URL, err)
 		}
-		if es.Stale() {
+		switch {
+		case es.StateErr() != nil:
+			logger.Error("no rules to serve until etcd answers: /readyz fails until then", "err", es.StateErr())
+		case es.Stale():
 			logger.Warn("etcd is unreachable: serving the rules cached in the data dir until it returns", "data_dir", cfg.DataDir)
 		}
 		st = es
 	}
-	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, AccessLog: accessLog, Store: st, Version: versionString()})
+	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, Stdout: stdout, Stderr: stderr, Store: st, Version: versionString()})
 	if err != nil {
 		if st != nil {
 			_ = st.Close()
@@ -158,10 +164,11 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
 	logger.Info("graygate serving", "listen", dataLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
-		"store", g.Status().StoreKind, "data_dir", cfg.DataDir, "revision", g.Status().Revision, "version", versionString())
+		"store", g.Status().Store.Kind, "data_dir", cfg.DataDir, "revision", g.Status().Revision, "version", versionString())
 	if src != nil {
 		go watchConfig(ctx, src, g, logger)
 	}
+	go reopenOnSignal(ctx, g, logger)
 	if ready != nil {
 		ready(dataLn.Addr().String(), adminLn.Addr().String())
 	}
@@ -195,6 +202,28 @@ func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, log
 		}
 		if err := g.ReloadConfigFile(ctx, src.load); err != nil && !errors.Is(err, context.Canceled) {
 			logger.Error("config reload failed; the previous config keeps serving", "err", err)
+		}
+	}
+}
+
+// reopenOnSignal reopens the access log file on SIGUSR1, the signal
+// logrotate's postrotate sends (nginx's convention), until ctx ends.
+func reopenOnSignal(ctx context.Context, g *gateway.Gateway, logger *slog.Logger) {
+	sigs := reopenSignals()
+	if len(sigs) == 0 {
+		return
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			if err := g.ReopenAccessLog(); err != nil {
+				logger.Error("access log not reopened; it keeps writing to the old file", "err", err)
+			}
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
@@ -50,9 +51,14 @@ type Options struct {
 	View Viewer
 	// Compile validates and compiles one rule against the current config.
 	Compile func(r rule.Rule) (*rule.Compiled, error)
-	// Apply rebuilds the serving snapshot from the store and publishes it;
-	// it returns once the new rules serve.
-	Apply func(ctx context.Context) error
+	// Commit makes one write serve: it checks that the state change leads
+	// to compiles and serves under the current config, runs write (the
+	// store call, which returns the new store revision) and returns once
+	// the new rules serve. An error wrapping ErrWouldNotServe means nothing
+	// was written; one wrapping ErrNotServing means the store has the
+	// change but it does not serve; any other error is write's. A nil
+	// write only checks.
+	Commit func(ctx context.Context, change Change, write func(ctx context.Context) (revision int64, err error)) error
 	// Status returns the gateway's status document.
 	Status func() any
 	// Ready reports whether the gateway should receive traffic.
@@ -65,11 +71,35 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
+// Change describes a write for Options.Commit to check before it is made.
+type Change struct {
+	// Key is the rule written, or "" for the global rollback switch.
+	Key string
+	// Rule is the rule JSON a put or a revert stores; nil otherwise.
+	Rule json.RawMessage
+	// Delete removes the rule.
+	Delete bool
+	// RolledBack, when set, is the new rollback state of Key, or of every
+	// rule when Key is "".
+	RolledBack *bool
+}
+
+// Errors of Options.Commit.
+var (
+	// ErrWouldNotServe: the change would not serve under the current
+	// config and rules, and nothing was written.
+	ErrWouldNotServe = errors.New("the change would not serve; nothing was changed")
+	// ErrNotServing: the store has the change, but the gateway does not
+	// serve it.
+	ErrNotServing = errors.New("the change is stored but does not serve")
+)
+
 // Server is the admin API handler.
 type Server struct {
-	opts   Options
-	mux    *http.ServeMux
-	tokens []hashedToken
+	opts Options
+	mux  *http.ServeMux
+	// tokens is replaced whole by SetTokens; a request reads it once.
+	tokens atomic.Pointer[[]hashedToken]
 	log    *slog.Logger
 }
 
@@ -84,9 +114,7 @@ func New(opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Logger.With("component", "admin")}
-	for _, t := range opts.Tokens {
-		s.tokens = append(s.tokens, hashedToken{name: t.Name, role: t.Role, sum: sha256.Sum256([]byte(t.Value))})
-	}
+	s.SetTokens(opts.Tokens)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
@@ -120,6 +148,17 @@ func New(opts Options) *Server {
 	return s
 }
 
+// SetTokens replaces the accepted tokens, for a config reload: a token no
+// longer listed gets 401 from the next request that arrives after
+// SetTokens returns. It is safe for concurrent use with requests.
+func (s *Server) SetTokens(tokens []Token) {
+	hashed := make([]hashedToken, 0, len(tokens))
+	for _, t := range tokens {
+		hashed = append(hashed, hashedToken{name: t.Name, role: t.Role, sum: sha256.Sum256([]byte(t.Value))})
+	}
+	s.tokens.Store(&hashed)
+}
+
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
@@ -145,7 +184,8 @@ func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.
 // authenticate checks the bearer token in constant time against every
 // configured token. Tokens are never read from the query string.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (principal, bool) {
-	if len(s.tokens) == 0 {
+	tokens := *s.tokens.Load()
+	if len(tokens) == 0 {
 		writeError(w, http.StatusUnauthorized, "no admin token is configured: start graygate with --admin-token or GRAYGATE_ADMIN_TOKEN", nil)
 		return principal{}, false
 	}
@@ -158,9 +198,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (principal
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	var found *hashedToken
-	for i := range s.tokens {
-		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].sum[:]) == 1 && found == nil {
-			found = &s.tokens[i]
+	for i := range tokens {
+		if subtle.ConstantTimeCompare(sum[:], tokens[i].sum[:]) == 1 && found == nil {
+			found = &tokens[i]
 		}
 	}
 	if found == nil {
@@ -214,7 +254,7 @@ func storeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, store.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
-		writeError(w, http.StatusServiceUnavailable, err.Error(), nil)
+		writeError(w, http.StatusServiceUnavailable, "the rule store is unavailable, so nothing was changed; the rules that were serving keep serving: "+err.Error(), nil)
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error(), nil)
 	}

@@ -2,7 +2,9 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -148,19 +150,26 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	canonical, _ := json.Marshal(rl)
+	change := Change{Key: key, Rule: canonical}
 	if dry := r.URL.Query().Get("dry_run"); dry == "1" || dry == "true" {
+		if err := s.opts.Commit(r.Context(), change, nil); err != nil {
+			s.commitError(w, fmt.Sprintf("rule %q", key), "", err)
+			return
+		}
 		var view map[string]any
 		_ = json.Unmarshal(canonical, &view)
 		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "valid": true, "rule": view, "priority": rl.EffectivePriority()})
 		return
 	}
-	e, err := s.opts.Store.Put(r.Context(), key, canonical, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, reason)})
+	var e store.Entry
+	err = s.opts.Commit(r.Context(), change, func(ctx context.Context) (int64, error) {
+		var err error
+		e, err = s.opts.Store.Put(ctx, key, canonical, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, reason)})
+		return e.Revision, err
+	})
 	if err != nil {
-		storeError(w, err)
+		s.commitError(w, fmt.Sprintf("rule %q", key), fmt.Sprintf("as version %d", e.Version), err)
 		return
-	}
-	if err := s.opts.Apply(r.Context()); err != nil {
-		s.log.Error("apply after put", "key", key, "err", err)
 	}
 	code := http.StatusOK
 	if e.Version == 1 {
@@ -177,13 +186,15 @@ func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, p principal)
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
 		return
 	}
-	ch, err := s.opts.Store.Delete(r.Context(), key, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, "")})
+	var ch store.Change
+	err = s.opts.Commit(r.Context(), Change{Key: key, Delete: true}, func(ctx context.Context) (int64, error) {
+		var err error
+		ch, err = s.opts.Store.Delete(ctx, key, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, "")})
+		return ch.Revision, err
+	})
 	if err != nil {
-		storeError(w, err)
+		s.commitError(w, fmt.Sprintf("the deletion of rule %q", key), "", err)
 		return
-	}
-	if err := s.opts.Apply(r.Context()); err != nil {
-		s.log.Error("apply after delete", "key", key, "err", err)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": key, "version": ch.Version, "revision": ch.Revision})
 }
@@ -274,13 +285,15 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 	if reason == "" {
 		reason = fmt.Sprintf("revert to version %d", req.Version)
 	}
-	e, err := s.opts.Store.Put(r.Context(), key, target, store.AnyVersion, store.Meta{By: p.name, Reason: reason, Op: "revert"})
+	var e store.Entry
+	err = s.opts.Commit(r.Context(), Change{Key: key, Rule: target}, func(ctx context.Context) (int64, error) {
+		var err error
+		e, err = s.opts.Store.Put(ctx, key, target, store.AnyVersion, store.Meta{By: p.name, Reason: reason, Op: "revert"})
+		return e.Revision, err
+	})
 	if err != nil {
-		storeError(w, err)
+		s.commitError(w, fmt.Sprintf("the revert of rule %q to version %d", key, req.Version), fmt.Sprintf("as version %d", e.Version), err)
 		return
-	}
-	if err := s.opts.Apply(r.Context()); err != nil {
-		s.log.Error("apply after revert", "key", key, "err", err)
 	}
 	writeJSON(w, http.StatusOK, ruleView(e, false))
 }
@@ -312,13 +325,22 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 			return
 		}
 	}
-	st, err := s.opts.Store.SetRollback(r.Context(), key, on, store.Meta{By: p.name, Reason: changeReason(r, req.Reason)})
-	if err != nil {
-		storeError(w, err)
-		return
+	var st store.State
+	what := "the rollback"
+	if !on {
+		what = "the resume"
 	}
-	if err := s.opts.Apply(r.Context()); err != nil {
-		s.log.Error("apply after rollback", "key", key, "err", err)
+	if key != "" {
+		what += fmt.Sprintf(" of rule %q", key)
+	}
+	err := s.opts.Commit(r.Context(), Change{Key: key, RolledBack: &on}, func(ctx context.Context) (int64, error) {
+		var err error
+		st, err = s.opts.Store.SetRollback(ctx, key, on, store.Meta{By: p.name, Reason: changeReason(r, req.Reason)})
+		return st.Revision, err
+	})
+	if err != nil {
+		s.commitError(w, what, "", err)
+		return
 	}
 	s.log.Warn("rollback state changed", "key", key, "rolled_back", on, "by", p.name)
 	if key == "" {
@@ -326,4 +348,47 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		return
 	}
 	writeRule(w, st, key)
+}
+
+// commitError answers a failed Options.Commit: 409 when the change would
+// not serve (nothing was written), 500 when it was stored but does not
+// serve (stored says how, such as "as version 3"), and the store's own
+// mapping otherwise. what names the change ("rule \"k\"").
+func (s *Server) commitError(w http.ResponseWriter, what, stored string, err error) {
+	switch {
+	case errors.Is(err, ErrWouldNotServe):
+		writeError(w, http.StatusConflict, fmt.Sprintf("%s would not serve under the current config and rules; nothing was changed", what),
+			strict.Fields(cause(err, ErrWouldNotServe)))
+	case errors.Is(err, ErrNotServing):
+		s.log.Error("a stored change does not serve", "change", what, "err", err)
+		msg := what + " was stored"
+		if stored != "" {
+			msg += " " + stored
+		}
+		writeError(w, http.StatusInternalServerError, msg+" but does not serve; the rules that were serving keep serving",
+			strict.Fields(cause(err, ErrNotServing)))
+	default:
+		storeError(w, err)
+	}
+}
+
+// cause returns err without sentinel, for the details of an answer: the
+// errors joined with it by fmt.Errorf("%w: %w", sentinel, ...).
+func cause(err, sentinel error) error {
+	var rest []error
+	var walk func(error)
+	walk = func(e error) {
+		if e == sentinel {
+			return
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok && errors.Is(e, sentinel) {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		rest = append(rest, e)
+	}
+	walk(err)
+	return errors.Join(rest...)
 }

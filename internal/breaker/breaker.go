@@ -256,10 +256,12 @@ func (b *Breaker) recordClosed(o Outcome) {
 
 	// Within a slot the error rate can only cross its threshold on a
 	// failure and the p99 only on a slow request (floor(n/100) never falls
-	// as n grows), and either only once the window reaches min_requests.
-	// Rotation, which ages requests out, evaluates on its own.
+	// as n grows), and either only once the window reaches min_requests;
+	// the p99 also only from latency_min_requests on, so the request that
+	// reaches that count is checked too. Rotation, which ages requests
+	// out, evaluates on its own.
 	n := c&(failureOne-1) + w.pastRequests.Load()
-	if n < s.minRequests || (!o.Failed && !slow && n != s.minRequests) {
+	if n < s.minRequests || (!o.Failed && !slow && n != s.minRequests && n != s.latencyMin) {
 		return
 	}
 	failures := c>>32 + w.pastFailures.Load()
@@ -267,7 +269,7 @@ func (b *Breaker) recordClosed(o Outcome) {
 		slowN = sl.slow.Load()
 	}
 	slowN += w.pastSlow.Load()
-	if failures*10000 > s.rateBP*n || p99Exceeds(n, slowN) {
+	if failures*10000 > s.rateBP*n || s.slowTrips(n, slowN) {
 		b.trip(w, at)
 	}
 }
@@ -368,7 +370,7 @@ func (b *Breaker) evaluateLocked(w *window, at int64) {
 		reasons = append(reasons, fmt.Sprintf("error rate %s > %s over %s (%d of %d requests)",
 			formatPercent(rate, s.cfg.ErrorRate), formatPercent(s.cfg.ErrorRate, 0), w.length, t.failures, t.requests))
 	}
-	if p99Exceeds(t.requests, t.slow) {
+	if s.slowTrips(t.requests, t.slow) {
 		p := estimateP99(&h, t.requests, t.slow, s.p99)
 		reasons = append(reasons, fmt.Sprintf("p99 latency %s > %s over %s (%d requests)",
 			formatLatency(p, s.p99), s.p99, w.length, t.requests))
@@ -377,7 +379,14 @@ func (b *Breaker) evaluateLocked(w *window, at int64) {
 }
 
 func (s *settings) trips(t totals) bool {
-	return t.failures*10000 > s.rateBP*t.requests || p99Exceeds(t.requests, t.slow)
+	return t.failures*10000 > s.rateBP*t.requests || s.slowTrips(t.requests, t.slow)
+}
+
+// slowTrips reports whether n requests, slow of which exceeded p99_latency,
+// trip the latency condition: only with latency_min_requests of them, so
+// that a percentile is judged on enough samples to be one.
+func (s *settings) slowTrips(n, slow uint64) bool {
+	return n >= s.latencyMin && p99Exceeds(n, slow)
 }
 
 func (b *Breaker) recordProbe(t Ticket, o Outcome) {

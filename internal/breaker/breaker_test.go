@@ -137,11 +137,56 @@ func TestTransitions(t *testing.T) {
 			},
 		},
 		{
-			name: "one slow request among fewer than 100 is the p99",
+			// Issue 12, item 8: with min_requests 20, one slow request used
+			// to be "the p99" and opened the breaker for 60s.
+			name: "one slow request at low traffic does not open",
+			steps: []step{
+				{n: 19, latency: fast, wantAllowed: 19, want: Closed},
+				{n: 1, latency: slow, wantAllowed: 1, want: Closed},
+				{n: 79, latency: fast, wantAllowed: 79, want: Closed},
+				// 100 requests, 1 slow: the p99 (rank 99) is fast.
+				{n: 1, latency: fast, wantAllowed: 1, want: Closed},
+			},
+		},
+		{
+			name: "slow requests below latency_min_requests are judged when the window reaches it",
+			steps: []step{
+				{n: 60, latency: slow, wantAllowed: 60, want: Closed},
+				{n: 39, latency: fast, wantAllowed: 39, want: Closed},
+				// The 100th request is fast, but it makes the window big
+				// enough to judge, and 60 of 100 were slow.
+				{n: 1, latency: fast, wantAllowed: 1, want: Open,
+					wantReason: "p99 latency 871ms > 500ms over 30s (100 requests)"},
+			},
+		},
+		{
+			name: "the error rate is judged from min_requests, below latency_min_requests",
+			steps: []step{
+				{n: 16, latency: slow, wantAllowed: 16, want: Closed},
+				{n: 4, failed: true, latency: slow, wantAllowed: 4, want: Closed},
+				// Every request was slow, but only the error rate is judged.
+				{n: 1, failed: true, latency: slow, wantAllowed: 1, want: Open,
+					wantReason: "error rate 24% > 20% over 30s (5 of 21 requests)"},
+			},
+		},
+		{
+			name: "a lower latency_min_requests judges fewer samples",
+			cfg:  Config{LatencyMinRequests: 20},
 			steps: []step{
 				{n: 19, latency: fast, wantAllowed: 19, want: Closed},
 				{n: 1, latency: slow, wantAllowed: 1, want: Open,
 					wantReason: "p99 latency 839ms > 500ms over 30s (20 requests)"},
+			},
+		},
+		{
+			name: "latency_min_requests ages out with the window",
+			steps: []step{
+				// 1 slow of 151: the p99 (rank 150) is fast.
+				{n: 150, latency: fast, wantAllowed: 150, want: Closed},
+				{n: 1, latency: slow, wantAllowed: 1, want: Closed},
+				// Everything ages out; 50 slow in a fresh window of 50
+				// are not judged.
+				{advance: 31 * time.Second, n: 50, latency: slow, wantAllowed: 50, want: Closed},
 			},
 		},
 		{
@@ -575,7 +620,7 @@ func TestConfigure(t *testing.T) {
 		b := newTestBreaker(t, Config{}, clk)
 		send(b, clk, 10, true, fast)
 		send(b, clk, 5, false, slow)
-		if err := b.Configure(Config{MinRequests: 10}); err != nil {
+		if err := b.Configure(Config{MinRequests: 10, LatencyMinRequests: 10}); err != nil {
 			t.Fatal(err)
 		}
 		want := "error rate 67% > 20% over 30s (10 of 15 requests); p99 latency 866ms > 500ms over 30s (15 requests)"

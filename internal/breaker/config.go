@@ -29,12 +29,19 @@ type Config struct {
 	// breaker opens (default 20; 0.01 to 100, so 100 never trips).
 	ErrorRate float64 `json:"error_rate,omitempty"`
 	// P99Latency is the 99th percentile latency over the window above which
-	// the breaker opens (default "500ms", 1ms to 60s). With fewer than 100
-	// requests in the window the p99 is the slowest request.
+	// the breaker opens (default "500ms", 1ms to 60s). It is judged only
+	// once the window holds LatencyMinRequests requests.
 	P99Latency Duration `json:"p99_latency,omitempty"`
 	// MinRequests is how many requests the window must hold before either
 	// condition can trip the breaker (default 20).
 	MinRequests int `json:"min_requests,omitempty"`
+	// LatencyMinRequests is how many requests the window must hold before
+	// the p99 latency is judged at all (default 100, at most 1000000). A
+	// 99th percentile needs at least 100 samples to be more than the
+	// slowest one: with 20, a single slow request would be "the p99" and
+	// open the breaker for open_for. Below this count only the error rate
+	// can trip the breaker.
+	LatencyMinRequests int `json:"latency_min_requests,omitempty"`
 	// OpenFor is how long the breaker stays open before it lets probes
 	// through (default "60s", 1s to 24h).
 	OpenFor Duration `json:"open_for,omitempty"`
@@ -59,6 +66,7 @@ const (
 	minOpenFor  = time.Second
 	maxOpenFor  = 24 * time.Hour
 	maxProbes   = 1000
+	maxLatMin   = 1000000
 	minRateBP   = 1 // basis points, 0.01%
 	maxRateBP   = 10000
 	minStatus   = 100
@@ -70,14 +78,17 @@ const (
 func Defaults() Config {
 	on := true
 	return Config{
-		Enabled:        &on,
-		Window:         Duration(30 * time.Second),
-		ErrorRate:      defaultRate,
-		P99Latency:     Duration(500 * time.Millisecond),
-		MinRequests:    20,
-		OpenFor:        Duration(60 * time.Second),
-		HalfOpenProbes: 5,
-		ErrorStatuses:  []StatusRange{{Lo: 500, Hi: 599}},
+		Enabled:     &on,
+		Window:      Duration(30 * time.Second),
+		ErrorRate:   defaultRate,
+		P99Latency:  Duration(500 * time.Millisecond),
+		MinRequests: 20,
+		// 100 samples is the least for which the nearest-rank p99 is not
+		// the maximum (rank ceil(0.99 n) < n only from n = 100).
+		LatencyMinRequests: 100,
+		OpenFor:            Duration(60 * time.Second),
+		HalfOpenProbes:     5,
+		ErrorStatuses:      []StatusRange{{Lo: 500, Hi: 599}},
 	}
 }
 
@@ -103,6 +114,9 @@ func (c *Config) Over(defaults Config) Config {
 	}
 	if out.MinRequests == 0 {
 		out.MinRequests = defaults.MinRequests
+	}
+	if out.LatencyMinRequests == 0 {
+		out.LatencyMinRequests = defaults.LatencyMinRequests
 	}
 	if out.OpenFor == 0 {
 		out.OpenFor = defaults.OpenFor
@@ -135,6 +149,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MinRequests != 0 {
 		d.MinRequests = c.MinRequests
+	}
+	if c.LatencyMinRequests != 0 {
+		d.LatencyMinRequests = c.LatencyMinRequests
 	}
 	if c.OpenFor != 0 {
 		d.OpenFor = c.OpenFor
@@ -170,6 +187,9 @@ func (c *Config) Validate(path string) error {
 	if c.MinRequests < 0 {
 		add("min_requests", "must not be negative, got %d", c.MinRequests)
 	}
+	if c.LatencyMinRequests < 0 || c.LatencyMinRequests > maxLatMin {
+		add("latency_min_requests", "must be between 1 and %d, got %d", maxLatMin, c.LatencyMinRequests)
+	}
 	if c.HalfOpenProbes < 0 || c.HalfOpenProbes > maxProbes {
 		add("half_open_probes", "must be between 1 and %d, got %d", maxProbes, c.HalfOpenProbes)
 	}
@@ -188,7 +208,7 @@ func (c *Config) Validate(path string) error {
 func (c Config) equal(o Config) bool {
 	return (c.Enabled == nil) == (o.Enabled == nil) && (c.Enabled == nil || *c.Enabled == *o.Enabled) &&
 		c.Window == o.Window && c.ErrorRate == o.ErrorRate && c.P99Latency == o.P99Latency &&
-		c.MinRequests == o.MinRequests && c.OpenFor == o.OpenFor && c.HalfOpenProbes == o.HalfOpenProbes &&
+		c.MinRequests == o.MinRequests && c.LatencyMinRequests == o.LatencyMinRequests && c.OpenFor == o.OpenFor && c.HalfOpenProbes == o.HalfOpenProbes &&
 		(c.ErrorStatuses == nil) == (o.ErrorStatuses == nil) && slices.Equal(c.ErrorStatuses, o.ErrorStatuses)
 }
 
@@ -201,6 +221,7 @@ type settings struct {
 	rateBP       uint64 // error rate threshold in basis points (1/100 of a percent)
 	p99          time.Duration
 	minRequests  uint64
+	latencyMin   uint64 // requests in the window before the p99 is judged
 	openFor      time.Duration
 	probes       uint64
 	probeTimeout time.Duration
@@ -216,6 +237,7 @@ func newSettings(c Config) *settings {
 		rateBP:       uint64(math.Round(c.ErrorRate * 100)),
 		p99:          c.P99Latency.Std(),
 		minRequests:  uint64(c.MinRequests),
+		latencyMin:   uint64(c.LatencyMinRequests),
 		openFor:      c.OpenFor.Std(),
 		probes:       uint64(c.HalfOpenProbes),
 		probeTimeout: max(c.OpenFor.Std(), c.Window.Std()),

@@ -16,6 +16,9 @@ func TestDefaults(t *testing.T) {
 	if err := d.Validate("breaker"); err != nil {
 		t.Fatalf("Defaults().Validate: %v", err)
 	}
+	if d.LatencyMinRequests != 100 {
+		t.Errorf("Defaults().LatencyMinRequests = %d, want 100: a p99 needs 100 samples", d.LatencyMinRequests)
+	}
 	if got := (Config{}).WithDefaults(); !got.equal(d) {
 		t.Errorf("Config{}.WithDefaults() = %+v, want %+v", got, d)
 	}
@@ -59,7 +62,7 @@ func TestValidate(t *testing.T) {
 		}},
 		{name: "everything wrong", cfg: Config{
 			Window: Duration(500 * time.Millisecond), ErrorRate: 120, P99Latency: Duration(2 * time.Minute),
-			MinRequests: -1, OpenFor: Duration(-time.Second), HalfOpenProbes: 1001,
+			MinRequests: -1, LatencyMinRequests: -1, OpenFor: Duration(-time.Second), HalfOpenProbes: 1001,
 			ErrorStatuses: []StatusRange{{500, 599}, {99, 99}, {599, 500}, {500, 600}},
 		}, want: []string{
 			"rules[3].breaker.window: must be between 1s and 1h0m0s, got 500ms",
@@ -67,6 +70,7 @@ func TestValidate(t *testing.T) {
 			"rules[3].breaker.open_for: must be between 1s and 24h0m0s, got -1s",
 			"rules[3].breaker.error_rate: must be a percentage between 0.01 and 100, got 120",
 			"rules[3].breaker.min_requests: must not be negative, got -1",
+			"rules[3].breaker.latency_min_requests: must be between 1 and 1000000, got -1",
 			"rules[3].breaker.half_open_probes: must be between 1 and 1000, got 1001",
 			"rules[3].breaker.error_statuses[1]: status codes must be between 100 and 599, got 99",
 			"rules[3].breaker.error_statuses[2]: range must go from low to high, got 599-500",
@@ -106,6 +110,7 @@ func TestDecode(t *testing.T) {
 		"error_rate": 34.5,
 		"p99_latency": "800ms",
 		"min_requests": 50,
+		"latency_min_requests": 200,
 		"open_for": "2m",
 		"half_open_probes": 3,
 		"error_statuses": [502, "503", "520-599", "4xx", " 429 "]
@@ -116,7 +121,7 @@ func TestDecode(t *testing.T) {
 	}
 	want := Config{
 		Enabled: new(false), Window: Duration(10 * time.Second), ErrorRate: 34.5, P99Latency: Duration(800 * time.Millisecond),
-		MinRequests: 50, OpenFor: Duration(2 * time.Minute), HalfOpenProbes: 3,
+		MinRequests: 50, LatencyMinRequests: 200, OpenFor: Duration(2 * time.Minute), HalfOpenProbes: 3,
 		ErrorStatuses: []StatusRange{{502, 502}, {503, 503}, {520, 599}, {400, 499}, {429, 429}},
 	}
 	if !c.equal(want) {
@@ -130,7 +135,7 @@ func TestDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const wantJSON = `{"enabled":false,"window":"10s","error_rate":34.5,"p99_latency":"800ms","min_requests":50,"open_for":"2m0s","half_open_probes":3,"error_statuses":[502,503,"520-599","400-499",429]}`
+	const wantJSON = `{"enabled":false,"window":"10s","error_rate":34.5,"p99_latency":"800ms","min_requests":50,"latency_min_requests":200,"open_for":"2m0s","half_open_probes":3,"error_statuses":[502,503,"520-599","400-499",429]}`
 	if string(data) != wantJSON {
 		t.Errorf("Marshal =\n%s\nwant\n%s", data, wantJSON)
 	}
@@ -254,14 +259,18 @@ func FuzzConfig(f *testing.F) {
 
 func TestOver(t *testing.T) {
 	off := false
-	defaults := Config{Window: Duration(10 * time.Second), ErrorRate: 5, MinRequests: 50, ErrorStatuses: []StatusRange{{Lo: 503, Hi: 503}}}
+	defaults := Config{Window: Duration(10 * time.Second), ErrorRate: 5, MinRequests: 50, LatencyMinRequests: 300, ErrorStatuses: []StatusRange{{Lo: 503, Hi: 503}}}
 	var none *Config
 	if got := none.Over(defaults); got.Window != defaults.Window || got.ErrorRate != 5 {
 		t.Errorf("nil over defaults = %+v", got)
 	}
 	rule := &Config{Enabled: &off, ErrorRate: 30, ErrorStatuses: []StatusRange{}}
 	got := rule.Over(defaults)
-	if *got.Enabled || got.ErrorRate != 30 || got.Window != defaults.Window || got.MinRequests != 50 || len(got.ErrorStatuses) != 0 || got.ErrorStatuses == nil {
+	if *got.Enabled || got.ErrorRate != 30 || got.Window != defaults.Window || got.MinRequests != 50 || got.LatencyMinRequests != 300 || len(got.ErrorStatuses) != 0 || got.ErrorStatuses == nil {
 		t.Errorf("rule over defaults = %+v", got)
+	}
+	rule = &Config{LatencyMinRequests: 150}
+	if got := rule.Over(defaults); got.LatencyMinRequests != 150 {
+		t.Errorf("a rule's latency_min_requests over defaults = %d, want 150", got.LatencyMinRequests)
 	}
 }

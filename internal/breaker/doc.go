@@ -63,11 +63,14 @@
 // snapshots show, and the bin holding the threshold is split by the exact
 // count, so a shown p99 is above the threshold exactly when the condition
 // holds. A consequence of the definition: with fewer than 100 requests in
-// the window the p99 is the slowest request, so at low traffic one slow
-// request trips the breaker; raise min_requests if that is too eager.
+// the window the p99 is the slowest request, so the latency condition is
+// judged only once the window holds latency_min_requests requests (default
+// 100); below that only the error rate can trip the breaker, and one slow
+// request at low traffic does not open it.
 //
 // The conditions are checked on the records that can make them true (a
-// failure, a slow request, the one that reaches min_requests) and when a
+// failure, a slow request, the ones that reach min_requests and
+// latency_min_requests) and when a
 // new slot starts, because ageing out fast successes can raise both the
 // error rate and the p99. A trip re-evaluates under the lock and merges the
 // histograms for the reason only then.

@@ -24,7 +24,7 @@ import (
 	"github.com/graygate/graygate/internal/geo"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
-	"github.com/graygate/graygate/internal/store/etcdstore"
+	"github.com/graygate/graygate/internal/storeurl"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/tags"
 	"github.com/graygate/graygate/internal/upstream"
@@ -146,17 +146,17 @@ type Store struct {
 	// (etcds:// for TLS); empty is the embedded file store in data_dir.
 	URL string `json:"url,omitempty"`
 	// TLS, Username and PasswordEnv configure the etcd connection.
-	TLS         etcdstore.TLS `json:"tls,omitzero"`
-	Username    string        `json:"username,omitempty"`
-	PasswordEnv string        `json:"password_env,omitempty"`
+	TLS         storeurl.TLS `json:"tls,omitzero"`
+	Username    string       `json:"username,omitempty"`
+	PasswordEnv string       `json:"password_env,omitempty"`
 }
 
 // Etcd returns the etcd store config, or ok false for the file store.
-func (s *Store) Etcd() (etcdstore.Config, bool, error) {
+func (s *Store) Etcd() (storeurl.Config, bool, error) {
 	if s.URL == "" {
-		return etcdstore.Config{}, false, nil
+		return storeurl.Config{}, false, nil
 	}
-	c, err := etcdstore.ParseURL(s.URL)
+	c, err := storeurl.ParseURL(s.URL)
 	if err != nil {
 		return c, true, err
 	}

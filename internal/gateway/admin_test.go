@@ -197,7 +197,8 @@ func TestRollbackSurvivesRestart(t *testing.T) {
 		t.Errorf("after restart: %+v %v", a, err)
 	}
 	_, st := e.api("GET", "/api/v1/status", nil)
-	if st["rolled_back"] != true || st["rules"].(float64) != 1 || st["store"] != "file" {
+	store, _ := st["store"].(map[string]any)
+	if st["rolled_back"] != true || st["rules"].(float64) != 1 || store["kind"] != "file" || store["state"] != "ok" || store["revision"] != st["revision"] {
 		t.Errorf("status = %v", st)
 	}
 }

@@ -12,13 +12,66 @@ import (
 	"github.com/graygate/graygate/internal/store/etcdstore"
 )
 
-// syncer is a store shared by a fleet (etcd): it can be out of sync.
+// syncer is a store shared by a fleet (etcd): it can be out of sync, and
+// even hold no state at all (etcd unreachable since start, no cache).
 type syncer interface {
 	Synced() bool
 	Stale() bool
 	LastSync() time.Time
+	SyncSince() time.Time
+	StateErr() error
 	WatchRestarts() int64
 	PropagationLag() time.Duration
+}
+
+// Store states in the status document.
+const (
+	// StoreOK is the file store's state: it is the source of truth.
+	StoreOK = "ok"
+	// StoreSynced means the gateway serves what etcd holds.
+	StoreSynced = "synced"
+	// StoreStale means etcd is unreachable (or the watch is behind): the
+	// gateway serves the last state it read, from memory or from its
+	// cache file, stays ready, and refuses writes with 503.
+	StoreStale = "stale"
+	// StoreUnavailable means there is no state to serve: etcd has been
+	// unreachable since start and there was no cache. /readyz fails.
+	StoreUnavailable = "unavailable"
+)
+
+// StoreStatus is the "store" part of the status document.
+type StoreStatus struct {
+	// Kind is "file" or "etcd".
+	Kind string `json:"kind"`
+	// State is StoreOK, StoreSynced, StoreStale or StoreUnavailable.
+	State string `json:"state"`
+	// Since is when the state began (etcd).
+	Since *time.Time `json:"since,omitempty"`
+	// Revision is the store revision of the rules being served.
+	Revision int64 `json:"revision"`
+	// Reason says why the state is unavailable.
+	Reason string `json:"reason,omitempty"`
+}
+
+// storeStatus describes the store; revision is what serves.
+func (g *Gateway) storeStatus(revision int64) StoreStatus {
+	out := StoreStatus{Kind: g.store.Kind(), State: StoreOK, Revision: revision}
+	s, ok := g.store.(syncer)
+	if !ok {
+		return out
+	}
+	switch err := s.StateErr(); {
+	case err != nil:
+		out.State, out.Reason = StoreUnavailable, err.Error()
+	case s.Synced() && !s.Stale():
+		out.State = StoreSynced
+	default:
+		out.State = StoreStale
+	}
+	if t := s.SyncSince(); !t.IsZero() {
+		out.Since = &t
+	}
+	return out
 }
 
 // StoreSync is the fleet part of the status document.
@@ -50,7 +103,9 @@ func (g *Gateway) exportStoreMetrics() {
 	}
 	g.metrics.Store(metrics.StoreFuncs{
 		Synced: func() bool { return s.Synced() },
-		Stale:  func() bool { return s.Stale() },
+		// Stale is what the status calls stale: serving a state etcd
+		// has not confirmed (an outage, a cache, or no state at all).
+		Stale: func() bool { return !s.Synced() || s.Stale() },
 		WatchRestarts: func() float64 {
 			return float64(s.WatchRestarts())
 		},
@@ -73,46 +128,80 @@ func (g *Gateway) checkDiscovery(cfg *config.Config) error {
 	return errors.Join(errs...)
 }
 
-// discover watches the etcd registry for every service an upstream
-// discovers, and rebuilds the pools when an instance list changes.
-func (g *Gateway) discover(ctx context.Context) {
+// syncWatchers makes the registry watches match cfg: every service an
+// upstream discovers is watched, and the watch of a service no upstream
+// names any more is stopped and its instances forgotten. It does nothing
+// before Serve (which calls it) or without the etcd store. The caller
+// holds g.mu.
+func (g *Gateway) syncWatchers(cfg *config.Config) {
 	es, ok := g.store.(*etcdstore.Store)
-	if !ok {
+	if !ok || g.serveCtx == nil {
 		return
 	}
-	g.mu.Lock()
-	services := map[string]bool{}
-	for _, u := range g.cfg.Upstreams {
+	want := map[string]bool{}
+	for _, u := range cfg.Upstreams {
 		if u.Discover != "" {
-			services[u.Discover] = true
+			want[u.Discover] = true
 		}
 	}
-	g.mu.Unlock()
-	for svc := range services {
-		go func() {
-			for ctx.Err() == nil {
-				cli := es.Client()
-				if cli == nil { // etcd was down at start; wait for it
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(time.Second):
-					}
-					continue
-				}
-				err := etcdstore.WatchInstances(ctx, cli, es.Prefix(), svc, func(service string, list []etcdstore.Instance) {
-					g.setDiscovered(ctx, service, list)
-				})
-				if err != nil && ctx.Err() == nil {
-					g.log.Error("watch registered instances", "service", svc, "err", err)
-					select {
-					case <-ctx.Done():
-					case <-time.After(time.Second):
-					}
-				}
-			}
-		}()
+	for svc, stop := range g.watchers {
+		if !want[svc] {
+			stop()
+			delete(g.watchers, svc)
+			delete(g.discovered, svc)
+			g.log.Info("stopped watching registered instances", "service", svc)
+		}
 	}
+	if g.watchers == nil {
+		g.watchers = map[string]context.CancelFunc{}
+	}
+	for svc := range want {
+		if _, ok := g.watchers[svc]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(g.serveCtx)
+		g.watchers[svc] = cancel
+		go g.watchService(ctx, es, svc)
+	}
+}
+
+// watchService follows one service's registered instances until ctx ends,
+// reconnecting with a pause when etcd is unreachable.
+func (g *Gateway) watchService(ctx context.Context, es *etcdstore.Store, svc string) {
+	for ctx.Err() == nil {
+		cli := es.Client()
+		if cli == nil { // etcd was down at start; wait for it
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		err := etcdstore.WatchInstances(ctx, cli, es.Prefix(), svc, func(service string, list []etcdstore.Instance) {
+			g.setDiscovered(ctx, service, list)
+		})
+		if err != nil && ctx.Err() == nil {
+			g.log.Error("watch registered instances", "service", svc, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// watchedServices returns the services being watched, sorted, for tests
+// and the status.
+func (g *Gateway) watchedServices() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.watchers))
+	for svc := range g.watchers {
+		out = append(out, svc)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // setDiscovered records a service's instances and rebuilds the pools that
@@ -132,14 +221,22 @@ func (g *Gateway) setDiscovered(ctx context.Context, service string, list []etcd
 		return 0
 	})
 	g.mu.Lock()
+	if ctx.Err() != nil {
+		// The watch was stopped (its service is no longer named) while
+		// this list was on its way; syncWatchers cancels under g.mu.
+		g.mu.Unlock()
+		return
+	}
 	if g.discovered == nil {
 		g.discovered = map[string][]config.Instance{}
 	}
 	g.discovered[service] = ins
-	cfg := g.cfg
-	g.mu.Unlock()
 	g.log.Info("registered instances changed", "service", service, "instances", len(ins))
-	if err := g.ReloadConfig(ctx, cfg); err != nil {
+	// The current config, under the same lock: a reload that ran since
+	// the list arrived is kept, never reverted.
+	err := g.reloadLocked(ctx, g.cfg)
+	g.mu.Unlock()
+	if err != nil {
 		g.log.Error("rebuild pools after discovery", "service", service, "err", err)
 	}
 }

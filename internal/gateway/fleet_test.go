@@ -139,12 +139,9 @@ func TestFleet(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	srv.Stop()
 	waitFor(t, "the gateways to notice etcd is gone", 10*time.Second, func() bool {
-		resp, err := http.Get(gws[1].admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 503
+		_, st := gws[1].api("GET", "/api/v1/status", nil)
+		store, _ := st["store"].(map[string]any)
+		return store["state"] == "stale"
 	})
 	// Writes fail with 503 and are not applied anywhere.
 	code, out := gws[1].api("PUT", "/api/v1/rules/canary", grayRule(100))
@@ -161,7 +158,7 @@ func TestFleet(t *testing.T) {
 		t.Errorf("restarted during the outage: %+v %v", a, err)
 	}
 	_, st := g3.api("GET", "/api/v1/status", nil)
-	if st["stale"] != true {
+	if store, _ := st["store"].(map[string]any); st["stale"] != true || store["state"] != "stale" {
 		t.Errorf("status during the outage = %v, want stale", st)
 	}
 	time.Sleep(300 * time.Millisecond)

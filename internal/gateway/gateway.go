@@ -13,9 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +24,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/logfile"
 	"github.com/graygate/graygate/internal/metrics"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/router"
@@ -45,9 +44,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Random feeds anonymous ids; nil means crypto/rand.
 	Random io.Reader
-	// AccessLog receives the JSON access log when Config.AccessLog.Enabled.
+	// AccessLog, when set, receives the JSON access log when
+	// Config.AccessLog.Enabled, and access_log.path is ignored. When nil,
+	// the gateway writes to access_log.path itself: "stdout" (Stdout),
+	// "stderr" (Stderr) or a file, reopened by ReopenAccessLog and switched
+	// when a reload changes the path.
 	AccessLog io.Writer
-	Now       func() time.Time
+	// Stdout and Stderr are the standard streams access_log.path names;
+	// nil means the process's own.
+	Stdout, Stderr io.Writer
+	Now            func() time.Time
 	// Version is the build's version, shown in the status.
 	Version string
 }
@@ -63,19 +69,41 @@ type Gateway struct {
 	metrics  *metrics.Metrics
 	breakers *breaker.Set
 	limits   *limit.Set
-	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats
 	health   *upstream.Health
+	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats and rollouts
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
 	tgt        atomic.Pointer[targeting]
 	serveCtx   context.Context // set by Serve, for watches started on reload
+	// alog is the access log file the gateway opened for access_log.path
+	// (nil while Options.AccessLog is set, or the log was never enabled).
+	alog *logfile.Writer
 
-	mu      sync.Mutex // the one writer: guards cfg, reg, cache and status
+	// wmu serializes what changes what serves from outside the store:
+	// admin writes (Commit) and config reloads, so that a write checked
+	// against one config is never committed under another. It is taken
+	// before mu and held across store writes, which mu never is.
+	wmu sync.Mutex
+
+	mu      sync.Mutex // the one writer: guards cfg, reg, cache, status and what follows
 	cfg     *config.Config
 	reg     *upstream.Registry
 	cache   map[string]cached
 	status  Status
 	serving bool
+	// boot is the config the process started with: the running value of
+	// every field that needs a restart (config.RestartRequired).
+	boot *config.Config
+	// popts are the options the data plane runs with.
+	popts proxy.Options
+	// lastBuild is the last snapshot build's result, "ok" or "partial".
+	lastBuild string
+	// watchers stops the registry watch of each discovered service.
+	watchers map[string]context.CancelFunc
+	// seedPending is set while the config's rules could not be seeded
+	// because the store could not be written (an etcd outage); Apply
+	// retries after the store's next change or resync.
+	seedPending bool
 }
 
 type cached struct {
@@ -87,22 +115,27 @@ type cached struct {
 
 // Status is the document GET /api/v1/status returns.
 type Status struct {
-	Revision    int64              `json:"revision"`
-	Rules       int                `json:"rules"`
-	RolledBack  bool               `json:"rolled_back"`
-	StoreKind   string             `json:"store"`
-	LastReload  time.Time          `json:"last_reload"`
-	LastResult  string             `json:"last_reload_result"`
-	LastError   string             `json:"last_error,omitempty"`
-	LastErrorAt *time.Time         `json:"last_error_at,omitempty"`
-	BrokenRules map[string]string  `json:"broken_rules,omitempty"`
-	Breakers    []breaker.Snapshot `json:"breakers"`
-	Stale       bool               `json:"stale"`
-	Sync        *StoreSync         `json:"store_sync,omitempty"`
-	ConfigGen   int                `json:"config_generation"`
-	StartedAt   time.Time          `json:"started_at"`
-	Version     string             `json:"version,omitempty"`
-	UptimeS     float64            `json:"uptime_s"`
+	Revision   int64 `json:"revision"`
+	Rules      int   `json:"rules"`
+	RolledBack bool  `json:"rolled_back"`
+	// Store says which store serves the rules and whether it is in sync:
+	// {"kind": "etcd", "state": "stale", "since": …, "revision": …}.
+	Store      StoreStatus `json:"store"`
+	LastReload time.Time   `json:"last_reload"`
+	LastResult string      `json:"last_reload_result"`
+	// RestartRequired lists the config fields whose new value waits for a
+	// restart (config.Fields), also named in LastResult.
+	RestartRequired []string           `json:"restart_required"`
+	LastError       string             `json:"last_error,omitempty"`
+	LastErrorAt     *time.Time         `json:"last_error_at,omitempty"`
+	BrokenRules     map[string]string  `json:"broken_rules,omitempty"`
+	Breakers        []breaker.Snapshot `json:"breakers"`
+	Stale           bool               `json:"stale"`
+	Sync            *StoreSync         `json:"store_sync,omitempty"`
+	ConfigGen       int                `json:"config_generation"`
+	StartedAt       time.Time          `json:"started_at"`
+	Version         string             `json:"version,omitempty"`
+	UptimeS         float64            `json:"uptime_s"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
@@ -116,16 +149,17 @@ func New(opts Options) (*Gateway, error) {
 		opts.Now = time.Now
 	}
 	cfg := opts.Config
-	g := &Gateway{opts: opts, log: opts.Logger.With("component", "gateway"), cfg: cfg, cache: map[string]cached{}, metrics: metrics.New()}
+	g := &Gateway{opts: opts, log: opts.Logger.With("component", "gateway"), cfg: cfg, boot: cfg, cache: map[string]cached{}, metrics: metrics.New()}
 	g.status.StartedAt = opts.Now()
-	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
-	g.limits = limit.NewSet(opts.Now)
+	g.status.RestartRequired = []string{}
 	g.status.Version = opts.Version
 	tr, err := traffic.New(traffic.Options{Now: opts.Now})
 	if err != nil {
 		return nil, err
 	}
 	g.traffic = tr
+	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
+	g.limits = limit.NewSet(opts.Now)
 	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
 	pools, err := g.pools(cfg)
 	if err != nil {
@@ -161,7 +195,6 @@ func New(opts Options) (*Gateway, error) {
 		st = fs
 	}
 	g.store = st
-	g.status.StoreKind = st.Kind()
 	if err := g.checkDiscovery(cfg); err != nil {
 		_ = st.Close()
 		return nil, err
@@ -194,17 +227,17 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.router = router.New(snap)
 
-	popts, err := proxyOptions(cfg, opts.AccessLog, opts.Now)
-	if err != nil {
+	if err := g.openAccessLog(cfg); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	popts.OnDone = func(done *proxy.Done) {
-		d := done.Decision
-		g.metrics.Observe(d, done.Status, done.Elapsed)
-		// A transport failure arrives as the 502/503/504 the proxy answered.
-		g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
+	popts, err := g.proxyOptions(cfg)
+	if err != nil {
+		_ = st.Close()
+		_ = g.closeAccessLog()
+		return nil, err
 	}
+	g.popts = popts
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
 		v := g.proxy.ProtocolViolations()
@@ -215,11 +248,11 @@ func New(opts Options) (*Gateway, error) {
 		Router:  g.router,
 		View:    g.proxy.View,
 		Compile: g.compile,
-		Apply:   g.Apply,
+		Commit:  g.Commit,
+		Traffic: g.traffic,
 		Status:  func() any { return g.Status() },
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
-		Traffic: g.traffic,
 		Tokens:  tokens(cfg, opts.AdminToken),
 		Logger:  opts.Logger,
 	})
@@ -242,43 +275,13 @@ func tokens(cfg *config.Config, flagToken string) []admin.Token {
 	return out
 }
 
-func proxyOptions(cfg *config.Config, accessLog io.Writer, now func() time.Time) (proxy.Options, error) {
-	var trusted []netip.Prefix
-	for _, p := range cfg.TrustedProxies {
-		pr, err := config.ParsePrefix(p)
-		if err != nil {
-			return proxy.Options{}, err
-		}
-		trusted = append(trusted, pr)
-	}
-	o := proxy.Options{
-		Now:                   now,
-		TrustedProxies:        trusted,
-		DialTimeout:           cfg.Proxy.DialTimeout.Std(),
-		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Std(),
-		IdleConnTimeout:       cfg.Proxy.IdleTimeout.Std(),
-		ReadHeaderTimeout:     cfg.Proxy.ReadHeaderTimeout.Std(),
-		UpstreamReadTimeout:   config.StdOf(cfg.Proxy.ReadTimeout),
-		UpstreamWriteTimeout:  config.StdOf(cfg.Proxy.WriteTimeout),
-		ReadTimeout:           config.StdOf(cfg.Proxy.ClientReadTimeout),
-		WriteTimeout:          config.StdOf(cfg.Proxy.ClientWriteTimeout),
-		IdleTimeout:           config.StdOf(cfg.Proxy.ClientIdleTimeout),
-		MaxHeaderBytes:        cfg.Proxy.MaxHeaderBytes,
-		MaxConnsPerHost:       cfg.Proxy.MaxConnsPerHost,
-
-		AllowUnderscoresInHeaders: cfg.Proxy.AllowUnderscoresInHeaders,
-		NoVia:                     cfg.Proxy.Via != nil && !*cfg.Proxy.Via,
-	}
-	if cfg.AccessLog.Enabled {
-		o.AccessLog = accessLog
-	}
-	return o, nil
-}
-
 // seed creates the config's rules that the store has never held. A rule
-// that would overlap a serving rule (or an earlier rule of the file) in a
-// layer is refused, so that the store never holds an overlap.
+// that does not compile is an error. While the store cannot be written (a
+// shared store out of sync with etcd) seeding waits, so that a gateway
+// starts and reloads during an outage: Apply retries it after the store's
+// next change or resync. The caller holds g.mu, or is New.
 func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
+	keys := make([]string, len(cfg.Rules))
 	others := g.servingRules()
 	for i, raw := range cfg.Rules {
 		r, err := rule.Decode(raw)
@@ -289,18 +292,45 @@ func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
 		if err != nil {
 			return fmt.Errorf("config rules[%d]: %w", i, err)
 		}
-		if _, err := g.store.History(ctx, r.Key); err == nil {
+		// A rule that would overlap a serving rule (or an earlier rule of
+		// the file) in a layer is refused, so the store never holds one.
+		if _, served := g.servingRule(r.Key); !served {
+			if err := rule.LayerConflicts(c, others); err != nil {
+				return fmt.Errorf("config rules[%d]: %w", i, err)
+			}
+			others = append(others, c)
+		}
+		keys[i] = r.Key
+	}
+	g.seedPending = false
+	if len(cfg.Rules) == 0 {
+		return nil
+	}
+	if s, ok := g.store.(syncer); ok && !s.Synced() {
+		g.seedPending = true
+		g.log.Warn("the store is out of sync with etcd: the config's rules are seeded when it is back", "rules", len(keys))
+		return nil
+	}
+	for i, raw := range cfg.Rules {
+		key := keys[i]
+		_, err := g.store.History(ctx, key)
+		if err == nil {
 			continue // the store knows this key: API edits win over the file
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("seed rule %q: %w", r.Key, err)
 		}
-		if err := rule.LayerConflicts(c, others); err != nil {
-			return fmt.Errorf("config rules[%d]: %w", i, err)
+		if errors.Is(err, store.ErrNotFound) {
+			_, err = g.store.Put(ctx, key, raw, 0, store.Meta{By: "config", Reason: "seeded from the config file"})
+			if errors.Is(err, store.ErrConflict) {
+				err = nil
+			}
 		}
-		if _, err := g.store.Put(ctx, r.Key, raw, 0, store.Meta{By: "config", Reason: "seeded from the config file"}); err != nil && !errors.Is(err, store.ErrConflict) {
-			return fmt.Errorf("seed rule %q: %w", r.Key, err)
+		if errors.Is(err, store.ErrUnavailable) {
+			g.seedPending = true
+			g.log.Warn("the store cannot be written: the config's rules are seeded when it is back", "rule", key, "err", err)
+			return nil
 		}
-		others = append(others, c)
+		if err != nil {
+			return fmt.Errorf("seed rule %q: %w", key, err)
+		}
 	}
 	return nil
 }
@@ -313,10 +343,7 @@ func (g *Gateway) compileWith(cfg *config.Config, reg *upstream.Registry, r rule
 	return rule.Compile(r, rule.Env{Resolve: reg.Resolve, HasRoute: func(n string) bool { return routes[n] }, TagTypes: cfg.Targeting.TagTypes})
 }
 
-// compile validates a rule against the current config and, for a rule in a
-// layer, against the serving rules of its layer (for the admin API): an
-// overlapping layer_range is a problem named by path that names the other
-// rule.
+// compile validates a rule against the current config (for the admin API).
 func (g *Gateway) compile(r rule.Rule) (*rule.Compiled, error) {
 	g.mu.Lock()
 	cfg, reg := g.cfg, g.reg
@@ -345,12 +372,21 @@ func (g *Gateway) servingRules() []*rule.Compiled {
 	return out
 }
 
+// servingRule returns the serving snapshot's rule with that key.
+func (g *Gateway) servingRule(key string) (*rule.Compiled, bool) {
+	if g.router == nil {
+		return nil, false
+	}
+	c, ok := g.router.Load().RuleSet[key]
+	return c, ok
+}
+
 // dropLayerConflicts is for the first snapshot, which has no older one to
 // keep serving: of rules that overlap in a layer, the one stored earlier
 // (lower revision) serves and the later one is disabled and reported, so
 // that a store that somehow holds an overlap cannot keep the gateway from
 // starting. Later snapshots refuse such a set instead (router.Build).
-func dropLayerConflicts(rules []*rule.Compiled, revision map[string]int64, broken map[string]string) []*rule.Compiled {
+func dropLayerConflicts(rules []*rule.Compiled, revision map[string]int64, broken map[string]error) []*rule.Compiled {
 	sorted := slices.Clone(rules)
 	slices.SortFunc(sorted, func(a, b *rule.Compiled) int {
 		return cmp.Or(cmp.Compare(revision[a.Key], revision[b.Key]), cmp.Compare(a.Key, b.Key))
@@ -358,7 +394,7 @@ func dropLayerConflicts(rules []*rule.Compiled, revision map[string]int64, broke
 	var kept []*rule.Compiled
 	for _, c := range sorted {
 		if err := rule.LayerConflicts(c, kept); err != nil {
-			broken[c.Key] = err.Error()
+			broken[c.Key] = err
 			continue
 		}
 		kept = append(kept, c)
@@ -369,13 +405,59 @@ func dropLayerConflicts(rules []*rule.Compiled, revision map[string]int64, broke
 // build compiles the current store state with the current config. The
 // caller holds g.mu, or is New.
 func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
-	cfg := g.cfg
-	st, err := g.store.Load(ctx)
+	st, err := g.load(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("load rules: %w", err)
+		return nil, err
 	}
+	in, broken, err := g.assemble(g.cfg, st, true)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := router.Build(in)
+	if err != nil {
+		return nil, err
+	}
+	now := g.opts.Now()
+	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(in.Rules), st.RolledBack
+	g.status.LastReload, g.lastBuild = now, "ok"
+	g.status.BrokenRules = nil
+	if len(broken) > 0 {
+		g.status.BrokenRules = make(map[string]string, len(broken))
+		g.lastBuild = "partial"
+		for k, e := range broken {
+			g.status.BrokenRules[k] = e.Error()
+			g.log.Error("rule disabled: it no longer compiles", "rule", k, "err", e)
+		}
+	}
+	g.status.LastResult = g.result(g.lastBuild)
+	g.metrics.Reloaded(g.lastBuild, st.Revision)
+	g.metrics.SetRollback(st.RolledBack, in.RolledBack)
+	return snap, nil
+}
+
+// load reads the store's state. A shared store that has no state yet
+// (etcd unreachable since start, no cache) reads as no rules: the gateway
+// serves its routes' defaults and /readyz fails, saying why (ready).
+func (g *Gateway) load(ctx context.Context) (store.State, error) {
+	st, err := g.store.Load(ctx)
+	if err == nil {
+		return st, nil
+	}
+	if s, ok := g.store.(syncer); ok && s.StateErr() != nil && errors.Is(err, store.ErrUnavailable) {
+		return store.State{}, nil
+	}
+	return store.State{}, fmt.Errorf("load rules: %w", err)
+}
+
+// assemble compiles the rules of st under cfg into a router input, with
+// the rules that do not compile (or whose breaker is invalid) by key. With
+// commit it is the real thing: it keeps the compile cache and the breaker
+// set in step with st. Without, it changes nothing, for checking a state
+// before it is written: compiled rules are not cached, breakers are only
+// validated, and routes get no limits. The caller holds g.mu, or is New.
+func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (router.Input, map[string]error, error) {
 	var rules []*rule.Compiled
-	broken := map[string]string{}
+	broken := map[string]error{}
 	rolled := map[string]bool{}
 	seen := make(map[string]bool, len(st.Rules))
 	revision := make(map[string]int64, len(st.Rules))
@@ -393,45 +475,70 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 				c.rule, err = g.compileWith(cfg, g.reg, r)
 			}
 			c.err = err
-			g.cache[e.Key] = c
+			if commit {
+				g.cache[e.Key] = c
+			}
 		}
 		if c.err != nil {
-			broken[e.Key] = c.err.Error()
+			broken[e.Key] = c.err
 			continue
 		}
 		rules = append(rules, c.rule)
 	}
-	for k := range g.cache {
-		if !seen[k] {
-			delete(g.cache, k)
+	if commit {
+		for k := range g.cache {
+			if !seen[k] {
+				delete(g.cache, k)
+			}
 		}
+		g.traffic.Retain(func(k string) bool { return seen[k] })
 	}
 	if g.router == nil {
 		rules = dropLayerConflicts(rules, revision, broken)
 	}
-	g.traffic.Retain(func(k string) bool { return seen[k] })
 	breakers := map[string]*breaker.Breaker{}
 	inUse := map[string]bool{}
+	kept := rules[:0:0]
 	for _, r := range rules {
 		if r.Type != rule.TypeGray {
+			kept = append(kept, r)
 			continue
 		}
 		key := breakerKey(r)
-		b, err := g.breakers.Get(key, r.Source.Breaker.Over(cfg.Breaker))
+		bc := r.Source.Breaker.Over(cfg.Breaker)
+		if !commit {
+			if err := bc.Validate("breaker"); err != nil {
+				broken[r.Key] = err
+				continue
+			}
+			kept = append(kept, r)
+			continue
+		}
+		b, err := g.breakers.Get(key, bc)
 		if err != nil {
-			broken[r.Key] = err.Error()
+			broken[r.Key] = err
 			continue
 		}
 		breakers[r.Key], inUse[key] = b, true
+		kept = append(kept, r)
 	}
-	for _, key := range g.breakers.Retain(func(k string) bool { return inUse[k] }) {
-		rk, target, _ := strings.Cut(key, "|")
-		g.metrics.ForgetBreaker(rk, target)
+	rules = kept
+	if commit {
+		for _, key := range g.breakers.Retain(func(k string) bool { return inUse[k] }) {
+			rk, target, _ := strings.Cut(key, "|")
+			g.metrics.ForgetBreaker(rk, target)
+		}
+	}
+	policy := func(route string, l config.Limits) *router.Policy {
+		if !commit {
+			return nil
+		}
+		return g.policy(route, l)
 	}
 	in := router.Input{
 		Sources:       g.tgt.Load().src,
 		Breakers:      breakers,
-		Policy:        g.policy("", cfg.Limits),
+		Policy:        policy("", cfg.Limits),
 		Revision:      st.Revision,
 		Identity:      cfg.Identity,
 		Random:        g.opts.Random,
@@ -447,43 +554,26 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	if cfg.DefaultUpstream != "" {
 		p, err := g.reg.Resolve(cfg.DefaultUpstream)
 		if err != nil {
-			return nil, fmt.Errorf("default_upstream: %w", err)
+			return in, nil, fmt.Errorf("default_upstream: %w", err)
 		}
 		in.Default = p
 	}
 	for _, rt := range cfg.Routes {
 		spec := router.RouteSpec{Name: rt.Name, Host: rt.Host, PathPrefix: rt.PathPrefix, UpstreamHost: !*cfg.PreserveHost,
-			Policy: g.policy(rt.Name, rt.Limits.Over(cfg.Limits)), VersionHeader: string(rt.VersionHeader)}
+			Policy: policy(rt.Name, rt.Limits.Over(cfg.Limits)), VersionHeader: string(rt.VersionHeader)}
 		if rt.PreserveHost != nil {
 			spec.UpstreamHost = !*rt.PreserveHost
 		}
 		if rt.Upstream != "" {
 			p, err := g.reg.Resolve(rt.Upstream)
 			if err != nil {
-				return nil, fmt.Errorf("routes %q upstream: %w", rt.Name, err)
+				return in, nil, fmt.Errorf("routes %q upstream: %w", rt.Name, err)
 			}
 			spec.Default = p
 		}
 		in.Routes = append(in.Routes, spec)
 	}
-	snap, err := router.Build(in)
-	if err != nil {
-		return nil, err
-	}
-	now := g.opts.Now()
-	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(rules), st.RolledBack
-	g.status.LastReload, g.status.LastResult = now, "ok"
-	g.status.BrokenRules = nil
-	if len(broken) > 0 {
-		g.status.BrokenRules = broken
-		g.status.LastResult = "partial"
-		for k, e := range broken {
-			g.log.Error("rule disabled: it no longer compiles", "rule", k, "err", e)
-		}
-	}
-	g.metrics.Reloaded(g.status.LastResult, st.Revision)
-	g.metrics.SetRollback(st.RolledBack, rolled)
-	return snap, nil
+	return in, broken, nil
 }
 
 // pools builds the config's named pools with their concurrency gates, which
@@ -538,10 +628,16 @@ func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason s
 }
 
 // Apply rebuilds the snapshot from the store and publishes it. It returns
-// once the new snapshot serves.
+// once the new snapshot serves. Config rules whose seeding waited for the
+// store are seeded first.
 func (g *Gateway) Apply(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.seedPending {
+		if err := g.seed(ctx, g.cfg); err != nil {
+			g.log.Error("seed the config's rules", "err", err)
+		}
+	}
 	snap, err := g.build(ctx)
 	if err != nil {
 		g.recordError(err)
@@ -561,115 +657,18 @@ func (g *Gateway) recordError(err error) {
 	g.log.Error("reload failed; the previous rules keep serving", "err", err)
 }
 
-// ReloadConfig validates a new config and, if it compiles with every stored
-// rule, makes it current. A bad config keeps the old one serving.
-func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
-	oldTgt := g.tgt.Load()
-	if err := g.checkDiscovery(cfg); err != nil {
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		return err
-	}
-	pools, err := g.pools(cfg)
-	if err != nil {
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		return err
-	}
-	newReg := g.reg.WithNamed(pools)
-	if !reflect.DeepEqual(cfg.Targeting, oldCfg.Targeting) {
-		t, err := newTargeting(cfg.Targeting, g.opts.Logger)
-		if err != nil {
-			newReg.Retire(oldReg)
-			g.recordError(fmt.Errorf("config reload: %w", err))
-			return err
-		}
-		g.tgt.Store(t)
-	}
-	g.cfg, g.reg = cfg, newReg
-	g.status.ConfigGen++
-	snap, err := g.build(ctx)
-	if err == nil {
-		err = newlyBroken(oldBroken, g.status.BrokenRules)
-	}
-	if err == nil {
-		if err = g.seed(ctx, cfg); err == nil {
-			snap, err = g.build(ctx)
-		}
-	}
-	if err != nil {
-		if t := g.tgt.Load(); t != oldTgt {
-			g.tgt.Store(oldTgt)
-			_ = t.close()
-		}
-		newReg.Retire(oldReg)
-		g.cfg, g.reg, g.status.ConfigGen = oldCfg, oldReg, oldGen
-		if _, rerr := g.build(ctx); rerr != nil { // restore the cache and status of the old config
-			g.log.Error("rebuild with the previous config", "err", rerr)
-		}
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		return err
-	}
-	g.router.Store(snap)
-	oldReg.Retire(g.reg)
-	if t := g.tgt.Load(); t != oldTgt {
-		// Requests already past Decide may still read the old resolvers;
-		// closing them makes such a request's tags unknown, never fails it.
-		_ = oldTgt.close()
-		if g.serveCtx != nil {
-			if err := t.watch(g.serveCtx); err != nil {
-				g.log.Error("watch the GeoIP database", "err", err)
-			}
-		}
-	}
-	g.log.Info("config reloaded", "generation", g.status.ConfigGen)
-	return nil
-}
-
-// ReloadConfigFile loads a config with load and makes it current; a config
-// that does not load or compile keeps the old one serving, and the error
-// shows in the status.
-func (g *Gateway) ReloadConfigFile(ctx context.Context, load func() (*config.Config, error)) error {
-	cfg, err := load()
-	if err != nil {
-		g.mu.Lock()
-		g.recordError(fmt.Errorf("config reload: %w", err))
-		g.mu.Unlock()
-		return err
-	}
-	g.mu.Lock()
-	old := g.cfg
-	g.mu.Unlock()
-	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || cfg.DataDir != old.DataDir {
-		g.log.Warn("listen, admin_listen and data_dir changes take effect at the next restart",
-			"listen", cfg.Listen, "admin_listen", cfg.AdminListen, "data_dir", cfg.DataDir)
-	}
-	return g.ReloadConfig(ctx, cfg)
-}
-
-// newlyBroken refuses a config under which stored rules that compiled
-// before no longer do: operators fix the config, not lose a rule.
-func newlyBroken(before, after map[string]string) error {
-	var errs []error
-	for k, e := range after {
-		if _, was := before[k]; !was {
-			errs = append(errs, fmt.Errorf("rule %q would stop compiling: %s", k, e))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Status returns a copy of the status document.
 func (g *Gateway) Status() Status {
 	g.mu.Lock()
 	st := g.status
 	g.mu.Unlock()
 	st.Breakers = g.breakers.Snapshots()
-	st.UptimeS = g.opts.Now().Sub(st.StartedAt).Round(time.Second).Seconds()
 	if st.Sync = g.storeSync(); st.Sync != nil {
 		st.Stale = st.Sync.Stale || !st.Sync.Synced
 	}
+	st.Store = g.storeStatus(st.Revision)
+	st.RestartRequired = slices.Clone(st.RestartRequired)
+	st.UptimeS = g.opts.Now().Sub(st.StartedAt).Round(time.Second).Seconds()
 	return st
 }
 
@@ -679,8 +678,14 @@ func (g *Gateway) ready() error {
 	if !g.serving {
 		return errors.New("not serving")
 	}
-	if s, ok := g.store.(syncer); ok && !s.Synced() {
-		return errors.New("the rule store is not in sync with etcd; serving the last good rules")
+	// A gateway that holds rules stays ready through an etcd outage: it
+	// serves them (the status says stale), and taking every replica out
+	// of its load balancer at once would turn a control-plane outage into
+	// a fleet-wide one. One with nothing to serve is not ready.
+	if s, ok := g.store.(syncer); ok {
+		if err := s.StateErr(); err != nil {
+			return fmt.Errorf("no rules to serve yet: %w; the gateway becomes ready when etcd answers", err)
+		}
 	}
 	return nil
 }
@@ -705,10 +710,10 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 		errc <- nil
 	}()
 	go g.watchStore(ctx)
-	go g.discover(ctx)
 	go g.traffic.Run(ctx)
 	g.mu.Lock()
 	g.serveCtx = ctx
+	g.syncWatchers(g.cfg)
 	if err := g.tgt.Load().watch(ctx); err != nil {
 		g.log.Error("watch the GeoIP database", "err", err)
 	}
@@ -745,6 +750,9 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	_ = g.health.Close()
 	_ = g.store.Close()
 	_ = g.tgt.Load().close()
+	if cerr := g.closeAccessLog(); cerr != nil {
+		g.log.Error("close the access log", "err", cerr)
+	}
 	return err
 }
 
@@ -760,7 +768,12 @@ func (g *Gateway) watchStore(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if cur := g.router.Load(); cur != nil && rev <= cur.Revision {
+			g.mu.Lock()
+			pending := g.seedPending
+			g.mu.Unlock()
+			// A resync after an outage notifies even when nothing changed;
+			// it is also when seeding that waited for the store can run.
+			if cur := g.router.Load(); cur != nil && rev <= cur.Revision && !pending {
 				continue
 			}
 			if err := g.Apply(ctx); err != nil {

@@ -195,13 +195,14 @@ func TestBreakerOnErrorsAndRecovery(t *testing.T) {
 }
 
 // TestBreakerOnLatency: the gray p99 rises to 800 ms with no errors, and the
-// breaker opens on latency alone.
+// breaker opens on latency alone. The rule lowers latency_min_requests
+// (default 100) so that ten requests are enough to judge.
 func TestBreakerOnLatency(t *testing.T) {
 	f := &flaky{}
 	grayAddr := startFlaky(t, f)
 	e := start(t, strings.Replace(baseConfig, `{{gray}}`, grayAddr, 1), "")
 	e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(1).Targets,
-		"breaker": map[string]any{"window": "5s", "min_requests": 8}})
+		"breaker": map[string]any{"window": "5s", "min_requests": 8, "latency_min_requests": 8}})
 	f.mode.Store(2)
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
@@ -223,6 +224,31 @@ func TestBreakerOnLatency(t *testing.T) {
 	}
 	if a, _ := e.get("/", "X-User-Id", "z"); a.degraded != "breaker" || a.backend != "stable" {
 		t.Errorf("after opening on latency: %+v", a)
+	}
+}
+
+// TestBreakerIgnoresOneSlowRequest is issue 12, item 8 through the data
+// plane: at low traffic one slow gray request among ten used to be "the
+// p99" and opened the breaker; with latency_min_requests (default 100) it
+// is not judged, and gray keeps serving.
+func TestBreakerIgnoresOneSlowRequest(t *testing.T) {
+	f := &flaky{}
+	grayAddr := startFlaky(t, f)
+	e := start(t, strings.Replace(baseConfig, `{{gray}}`, grayAddr, 1), "")
+	e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(1).Targets,
+		"breaker": map[string]any{"window": "30s", "min_requests": 8}})
+	f.mode.Store(2) // 800 ms
+	if a, err := e.get("/", "X-User-Id", "slow"); err != nil || a.backend != "gray" {
+		t.Fatalf("slow request: %+v %v", a, err)
+	}
+	f.mode.Store(0)
+	for i := 0; i < 9; i++ {
+		if a, err := e.get("/", "X-User-Id", fmt.Sprint(i)); err != nil || a.backend != "gray" || a.degraded != "" {
+			t.Fatalf("request %d: %+v %v", i, a, err)
+		}
+	}
+	if s := breakerState(e); s != "closed" {
+		t.Fatalf("breaker state %q after one slow request among ten, want closed", s)
 	}
 }
 

@@ -160,7 +160,8 @@ func (m *Metrics) TagStore(read func() TagStats) {
 	}
 }
 
-// StoreFuncs read a shared store's sync state at scrape time.
+// StoreFuncs read a shared store's sync state at scrape time. Stale is
+// the status's "stale": serving a state etcd has not confirmed.
 type StoreFuncs struct {
 	Synced, Stale  func() bool
 	WatchRestarts  func() float64
@@ -172,7 +173,7 @@ type StoreFuncs struct {
 func (m *Metrics) Store(f StoreFuncs) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_synced", Help: "1 while the rule store is in sync with etcd."}, func() float64 { return b2f(f.Synced()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_stale", Help: "1 while serving rules cached from an earlier run because etcd could not be read."}, func() float64 { return b2f(f.Stale()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_stale", Help: "1 while the rules served are not confirmed by etcd: it is unreachable or the watch is behind (serving the last state read, or the cache from an earlier run)."}, func() float64 { return b2f(f.Stale()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "graygate_store_watch_restarts_total", Help: "Times the etcd watch was re-established (compaction, lost connection)."}, f.WatchRestarts),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_propagation_lag_seconds", Help: "Time from the last rule change's commit in etcd to its application here."}, f.PropagationLag),
 	)

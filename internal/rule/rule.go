@@ -15,13 +15,12 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"regexp"
 	"strings"
 
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/bucket"
 	"github.com/graygate/graygate/internal/match"
-	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/rulekey"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -134,11 +133,9 @@ type Group struct {
 	Control bool `json:"control,omitempty"`
 }
 
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
-
 // ValidKey reports whether k is a valid rule key; the store enforces the
 // same form.
-func ValidKey(k string) bool { return store.ValidKey(k) }
+func ValidKey(k string) bool { return rulekey.Valid(k) }
 
 // Decode strictly decodes one rule: unknown fields and type mismatches are
 // errors named by path. On error the returned rule holds what did decode,
@@ -181,7 +178,7 @@ func (r *Rule) Validate() error {
 	case r.Key == "":
 		add("key", "is required")
 	case !ValidKey(r.Key):
-		add("key", "must match %s, got %q", keyPattern, r.Key)
+		add("key", "must match %s, got %q", rulekey.Pattern, r.Key)
 	}
 	mode, ok := bucket.ParseMode(r.Hash)
 	if !ok {
@@ -320,7 +317,7 @@ func (r *Rule) validateLayer() []error {
 		return errs
 	}
 	if !ValidKey(r.Layer) {
-		add("layer", "must match %s, got %q", keyPattern, r.Layer)
+		add("layer", "must match %s, got %q", rulekey.Pattern, r.Layer)
 	}
 	switch {
 	case r.LayerRange == nil:

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/graygate/graygate/internal/rulekey"
 )
 
 // Sentinel errors. Implementations wrap them with %w and name the key and the
@@ -149,29 +151,11 @@ type Store interface {
 	Close() error
 }
 
-// ValidKey reports whether key matches ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$,
-// the form of rule keys. It is written out instead of using regexp because
-// it runs on every call. Keys never hold a slash, so they can be used as
-// path or etcd key segments unescaped.
-func ValidKey(key string) bool {
-	if len(key) == 0 || len(key) > 128 {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+// ValidKey reports whether key has the form of a rule key (rulekey.Valid).
+func ValidKey(key string) bool { return rulekey.Valid(key) }
 
-// KeyPattern is the documented form of a rule key (ValidKey), for error
-// messages.
-const KeyPattern = `^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`
+// KeyPattern is the documented form of a rule key, for error messages.
+const KeyPattern = rulekey.Pattern
 
 // The checks below are every store's, so that the stores accept the same
 // calls and fail them with the same messages.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -47,6 +48,27 @@ type JWTConfig struct {
 	// JWKSFile is a JSON Web Key Set (RFC 7517) of RSA and P-256 EC keys. A
 	// token verified by it must name its key with kid.
 	JWKSFile string `json:"jwks_file,omitempty"`
+	// JWKSURL fetches the key set instead, from an identity provider's
+	// jwks_uri, over HTTPS (plain http only to a loopback address). It is
+	// cached, fetched again every jwks_refresh_interval and when a token
+	// names a kid the set lacks (a rotated key), never more often than
+	// jwks_min_refresh_interval; while the endpoint is down or answers
+	// garbage, the last good set keeps verifying. Set jwks_file or
+	// jwks_url, not both.
+	JWKSURL string `json:"jwks_url,omitempty"`
+	// JWKSCAFile is a PEM bundle of the CAs that sign jwks_url's server
+	// certificate (default: the system roots).
+	JWKSCAFile string `json:"jwks_ca_file,omitempty"`
+	// JWKSTimeout bounds one fetch of jwks_url (default 5s, at most 1m).
+	JWKSTimeout Duration `json:"jwks_timeout,omitempty"`
+	// JWKSRefreshInterval is how often jwks_url is fetched again (default
+	// 5m, 1s to 24h).
+	JWKSRefreshInterval Duration `json:"jwks_refresh_interval,omitempty"`
+	// JWKSMinRefreshInterval is the least time between two fetches, which
+	// bounds the ones unknown kids cause (default 30s, 1s up to
+	// jwks_refresh_interval). A rotated key is accepted at most this long
+	// after its first token.
+	JWKSMinRefreshInterval Duration `json:"jwks_min_refresh_interval,omitempty"`
 	// Issuer, when set, must equal the iss claim.
 	Issuer string `json:"issuer,omitempty"`
 	// Audience, when set, must be among the aud claim.
@@ -101,6 +123,9 @@ const (
 	DefaultCacheSize       = 100_000
 	DefaultBreakerFailures = 5
 	DefaultBreakerCooldown = 5 * time.Second
+	DefaultJWKSTimeout     = 5 * time.Second
+	DefaultJWKSRefresh     = 5 * time.Minute
+	DefaultJWKSMinRefresh  = 30 * time.Second
 )
 
 // Limits enforced by Validate.
@@ -118,6 +143,17 @@ func (c *Config) Defaults() {
 		}
 		if j.IdentityClaim == "" {
 			j.IdentityClaim = DefaultIdentityClaim
+		}
+		if j.JWKSURL != "" {
+			if j.JWKSTimeout == 0 {
+				j.JWKSTimeout = Duration(DefaultJWKSTimeout)
+			}
+			if j.JWKSRefreshInterval == 0 {
+				j.JWKSRefreshInterval = Duration(DefaultJWKSRefresh)
+			}
+			if j.JWKSMinRefreshInterval == 0 {
+				j.JWKSMinRefreshInterval = Duration(min(DefaultJWKSMinRefresh, j.JWKSRefreshInterval.Std()))
+			}
 		}
 	}
 	if r := c.Redis; r != nil {
@@ -180,9 +216,10 @@ func (j *JWTConfig) validate(path string) error {
 	if j.HS256SecretEnv != "" && j.HS256SecretFile != "" {
 		bad("hs256_secret_file", "set only one of hs256_secret_env and hs256_secret_file")
 	}
-	if j.HS256SecretEnv == "" && j.HS256SecretFile == "" && j.PublicKeyFile == "" && j.JWKSFile == "" {
-		errs = append(errs, strict.Errorf(path, "no key: set hs256_secret_env, hs256_secret_file, public_key_file or jwks_file"))
+	if j.HS256SecretEnv == "" && j.HS256SecretFile == "" && j.PublicKeyFile == "" && j.JWKSFile == "" && j.JWKSURL == "" {
+		errs = append(errs, strict.Errorf(path, "no key: set hs256_secret_env, hs256_secret_file, public_key_file, jwks_file or jwks_url"))
 	}
+	errs = append(errs, j.validateJWKSURL(path))
 	if j.IdentityClaim == "" {
 		bad("identity_claim", "must not be empty")
 	}
@@ -252,3 +289,70 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 // Std returns d as a time.Duration.
 func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Limits of the jwks_url settings.
+const (
+	maxJWKSTimeout = time.Minute
+	minJWKSRefresh = time.Second
+	maxJWKSRefresh = 24 * time.Hour
+)
+
+func (j *JWTConfig) validateJWKSURL(path string) error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, strict.Errorf(strict.Join(path, field), format, args...))
+	}
+	if j.JWKSURL == "" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"jwks_ca_file", j.JWKSCAFile != ""}, {"jwks_timeout", j.JWKSTimeout != 0},
+			{"jwks_refresh_interval", j.JWKSRefreshInterval != 0}, {"jwks_min_refresh_interval", j.JWKSMinRefreshInterval != 0}} {
+			if f.set {
+				bad(f.name, "needs jwks_url")
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if j.JWKSFile != "" {
+		bad("jwks_url", "set only one of jwks_file and jwks_url")
+	}
+	if err := checkJWKSURL(j.JWKSURL); err != nil {
+		bad("jwks_url", "%v", err)
+	}
+	if t := j.JWKSTimeout.Std(); t <= 0 || t > maxJWKSTimeout {
+		bad("jwks_timeout", "must be more than 0 and at most %s, got %s", maxJWKSTimeout, t)
+	}
+	r := j.JWKSRefreshInterval.Std()
+	if r < minJWKSRefresh || r > maxJWKSRefresh {
+		bad("jwks_refresh_interval", "must be between %s and %s, got %s", minJWKSRefresh, maxJWKSRefresh, r)
+	}
+	if m := j.JWKSMinRefreshInterval.Std(); m < minJWKSRefresh || m > r {
+		bad("jwks_min_refresh_interval", "must be between %s and jwks_refresh_interval (%s), got %s", minJWKSRefresh, r, m)
+	}
+	return errors.Join(errs...)
+}
+
+// checkJWKSURL accepts https URLs, and http ones only to a loopback host:
+// a key set fetched in the clear could be swapped for an attacker's, who
+// could then sign any token.
+func checkJWKSURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("invalid URL %q", s)
+	}
+	if u.Host == "" || u.User != nil || u.Fragment != "" {
+		return fmt.Errorf("want https://HOST[:PORT]/PATH without credentials or fragment, got %q", s)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		host := u.Hostname()
+		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+			return nil
+		}
+		return fmt.Errorf("plain http is accepted only to a loopback address (the key set decides which tokens are genuine); use https, got %q", s)
+	}
+	return fmt.Errorf("scheme must be https, got %q", s)
+}

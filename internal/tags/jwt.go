@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -74,9 +76,21 @@ type JWT struct {
 	pemKey  any               // *rsa.PublicKey or *ecdsa.PublicKey, for tokens without kid
 	pemAlg  string            // RS256 or ES256
 	kids    map[string]jwkKey // from the JWKS file
+	remote  *remoteKeys       // from jwks_url; nil without
 	methods []string          // exactly the algorithms the keys above verify
 	parser  *jwt.Parser
 	now     func() time.Time
+}
+
+// JWTOptions are the parts of a verifier that are not configuration.
+type JWTOptions struct {
+	// Now is the clock for expiry and JWKS refreshes (default time.Now).
+	Now func() time.Time
+	// HTTPClient fetches jwks_url (default: a client of its own with
+	// jwks_timeout and jwks_ca_file's CAs).
+	HTTPClient *http.Client
+	// Logger receives JWKS fetch failures (default: discard).
+	Logger *slog.Logger
 }
 
 type jwkKey struct {
@@ -86,12 +100,22 @@ type jwkKey struct {
 
 // NewJWT loads the keys that cfg names. It fails if a key is missing, weak or
 // of an unsupported kind, so a bad deployment stops at startup rather than
-// refusing every token.
-func NewJWT(cfg JWTConfig) (*JWT, error) {
+// refusing every token. A jwks_url is fetched once before NewJWT returns;
+// if the endpoint does not answer, NewJWT still succeeds (see remoteKeys).
+func NewJWT(cfg JWTConfig) (*JWT, error) { return NewJWTWith(cfg, JWTOptions{}) }
+
+// NewJWTWith is NewJWT with a clock, an HTTP client and a logger.
+func NewJWTWith(cfg JWTConfig, opts JWTOptions) (*JWT, error) {
 	c := Config{JWT: &cfg}
 	c.Defaults()
 	if err := c.Validate("jwt"); err != nil {
 		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	j := &JWT{
 		header:   cfg.Header,
@@ -100,7 +124,7 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		identity: cfg.IdentityClaim,
 		tagsKey:  cfg.TagsClaim,
 		phone:    cfg.PhoneClaim,
-		now:      time.Now,
+		now:      opts.Now,
 	}
 	switch {
 	case cfg.HS256SecretEnv != "":
@@ -147,10 +171,24 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 			j.methods = append(j.methods, k.alg)
 		}
 	}
+	if cfg.JWKSURL != "" {
+		client := opts.HTTPClient
+		if client == nil {
+			var err error
+			if client, err = jwksClient(cfg.JWKSCAFile, cfg.JWKSTimeout.Std()); err != nil {
+				return nil, err
+			}
+		}
+		// The set can rotate to either kind of key; each kid is still
+		// held to its own key's algorithm (see key).
+		j.methods = append(j.methods, "RS256", "ES256")
+		j.remote = newRemoteKeys(cfg, client, func() time.Time { return j.now() }, opts.Logger)
+		j.remote.start()
+	}
 	slices.Sort(j.methods)
 	j.methods = slices.Compact(j.methods)
 
-	opts := []jwt.ParserOption{
+	popts := []jwt.ParserOption{
 		jwt.WithValidMethods(j.methods),
 		jwt.WithExpirationRequired(),
 		jwt.WithJSONNumber(),
@@ -158,12 +196,12 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		jwt.WithTimeFunc(func() time.Time { return j.now() }),
 	}
 	if cfg.Issuer != "" {
-		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+		popts = append(popts, jwt.WithIssuer(cfg.Issuer))
 	}
 	if cfg.Audience != "" {
-		opts = append(opts, jwt.WithAudience(cfg.Audience))
+		popts = append(popts, jwt.WithAudience(cfg.Audience))
 	}
-	j.parser = jwt.NewParser(opts...)
+	j.parser = jwt.NewParser(popts...)
 	return j, nil
 }
 
@@ -207,6 +245,9 @@ func (j *JWT) Verify(token string) (Claims, error) {
 	if len(token) > MaxTokenLen {
 		return Claims{}, fmt.Errorf("%w: %d bytes, more than %d", ErrMalformed, len(token), MaxTokenLen)
 	}
+	if j.remote != nil {
+		j.remote.tick(j.now())
+	}
 	m := jwt.MapClaims{}
 	tok, err := j.parser.ParseWithClaims(token, m, j.key)
 	if err != nil {
@@ -228,12 +269,15 @@ func (j *JWT) key(t *jwt.Token) (any, error) {
 		return j.secret, nil
 	}
 	kid, hasKID := t.Header["kid"]
-	if hasKID && j.kids != nil {
+	if hasKID && (j.kids != nil || j.remote != nil) {
 		s, ok := kid.(string)
 		if !ok {
 			return nil, fmt.Errorf("%w: kid is not a string", ErrMalformed)
 		}
 		k, ok := j.kids[s]
+		if !ok && j.remote != nil {
+			k, ok = j.remote.lookup(s)
+		}
 		if !ok {
 			return nil, fmt.Errorf("%w %q", ErrUnknownKID, s)
 		}
@@ -245,10 +289,18 @@ func (j *JWT) key(t *jwt.Token) (any, error) {
 	if j.pemKey != nil && j.pemAlg == alg {
 		return j.pemKey, nil
 	}
-	if j.kids != nil {
+	if j.kids != nil || j.remote != nil {
 		return nil, ErrMissingKID
 	}
 	return nil, fmt.Errorf("%w: no %s key", ErrAlgorithm, alg)
+}
+
+// Close stops a JWKS fetch in flight, if any. The verifier must not be
+// used afterwards.
+func (j *JWT) Close() {
+	if j.remote != nil {
+		j.remote.close()
+	}
 }
 
 func (j *JWT) classify(tok *jwt.Token, err error) error {

@@ -45,7 +45,7 @@ func New(cfg Config, logger *slog.Logger) (*Resolver, error) {
 	}
 	r := &Resolver{header: cfg.Header}
 	if cfg.JWT != nil {
-		j, err := NewJWT(*cfg.JWT)
+		j, err := NewJWTWith(*cfg.JWT, JWTOptions{Logger: logger})
 		if err != nil {
 			return nil, err
 		}
@@ -54,6 +54,7 @@ func New(cfg Config, logger *slog.Logger) (*Resolver, error) {
 	if cfg.Redis != nil {
 		rd, err := NewRedis(*cfg.Redis, logger)
 		if err != nil {
+			r.Close()
 			return nil, err
 		}
 		r.redis = rd
@@ -159,8 +160,12 @@ func joinErr(a, b error) error {
 	return errors.Join(a, b)
 }
 
-// Close releases the Redis connections, if any.
+// Close releases the Redis connections and stops a JWKS fetch in flight,
+// if any.
 func (r *Resolver) Close() error {
+	if r.jwt != nil {
+		r.jwt.Close()
+	}
 	if r.redis != nil {
 		return r.redis.Close()
 	}

@@ -69,6 +69,12 @@ type Options struct {
 	Logger *slog.Logger
 	// LookupEnv reads Config.PasswordEnv. Default os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// StartWithoutState lets Open succeed when etcd is unreachable and
+	// DataDir holds no usable cache: the store then holds no state (Load
+	// and Get fail with store.ErrUnavailable, and StateErr says why) until
+	// it first reaches etcd, which it keeps trying in the background. A
+	// gateway uses it to run and report itself not ready, rather than exit.
+	StartWithoutState bool
 
 	// watchHook, when set by tests, runs in the watch goroutine before
 	// each watch is created, with the revision it will start from. If it
@@ -154,6 +160,12 @@ type Store struct {
 	synced   atomic.Bool
 	stale    atomic.Bool
 	lastSync atomic.Int64 // unix nanoseconds; 0 = never
+	// syncSince is when synced last changed (or Open served the cache),
+	// unix nanoseconds.
+	syncSince atomic.Int64
+	// noState says why there is no state yet (StartWithoutState); nil
+	// once one is published.
+	noState  atomic.Pointer[error]
 	lastLag  atomic.Int64 // nanoseconds
 	restarts atomic.Int64
 
@@ -201,13 +213,14 @@ var _ store.Store = (*Store)(nil)
 // serves it, Stale and not Synced, and keeps reconnecting in the background.
 // Without a usable cache it fails with an error wrapping
 // store.ErrUnavailable, because a gateway that starts with no rules would
-// route differently from the gateways that share the prefix. Any other
+// route differently from the gateways that share the prefix, unless
+// opts.StartWithoutState asks for a store without state instead. Any other
 // failure (bad config, authentication refused) fails Open.
 func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 	if err := opts.provision(); err != nil {
 		return nil, fmt.Errorf("open etcd store: %w", err)
 	}
-	ccfg, err := cfg.clientConfig(&opts)
+	ccfg, err := clientConfig(cfg, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("open etcd store: %w: %w", err, store.ErrInvalid)
 	}
@@ -216,7 +229,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 		cfg:     cfg,
 		opts:    opts,
 		keys:    newLayout(cfg.Prefix),
-		where:   cfg.where(),
+		where:   cfg.Where(),
 		ccfg:    ccfg,
 		applied: make(chan struct{}),
 		changes: make(chan int64, 1),
@@ -234,15 +247,23 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open etcd store: %s: %w", s.where, err)
 		}
 		snap, at, cerr := s.loadCache()
-		if cerr != nil {
+		switch {
+		case cerr == nil:
+			s.publish(snap, false)
+			s.stale.Store(true)
+			s.lastSync.Store(at.UnixNano())
+			s.log.Warn("etcd is unreachable; serving the cached state", "error", err,
+				"revision", snap.state.Revision, "synced_at", at, "cache", s.cache.path)
+		case opts.StartWithoutState:
+			why := fmt.Errorf("%s is unreachable (%v) and %w", s.where, err, cerr)
+			s.noState.Store(&why)
+			s.stale.Store(true)
+			s.log.Error("etcd is unreachable and there is no cached state: no rules until etcd answers", "error", why)
+		default:
 			s.shutdown()
 			return nil, fmt.Errorf("open etcd store: %s is unreachable (%v) and %w: %w", s.where, err, cerr, store.ErrUnavailable)
 		}
-		s.publish(snap, false)
-		s.stale.Store(true)
-		s.lastSync.Store(at.UnixNano())
-		s.log.Warn("etcd is unreachable; serving the cached state", "error", err,
-			"revision", snap.state.Revision, "synced_at", at, "cache", s.cache.path)
+		s.syncSince.Store(time.Now().UnixNano())
 	}
 	s.bg.Add(1)
 	go s.run(v)
@@ -296,6 +317,7 @@ func (s *Store) connect(ctx context.Context, notify bool) (*view, error) {
 			"revision", snap.state.Revision, "was", old.state.Revision)
 	}
 	s.publish(snap, notify)
+	s.noState.Store(nil)
 	s.markSynced()
 	s.stale.Store(false)
 	if s.cache != nil {
@@ -352,14 +374,17 @@ func (s *Store) waitApplied(ctx context.Context, rev int64) bool {
 }
 
 func (s *Store) markSynced() {
-	s.lastSync.Store(time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	s.lastSync.Store(now)
 	if !s.synced.Swap(true) {
+		s.syncSince.Store(now)
 		s.log.Info("in sync with etcd")
 	}
 }
 
 func (s *Store) markUnsynced(err error) {
 	if s.synced.Swap(false) {
+		s.syncSince.Store(time.Now().UnixNano())
 		s.log.Warn("lost etcd; serving the last state until it is back", "error", err)
 	}
 }
@@ -414,7 +439,11 @@ func (s *Store) Load(ctx context.Context) (store.State, error) {
 	if s.isClosed() {
 		return store.State{}, fmt.Errorf("load rules: %w", store.ErrClosed)
 	}
-	st := s.snap.Load().state
+	snap := s.snap.Load()
+	if snap == nil {
+		return store.State{}, fmt.Errorf("load rules: %w: %w", s.StateErr(), store.ErrUnavailable)
+	}
+	st := snap.state
 	rules := make([]store.Entry, len(st.Rules))
 	for i, e := range st.Rules {
 		rules[i] = cloneEntry(e)
@@ -434,7 +463,11 @@ func (s *Store) Get(ctx context.Context, key string) (store.Entry, error) {
 	if s.isClosed() {
 		return store.Entry{}, fmt.Errorf("get rule %q: %w", key, store.ErrClosed)
 	}
-	rules := s.snap.Load().state.Rules
+	snap := s.snap.Load()
+	if snap == nil {
+		return store.Entry{}, fmt.Errorf("get rule %q: %w: %w", key, s.StateErr(), store.ErrUnavailable)
+	}
+	rules := snap.state.Rules
 	i, ok := slices.BinarySearchFunc(rules, key, func(e store.Entry, k string) int { return strings.Compare(e.Key, k) })
 	if !ok {
 		return store.Entry{}, store.NotFound(key)
@@ -446,9 +479,35 @@ func (s *Store) Get(ctx context.Context, key string) (store.Entry, error) {
 // current, as of the last probe. It is what /readyz should report.
 func (s *Store) Synced() bool { return s.synced.Load() }
 
-// Stale reports whether the state served is the cache file read at Open:
-// etcd has not been reached since this process opened the store.
+// Stale reports whether the state served is the cache file read at Open
+// (or, with StartWithoutState, that there is none): etcd has not been
+// reached since this process opened the store.
 func (s *Store) Stale() bool { return s.stale.Load() }
+
+// StateErr reports why the store holds no state: etcd was unreachable at
+// Open, there was no usable cache, and Options.StartWithoutState let Open
+// succeed. It is nil once a state is held, which is always the case
+// without StartWithoutState.
+func (s *Store) StateErr() error {
+	if p := s.noState.Load(); p != nil {
+		return *p
+	}
+	if s.snap.Load() == nil {
+		return errors.New("no state read from etcd yet")
+	}
+	return nil
+}
+
+// SyncSince is when Synced last changed, or when Open served the cache
+// (or started without state) because etcd was unreachable. Zero if
+// neither has happened. It reads the wall clock, as LastSync does.
+func (s *Store) SyncSince() time.Time {
+	n := s.syncSince.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
 
 // LastSync is the last time etcd confirmed the served state: a resync, a
 // watch event or a successful probe. While Stale it is the time the cached

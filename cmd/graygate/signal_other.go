@@ -1,0 +1,8 @@
+//go:build !unix
+
+package main
+
+import "os"
+
+// reopenSignals is empty where there is no SIGUSR1: rotate by restarting.
+func reopenSignals() []os.Signal { return nil }

@@ -1,0 +1,166 @@
+package config
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// Reload says when a changed config field takes effect.
+type Reload uint8
+
+const (
+	// Live fields apply when the config is reloaded (SIGHUP, or the file
+	// changed), to the next request.
+	Live Reload = iota + 1
+	// Restart fields keep their running value until the process restarts;
+	// a reload that changes one says "restart required: <path>" in its log
+	// line and in /api/v1/status.
+	Restart
+)
+
+// String returns "live" or "restart".
+func (r Reload) String() string {
+	switch r {
+	case Live:
+		return "live"
+	case Restart:
+		return "restart"
+	}
+	return "unknown"
+}
+
+// Field is one row of the reload table: a config field by its path, which
+// stands for everything under it.
+type Field struct {
+	Path   string
+	Reload Reload
+	// How says how a live field is applied, or why a restart field cannot be.
+	How string
+}
+
+// fields is the reload table: every config field is under exactly one row
+// (TestReloadTableCoversConfig checks it, and TestREADMEReloadTable that
+// the README's table says the same). To make a field live, apply it in
+// gateway.ReloadConfig and flip its row.
+var fields = []Field{
+	{"listen", Restart, "the data-plane socket is bound at start (hand over with reuse_port)"},
+	{"admin_listen", Restart, "the admin socket is bound at start"},
+	{"data_dir", Restart, "the store is opened at start"},
+	{"default_upstream", Live, "the next snapshot"},
+	{"preserve_host", Live, "the next snapshot"},
+	{"trusted_proxies", Live, "the data plane's options"},
+	{"trust_gray_tag", Live, "the next snapshot"},
+	{"breaker", Live, "every breaker is reconfigured, keeping its state"},
+	{"limits", Live, "the next snapshot; rate limiters keep their tokens"},
+	{"lifecycle.drain_delay", Live, "read when the gateway stops"},
+	{"lifecycle.shutdown_timeout", Live, "read when the gateway stops"},
+	{"lifecycle.reuse_port", Restart, "the data-plane socket is bound at start"},
+	{"targeting", Live, "region and tag sources are rebuilt when the section changes"},
+	{"admin.tokens", Live, "the admin API's token set is replaced"},
+	{"identity", Live, "the next snapshot"},
+	{"experiments", Live, "the next snapshot"},
+	{"proxy.dial_timeout", Live, "the data plane's options; upstream pools are replaced"},
+	{"proxy.response_header_timeout", Live, "the data plane's options"},
+	{"proxy.idle_timeout", Live, "the data plane's options; upstream pools are replaced"},
+	{"proxy.read_header_timeout", Restart, "a setting of the listening HTTP/1.1 server"},
+	{"proxy.read_timeout", Live, "the data plane's options"},
+	{"proxy.write_timeout", Live, "the data plane's options"},
+	{"proxy.client_read_timeout", Live, "the listener's options"},
+	{"proxy.client_write_timeout", Live, "the listener's options"},
+	{"proxy.client_idle_timeout", Restart, "a setting of the listening HTTP/1.1 server"},
+	{"proxy.max_header_bytes", Restart, "the listening server's read buffer is sized at start"},
+	{"proxy.max_conns_per_host", Live, "the data plane's options; upstream pools are replaced"},
+	{"proxy.allow_underscores_in_headers", Live, "the data plane's options"},
+	{"proxy.via", Live, "the data plane's options"},
+	{"access_log.enabled", Live, "the data plane's options"},
+	{"access_log.path", Live, "the log file is switched; the new one is opened first"},
+	{"store.history_limit", Restart, "the store is opened at start"},
+	{"store.url", Restart, "the store is opened at start"},
+	{"store.tls", Restart, "the store is opened at start"},
+	{"store.username", Restart, "the store is opened at start"},
+	{"store.password_env", Restart, "the store is opened at start"},
+	{"upstreams", Live, "pools are rebuilt, keeping health and in-flight counts; discovery watches start and stop"},
+	{"routes", Live, "the next snapshot"},
+	{"rules", Live, "keys the store has never held are seeded"},
+}
+
+// Fields returns a copy of the reload table, in config order.
+func Fields() []Field { return slices.Clone(fields) }
+
+// FieldOf returns the row that covers path (the row itself or the nearest
+// one above it), and false if none does.
+func FieldOf(path string) (Field, bool) {
+	for p := path; ; {
+		for _, f := range fields {
+			if f.Path == p {
+				return f, true
+			}
+		}
+		i := strings.LastIndexByte(p, '.')
+		if i < 0 {
+			return Field{}, false
+		}
+		p = p[:i]
+	}
+}
+
+// Changed returns the paths of the table's rows whose value differs between
+// a and b, in table order.
+func Changed(a, b *Config) []string {
+	ma, erra := generic(a)
+	mb, errb := generic(b)
+	var out []string
+	if erra != nil || errb != nil {
+		// A config that does not marshal (a rule that is not JSON) cannot
+		// be compared: every row counts as changed, so that none is
+		// silently taken as unchanged.
+		for _, f := range fields {
+			out = append(out, f.Path)
+		}
+		return out
+	}
+	for _, f := range fields {
+		if !reflect.DeepEqual(at(ma, f.Path), at(mb, f.Path)) {
+			out = append(out, f.Path)
+		}
+	}
+	return out
+}
+
+// RestartRequired returns the paths of the Restart rows whose value differs
+// between running (what the process started with) and next.
+func RestartRequired(running, next *Config) []string {
+	var out []string
+	for _, p := range Changed(running, next) {
+		if f, _ := FieldOf(p); f.Reload == Restart {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// generic is c as JSON values, the shape the paths name.
+func generic(c *Config) (map[string]any, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	err = json.Unmarshal(data, &m)
+	return m, err
+}
+
+// at returns the value under a dotted path, nil if absent.
+func at(m map[string]any, path string) any {
+	var v any = m
+	for _, k := range strings.Split(path, ".") {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[k]
+	}
+	return v
+}

@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/proxy"
+)
+
+// ReloadConfig validates a new config and, if it compiles with every stored
+// rule, makes it current. A bad config keeps the old one serving.
+//
+// Every field either applies here or is named: config.Fields says which
+// are which. The fields that need a restart (and data-plane options the
+// proxy could not take live) are logged as "restart required: <path>" and
+// listed in the status's restart_required and last_reload_result until
+// the process restarts with them.
+func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reloadLocked(ctx, cfg)
+}
+
+// reloadLocked is ReloadConfig with g.mu held.
+func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
+	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
+	oldTgt := g.tgt.Load()
+	fail := func(err error) error {
+		g.recordError(fmt.Errorf("config reload: %w", err))
+		return err
+	}
+	if err := g.checkDiscovery(cfg); err != nil {
+		return fail(err)
+	}
+	popts, err := g.proxyOptions(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	pools, err := g.pools(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	newReg := g.reg.WithNamed(pools)
+	if !reflect.DeepEqual(cfg.Targeting, oldCfg.Targeting) {
+		t, err := newTargeting(cfg.Targeting, g.opts.Logger)
+		if err != nil {
+			newReg.Retire(oldReg)
+			return fail(err)
+		}
+		g.tgt.Store(t)
+	}
+	g.cfg, g.reg = cfg, newReg
+	g.status.ConfigGen++
+	snap, err := g.build(ctx)
+	if err == nil {
+		err = newlyBroken(oldBroken, g.status.BrokenRules)
+	}
+	if err == nil {
+		if err = g.seed(ctx, cfg); err == nil {
+			snap, err = g.build(ctx)
+		}
+	}
+	if err == nil {
+		// The last step that can fail: the new path is opened before the
+		// old file is let go.
+		err = g.openAccessLog(cfg)
+	}
+	if err != nil {
+		if t := g.tgt.Load(); t != oldTgt {
+			g.tgt.Store(oldTgt)
+			_ = t.close()
+		}
+		newReg.Retire(oldReg)
+		g.cfg, g.reg, g.status.ConfigGen = oldCfg, oldReg, oldGen
+		if _, rerr := g.build(ctx); rerr != nil { // restore the cache and status of the old config
+			g.log.Error("rebuild with the previous config", "err", rerr)
+		}
+		return fail(err)
+	}
+	g.router.Store(snap)
+	oldReg.Retire(g.reg)
+	if t := g.tgt.Load(); t != oldTgt {
+		// Requests already past Decide may still read the old resolvers;
+		// closing them makes such a request's tags unknown, never fails it.
+		_ = oldTgt.close()
+		if g.serveCtx != nil {
+			if err := t.watch(g.serveCtx); err != nil {
+				g.log.Error("watch the GeoIP database", "err", err)
+			}
+		}
+	}
+	if cfg == oldCfg {
+		return nil // the pools were rebuilt for discovery; nothing else changed
+	}
+	g.admin.SetTokens(tokens(cfg, g.opts.AdminToken))
+	g.syncWatchers(cfg)
+	restart := config.RestartRequired(g.boot, cfg)
+	for _, p := range g.applyProxy(popts) {
+		if !slices.Contains(restart, p) {
+			restart = append(restart, p)
+		}
+	}
+	g.setRestartRequired(restart)
+	for _, p := range restart {
+		g.log.Warn("restart required: "+p, "field", p)
+	}
+	g.log.Info("config reloaded", "generation", g.status.ConfigGen, "result", g.status.LastResult,
+		"changed", config.Changed(oldCfg, cfg))
+	return nil
+}
+
+// ReloadConfigFile loads a config with load and makes it current; a config
+// that does not load or compile keeps the old one serving, and the error
+// shows in the status.
+func (g *Gateway) ReloadConfigFile(ctx context.Context, load func() (*config.Config, error)) error {
+	cfg, err := load()
+	if err != nil {
+		g.mu.Lock()
+		g.recordError(fmt.Errorf("config reload: %w", err))
+		g.mu.Unlock()
+		return err
+	}
+	return g.ReloadConfig(ctx, cfg)
+}
+
+// newlyBroken refuses a config under which stored rules that compiled
+// before no longer do: operators fix the config, not lose a rule.
+func newlyBroken(before, after map[string]string) error {
+	var errs []error
+	for k, e := range after {
+		if _, was := before[k]; !was {
+			errs = append(errs, fmt.Errorf("rule %q would stop compiling: %s", k, e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setRestartRequired records the fields whose running value differs from
+// the config, and says so in the reload result. The caller holds g.mu.
+func (g *Gateway) setRestartRequired(paths []string) {
+	slices.Sort(paths)
+	g.status.RestartRequired = append([]string{}, paths...)
+	g.status.LastResult = g.result(g.lastBuild)
+}
+
+// result is a build's result ("ok", "partial") followed by a
+// "restart required: <path>" for every field that waits for a restart.
+// The caller holds g.mu.
+func (g *Gateway) result(build string) string {
+	var b strings.Builder
+	b.WriteString(build)
+	for _, p := range g.status.RestartRequired {
+		b.WriteString("; restart required: ")
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// proxyOptions builds the data plane's options from cfg: timeouts, header
+// limits, trusted proxies and the access log.
+func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
+	var trusted []netip.Prefix
+	for i, p := range cfg.TrustedProxies {
+		pr, err := config.ParsePrefix(p)
+		if err != nil {
+			return proxy.Options{}, fmt.Errorf("trusted_proxies[%d]: %w", i, err)
+		}
+		trusted = append(trusted, pr)
+	}
+	o := proxy.Options{
+		Now:                   g.opts.Now,
+		TrustedProxies:        trusted,
+		DialTimeout:           cfg.Proxy.DialTimeout.Std(),
+		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Std(),
+		IdleConnTimeout:       cfg.Proxy.IdleTimeout.Std(),
+		ReadHeaderTimeout:     cfg.Proxy.ReadHeaderTimeout.Std(),
+		UpstreamReadTimeout:   config.StdOf(cfg.Proxy.ReadTimeout),
+		UpstreamWriteTimeout:  config.StdOf(cfg.Proxy.WriteTimeout),
+		ReadTimeout:           config.StdOf(cfg.Proxy.ClientReadTimeout),
+		WriteTimeout:          config.StdOf(cfg.Proxy.ClientWriteTimeout),
+		IdleTimeout:           config.StdOf(cfg.Proxy.ClientIdleTimeout),
+		MaxHeaderBytes:        cfg.Proxy.MaxHeaderBytes,
+		MaxConnsPerHost:       cfg.Proxy.MaxConnsPerHost,
+
+		AllowUnderscoresInHeaders: cfg.Proxy.AllowUnderscoresInHeaders,
+		NoVia:                     cfg.Proxy.Via != nil && !*cfg.Proxy.Via,
+
+		OnDone: g.onDone,
+	}
+	if cfg.AccessLog.Enabled {
+		o.AccessLog = g.accessLog()
+	}
+	return o, nil
+}
+
+// applyProxy hands the data plane the options a reloaded config asks for
+// (everything under proxy:, trusted_proxies and access_log.enabled)
+// through proxy.Reconfigure, and returns the config fields it could not
+// apply live (those of the listening server itself), which keep their
+// running values. The caller holds g.mu.
+func (g *Gateway) applyProxy(opts proxy.Options) []string {
+	restart := g.proxy.Reconfigure(opts)
+	g.popts = opts
+	return restart
+}
+
+// onDone is the data plane's OnDone: every finished request feeds the
+// metrics and the live traffic windows.
+func (g *Gateway) onDone(done *proxy.Done) {
+	d := done.Decision
+	g.metrics.Observe(d, done.Status, done.Elapsed)
+	// A transport failure arrives as the 502/503/504 the proxy answered.
+	g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
+}

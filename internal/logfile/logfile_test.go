@@ -1,0 +1,159 @@
+package logfile
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestStandardStreams(t *testing.T) {
+	var out, errs bytes.Buffer
+	tests := []struct {
+		name, path string
+		want       *bytes.Buffer
+	}{
+		{"stdout", Stdout, &out},
+		{"stderr", Stderr, &errs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := Open(tt.path, Options{Stdout: &out, Stderr: &errs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(w, "line to", tt.name)
+			if err := w.Reopen(); err != nil {
+				t.Errorf("Reopen of %s = %v", tt.path, err)
+			}
+			if got := tt.want.String(); got != "line to "+tt.name+"\n" {
+				t.Errorf("%s got %q", tt.name, got)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	tests := []struct {
+		name, path, want string
+	}{
+		{"empty", "", "empty path"},
+		{"missing directory", filepath.Join(t.TempDir(), "no", "such", "dir", "access.log"), "open log"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Open(tt.path, Options{}); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Open(%q) = %v, want an error saying %q", tt.path, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestSetPath switches from stdout to a file and to another file; a path
+// that cannot be opened leaves the writer where it was.
+func TestSetPath(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	w, err := Open(Stdout, Options{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	fmt.Fprintln(w, "one")
+	a, b := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
+	if err := w.SetPath(a); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(w, "two")
+	if err := w.SetPath(filepath.Join(dir, "missing", "c.log")); err == nil {
+		t.Fatal("SetPath to a missing directory succeeded")
+	}
+	fmt.Fprintln(w, "three")
+	if err := w.SetPath(b); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(w, "four")
+	if w.Path() != b {
+		t.Errorf("Path() = %q, want %q", w.Path(), b)
+	}
+	for path, want := range map[string]string{"stdout": "one\n", a: "two\nthree\n", b: "four\n"} {
+		got := out.String()
+		if path != "stdout" {
+			data, _ := os.ReadFile(path)
+			got = string(data)
+		}
+		if got != want {
+			t.Errorf("%s holds %q, want %q", path, got, want)
+		}
+	}
+	w.Close()
+	if _, err := w.Write([]byte("x\n")); err == nil {
+		t.Error("Write after Close succeeded")
+	}
+}
+
+// TestRotateUnderLoad renames the file away and reopens it, again and
+// again, while writers keep writing lines: every line lands whole in one
+// of the files, and none is lost.
+func TestRotateUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "access.log")
+	w, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, lines, rotations = 4, 2000, 20
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			for n := range lines {
+				if _, err := fmt.Fprintf(w, "{\"writer\":%d,\"n\":%d}\n", i, n); err != nil {
+					t.Errorf("write: %v", err)
+					return
+				}
+			}
+		})
+	}
+	for r := range rotations {
+		if err := os.Rename(path, fmt.Sprintf("%s.%d", path, r)); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Reopen(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(path + "*")
+	if len(files) != rotations+1 {
+		t.Errorf("%d files, want %d", len(files), rotations+1)
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			l := sc.Text()
+			if !strings.HasPrefix(l, "{") || !strings.HasSuffix(l, "}") || seen[l] {
+				t.Fatalf("%s: torn or repeated line %q", f, l)
+			}
+			seen[l] = true
+		}
+		fh.Close()
+	}
+	if len(seen) != writers*lines {
+		t.Errorf("%d lines across the files, want %d", len(seen), writers*lines)
+	}
+}
