@@ -91,7 +91,7 @@ upstreams: {stable: {instances: [{addr: "127.0.0.1:1"}]}}
 		{"live field", strings.Replace(base, "default_upstream: stable", "default_upstream: 127.0.0.1:2", 1), []string{"default_upstream"}, nil},
 		{"restart field", strings.Replace(base, `":8080"`, `":8081"`, 1), []string{"listen"}, []string{"listen"}},
 		{"nested restart field", base + "lifecycle: {reuse_port: true, drain_delay: 1s}\n", []string{"lifecycle.drain_delay", "lifecycle.reuse_port"}, []string{"lifecycle.reuse_port"}},
-		{"both", base + "store: {history_limit: 5}\nproxy: {max_header_bytes: 1024}\n", []string{"proxy.max_header_bytes", "store.history_limit"}, []string{"store.history_limit"}},
+		{"both", base + "store: {history_limit: 5}\nproxy: {max_conns_per_host: 8}\n", []string{"proxy.max_conns_per_host", "store.history_limit"}, []string{"store.history_limit"}},
 		{"a default written out is no change", base + "store: {history_limit: 100}\naccess_log: {path: stdout}\n", nil, nil},
 	}
 	for _, tt := range tests {

@@ -334,7 +334,7 @@ func TestBrowserExplain(t *testing.T) {
 	b.click("#x-submit")
 	b.waitText("#x-decision", fmt.Sprintf("user “%s” (from header:X-User-Id) → group default", uid))
 	b.waitText(`#x-trace tr[data-rule="user_center_v2"]`, "threshold")
-	b.waitText(`#x-trace tr[data-rule="checkout_button"]`, "out of scope")
+	b.waitText(`#x-trace tr[data-rule="checkout_button"]`, "skipped by the path index")
 	if a := e.get("/api/user/profile", uid); a.group != "default" || a.backend != "stable" {
 		t.Errorf("live traffic for user %s: group %q backend %q; explain said default, stable", uid, a.group, a.backend)
 	}
@@ -346,17 +346,17 @@ func TestBrowserExplain(t *testing.T) {
 }
 
 // TestBrowserStatus reads the status screen, from the status document as
-// the gateway writes it and as it will once its store field becomes an
-// object.
+// the gateway writes it (the file store) and from one of an etcd store
+// serving stale rules.
 func TestBrowserStatus(t *testing.T) {
 	t.Parallel()
-	t.Run("store as a string", func(t *testing.T) {
+	t.Run("file store", func(t *testing.T) {
 		b := newTab(t)
 		e := startGateway(t, nil)
 		b.login(e, adminToken)
 		b.click(`header nav a[href="#/status"]`)
 		b.waitText("#st-store", "file")
-		b.waitText("#st-state", "live")
+		b.waitText("#st-state", "ok")
 		b.waitText("#st-reload", "ok")
 		b.waitText("#st-error", "none")
 		b.waitText("#st-version", version)
@@ -364,7 +364,7 @@ func TestBrowserStatus(t *testing.T) {
 		_, st := e.api("GET", "/api/v1/status", nil)
 		b.waitText("#st-revision", fmt.Sprint(st["revision"]))
 	})
-	t.Run("store as an object", func(t *testing.T) {
+	t.Run("stale etcd store", func(t *testing.T) {
 		b := newTab(t)
 		e := startGateway(t, func(admin http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -98,9 +98,16 @@ function answer(data) {
     h('td', {class: 'num'}, r.bucket !== undefined ? `${r.bucket} / ${r.threshold ?? '—'} of ${r.buckets}` : (r.whitelist_hit ? `whitelist ${r.whitelist_hit}` : '—')),
     h('td', null, r.claimed ? pill(`claimed → ${r.group}`, 'ok') : pill('no', 'off'), r.target ? h('div', {class: 'muted small'}, r.target) : null),
     h('td', {class: 'reason-cell'}, r.reason)));
+  // Rules the path index left out are not evaluated, as for live traffic.
+  for (const key of tr.skipped_by_index || []) {
+    rows.push(h('tr', {'data-rule': key, class: 'skipped'},
+      h('td', null, h('strong', null, key)),
+      h('td', null, pill('skipped by the path index', 'off')),
+      h('td', {colspan: '4', class: 'muted small'}, 'Its path conditions cannot match this path, so it is not evaluated.')));
+  }
   return h('section', {class: 'card', id: 'x-answer'},
     h('h2', null, 'Decision'), summary, h('p', {class: 'muted', id: 'x-reason'}, tr.reason || ''), facts,
-    h('h2', null, 'Trace: every rule in order, until one claimed the request'),
+    h('h2', null, 'Trace: the rules evaluated, in order, until one claimed the request'),
     rows.length ? h('table', {class: 'trace', id: 'x-trace'},
       h('thead', null, h('tr', null, ['Rule', 'Scope', 'Conditions', 'Bucket', 'Claimed', 'Why'].map((t) => h('th', null, t)))),
       h('tbody', null, rows)) : h('p', {class: 'muted'}, 'No rules.'));
