@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 bash scripts/redis.sh >/dev/null
 bash scripts/etcd.sh >/dev/null
 bash scripts/chromium.sh >/dev/null
+# curl drives the Expect: 100-continue test (and, with HTTP/2, the h2 checks).
+command -v curl >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl >/dev/null; }
 # The console's browser tests fail, not skip, without chromium.
 export GRAYGATE_REQUIRE_BROWSER=1
 
