@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
@@ -61,8 +62,11 @@ type Options struct {
 	Metrics http.Handler
 	// Traffic feeds GET /api/v1/stats; nil leaves it unrouted.
 	Traffic *traffic.Set
-	Tokens  []Token
-	Logger  *slog.Logger
+	// Notify tells the webhooks about a committed rollback or resume
+	// (gateway.Gateway.Notify); it must not block. Nil sends nothing.
+	Notify func(notify.Event)
+	Tokens []Token
+	Logger *slog.Logger
 }
 
 // Server is the admin API handler.

@@ -312,7 +312,9 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 			return
 		}
 	}
-	st, err := s.opts.Store.SetRollback(r.Context(), key, on, store.Meta{By: p.name, Reason: changeReason(r, req.Reason)})
+	reason := changeReason(r, req.Reason)
+	was, known := s.rollbackFlag(r.Context(), key)
+	st, err := s.opts.Store.SetRollback(r.Context(), key, on, store.Meta{By: p.name, Reason: reason})
 	if err != nil {
 		storeError(w, err)
 		return
@@ -321,6 +323,9 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		s.log.Error("apply after rollback", "key", key, "err", err)
 	}
 	s.log.Warn("rollback state changed", "key", key, "rolled_back", on, "by", p.name)
+	if !known || was != on { // setting a flag to what it was commits nothing
+		s.notifyRollback(key, on, p.name, reason, st.Revision)
+	}
 	if key == "" {
 		writeJSON(w, http.StatusOK, map[string]any{"rolled_back": st.RolledBack, "revision": st.Revision})
 		return

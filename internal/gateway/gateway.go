@@ -27,6 +27,7 @@ import (
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/metrics"
+	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
@@ -50,6 +51,9 @@ type Options struct {
 	Now       func() time.Time
 	// Version is the build's version, shown in the status.
 	Version string
+	// Notify tunes how notifications are delivered (queue, attempts,
+	// timeout, backoff); zero fields take notify's defaults.
+	Notify notify.Delivery
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -64,6 +68,7 @@ type Gateway struct {
 	breakers *breaker.Set
 	limits   *limit.Set
 	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats
+	notify   *notify.Sender
 	health   *upstream.Health
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
@@ -126,10 +131,14 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.traffic = tr
+	if g.notify, err = g.newSender(cfg); err != nil {
+		return nil, err
+	}
 	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
 	pools, err := g.pools(cfg)
 	if err != nil {
 		_ = g.health.Close()
+		g.closeNotify(canceled())
 		return nil, err
 	}
 	g.reg = upstream.NewRegistry(pools)
@@ -137,6 +146,7 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		g.reg.Close()
 		_ = g.health.Close()
+		g.closeNotify(canceled())
 		return nil, err
 	}
 	g.tgt.Store(tgt)
@@ -146,6 +156,7 @@ func New(opts Options) (*Gateway, error) {
 			g.reg.Close()
 			_ = g.health.Close()
 			_ = tgt.close()
+			g.closeNotify(canceled())
 		}
 	}()
 	g.metrics.TagStore(func() metrics.TagStats {
@@ -220,6 +231,7 @@ func New(opts Options) (*Gateway, error) {
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
 		Traffic: g.traffic,
+		Notify:  g.Notify,
 		Tokens:  tokens(cfg, opts.AdminToken),
 		Logger:  opts.Logger,
 	})
@@ -518,7 +530,7 @@ func (g *Gateway) policy(route string, l config.Limits) *router.Policy {
 // rule pointed at a new gray target starts with a fresh breaker.
 func breakerKey(r *rule.Compiled) string { return r.Key + "|" + r.Source.Targets.Gray }
 
-// breakerTransition logs a breaker transition and counts it.
+// breakerTransition logs a breaker transition, counts it and notifies.
 func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason string) {
 	rk, target, _ := strings.Cut(key, "|")
 	level := slog.LevelInfo
@@ -535,6 +547,7 @@ func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason s
 		state = metrics.BreakerHalfOpen
 	}
 	g.metrics.BreakerState(rk, target, state)
+	g.notifyBreaker(rk, target, from, to, reason)
 }
 
 // Apply rebuilds the snapshot from the store and publishes it. It returns
@@ -569,6 +582,11 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
 	oldTgt := g.tgt.Load()
 	if err := g.checkDiscovery(cfg); err != nil {
+		g.recordError(fmt.Errorf("config reload: %w", err))
+		return err
+	}
+	rcvs, err := receivers(cfg)
+	if err != nil {
 		g.recordError(fmt.Errorf("config reload: %w", err))
 		return err
 	}
@@ -612,6 +630,7 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	g.router.Store(snap)
+	g.reconfigureNotify(cfg, rcvs)
 	oldReg.Retire(g.reg)
 	if t := g.tgt.Load(); t != oldTgt {
 		// Requests already past Decide may still read the old resolvers;
@@ -739,6 +758,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
+	g.closeNotify(sctx) // after the last request's breaker transition
 	g.mu.Lock()
 	g.reg.Close()
 	g.mu.Unlock()
