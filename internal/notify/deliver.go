@@ -79,20 +79,32 @@ func (s *Sender) encode(ev Event) job {
 			s.log.Warn("notification field shadows a body field; dropped", "event", ev.Type, "field", k)
 			continue
 		}
-		raw, err := json.Marshal(v)
+		raw, err := marshal(v)
 		if err != nil {
-			raw, _ = json.Marshal(fmt.Sprint(v))
+			raw, _ = marshal(fmt.Sprint(v))
 		}
 		m[k] = json.RawMessage(raw)
 	}
 	m["id"], m["event"], m["rule"], m["gateway"] = id, ev.Type, ev.Rule, gw
 	m["time"] = at.UTC().Format(time.RFC3339Nano)
 	m["text"] = "[" + gw + "] " + text
-	body, err := json.Marshal(m)
+	body, err := marshal(m)
 	if err != nil { // unreachable: every value is a string or valid raw JSON
 		body = []byte(`{"event":` + strconv.Quote(ev.Type) + `}`)
 	}
 	return job{event: ev.Type, id: id, body: body}
+}
+
+// marshal is json.Marshal without HTML escaping, so that a reason's ">"
+// reaches a chat as ">", and a receiver that logs the raw body can read it.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 func isReserved(k string) bool {

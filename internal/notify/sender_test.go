@@ -76,7 +76,7 @@ func TestBodyFields(t *testing.T) {
 	rcv := newSink(t, nil)
 	s := newSender(t, Options{Receivers: []Receiver{{Name: "ops", URL: rcv.url()}}})
 	s.Send(Event{Type: SRM, Rule: "exp", Fields: map[string]any{"text": "forged", "event": "x", "gateway": "evil", "p_value": math.NaN(), "groups": []string{"A", "B"}}})
-	s.Send(Event{Type: Rollback, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CST", 8*3600))})
+	s.Send(Event{Type: Rollback, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CST", 8*3600)), Text: "p99 > 500ms & <b>"})
 	waitFor(t, "two deliveries", 10*time.Second, func() bool { return len(rcv.requests()) == 2 })
 	got := rcv.requests()
 	b := got[0].body
@@ -89,8 +89,14 @@ func TestBodyFields(t *testing.T) {
 	if h := got[0].header.Get("X-Graygate-Signature"); h != "" {
 		t.Errorf("signed without a secret: %q", h)
 	}
-	if b := got[1].body; b["text"] != "[gw-test] rollback" || b["rule"] != "" || b["time"] != "2026-01-01T19:04:05Z" {
+	if b := got[1].body; b["text"] != "[gw-test] p99 > 500ms & <b>" || b["rule"] != "" || b["time"] != "2026-01-01T19:04:05Z" {
 		t.Errorf("global event: %s", got[1].raw)
+	}
+	if !strings.Contains(string(got[1].raw), `"text":"[gw-test] p99 > 500ms & <b>"`) {
+		t.Errorf("the body escapes HTML: %s", got[1].raw)
+	}
+	if b := got[0].body; b["text"] != "[gw-test] srm on rule exp" {
+		t.Errorf("generic text: %v", b["text"])
 	}
 }
 
