@@ -5,7 +5,10 @@
 // rolled back, a rollout moved on) with Send, which serializes the event
 // and puts it on the queue of every receiver that subscribes to its type,
 // then returns. Send never waits for the network, so the data plane can
-// call it from a request's goroutine.
+// call it from a request's goroutine: it costs 10–25 µs and 49
+// allocations for a breaker event that a receiver subscribes to (the
+// serialization), and 40–60 ns and none when none does
+// (BenchmarkSend, on this project's 2-core machine).
 //
 // # Delivery
 //

@@ -157,7 +157,7 @@ type hanging struct {
 	release chan struct{}
 }
 
-func newHanging(t *testing.T) *hanging {
+func newHanging(t testing.TB) *hanging {
 	h := &hanging{release: make(chan struct{})}
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
