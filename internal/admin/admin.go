@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
@@ -67,8 +68,11 @@ type Options struct {
 	Metrics http.Handler
 	// Traffic feeds GET /api/v1/stats; nil leaves it unrouted.
 	Traffic *traffic.Set
-	Tokens  []Token
-	Logger  *slog.Logger
+	// Notify tells the webhooks about a committed rollback or resume
+	// (gateway.Gateway.Notify); it must not block. Nil sends nothing.
+	Notify func(notify.Event)
+	Tokens []Token
+	Logger *slog.Logger
 }
 
 // Change describes a write for Options.Commit to check before it is made.

@@ -326,6 +326,8 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		}
 	}
 	var st store.State
+	reason := changeReason(r, req.Reason)
+	was, known := s.rollbackFlag(r.Context(), key)
 	what := "the rollback"
 	if !on {
 		what = "the resume"
@@ -335,7 +337,7 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 	}
 	err := s.opts.Commit(r.Context(), Change{Key: key, RolledBack: &on}, func(ctx context.Context) (int64, error) {
 		var err error
-		st, err = s.opts.Store.SetRollback(ctx, key, on, store.Meta{By: p.name, Reason: changeReason(r, req.Reason)})
+		st, err = s.opts.Store.SetRollback(ctx, key, on, store.Meta{By: p.name, Reason: reason})
 		return st.Revision, err
 	})
 	if err != nil {
@@ -343,6 +345,9 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		return
 	}
 	s.log.Warn("rollback state changed", "key", key, "rolled_back", on, "by", p.name)
+	if !known || was != on { // setting a flag to what it was commits nothing
+		s.notifyRollback(key, on, p.name, reason, st.Revision)
+	}
 	if key == "" {
 		writeJSON(w, http.StatusOK, map[string]any{"rolled_back": st.RolledBack, "revision": st.Revision})
 		return

@@ -25,6 +25,7 @@ import (
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/storeurl"
+	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/tags"
 	"github.com/graygate/graygate/internal/upstream"
@@ -47,6 +48,8 @@ type Config struct {
 	TrustedProxies []string `json:"trusted_proxies,omitempty"`
 	// TrustGrayTag honours an inbound X-Gray-Tag, for east-west hops.
 	TrustGrayTag bool `json:"trust_gray_tag,omitempty"`
+	// Name names this gateway in notifications (default: the hostname).
+	Name string `json:"name,omitempty"`
 
 	// Breaker holds the circuit-breaker defaults for every gray rule; a
 	// rule's own "breaker" fields override them.
@@ -69,6 +72,10 @@ type Config struct {
 	Store     Store               `json:"store,omitempty"`
 	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
 	Routes    []Route             `json:"routes,omitempty"`
+	// Notifications are webhooks that events (breaker transitions,
+	// rollbacks, rollout steps, SRM) are POSTed to. They apply live on
+	// reload.
+	Notifications []Notification `json:"notifications,omitempty"`
 	// Rules seed the store: a rule is created from here only if the store has
 	// never held its key, so API edits are never overwritten by the file.
 	Rules []json.RawMessage `json:"rules,omitempty"`
@@ -87,6 +94,50 @@ type Token struct {
 	TokenEnv string `json:"token_env,omitempty"`
 	// Role is "admin" (read and write, the default) or "viewer" (read only).
 	Role string `json:"role,omitempty"`
+}
+
+// Notification is one webhook receiver of events.
+type Notification struct {
+	// Name identifies the receiver in metrics and logs (required, unique).
+	Name string `json:"name"`
+	// URL is where events are POSTed: http:// or https://. Chat webhooks
+	// (Slack, Mattermost) show the body's "text" as it is.
+	URL string `json:"url"`
+	// Events are the event types sent (see notify.Types); empty or absent
+	// means every type, including ones later versions add.
+	Events []string `json:"events,omitempty"`
+	// SecretEnv names an environment variable holding the HMAC secret;
+	// when set, every body is signed in X-Graygate-Signature.
+	SecretEnv string `json:"secret_env,omitempty"`
+}
+
+// Validate reports every problem under path. URLs are never quoted: a
+// chat webhook's URL is its credential.
+func (n *Notification) Validate(path string) error {
+	var errs []error
+	if n.Name == "" {
+		errs = append(errs, strict.Errorf(strict.Join(path, "name"), "is required"))
+	}
+	if n.URL == "" {
+		errs = append(errs, strict.Errorf(strict.Join(path, "url"), "is required"))
+	} else if err := notify.CheckURL(n.URL); err != nil {
+		errs = append(errs, strict.Errorf(strict.Join(path, "url"), "%v", err))
+	}
+	seen := map[string]int{}
+	for i, e := range n.Events {
+		p := strict.Index(strict.Join(path, "events"), i)
+		if !notify.Known(e) {
+			errs = append(errs, strict.Errorf(p, "unknown event %q (known: %s)", e, strings.Join(notify.Types(), ", ")))
+		} else if j, dup := seen[e]; dup {
+			errs = append(errs, strict.Errorf(p, "duplicates events[%d] %q", j, e))
+		} else {
+			seen[e] = i
+		}
+	}
+	if n.SecretEnv != "" && os.Getenv(n.SecretEnv) == "" {
+		errs = append(errs, strict.Errorf(strict.Join(path, "secret_env"), "environment variable %s is empty or unset", n.SecretEnv))
+	}
+	return errors.Join(errs...)
 }
 
 // Proxy holds data-plane timeouts and limits. Every stall is bounded: the
@@ -582,6 +633,16 @@ func (c *Config) Validate() error {
 			if in.Weight < 0 {
 				add(ip+".weight", "must not be negative, got %d", in.Weight)
 			}
+		}
+	}
+	nnames := map[string]int{}
+	for i, n := range c.Notifications {
+		p := strict.Index("notifications", i)
+		errs = append(errs, n.Validate(p))
+		if j, dup := nnames[n.Name]; dup && n.Name != "" {
+			add(p+".name", "duplicates notifications[%d].name %q", j, n.Name)
+		} else {
+			nnames[n.Name] = i
 		}
 	}
 	rnames := map[string]int{}

@@ -95,6 +95,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("{1: 2}"))
 	f.Add([]byte("experiments: {holdout: {percent: 5, salt: holdout}}\n"))
 	f.Add([]byte("experiments: {holdout: {percent: -0.001, salt: [1]}}\n"))
+	f.Add([]byte("notifications: [{name: a, url: 'http://h/', events: [srm, nope]}, {url: 'ftp://x', secret_env: X}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err == nil && c.Listen == "" {

@@ -19,6 +19,7 @@ func TestREADMEConfigs(t *testing.T) {
 		t.Fatalf("found %d YAML examples in the README", len(blocks))
 	}
 	t.Setenv("OPS_TOKEN", "x")
+	t.Setenv("HOOK_SECRET", "x") // the Notifications example signs with it
 	for i, b := range blocks {
 		y := b[1]
 		// Fragments that name upstreams they do not define get stand-ins.

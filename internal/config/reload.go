@@ -84,6 +84,8 @@ var fields = []Field{
 	{"upstreams", Live, "pools are rebuilt, keeping health and in-flight counts; discovery watches start and stop"},
 	{"routes", Live, "the next snapshot"},
 	{"rules", Live, "keys the store has never held are seeded"},
+	{"name", Live, "the gateway's name in notifications"},
+	{"notifications", Live, "receivers are reconfigured in place; a kept receiver keeps its queue"},
 }
 
 // Fields returns a copy of the reload table, in config order.

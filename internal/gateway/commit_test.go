@@ -15,8 +15,8 @@ import (
 	"github.com/graygate/graygate/internal/store"
 )
 
-// startWith runs a gateway on yaml whose file store is wrapped by wrap.
-func startWith(t *testing.T, yaml string, wrap func(store.Store) store.Store) *env {
+// startWrapped runs a gateway on yaml whose file store is wrapped by wrap.
+func startWrapped(t *testing.T, yaml string, wrap func(store.Store) store.Store) *env {
 	t.Helper()
 	e := &env{t: t, backends: startBackends(t, "stable", "gray", "a", "b")}
 	for name, addr := range e.backends {
@@ -62,7 +62,7 @@ func (s *gatedStore) Put(ctx context.Context, key string, rule json.RawMessage, 
 func TestWriteRacingReload(t *testing.T) {
 	withRoute := baseConfig + "routes: [{name: api, path_prefix: /api/, upstream: stable}]\n"
 	gs := &gatedStore{entered: make(chan struct{}), release: make(chan struct{})}
-	e := startWith(t, withRoute, func(s store.Store) store.Store { gs.Store = s; return gs })
+	e := startWrapped(t, withRoute, func(s store.Store) store.Store { gs.Store = s; return gs })
 	gs.armed.Store(true)
 	put := make(chan int, 1)
 	go func() {
@@ -142,7 +142,7 @@ func (s *failingStore) SetRollback(ctx context.Context, key string, on bool, m s
 // serve, instead of 200.
 func TestApplyFailureIsNot2xx(t *testing.T) {
 	fs := &failingStore{}
-	e := startWith(t, baseConfig, func(s store.Store) store.Store { fs.Store = s; return fs })
+	e := startWrapped(t, baseConfig, func(s store.Store) store.Store { fs.Store = s; return fs })
 	e.mustPut("k", grayRule(10))
 	e.mustPut("k", grayRule(20))
 	tests := []struct {

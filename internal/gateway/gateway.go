@@ -26,6 +26,7 @@ import (
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/logfile"
 	"github.com/graygate/graygate/internal/metrics"
+	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
@@ -56,6 +57,9 @@ type Options struct {
 	Now            func() time.Time
 	// Version is the build's version, shown in the status.
 	Version string
+	// Notify tunes how notifications are delivered (queue, attempts,
+	// timeout, backoff); zero fields take notify's defaults.
+	Notify notify.Delivery
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -69,6 +73,7 @@ type Gateway struct {
 	metrics  *metrics.Metrics
 	breakers *breaker.Set
 	limits   *limit.Set
+	notify   *notify.Sender
 	health   *upstream.Health
 	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats and rollouts
 	// discovered holds instances found in the etcd registry, by service.
@@ -160,10 +165,14 @@ func New(opts Options) (*Gateway, error) {
 	g.traffic = tr
 	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
 	g.limits = limit.NewSet(opts.Now)
+	if g.notify, err = g.newSender(cfg); err != nil {
+		return nil, err
+	}
 	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
 	pools, err := g.pools(cfg)
 	if err != nil {
 		_ = g.health.Close()
+		g.closeNotify(canceled())
 		return nil, err
 	}
 	g.reg = upstream.NewRegistry(pools)
@@ -171,6 +180,7 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		g.reg.Close()
 		_ = g.health.Close()
+		g.closeNotify(canceled())
 		return nil, err
 	}
 	g.tgt.Store(tgt)
@@ -180,6 +190,7 @@ func New(opts Options) (*Gateway, error) {
 			g.reg.Close()
 			_ = g.health.Close()
 			_ = tgt.close()
+			g.closeNotify(canceled())
 		}
 	}()
 	g.metrics.TagStore(func() metrics.TagStats {
@@ -253,6 +264,7 @@ func New(opts Options) (*Gateway, error) {
 		Status:  func() any { return g.Status() },
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
+		Notify:  g.Notify,
 		Tokens:  tokens(cfg, opts.AdminToken),
 		Logger:  opts.Logger,
 	})
@@ -608,7 +620,7 @@ func (g *Gateway) policy(route string, l config.Limits) *router.Policy {
 // rule pointed at a new gray target starts with a fresh breaker.
 func breakerKey(r *rule.Compiled) string { return r.Key + "|" + r.Source.Targets.Gray }
 
-// breakerTransition logs a breaker transition and counts it.
+// breakerTransition logs a breaker transition, counts it and notifies.
 func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason string) {
 	rk, target, _ := strings.Cut(key, "|")
 	level := slog.LevelInfo
@@ -625,6 +637,7 @@ func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason s
 		state = metrics.BreakerHalfOpen
 	}
 	g.metrics.BreakerState(rk, target, state)
+	g.notifyBreaker(rk, target, from, to, reason)
 }
 
 // Apply rebuilds the snapshot from the store and publishes it. It returns
@@ -744,6 +757,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
+	g.closeNotify(sctx) // after the last request's breaker transition
 	g.mu.Lock()
 	g.reg.Close()
 	g.mu.Unlock()

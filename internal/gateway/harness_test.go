@@ -39,6 +39,8 @@ type env struct {
 	accessLog *bytes.Buffer
 	// openStore, when set, opens the store for each (re)start (etcd).
 	openStore func() store.Store
+	// options, when set, adjusts the gateway's Options at each (re)start.
+	options func(*Options)
 }
 
 func startBackends(t *testing.T, names ...string) map[string]string {
@@ -59,7 +61,13 @@ func startBackends(t *testing.T, names ...string) map[string]string {
 // backend addresses.
 func start(t *testing.T, yaml string, dataDir string) *env {
 	t.Helper()
-	e := &env{t: t, backends: startBackends(t, "stable", "gray", "a", "b")}
+	return startWith(t, yaml, dataDir, nil)
+}
+
+// startWith is start with options adjusting the gateway's Options.
+func startWith(t *testing.T, yaml string, dataDir string, options func(*Options)) *env {
+	t.Helper()
+	e := &env{t: t, backends: startBackends(t, "stable", "gray", "a", "b"), options: options}
 	for name, addr := range e.backends {
 		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", addr)
 	}
@@ -81,7 +89,11 @@ func (e *env) restart(cfg *config.Config) {
 	if e.openStore != nil {
 		st = e.openStore()
 	}
-	g, err := New(Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.DiscardHandler), Store: st})
+	opts := Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.DiscardHandler), Store: st}
+	if e.options != nil {
+		e.options(&opts)
+	}
+	g, err := New(opts)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}

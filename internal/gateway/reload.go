@@ -44,6 +44,10 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return fail(err)
 	}
+	rcvs, err := receivers(cfg)
+	if err != nil {
+		return fail(err)
+	}
 	pools, err := g.pools(cfg)
 	if err != nil {
 		return fail(err)
@@ -86,6 +90,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 		return fail(err)
 	}
 	g.router.Store(snap)
+	g.reconfigureNotify(cfg, rcvs)
 	oldReg.Retire(g.reg)
 	if t := g.tgt.Load(); t != oldTgt {
 		// Requests already past Decide may still read the old resolvers;
