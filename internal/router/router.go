@@ -18,6 +18,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/match"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -315,7 +316,9 @@ type Trace struct {
 	// because they cannot match the path; like live traffic, explain does
 	// not evaluate them.
 	SkippedByIndex []string `json:"skipped_by_index,omitempty"`
-	Reason         string   `json:"reason"`
+	// Mirror says whether a gray rule's mirror shadows the request, and why.
+	Mirror string `json:"mirror,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // Decide routes one request. When tr is non-nil it records every rule
@@ -368,6 +371,9 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	if tr != nil {
 		tr.SkippedByIndex = rt.skipped(cands)
 	}
+	// shadow is the first gray rule with a mirror that had the request in
+	// scope and let it fall through; it may mirror it (mirrorTo).
+	var shadow *entry
 	for i := range cands {
 		e := &cands[i]
 		var rtr *rule.Trace
@@ -377,6 +383,9 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 		}
 		out, ok := e.rule.Eval(&f, e.rolledBack, s.holdout, rtr)
 		if !ok {
+			if out.InScope && shadow == nil && e.rule.Mirror != nil && !e.rolledBack {
+				shadow = e
+			}
 			continue
 		}
 		d.Rule, d.Group, d.Target, d.Degraded = e.rule.Key, out.Target.Group, out.Target.Pool, out.Degraded
@@ -402,13 +411,42 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 				tr.Reason = fmt.Sprintf("held out of every experiment: rule %q answers with its control target → %s", e.rule.Key, d.Target.Name)
 			}
 		}
+		mirrorTo(shadow, req, &d, tr)
 		return d
 	}
 	d.Group, d.Target = GroupDefault, rt.def
 	if tr != nil {
 		tr.Reason = fmt.Sprintf("no rule claimed the request: default upstream %s", rt.def.Name)
 	}
+	mirrorTo(shadow, req, &d, tr)
 	return d
+}
+
+// mirrorTo sets d.Mirror when the gray rule e (which had the request in
+// scope and did not claim it) mirrors it: the request is served by the
+// rule's stable target (it fell through to a rule or default that sends it
+// there), the mirror allows its method, and the user's mirror bucket is
+// selected. A request served by anything else is not mirrored: its answer
+// is not the stable version's, so comparing the mirror's with it would
+// say nothing about the candidate. Colored requests (decideColored) and
+// rolled-back rules are never mirrored.
+func mirrorTo(e *entry, req attr.Request, d *Decision, tr *Trace) {
+	if e == nil || d.Target == nil || e.stable == nil || d.Target.Name != e.stable.Name {
+		return
+	}
+	m := e.rule.Mirror
+	if !m.Selects(req.Method(), d.Identity.Value) {
+		if tr != nil {
+			b, th := m.Bucket(d.Identity.Value)
+			tr.Mirror = fmt.Sprintf("not mirrored by rule %q: method %s in %v, mirror bucket %d < %d: %v", e.rule.Key, req.Method(), m.Methods, b, th, b < th)
+		}
+		return
+	}
+	d.Mirror = m
+	if tr != nil {
+		b, th := m.Bucket(d.Identity.Value)
+		tr.Mirror = fmt.Sprintf("mirrored by rule %q to %s (mirror bucket %d < %d of 10000, salt %q)", e.rule.Key, m.TargetName, b, th, mirror.Salt(e.rule.Key))
+	}
 }
 
 // resolveIdentity takes the user id from a verified token when the identity
