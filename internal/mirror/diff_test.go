@@ -113,7 +113,7 @@ func TestThresholds(t *testing.T) {
 		{"random everywhere", 1, 1, 100, false},
 		{"below the absolute threshold", 0.02, 0, 100, false},
 		{"just above it", 0.031, 0, 100, true},
-		{"relative too small", 0.60, 0.50, 100, false}, // 0.1/1.1 = 9%
+		{"relative too small", 0.60, 0.50, 100, false},   // 0.1/1.1 = 9%
 		{"relative large enough", 0.60, 0.30, 100, true}, // 0.3/0.9 = 33%
 		{"noise above raw", 0.1, 0.5, 100, false},
 		{"too few answers", 1, 0, 9, false},
