@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
@@ -67,6 +68,8 @@ type Options struct {
 	Metrics http.Handler
 	// Traffic feeds GET /api/v1/stats; nil leaves it unrouted.
 	Traffic *traffic.Set
+	// Mirrors feeds GET /api/v1/rules/{key}/diff; nil leaves it unrouted.
+	Mirrors *mirror.Set
 	Tokens  []Token
 	Logger  *slog.Logger
 }
@@ -128,6 +131,9 @@ func New(opts Options) *Server {
 	s.handle("PUT /api/v1/rules/{key}", RoleAdmin, s.putRule)
 	s.handle("DELETE /api/v1/rules/{key}", RoleAdmin, s.deleteRule)
 	s.handle("GET /api/v1/rules/{key}/history", RoleViewer, s.history)
+	if opts.Mirrors != nil {
+		s.handle("GET /api/v1/rules/{key}/diff", RoleViewer, s.ruleDiff)
+	}
 	s.handle("POST /api/v1/rules/{key}/revert", RoleAdmin, s.revert)
 	s.handle("POST /api/v1/rules/{key}/rollback", RoleAdmin, s.rollbackRule(true))
 	s.handle("POST /api/v1/rules/{key}/resume", RoleAdmin, s.rollbackRule(false))
