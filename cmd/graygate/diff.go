@@ -12,18 +12,18 @@ import (
 
 // diffDoc is the part of GET /api/v1/rules/{key}/diff the table shows.
 type diffDoc struct {
-	Rule                 string  `json:"rule"`
-	Target               string  `json:"target"`
-	Secondary            string  `json:"secondary"`
-	Diff                 bool    `json:"diff"`
-	Requests             uint64  `json:"requests"`
-	Compared             uint64  `json:"compared"`
-	StatusMismatch       uint64  `json:"status_mismatch"`
-	NoiseCompared        uint64  `json:"noise_compared"`
-	SecondaryFailed      uint64  `json:"secondary_failed"`
-	Failed               uint64  `json:"failed"`
-	Dropped              uint64  `json:"dropped"`
-	UntrackedDifferences uint64  `json:"untracked_differences"`
+	Rule                 string `json:"rule"`
+	Target               string `json:"target"`
+	Secondary            string `json:"secondary"`
+	Diff                 bool   `json:"diff"`
+	Requests             uint64 `json:"requests"`
+	Compared             uint64 `json:"compared"`
+	StatusMismatch       uint64 `json:"status_mismatch"`
+	NoiseCompared        uint64 `json:"noise_compared"`
+	SecondaryFailed      uint64 `json:"secondary_failed"`
+	Failed               uint64 `json:"failed"`
+	Dropped              uint64 `json:"dropped"`
+	UntrackedDifferences uint64 `json:"untracked_differences"`
 	Thresholds           struct {
 		Relative    float64 `json:"relative"`
 		Absolute    float64 `json:"absolute"`
