@@ -26,6 +26,7 @@ import (
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/logfile"
 	"github.com/graygate/graygate/internal/metrics"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
@@ -71,6 +72,7 @@ type Gateway struct {
 	limits   *limit.Set
 	health   *upstream.Health
 	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats and rollouts
+	mirrors  *mirror.Set  // shadow traffic and its diffs, per rule; outlives snapshots
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
 	tgt        atomic.Pointer[targeting]
@@ -160,6 +162,7 @@ func New(opts Options) (*Gateway, error) {
 	g.traffic = tr
 	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
 	g.limits = limit.NewSet(opts.Now)
+	g.mirrors = mirror.New(mirror.Options{Logger: opts.Logger.With("component", "mirror")})
 	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
 	pools, err := g.pools(cfg)
 	if err != nil {
@@ -180,6 +183,7 @@ func New(opts Options) (*Gateway, error) {
 			g.reg.Close()
 			_ = g.health.Close()
 			_ = tgt.close()
+			g.mirrors.Close()
 		}
 	}()
 	g.metrics.TagStore(func() metrics.TagStats {
@@ -200,6 +204,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.exportStoreMetrics()
+	g.exportMirrorMetrics()
 	g.metrics.Pools(func() []metrics.PoolStats {
 		g.mu.Lock()
 		stats := g.reg.Stats()
@@ -225,6 +230,7 @@ func New(opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	g.syncMirrors(snap)
 	g.router = router.New(snap)
 
 	if err := g.openAccessLog(cfg); err != nil {
@@ -250,6 +256,7 @@ func New(opts Options) (*Gateway, error) {
 		Compile: g.compile,
 		Commit:  g.Commit,
 		Traffic: g.traffic,
+		Mirrors: g.mirrors,
 		Status:  func() any { return g.Status() },
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
@@ -646,6 +653,7 @@ func (g *Gateway) Apply(ctx context.Context) error {
 	if cur := g.router.Load(); cur != nil && snap.Revision < cur.Revision {
 		return nil // an older state than what serves: never go back
 	}
+	g.syncMirrors(snap)
 	g.router.Store(snap)
 	return nil
 }
@@ -750,6 +758,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	_ = g.health.Close()
 	_ = g.store.Close()
 	_ = g.tgt.Load().close()
+	g.mirrors.Close()
 	if cerr := g.closeAccessLog(); cerr != nil {
 		g.log.Error("close the access log", "err", cerr)
 	}

@@ -85,6 +85,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 		}
 		return fail(err)
 	}
+	g.syncMirrors(snap)
 	g.router.Store(snap)
 	oldReg.Retire(g.reg)
 	if t := g.tgt.Load(); t != oldTgt {
