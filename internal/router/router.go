@@ -20,6 +20,7 @@ import (
 	"github.com/graygate/graygate/internal/match"
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/tracing"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -308,8 +309,8 @@ type Trace struct {
 	PeerTrusted bool   `json:"peer_trusted"`
 	Route       string `json:"route"`
 	Colored     string `json:"colored,omitempty"`
-	// IgnoredColor is an inbound X-Gray-Tag that trust_gray_tag would have
-	// honoured had the peer been a trusted proxy.
+	// IgnoredColor is an inbound X-Gray-Tag (or baggage gray.tag) that
+	// trust_gray_tag would have honoured had the peer been a trusted proxy.
 	IgnoredColor string       `json:"ignored_color,omitempty"`
 	Rules        []rule.Trace `json:"rules"`
 	// SkippedByIndex lists the route's rules that the path index left out
@@ -351,7 +352,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	// An inbound color is believed only from a trusted hop: anyone else
 	// could name gray and skip the whitelist and the bucket.
 	if s.trustTag {
-		if tag, ok := req.Header(TagHeader); ok && tag != "" {
+		if tag, ok := inboundColor(req); ok {
 			if !req.PeerTrusted() {
 				if tr != nil {
 					tr.IgnoredColor = tag
@@ -447,6 +448,20 @@ func mirrorTo(e *entry, req attr.Request, d *Decision, tr *Trace) {
 		b, th := m.Bucket(d.Identity.Value)
 		tr.Mirror = fmt.Sprintf("mirrored by rule %q to %s (mirror bucket %d < %d of 10000, salt %q)", e.rule.Key, m.TargetName, b, th, mirror.Salt(e.rule.Key))
 	}
+}
+
+// inboundColor returns the color a request arrived with: its X-Gray-Tag,
+// or else the gray.tag member of its W3C baggage (teams that propagate
+// baggage carry the color through every service without code changes).
+// Only a trusted peer's color is believed (Decide checks).
+func inboundColor(req attr.Request) (string, bool) {
+	if tag, ok := req.Header(TagHeader); ok && tag != "" {
+		return tag, true
+	}
+	if b, ok := req.Header(tracing.BaggageHeader); ok {
+		return tracing.GrayTag(b)
+	}
+	return "", false
 }
 
 // resolveIdentity takes the user id from a verified token when the identity
