@@ -31,6 +31,7 @@ import (
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/tracing"
 	"github.com/graygate/graygate/internal/traffic"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -71,8 +72,9 @@ type Gateway struct {
 	breakers *breaker.Set
 	limits   *limit.Set
 	health   *upstream.Health
-	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats and rollouts
-	mirrors  *mirror.Set  // shadow traffic and its diffs, per rule; outlives snapshots
+	traffic  *traffic.Set    // live per-rule, per-group windows for /api/v1/stats and rollouts
+	mirrors  *mirror.Set     // shadow traffic and its diffs, per rule; outlives snapshots
+	tracer   *tracing.Tracer // nil: tracing off
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
 	tgt        atomic.Pointer[targeting]
@@ -184,8 +186,12 @@ func New(opts Options) (*Gateway, error) {
 			_ = g.health.Close()
 			_ = tgt.close()
 			g.mirrors.Close()
+			g.shutdownTracer()
 		}
 	}()
+	if g.tracer, err = newTracer(cfg, opts.Version); err != nil {
+		return nil, err
+	}
 	g.metrics.TagStore(func() metrics.TagStats {
 		s := g.tgt.Load().redisStats()
 		return metrics.TagStats{Hits: s.Hits, Misses: s.Misses, Unknown: s.Unknown, Errors: s.Errors, Rejected: s.Rejected}
@@ -759,6 +765,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	_ = g.store.Close()
 	_ = g.tgt.Load().close()
 	g.mirrors.Close()
+	g.shutdownTracer()
 	if cerr := g.closeAccessLog(); cerr != nil {
 		g.log.Error("close the access log", "err", cerr)
 	}
