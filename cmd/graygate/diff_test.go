@@ -45,7 +45,7 @@ func TestDiffCommand(t *testing.T) {
 	defer srv.Close()
 	for i := range 20 {
 		set.Mirror(c.Mirror, mirror.Request{Method: "GET", URI: fmt.Sprintf("/p?n=%d", i)},
-			mirror.Response{Status: 200, Header: []mirror.Header{{"Content-Type", "application/json"}}, Body: []byte(`{"price":1,"note":"a\tb"}`)})
+			mirror.Response{Status: 200, Header: []mirror.Header{{Name: "Content-Type", Value: "application/json"}}, Body: []byte(`{"price":1,"note":"a\tb"}`)})
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

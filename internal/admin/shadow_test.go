@@ -51,7 +51,7 @@ func TestRuleDiffThroughTheListener(t *testing.T) {
 
 	for i := range 20 {
 		req := mirror.Request{Method: "GET", URI: fmt.Sprintf("/item?n=%d", i), Host: "shop"}
-		primary := mirror.Response{Status: 200, Header: []mirror.Header{{"Content-Type", "application/json"}}, Body: []byte(`{"name":"x","price":1}`)}
+		primary := mirror.Response{Status: 200, Header: []mirror.Header{{Name: "Content-Type", Value: "application/json"}}, Body: []byte(`{"name":"x","price":1}`)}
 		if !set.Mirror(shadowed.Mirror, req, primary) {
 			t.Fatalf("copy %d dropped", i)
 		}
