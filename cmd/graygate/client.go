@@ -26,6 +26,7 @@ var clientCommands = map[string]func(ctx context.Context, args []string, stdout,
 		return cmdRollback(ctx, "resume", a, o, e)
 	},
 	"explain":  cmdExplain,
+	"diff":     cmdDiff,
 	"status":   cmdStatus,
 	"register": cmdRegister,
 }

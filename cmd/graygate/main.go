@@ -37,7 +37,7 @@ Usage:
                                   check a config (YAML) or rule (JSON) file; every problem is printed with its path
   graygate version                print the version
   graygate rules list|get|put|delete|history|revert ...
-  graygate rollback | resume | explain | status
+  graygate rollback | resume | explain | status | diff KEY
                                   talk to a running gateway's admin API (see graygate rules -h)
   graygate register --store etcd://HOST:PORT/PREFIX --service NAME --addr HOST:PORT [--meta K=V]... [--ttl 10s]
                                   keep a service instance registered for discovery until stopped

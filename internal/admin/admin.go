@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 
 	"github.com/graygate/graygate/internal/notify"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
@@ -71,8 +72,10 @@ type Options struct {
 	// Notify tells the webhooks about a committed rollback or resume
 	// (gateway.Gateway.Notify); it must not block. Nil sends nothing.
 	Notify func(notify.Event)
-	Tokens []Token
-	Logger *slog.Logger
+	// Mirrors feeds GET /api/v1/rules/{key}/diff; nil leaves it unrouted.
+	Mirrors *mirror.Set
+	Tokens  []Token
+	Logger  *slog.Logger
 }
 
 // Change describes a write for Options.Commit to check before it is made.
@@ -132,6 +135,9 @@ func New(opts Options) *Server {
 	s.handle("PUT /api/v1/rules/{key}", RoleAdmin, s.putRule)
 	s.handle("DELETE /api/v1/rules/{key}", RoleAdmin, s.deleteRule)
 	s.handle("GET /api/v1/rules/{key}/history", RoleViewer, s.history)
+	if opts.Mirrors != nil {
+		s.handle("GET /api/v1/rules/{key}/diff", RoleViewer, s.ruleDiff)
+	}
 	s.handle("POST /api/v1/rules/{key}/revert", RoleAdmin, s.revert)
 	s.handle("POST /api/v1/rules/{key}/rollback", RoleAdmin, s.rollbackRule(true))
 	s.handle("POST /api/v1/rules/{key}/resume", RoleAdmin, s.rollbackRule(false))

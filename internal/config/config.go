@@ -14,6 +14,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -64,6 +65,8 @@ type Config struct {
 	Targeting Targeting `json:"targeting,omitempty"`
 	// Experiments configures what every ab rule shares: the holdout.
 	Experiments Experiments `json:"experiments,omitempty"`
+	// Tracing exports OpenTelemetry spans over OTLP/HTTP (default: off).
+	Tracing *Tracing `json:"tracing,omitempty"`
 
 	Admin     Admin               `json:"admin,omitempty"`
 	Identity  identity.Config     `json:"identity,omitempty"`
@@ -299,6 +302,46 @@ func (e *Experiments) Validate(path string) error {
 	return nil
 }
 
+// Tracing configures OpenTelemetry tracing: one server span per request,
+// exported over OTLP/HTTP, with parent-based sampling. Without the section
+// tracing is off and costs nothing.
+type Tracing struct {
+	// OTLPEndpoint is the collector's base URL, as the OTLP spec's
+	// OTEL_EXPORTER_OTLP_ENDPOINT is: spans are posted to
+	// <otlp_endpoint>/v1/traces ("http://127.0.0.1:4318").
+	OTLPEndpoint string `json:"otlp_endpoint"`
+	// SampleRatio is the share of traces graygate starts that are sampled,
+	// 0..1 (default 0.01); a request with a traceparent follows its
+	// parent's decision.
+	SampleRatio *float64 `json:"sample_ratio,omitempty"`
+	// ServiceName is the service.name resource attribute (default "graygate").
+	ServiceName string `json:"service_name,omitempty"`
+}
+
+// DefaultSampleRatio is the sample ratio of a tracing section without one.
+const DefaultSampleRatio = 0.01
+
+// Validate reports every problem under path.
+func (t *Tracing) Validate(path string) error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, strict.Errorf(strict.Join(path, field), format, args...))
+	}
+	if t.OTLPEndpoint == "" {
+		add("otlp_endpoint", "is required: the collector's base URL, such as \"http://127.0.0.1:4318\" (spans go to <otlp_endpoint>/v1/traces)")
+	} else if u, err := url.Parse(t.OTLPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "" {
+		add("otlp_endpoint", "must be an http:// or https:// URL with a host and no query, such as \"http://127.0.0.1:4318\", got %q", t.OTLPEndpoint)
+	}
+	if r := t.SampleRatio; r != nil && (math.IsNaN(*r) || *r < 0 || *r > 1) {
+		add("sample_ratio", "must be 0..1, got %v", *r)
+	}
+	if strings.TrimSpace(t.ServiceName) == "" {
+		add("service_name", "must not be empty")
+	}
+	return errors.Join(errs...)
+}
+
 // Limits protect a route and its upstreams from slow, large or too many requests.
 type Limits struct {
 	// Timeout bounds the wait for the upstream's response header (default:
@@ -523,6 +566,15 @@ func (c *Config) Defaults() {
 	if c.AccessLog.Path == "" {
 		c.AccessLog.Path = "stdout"
 	}
+	if t := c.Tracing; t != nil {
+		if t.SampleRatio == nil {
+			r := DefaultSampleRatio
+			t.SampleRatio = &r
+		}
+		if t.ServiceName == "" {
+			t.ServiceName = "graygate"
+		}
+	}
 	for i := range c.Admin.Tokens {
 		if c.Admin.Tokens[i].Role == "" {
 			c.Admin.Tokens[i].Role = "admin"
@@ -601,6 +653,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Limits.Validate("limits"); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Tracing != nil {
+		errs = append(errs, c.Tracing.Validate("tracing"))
 	}
 	if _, _, err := c.Store.Etcd(); err != nil {
 		errs = append(errs, strict.Prefix("store.url", err))

@@ -73,6 +73,12 @@ func TestParseErrors(t *testing.T) {
 		{"holdout above 100", "experiments: {holdout: {percent: 120}}\n", []string{"experiments.holdout.percent: must be 0..100, got 120"}},
 		{"holdout decimals", "experiments: {holdout: {percent: 5.125, salt: h}}\n", []string{"experiments.holdout.percent: allows at most two decimals, got 5.125"}},
 		{"holdout unknown key", "experiments: {holdout: {percentage: 5}}\n", []string{"experiments.holdout.percentage: unknown field"}},
+		{"tracing without an endpoint", "tracing: {sample_ratio: 0.5}\n", []string{"tracing.otlp_endpoint: is required"}},
+		{"tracing endpoint not a URL", "tracing: {otlp_endpoint: '127.0.0.1:4318'}\n", []string{`tracing.otlp_endpoint: must be an http:// or https:// URL with a host and no query, such as "http://127.0.0.1:4318", got "127.0.0.1:4318"`}},
+		{"tracing endpoint with a query", "tracing: {otlp_endpoint: 'http://c:4318/?x=1'}\n", []string{"tracing.otlp_endpoint: must be an http:// or https:// URL"}},
+		{"tracing ratio", "tracing: {otlp_endpoint: 'http://c:4318', sample_ratio: 1.5}\n", []string{"tracing.sample_ratio: must be 0..1, got 1.5"}},
+		{"tracing service name", "tracing: {otlp_endpoint: 'http://c:4318', service_name: ' '}\n", []string{"tracing.service_name: must not be empty"}},
+		{"tracing unknown key", "tracing: {otlp_endpoint: 'http://c:4318', endpoint: x}\n", []string{"tracing.endpoint: unknown field"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +95,24 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+func TestTracingDefaults(t *testing.T) {
+	c, err := Parse([]byte("listen: ':1'\n"))
+	if err != nil || c.Tracing != nil {
+		t.Fatalf("tracing is not off by default: %+v %v", c.Tracing, err)
+	}
+	c, err = Parse([]byte("tracing: {otlp_endpoint: 'http://127.0.0.1:4318'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := c.Tracing; tr.OTLPEndpoint != "http://127.0.0.1:4318" || *tr.SampleRatio != 0.01 || tr.ServiceName != "graygate" {
+		t.Errorf("tracing defaults = %+v", tr)
+	}
+	c, err = Parse([]byte("tracing: {otlp_endpoint: 'https://otel.example/base/', sample_ratio: 0, service_name: edge}\n"))
+	if err != nil || *c.Tracing.SampleRatio != 0 || c.Tracing.ServiceName != "edge" {
+		t.Errorf("tracing = %+v %v", c.Tracing, err)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("listen: ':1'\nupstreams: {a: {instances: [{addr: 'h:1'}]}}\n"))
 	f.Add([]byte("routes: [{name: r}]\nrules: [{key: a}]\n"))
@@ -96,6 +120,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("experiments: {holdout: {percent: 5, salt: holdout}}\n"))
 	f.Add([]byte("experiments: {holdout: {percent: -0.001, salt: [1]}}\n"))
 	f.Add([]byte("notifications: [{name: a, url: 'http://h/', events: [srm, nope]}, {url: 'ftp://x', secret_env: X}]\n"))
+	f.Add([]byte("tracing: {otlp_endpoint: 'http://h:1/p', sample_ratio: 0.5, service_name: g}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err == nil && c.Listen == "" {

@@ -61,6 +61,7 @@ var fields = []Field{
 	{"admin.tokens", Live, "the admin API's token set is replaced"},
 	{"identity", Live, "the next snapshot"},
 	{"experiments", Live, "the next snapshot"},
+	{"tracing", Restart, "the tracer provider and its exporter are built at start"},
 	{"proxy.dial_timeout", Live, "the data plane's options; upstream pools are replaced"},
 	{"proxy.response_header_timeout", Live, "the data plane's options"},
 	{"proxy.idle_timeout", Live, "the data plane's options; upstream pools are replaced"},

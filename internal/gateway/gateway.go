@@ -27,10 +27,12 @@ import (
 	"github.com/graygate/graygate/internal/logfile"
 	"github.com/graygate/graygate/internal/metrics"
 	"github.com/graygate/graygate/internal/notify"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/proxy"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/tracing"
 	"github.com/graygate/graygate/internal/traffic"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -75,7 +77,9 @@ type Gateway struct {
 	limits   *limit.Set
 	notify   *notify.Sender
 	health   *upstream.Health
-	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats and rollouts
+	traffic  *traffic.Set    // live per-rule, per-group windows for /api/v1/stats and rollouts
+	mirrors  *mirror.Set     // shadow traffic and its diffs, per rule; outlives snapshots
+	tracer   *tracing.Tracer // nil: tracing off
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
 	tgt        atomic.Pointer[targeting]
@@ -168,6 +172,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.notify, err = g.newSender(cfg); err != nil {
 		return nil, err
 	}
+	g.mirrors = mirror.New(mirror.Options{Logger: opts.Logger.With("component", "mirror")})
 	g.health = upstream.NewHealth(upstream.HealthOptions{Now: opts.Now, Logger: opts.Logger})
 	pools, err := g.pools(cfg)
 	if err != nil {
@@ -191,8 +196,13 @@ func New(opts Options) (*Gateway, error) {
 			_ = g.health.Close()
 			_ = tgt.close()
 			g.closeNotify(canceled())
+			g.mirrors.Close()
+			g.shutdownTracer()
 		}
 	}()
+	if g.tracer, err = newTracer(cfg, opts.Version); err != nil {
+		return nil, err
+	}
 	g.metrics.TagStore(func() metrics.TagStats {
 		s := g.tgt.Load().redisStats()
 		return metrics.TagStats{Hits: s.Hits, Misses: s.Misses, Unknown: s.Unknown, Errors: s.Errors, Rejected: s.Rejected}
@@ -211,6 +221,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.exportStoreMetrics()
+	g.exportMirrorMetrics()
 	g.metrics.Pools(func() []metrics.PoolStats {
 		g.mu.Lock()
 		stats := g.reg.Stats()
@@ -236,6 +247,7 @@ func New(opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	g.syncMirrors(snap)
 	g.router = router.New(snap)
 
 	if err := g.openAccessLog(cfg); err != nil {
@@ -261,6 +273,7 @@ func New(opts Options) (*Gateway, error) {
 		Compile: g.compile,
 		Commit:  g.Commit,
 		Traffic: g.traffic,
+		Mirrors: g.mirrors,
 		Status:  func() any { return g.Status() },
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
@@ -659,6 +672,7 @@ func (g *Gateway) Apply(ctx context.Context) error {
 	if cur := g.router.Load(); cur != nil && snap.Revision < cur.Revision {
 		return nil // an older state than what serves: never go back
 	}
+	g.syncMirrors(snap)
 	g.router.Store(snap)
 	return nil
 }
@@ -764,6 +778,8 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	_ = g.health.Close()
 	_ = g.store.Close()
 	_ = g.tgt.Load().close()
+	g.mirrors.Close()
+	g.shutdownTracer()
 	if cerr := g.closeAccessLog(); cerr != nil {
 		g.log.Error("close the access log", "err", cerr)
 	}

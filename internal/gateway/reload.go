@@ -89,6 +89,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 		}
 		return fail(err)
 	}
+	g.syncMirrors(snap)
 	g.router.Store(snap)
 	g.reconfigureNotify(cfg, rcvs)
 	oldReg.Retire(g.reg)

@@ -277,3 +277,40 @@ func (c *violationCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(violations, prometheus.CounterValue, float64(n), c.reasons[i])
 	}
 }
+
+// Mirrors exports each rule's shadow-traffic totals, read at scrape time:
+// graygate_mirror_sent_total (copies the mirror target answered),
+// graygate_mirror_failed_total (copies it did not: no instance, connection
+// error, timeout) and graygate_mirror_dropped_total (copies never sent: a
+// full queue, a body over max_body), each by rule.
+func (m *Metrics) Mirrors(read func() []MirrorStats) {
+	m.reg.MustRegister(&mirrorCollector{read: read})
+}
+
+// MirrorStats are one rule's mirror totals.
+type MirrorStats struct {
+	Rule                  string
+	Sent, Failed, Dropped uint64
+}
+
+var (
+	mirrorSent    = prometheus.NewDesc("graygate_mirror_sent_total", "Shadow copies the mirror target answered, by rule.", []string{"rule"}, nil)
+	mirrorFailed  = prometheus.NewDesc("graygate_mirror_failed_total", "Shadow copies the mirror target did not answer (no instance, connection error, timeout), by rule.", []string{"rule"}, nil)
+	mirrorDropped = prometheus.NewDesc("graygate_mirror_dropped_total", "Shadow copies never sent (queue full, body over max_body), by rule.", []string{"rule"}, nil)
+)
+
+type mirrorCollector struct{ read func() []MirrorStats }
+
+func (c *mirrorCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- mirrorSent
+	ch <- mirrorFailed
+	ch <- mirrorDropped
+}
+
+func (c *mirrorCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.read() {
+		ch <- prometheus.MustNewConstMetric(mirrorSent, prometheus.CounterValue, float64(s.Sent), s.Rule)
+		ch <- prometheus.MustNewConstMetric(mirrorFailed, prometheus.CounterValue, float64(s.Failed), s.Rule)
+		ch <- prometheus.MustNewConstMetric(mirrorDropped, prometheus.CounterValue, float64(s.Dropped), s.Rule)
+	}
+}

@@ -56,3 +56,20 @@ func BenchmarkObserve(b *testing.B) {
 		m.Observe(d, 200, time.Millisecond)
 	}
 }
+
+func TestMirrors(t *testing.T) {
+	m := New()
+	m.Mirrors(func() []MirrorStats { return []MirrorStats{{Rule: "user_v2", Sent: 7, Failed: 2, Dropped: 3}} })
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`graygate_mirror_sent_total{rule="user_v2"} 7`,
+		`graygate_mirror_failed_total{rule="user_v2"} 2`,
+		`graygate_mirror_dropped_total{rule="user_v2"} 3`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}

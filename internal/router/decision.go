@@ -6,6 +6,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -83,6 +84,14 @@ type Decision struct {
 	// Report is what the claiming rule asks the data plane to collect
 	// (nil: nothing). It belongs to the snapshot and must not be modified.
 	Report *Report
+	// Mirror, when set, asks the data plane to send a shadow copy of the
+	// request, with the primary's answer, to mirror.Set.Mirror once the
+	// primary has answered (see package mirror). The router sets it only
+	// for a request that a gray rule with a mirror had in scope and did
+	// not send to gray, that is served by that rule's stable target, whose
+	// method the mirror allows and whose user's mirror bucket it selects.
+	// It belongs to the snapshot and must not be modified.
+	Mirror *mirror.Spec
 	// VersionHeader names the request header whose value picks instances
 	// by their "version" metadata (seed 003), for routes that enable it;
 	// "" leaves it to the pool's own setting.

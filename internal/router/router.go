@@ -18,7 +18,9 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/match"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/tracing"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -307,15 +309,17 @@ type Trace struct {
 	PeerTrusted bool   `json:"peer_trusted"`
 	Route       string `json:"route"`
 	Colored     string `json:"colored,omitempty"`
-	// IgnoredColor is an inbound X-Gray-Tag that trust_gray_tag would have
-	// honoured had the peer been a trusted proxy.
+	// IgnoredColor is an inbound X-Gray-Tag (or baggage gray.tag) that
+	// trust_gray_tag would have honoured had the peer been a trusted proxy.
 	IgnoredColor string       `json:"ignored_color,omitempty"`
 	Rules        []rule.Trace `json:"rules"`
 	// SkippedByIndex lists the route's rules that the path index left out
 	// because they cannot match the path; like live traffic, explain does
 	// not evaluate them.
 	SkippedByIndex []string `json:"skipped_by_index,omitempty"`
-	Reason         string   `json:"reason"`
+	// Mirror says whether a gray rule's mirror shadows the request, and why.
+	Mirror string `json:"mirror,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // Decide routes one request. When tr is non-nil it records every rule
@@ -348,7 +352,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	// An inbound color is believed only from a trusted hop: anyone else
 	// could name gray and skip the whitelist and the bucket.
 	if s.trustTag {
-		if tag, ok := req.Header(TagHeader); ok && tag != "" {
+		if tag, ok := inboundColor(req); ok {
 			if !req.PeerTrusted() {
 				if tr != nil {
 					tr.IgnoredColor = tag
@@ -368,6 +372,9 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 	if tr != nil {
 		tr.SkippedByIndex = rt.skipped(cands)
 	}
+	// shadow is the first gray rule with a mirror that had the request in
+	// scope and let it fall through; it may mirror it (mirrorTo).
+	var shadow *entry
 	for i := range cands {
 		e := &cands[i]
 		var rtr *rule.Trace
@@ -377,6 +384,9 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 		}
 		out, ok := e.rule.Eval(&f, e.rolledBack, s.holdout, rtr)
 		if !ok {
+			if out.InScope && shadow == nil && e.rule.Mirror != nil && !e.rolledBack {
+				shadow = e
+			}
 			continue
 		}
 		d.Rule, d.Group, d.Target, d.Degraded = e.rule.Key, out.Target.Group, out.Target.Pool, out.Degraded
@@ -402,13 +412,56 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 				tr.Reason = fmt.Sprintf("held out of every experiment: rule %q answers with its control target → %s", e.rule.Key, d.Target.Name)
 			}
 		}
+		mirrorTo(shadow, req, &d, tr)
 		return d
 	}
 	d.Group, d.Target = GroupDefault, rt.def
 	if tr != nil {
 		tr.Reason = fmt.Sprintf("no rule claimed the request: default upstream %s", rt.def.Name)
 	}
+	mirrorTo(shadow, req, &d, tr)
 	return d
+}
+
+// mirrorTo sets d.Mirror when the gray rule e (which had the request in
+// scope and did not claim it) mirrors it: the request is served by the
+// rule's stable target (it fell through to a rule or default that sends it
+// there), the mirror allows its method, and the user's mirror bucket is
+// selected. A request served by anything else is not mirrored: its answer
+// is not the stable version's, so comparing the mirror's with it would
+// say nothing about the candidate. Colored requests (decideColored) and
+// rolled-back rules are never mirrored.
+func mirrorTo(e *entry, req attr.Request, d *Decision, tr *Trace) {
+	if e == nil || d.Target == nil || e.stable == nil || d.Target.Name != e.stable.Name {
+		return
+	}
+	m := e.rule.Mirror
+	if !m.Selects(req.Method(), d.Identity.Value) {
+		if tr != nil {
+			b, th := m.Bucket(d.Identity.Value)
+			tr.Mirror = fmt.Sprintf("not mirrored by rule %q: method %s in %v, mirror bucket %d < %d: %v", e.rule.Key, req.Method(), m.Methods, b, th, b < th)
+		}
+		return
+	}
+	d.Mirror = m
+	if tr != nil {
+		b, th := m.Bucket(d.Identity.Value)
+		tr.Mirror = fmt.Sprintf("mirrored by rule %q to %s (mirror bucket %d < %d of 10000, salt %q)", e.rule.Key, m.TargetName, b, th, mirror.Salt(e.rule.Key))
+	}
+}
+
+// inboundColor returns the color a request arrived with: its X-Gray-Tag,
+// or else the gray.tag member of its W3C baggage (teams that propagate
+// baggage carry the color through every service without code changes).
+// Only a trusted peer's color is believed (Decide checks).
+func inboundColor(req attr.Request) (string, bool) {
+	if tag, ok := req.Header(TagHeader); ok && tag != "" {
+		return tag, true
+	}
+	if b, ok := req.Header(tracing.BaggageHeader); ok {
+		return tracing.GrayTag(b)
+	}
+	return "", false
 }
 
 // resolveIdentity takes the user id from a verified token when the identity

@@ -12,6 +12,7 @@ import (
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/bucket"
 	"github.com/graygate/graygate/internal/match"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/upstream"
 	"github.com/graygate/graygate/internal/when"
@@ -57,6 +58,8 @@ type Compiled struct {
 	wlNets    []netip.Prefix
 	Gray      Target
 	Stable    Target
+	// Mirror is the gray rule's compiled mirror (nil: none).
+	Mirror *mirror.Spec
 
 	// ab
 	split   *bucket.Splitter
@@ -162,6 +165,13 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 			}
 		}
 		c.wlUID = newUIDSet(uids)
+		if r.Mirror != nil {
+			sp, err := compileMirror(&r, resolve)
+			if err != nil {
+				errs = append(errs, strict.Errorf("mirror", "%v", err))
+			}
+			c.Mirror = sp
+		}
 	case TypeAB:
 		c.layer = newLayer(&r)
 		for i, g := range r.Groups {
@@ -236,6 +246,10 @@ type Outcome struct {
 	// HeldOut is set when the holdout kept the user out of the experiment:
 	// Target is the control group, and the group to report is "holdout".
 	HeldOut bool
+	// InScope is set on a gray rule's answer when it did not claim a
+	// request that met its conditions (the request falls through): the
+	// requests a mirror may shadow.
+	InScope bool
 }
 
 // Eval decides whether the rule claims the request described by f.
@@ -284,7 +298,7 @@ func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *T
 	if tr == nil {
 		// 0% and 100% need no hash: no bucket is below 0, every one is below the size.
 		if c.threshold == 0 {
-			return Outcome{}, false
+			return Outcome{InScope: true}, false
 		}
 		if c.Mode.Everyone(c.threshold) {
 			return c.grayOutcome(rolledBack, nil, "")
@@ -304,7 +318,7 @@ func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *T
 		tr.Bucket, tr.Threshold, tr.Buckets = ptr(b), ptr(c.threshold), c.Mode.Size()
 		tr.Reason = "not claimed: not whitelisted and " + c.Mode.Explain(b, c.threshold) + "; falls through"
 	}
-	return Outcome{}, false
+	return Outcome{InScope: true}, false
 }
 
 // whitelisted returns 'u' for a uid hit, 'i' for an IP hit, else 0.
@@ -479,6 +493,12 @@ func checkTargets(r Rule, env Env) error {
 	}
 	check("target", r.Target)
 	check("stable", r.Stable)
+	if r.Mirror != nil {
+		check("mirror.target", r.Mirror.Target)
+		if r.Mirror.Diff != nil {
+			check("mirror.diff.secondary", r.Mirror.Diff.Secondary)
+		}
+	}
 	return errors.Join(errs...)
 }
 

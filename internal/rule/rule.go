@@ -84,6 +84,9 @@ type Rule struct {
 	// Breaker tunes the circuit breaker guarding the gray target (gray);
 	// unset fields take the config's breaker defaults.
 	Breaker *breaker.Config `json:"breaker,omitempty"`
+	// Mirror sends shadow copies of some of the requests the rule leaves
+	// on stable to a mirror target, and diffs its answers (gray).
+	Mirror *Mirror `json:"mirror,omitempty"`
 
 	// Rules are seed 004's tag conditions, ANDed (tag rules).
 	Rules []match.TagCond `json:"rules,omitempty"`
@@ -234,6 +237,9 @@ func (r *Rule) validateTag() []error {
 		}
 	}
 	errs = append(errs, r.layerOnlyForAB()...)
+	if r.Mirror != nil {
+		add("mirror", "is only for gray rules: it shadows the requests a gray rule leaves on stable")
+	}
 	if r.Breaker != nil {
 		if err := r.Breaker.Validate("breaker"); err != nil {
 			errs = append(errs, err)
@@ -284,6 +290,7 @@ func (r *Rule) validateGray() []error {
 	if r.Groups != nil {
 		add("groups", "are only for ab rules")
 	}
+	errs = append(errs, r.validateMirror()...)
 	return append(errs, r.layerOnlyForAB()...)
 }
 
@@ -386,6 +393,9 @@ func (r *Rule) validateAB() []error {
 	}
 	if r.TargetTags != nil {
 		add("target_tags", "are only for gray rules; ab rules put a tag in each group")
+	}
+	if r.Mirror != nil {
+		add("mirror", "is only for gray rules: it shadows the requests a gray rule leaves on stable")
 	}
 	return append(errs, r.validateLayer()...)
 }

@@ -224,6 +224,17 @@ func (p *Pool) Report(inst *Instance, ok bool) {
 	}
 }
 
+// Release ends a request to inst that Pick started without reporting an
+// outcome: it decrements the in-flight count and leaves passive health
+// alone. Shadow traffic (package mirror) uses it, because a mirror's
+// failures must never eject an instance that serves real users, and its
+// successes must never end their failure run.
+func (p *Pool) Release(inst *Instance) {
+	if s := p.stateOf(inst); s != nil {
+		s.inflight.Add(-1)
+	}
+}
+
 func (p *Pool) stateOf(inst *Instance) *hostState {
 	if inst == nil {
 		return nil
