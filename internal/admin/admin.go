@@ -18,8 +18,8 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/mirror"
+	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
