@@ -92,9 +92,11 @@
 //
 // fasthttp cannot tell a handler that its client left. While an upstream is
 // silent for longer than 50ms, a watcher goroutine peeks at the client
-// socket (MSG_PEEK, so fasthttp's reading is undisturbed); a hang-up cancels
-// the upstream wait and the request is recorded as 499. Faster answers never
-// start the watcher.
+// socket (MSG_PEEK, so fasthttp's reading is undisturbed); a reset cancels
+// the upstream wait and the request is recorded as 499. A FIN does not: a
+// client that half-closes after its last request still reads, and gets its
+// answer; one that closed both ways is found when the answer is written.
+// Faster answers never start the watcher.
 //
 // # Lifetime
 //

@@ -147,6 +147,16 @@ func TestErrorResponses(t *testing.T) {
 // TestClientGone checks that a client hanging up while the upstream is still
 // thinking is recorded as 499 and that the upstream request is abandoned
 // rather than left to run to ResponseHeaderTimeout.
+// resetClose closes c with a reset (SO_LINGER 0), as a client that goes
+// away does; a plain close (FIN) is also a half-close, which is answered.
+func resetClose(t *testing.T, c net.Conn) {
+	t.Helper()
+	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
 func TestClientGone(t *testing.T) {
 	stuck, _, canceled := stuckBackend(t)
 	rec := newDoneRecorder()
@@ -162,7 +172,7 @@ func TestClientGone(t *testing.T) {
 		fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
 		// Past watchDelay, so the watcher is what notices.
 		time.Sleep(3 * watchDelay)
-		c.Close()
+		resetClose(t, c)
 		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest || d.rule != "r" {
 			t.Errorf("OnDone(status %d, rule %q), want (499, r)", d.status, d.rule)
 		}
@@ -201,7 +211,7 @@ func TestClientGone(t *testing.T) {
 		start := time.Now()
 		fmt.Fprint(conn, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
 		time.Sleep(3 * watchDelay)
-		conn.Close()
+		resetClose(t, conn)
 		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest {
 			t.Errorf("OnDone(status %d), want 499", d.status)
 		}
@@ -216,9 +226,32 @@ func TestClientGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-		c.Close()
+		resetClose(t, c)
 		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest {
 			t.Errorf("OnDone(status %d), want 499", d.status)
+		}
+	})
+
+	t.Run("half-close while waiting is answered", func(t *testing.T) {
+		addr := rawBackend(t, func(req *http.Request, w *bufio.Writer) {
+			time.Sleep(4 * watchDelay)
+			fmt.Fprint(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		})
+		_, proxyAddr := startProxy(t, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", addr)})
+		c, err := net.Dial("tcp", proxyAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+		_ = c.(*net.TCPConn).CloseWrite()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("after a half-close: %v, want the answer", err)
+		}
+		if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "ok" {
+			t.Errorf("after a half-close: %d %q, want 200 ok", resp.StatusCode, b)
 		}
 	})
 

@@ -228,7 +228,7 @@ func TestGate(t *testing.T) {
 		if want := "graygate: upstream \"busy\" is at its concurrency cap\n"; resp.StatusCode != 503 || errBody(t, resp, body) != want {
 			t.Errorf("second request: %d %q, want 503 %q", resp.StatusCode, body, want)
 		}
-		first.Close() // the proxy sees the hang-up and lets the slot go
+		resetClose(t, first) // the proxy sees the hang-up and lets the slot go
 		waitInFlight(t, pool.Gate)
 	})
 

@@ -216,7 +216,7 @@ func hangUpAfter(t *testing.T, addr string, d time.Duration) {
 	}
 	fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
 	time.Sleep(d) // the client's patience, not a synchronisation
-	c.Close()
+	resetClose(t, c)
 }
 
 // TestBreakerTripAndRecover drives a breaker through the data plane: gray

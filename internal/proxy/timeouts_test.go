@@ -103,7 +103,7 @@ func TestMaxConnsPerHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer first.Close()
+	defer resetClose(t, first)
 	fmt.Fprint(first, "GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
 	select {
 	case <-arrived: // the first request now holds the only connection

@@ -12,13 +12,17 @@ import (
 )
 
 // watch starts a goroutine that waits for the client connection to become
-// readable and peeks at it: a zero-byte read (FIN) or a reset means the
-// client has gone, and the upstream wait is cancelled. Pending bytes (a
-// pipelined request) end the watch without a verdict, since they cannot be
-// told apart from a hang-up without consuming them. fasthttp reads nothing
-// from the connection while the handler runs, so peeking does not disturb
-// it. The wait is bounded by the read deadline set through ctx, which
-// fasthttp resets after the handler. It reports whether a watcher started.
+// readable and peeks at it: a reset means the client has gone, and the
+// upstream wait is cancelled (499). A zero-byte read (FIN) does not: it is
+// also what a client that half-closes after its last request sends, and
+// such a client is owed its answer (RFC 9112 section 9.6 leaves the read
+// side open); a client that closed both ways is then found when the answer
+// is written. Pending bytes (a pipelined request) end the watch without a
+// verdict too, since they cannot be told apart from a hang-up without
+// consuming them. fasthttp reads nothing from the connection while the
+// handler runs, so peeking does not disturb it. The wait is bounded by the
+// read deadline set through ctx, which fasthttp resets after the handler.
+// It reports whether a watcher started.
 func (ex *exchange) watch(ctx *fasthttp.RequestCtx, up net.Conn) bool {
 	sc, ok := ctx.Conn().(syscall.Conn)
 	if !ok {
@@ -66,12 +70,12 @@ func (ex *exchange) unwatch(ctx *fasthttp.RequestCtx) {
 
 // peek is the syscall.RawConn read callback: false means "not ready, wait".
 func (ex *exchange) peek(fd uintptr) bool {
-	n, _, err := syscall.Recvfrom(int(fd), ex.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	_, _, err := syscall.Recvfrom(int(fd), ex.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	switch {
 	case err == syscall.EAGAIN || err == syscall.EINTR:
 		return false
-	case err != nil, n == 0:
-		ex.gone = true
+	case err != nil:
+		ex.gone = true // reset
 	}
-	return true
+	return true // bytes, or a half-close: no verdict
 }
