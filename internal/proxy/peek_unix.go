@@ -13,29 +13,35 @@ import (
 //
 // It runs in RawConn.Control, not Read: Control neither checks the read
 // deadline (a pooled connection may still carry an expired one from its
-// last exchange) nor touches the poller's readiness.
+// last exchange) nor touches the poller's readiness. The callback is a
+// method value kept on the connection (peekFn), and its result a field,
+// so that a peek allocates nothing.
 func (u *upstreamTCP) peekIdle() error {
-	var perr error
-	err := u.raw.Control(func(fd uintptr) {
-		var b [1]byte
-		for {
-			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-			case err != nil:
-				perr = os.NewSyscallError("recvfrom", err)
-			case n == 0:
-				perr = errIdleClosed
-			default:
-				perr = errStrayBytes
-			}
-			return
-		}
-	})
-	if err != nil {
+	if u.peekFn == nil {
+		u.peekFn = u.peekFd
+	}
+	u.peekErr = nil
+	if err := u.raw.Control(u.peekFn); err != nil {
 		return err
 	}
-	return perr
+	return u.peekErr
+}
+
+// peekFd is peekIdle's RawConn.Control callback.
+func (u *upstreamTCP) peekFd(fd uintptr) {
+	for {
+		n, _, err := syscall.Recvfrom(int(fd), u.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+		case err != nil:
+			u.peekErr = os.NewSyscallError("recvfrom", err)
+		case n == 0:
+			u.peekErr = errIdleClosed
+		default:
+			u.peekErr = errStrayBytes
+		}
+		return
+	}
 }

@@ -186,6 +186,10 @@ type upstreamTCP struct {
 	// armed is the read deadline armHeaderDeadline last set, zero when
 	// unknown. Only the exchange holding the connection touches it.
 	armed time.Time
+	// peekIdle's callback, result and buffer (see peekIdle).
+	peekFn  func(uintptr)
+	peekErr error
+	peekBuf [1]byte
 }
 
 // dialError marks a failure to connect (or to finish the TLS handshake), as
