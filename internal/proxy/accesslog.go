@@ -141,6 +141,14 @@ func (a *accessLog) record(f *flow, end time.Time, elapsed time.Duration) {
 		b = append(b, `,"timeout":`...)
 		b = appendJSONString(b, f.timeout)
 	}
+	if f.proto != "" {
+		b = append(b, `,"proto":`...)
+		b = appendJSONString(b, f.proto)
+	}
+	if f.grpcStatus >= 0 {
+		b = append(b, `,"grpc_status":`...)
+		b = strconv.AppendInt(b, int64(f.grpcStatus), 10)
+	}
 	b = append(b, "}\n"...)
 	_, _ = a.w.Write(b)
 	*bp = b

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // Header names the gateway reads or writes.
@@ -212,12 +214,20 @@ func (f *flow) addForwarded(sink fieldSink, in inHeader, host []byte, tls, trust
 	}
 	sink.addField(s2b(hdrRequestID), f.reqID)
 	if !f.opts.NoVia {
-		sink.addField(s2b(hdrVia), s2b(viaValue))
+		v := viaValue
+		if f.proto == "h2" {
+			v = viaValue2
+		}
+		sink.addField(s2b(hdrVia), s2b(v))
 	}
 }
 
-// viaValue is the gateway's Via entry (RFC 9110 section 7.6.3).
-const viaValue = "1.1 graygate"
+// viaValue is the gateway's Via entry (RFC 9110 section 7.6.3) for a
+// message it received over HTTP/1.1, viaValue2 over HTTP/2.
+const (
+	viaValue  = "1.1 graygate"
+	viaValue2 = "2 graygate"
+)
 
 // addField implements fieldSink: one header line of the upstream request's
 // head.
@@ -427,10 +437,15 @@ func (f *flow) captureReported(h fields, names []string) {
 // maxReported bounds the report headers read per response.
 const maxReported = 16
 
-// addVia adds the gateway's Via entry to a forwarded response.
+// addVia adds the gateway's Via entry to a forwarded response, naming
+// the protocol the response came in with from the upstream.
 func (f *flow) addVia(h fields) {
 	if !f.opts.NoVia {
-		h.AddBytesKV(s2b(hdrVia), s2b(viaValue))
+		v := viaValue
+		if t := f.d.Target; t != nil && t.Protocol != upstream.HTTP1 {
+			v = viaValue2
+		}
+		h.AddBytesKV(s2b(hdrVia), s2b(v))
 	}
 }
 

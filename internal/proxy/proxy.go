@@ -61,6 +61,12 @@ type Proxy struct {
 	exchanges sync.Pool
 	tunnels   tunnelSet
 	conns     connSet
+
+	// The HTTP/2 codec (h2.go) and the net/http upstream transports
+	// (nethttp.go).
+	streams sync.Pool
+	h2      h2State
+	nets    netTransports
 }
 
 // New returns a Proxy that routes with decider. Zero Options fields take the
@@ -85,6 +91,8 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 	p.ids.init()
 	p.degrade = newDegradeLog(p.log.Handler(), DefaultDegradationLogQueue)
 	p.exchanges.New = func() any { return p.newExchange() }
+	p.streams.New = func() any { return p.newStream() }
+	p.reconfigureH2(&o)
 	p.stop = make(chan struct{})
 	go p.sweepClients(p.stop)
 	if o.AccessLog != nil {
@@ -166,7 +174,12 @@ func (p *Proxy) Reconfigure(opts Options) []string {
 	p.accessMu.Unlock()
 	p.opts.Store(&o)
 	p.lcfg.Store(listenerConfig(&o))
+	if o.WriteTimeout != old.WriteTimeout {
+		// New HTTP/2 connections take the new client write timeout.
+		p.reconfigureH2(&o)
+	}
 	if upstreamOptionsChanged(old, &o) {
+		p.closeNetTransports(true)
 		p.clientsMu.Lock()
 		m := p.clients.Swap(nil)
 		p.clientsMu.Unlock()
@@ -203,6 +216,22 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load))
 }
 
+// ServeWith is Serve for a listener that offers more than cleartext
+// HTTP/1.1: TLS (prot.TLS, with ALPN h2 for HTTP/2) or h2c (prot.H2C).
+// HTTP/2 connections are served by ServeH2, HTTP/1.1 ones as by Serve,
+// guarded the same way over TLS; see listener.Split. Serve and ServeWith
+// may run on several listeners at once; Shutdown stops them all.
+func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
+	prot.ServeH2 = p.ServeH2
+	if prot.HandshakeTimeout <= 0 {
+		prot.HandshakeTimeout = p.opts.Load().ReadHeaderTimeout
+	}
+	if prot.Logger == nil {
+		prot.Logger = p.log
+	}
+	return p.server.Serve(listener.Split(ln, p.lcfg.Load, prot))
+}
+
 // Shutdown stops accepting (it closes the listeners), closes idle client
 // connections, and waits until ctx is done for requests in flight, which
 // are answered with "Connection: close". It then closes the client
@@ -217,8 +246,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		// serving: its stop flag is cleared again when it returns.
 		p.conns.closeAll()
 	}
+	if herr := p.shutdownH2(ctx); herr != nil && err == nil {
+		err = herr
+	}
 	p.tunnels.closeAll()
 	p.stopOnce.Do(func() { close(p.stop) })
+	p.closeNetTransports(false)
 	if m := p.clients.Load(); m != nil {
 		for _, c := range *m {
 			c.hc.CloseIdleConnections()
@@ -293,6 +326,9 @@ type exchange struct {
 	// the trailers.
 	respOut *fasthttp.ResponseHeader
 	upEOF   bool
+	// net is the state of a request forwarded to an HTTP/2 pool
+	// (forwardNet), nil otherwise.
+	net *netUpstream
 
 	// Client watch state. mu guards canceled and upConn between the
 	// watcher goroutine and the request goroutine.
@@ -364,6 +400,7 @@ func (ex *exchange) reset() {
 	ex.inline = -1
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
 	ex.upEOF = false
+	ex.net = nil
 	ex.upConn, ex.gone = nil, false
 }
 
@@ -451,6 +488,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	}
 	if err := ex.pick(&ctx.Request.Header); err != nil {
 		return false, err
+	}
+	if ex.d.Target.Protocol != upstream.HTTP1 {
+		return p.forwardNet(ctx, ex, trusted, ws)
 	}
 	now := ex.start
 	if !p.realClock {
