@@ -161,12 +161,12 @@ func (p *Proxy) H2Conns() int {
 // the net/http request and response.
 type stream struct {
 	flow
-	view  netView
-	in    netIn
-	w     http.ResponseWriter
-	r     *http.Request
-	rc    *http.ResponseController
-	info  *connInfo
+	view netView
+	in   netIn
+	w    http.ResponseWriter
+	r    *http.Request
+	rc   *http.ResponseController
+	info *connInfo
 	// cbody is the client's body, made per request: a transport may still
 	// read it after the stream is pooled again.
 	cbody *clientBody
