@@ -265,7 +265,7 @@ func (f *flow) recordOutcome(start time.Time, err error) {
 	var failed bool
 	switch {
 	case err == nil:
-		failed = b.IsErrorStatus(f.status)
+		failed = b.IsErrorStatus(f.status) || b.IsErrorGRPC(f.grpcStatus)
 	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout), errors.Is(err, errBodyTooLarge):
 	default:
 		failed = true
@@ -275,8 +275,10 @@ func (f *flow) recordOutcome(start time.Time, err error) {
 
 // recordBody reports the outcome of a request whose response body streamed
 // (see roundTrip), once the body has ended: the latency measured at the
-// header, and a failure if the status is an error or the upstream broke
-// off or stalled mid-body. A client that stopped reading is not the
+// header, and a failure if the status is an error, the gRPC status (from
+// the header of a trailers-only answer, or the trailers) is one the
+// breaker counts (grpc_error_codes), or the upstream broke off or stalled
+// mid-body. A client that stopped reading is not the
 // upstream's failure.
 func (f *flow) recordBody() {
 	b := f.d.Breaker
@@ -284,6 +286,6 @@ func (f *flow) recordBody() {
 		return
 	}
 	f.recorded = true
-	failed := b.IsErrorStatus(f.status) || f.upErr != nil
+	failed := b.IsErrorStatus(f.status) || b.IsErrorGRPC(f.grpcStatus) || f.upErr != nil
 	b.Record(f.d.Ticket, breaker.Outcome{Latency: f.brkLatency, Failed: failed, End: f.p.now()})
 }
