@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 bash scripts/redis.sh >/dev/null
 bash scripts/etcd.sh >/dev/null
 bash scripts/chromium.sh >/dev/null
+# The TLS and HTTP/2 tests drive curl (--http2, --http2-prior-knowledge).
+if ! curl --version 2>/dev/null | grep -q HTTP2; then
+  apt-get install -y curl >/dev/null || { apt-get update >/dev/null && apt-get install -y curl >/dev/null; }
+fi
 # The console's browser tests fail, not skip, without chromium.
 export GRAYGATE_REQUIRE_BROWSER=1
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -53,7 +54,9 @@ func (p *Proxy) newH2Gen(o *Options) *h2Gen {
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
-		ErrorLog:          nil,
+		// The HTTP/2 server logs a client's protocol errors; they are the
+		// client's, so at debug level.
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
 	srv := &http2.Server{
 		IdleTimeout:      o.IdleTimeout,
