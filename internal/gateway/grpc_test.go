@@ -73,6 +73,12 @@ func (s *testService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) 
 		Payload: &testpb.Payload{Body: make([]byte, req.GetResponseSize())}}, nil
 }
 
+// EmptyCall answers with its name in the x-backend header.
+func (s *testService) EmptyCall(ctx context.Context, _ *testpb.Empty) (*testpb.Empty, error) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-backend", s.name))
+	return &testpb.Empty{}, nil
+}
+
 // StreamingOutputCall sends one response per ResponseParameters, each
 // payload the server's name repeated to the asked size, pausing
 // IntervalUs between them.
@@ -591,5 +597,45 @@ breaker: {window: 10s, min_requests: 20, error_rate: 50, open_for: 1m}
 	if n := len(failed); n > 8 {
 		// At most the calls in flight at the kill: one per worker.
 		t.Errorf("%d calls failed around the kill, more than the 8 that could be in flight", n)
+	}
+}
+
+// TestGRPCRulesByMethod: rules match gRPC by path_prefix on the method's
+// path and by CEL on request.grpc.service and request.grpc.method.
+func TestGRPCRulesByMethod(t *testing.T) {
+	e := startGRPC(t, `
+default_upstream: stable
+upstreams:
+  stable: {protocol: h2c, instances: [{addr: "{{stable}}"}]}
+  gray:   {protocol: h2c, instances: [{addr: "{{gray}}"}]}
+rules:
+  - {key: empty_gray, type: gray, gray_percent: 100, conditions: {path_prefix: ["/grpc.testing.TestService/EmptyCall"]}, targets: {gray: gray, stable: stable}}
+  - key: input_gray
+    type: gray
+    gray_percent: 100
+    when: "request.grpc.service == 'grpc.testing.TestService' && request.grpc.method == 'StreamingInputCall'"
+    targets: {gray: gray, stable: stable}
+`)
+	c := e.client(t, false)
+	ctx, cancel := context.WithTimeout(userCtx("u1"), 10*time.Second)
+	defer cancel()
+	var hdr metadata.MD
+	if _, err := c.EmptyCall(ctx, &testpb.Empty{}, grpc.Header(&hdr)); err != nil || strings.Join(hdr.Get("x-backend"), "") != "gray" || strings.Join(hdr.Get("x-gray-rule"), "") != "empty_gray" {
+		t.Errorf("EmptyCall: %v, metadata %v; want gray by rule empty_gray", err, hdr)
+	}
+	resp, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.Header(&hdr))
+	if err != nil || resp.GetUsername() != "stable" || len(hdr.Get("x-gray-rule")) != 0 {
+		t.Errorf("UnaryCall: %v from %q, metadata %v; want stable, no rule", err, resp.GetUsername(), hdr)
+	}
+	cs, err := c.StreamingInputCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	hdr, _ = cs.Header()
+	if strings.Join(hdr.Get("x-backend"), "") != "gray" || strings.Join(hdr.Get("x-gray-rule"), "") != "input_gray" {
+		t.Errorf("StreamingInputCall metadata %v; want gray by rule input_gray (CEL on request.grpc)", hdr)
 	}
 }
