@@ -283,8 +283,9 @@
 //
 // Shutdown closes the listeners, closes idle client connections, answers
 // requests in flight with "Connection: close" and waits for them until its
-// context ends; then it closes what is still open. For a restart without
-// downtime the new process binds the same address with Listen(..., true)
+// context ends; then it closes what is still open. HTTP/2 connections get
+// a GOAWAY and their streams are waited for the same way. For a restart
+// without downtime (the TLS listener included) the new process binds the same address with Listen(..., true)
 // (SO_REUSEPORT, Linux), and the old one is sent SIGTERM and calls
 // Shutdown: from the moment it closes its listener the kernel gives new
 // connections to the new process only, while keep-alive clients are moved
