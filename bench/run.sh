@@ -627,7 +627,7 @@ if [ "$DO_H2" = 1 ] && [ "$GG_OK" = 1 ] && command -v h2load >/dev/null; then
 			esac
 			sed "1s|^|$base|" "$CONF/h2-paths.txt" >"$WORK/h2-uris.txt"
 			# The split, checked through the proxy itself.
-			gray=$(for i in $(seq 200); do curl -sk --http2-prior-knowledge -o /dev/null -D - "http://127.0.0.1:$PROXY_PORT$BENCH_PATH?user_id=$i$round" 2>/dev/null | grep -i '^x-gray-group'; done | grep -ci gray || true)
+			gray=$(for i in $(seq 200); do curl -sk --http2-prior-knowledge -o /dev/null -D - "http://127.0.0.1:$PROXY_PORT$BENCH_PATH?user_id=$i$round" 2>/dev/null | grep -i '^x-gray-group'; done | grep -ci 'group: gray' || true)
 			pids=$(port_pids "$PROXY_PORT")
 			"${LOAD_PIN[@]}" h2load -c64 -m16 -t1 -D 1 -i "$WORK/h2-uris.txt" >/dev/null 2>&1 || true
 			c0=$(ticks $pids)
