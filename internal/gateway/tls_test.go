@@ -398,3 +398,35 @@ func TestH2Spec(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadTLSSettings: a config reload that names other certificate
+// files applies to the next handshakes, and reports no restart; moving
+// tls_listen does.
+func TestReloadTLSSettings(t *testing.T) {
+	var other certstest.Pair
+	e := startTLS(t, tlsConfig, oneCertTLS, func(dir string, ca *certstest.CA) {
+		oneCert(dir, ca)
+		other = ca.Server("other.pem", "other.key", "gw.test", "127.0.0.1")
+	})
+	e.gw.mu.Lock()
+	cfg := *e.gw.cfg
+	e.gw.mu.Unlock()
+	cfg.TLS.Certificates = []config.Certificate{{CertFile: other.CertFile, KeyFile: other.KeyFile}}
+	if err := e.gw.ReloadConfig(context.Background(), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := serialOf(t, e.tlsAddr, "gw.test", e.ca, nil); err != nil || got != other.Serial {
+		t.Errorf("after the reload: serial %d (%v), want %d", got, err, other.Serial)
+	}
+	if rr := e.gw.Status().RestartRequired; len(rr) != 0 {
+		t.Errorf("restart_required = %v after a certificate change", rr)
+	}
+	moved := cfg
+	moved.TLSListen = "127.0.0.1:1"
+	if err := e.gw.ReloadConfig(context.Background(), &moved); err != nil {
+		t.Fatal(err)
+	}
+	if rr := e.gw.Status().RestartRequired; !slices.Equal(rr, []string{"tls_listen"}) {
+		t.Errorf("restart_required = %v after moving tls_listen, want [tls_listen]", rr)
+	}
+}
