@@ -73,8 +73,16 @@ func parseGRPCTimeout(v string) (time.Duration, bool) {
 	default:
 		return 0, false
 	}
+	if n > int64(maxGRPCTimeout/unit) {
+		// 99999999H is eleven thousand years: no deadline worth the name,
+		// and more than a Duration holds.
+		return maxGRPCTimeout, true
+	}
 	return time.Duration(n) * unit, true
 }
+
+// maxGRPCTimeout caps a grpc-timeout: a year.
+const maxGRPCTimeout = 365 * 24 * time.Hour
 
 // grpcCode is the gRPC status of an answer the gateway makes itself with
 // HTTP status status: the mapping gRPC clients apply to an HTTP status

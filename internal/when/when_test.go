@@ -788,3 +788,23 @@ func TestGRPCAttributes(t *testing.T) {
 		t.Errorf("Uses of request.grpc = %+v, want Path and Headers", u)
 	}
 }
+
+// FuzzGRPCCall: request.grpc never panics on any path or content type,
+// and a service it finds is the path's first segment.
+func FuzzGRPCCall(f *testing.F) {
+	f.Add("application/grpc", "/a.B/C")
+	f.Add("application/grpc+proto", "//")
+	f.Add("application/grpcx", "/a/b")
+	f.Fuzz(func(t *testing.T, ct, path string) {
+		in := newFake()
+		in.path = path
+		in.headers["content-type"] = ct
+		service, method := grpcCall(in)
+		if (service == "") != (method == "") {
+			t.Fatalf("grpcCall(%q, %q) = %q, %q", ct, path, service, method)
+		}
+		if service != "" && (path != "/"+service+"/"+method || strings.Contains(service, "/") || strings.Contains(method, "/")) {
+			t.Fatalf("grpcCall(%q, %q) = %q, %q", ct, path, service, method)
+		}
+	})
+}
