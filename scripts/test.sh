@@ -10,7 +10,9 @@ bash scripts/redis.sh >/dev/null
 bash scripts/etcd.sh >/dev/null
 bash scripts/chromium.sh >/dev/null
 # The TLS and HTTP/2 tests drive curl (--http2, --http2-prior-knowledge).
-if ! curl --version 2>/dev/null | grep -q HTTP2; then
+# (grep reads all of curl's output: with -q, curl could die of SIGPIPE
+# and pipefail would take that for a missing curl.)
+if ! curl --version 2>/dev/null | grep HTTP2 >/dev/null; then
   apt-get install -y curl >/dev/null || { apt-get update >/dev/null && apt-get install -y curl >/dev/null; }
 fi
 # The console's browser tests fail, not skip, without chromium.
