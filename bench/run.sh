@@ -15,7 +15,11 @@
 #   2. latency at a fixed rate (open loop: benchup pace, or vegeta) at 50% of
 #      nginx's capacity;
 #   3. a 10 s CPU profile of graygate-100 under load (profiling build);
-#   4. the decision/memory scaling benchmarks (bench/scaling) and the plot.
+#   4. the decision/memory scaling benchmarks (bench/scaling) and the plot;
+#   5. HTTP/2: h2load (Debian nghttp2-client) at 64 connections x 16
+#      streams against graygate and nginx (listen ... http2, proxy_pass to
+#      the same HTTP/1.1 upstream), over TLS and h2c, interleaved with
+#      each other, in the same run: bench/results-h2.md.
 # It is a benchmark, not a test: it prints numbers and exits 0 whatever they
 # are. bench/README.md explains every column.
 set -euo pipefail
@@ -34,7 +38,8 @@ usage: bench/run.sh [options]
   --targets LIST       subset of "direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000"
   --skip-install       don't apt-get install missing tools
   --latency-tool T     pace (default: bench/upstream's open-loop generator) or vegeta
-  --skip-latency | --skip-profile | --skip-scaling
+  --skip-latency | --skip-profile | --skip-scaling | --skip-h2
+  --h2-rounds N        interleaved rounds of the HTTP/2 arrangement (default 3)
   --nice N             run the measurements at this nice level (default -19 as root; 0 = don't renice)
   --keep               keep the work dir (generated configs, logs, raw wrk output)
   --out DIR            where results.md, results/ and scaling.png go (default: bench/, or the work dir with --quick)
@@ -46,10 +51,10 @@ ROUNDS=3 DURATION=5 WARMUP=1 LAT_SECS=8 LAT_ROUNDS=3 PROF_SECS=10
 SCALING_COUNT=3 SCALING_BENCHTIME=300ms
 ARRANGEMENTS="pinned unpinned"
 TARGETS="direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000"
-LAT_TOOL=pace NICE=-19 INSTALL=1 DO_LATENCY=1 DO_PROFILE=1 DO_SCALING=1 KEEP=0 QUICK=0 OUT=""
+LAT_TOOL=pace NICE=-19 INSTALL=1 DO_LATENCY=1 DO_PROFILE=1 DO_SCALING=1 DO_H2=1 H2_ROUNDS=3 KEEP=0 QUICK=0 OUT=""
 while [ $# -gt 0 ]; do
 	case "$1" in
-	--quick) QUICK=1 ROUNDS=1 DURATION=3 WARMUP=1 LAT_SECS=5 LAT_ROUNDS=1 PROF_SECS=5 SCALING_COUNT=1 SCALING_BENCHTIME=100ms ;;
+	--quick) QUICK=1 ROUNDS=1 DURATION=3 WARMUP=1 LAT_SECS=5 LAT_ROUNDS=1 PROF_SECS=5 SCALING_COUNT=1 SCALING_BENCHTIME=100ms H2_ROUNDS=1 ;;
 	--rounds) ROUNDS=$2; shift ;;
 	--duration) DURATION=$2; shift ;;
 	--warmup) WARMUP=$2; shift ;;
@@ -59,6 +64,8 @@ while [ $# -gt 0 ]; do
 	--skip-latency) DO_LATENCY=0 ;;
 	--skip-profile) DO_PROFILE=0 ;;
 	--skip-scaling) DO_SCALING=0 ;;
+	--skip-h2) DO_H2=0 ;;
+	--h2-rounds) H2_ROUNDS=$2; shift ;;
 	--keep) KEEP=1 ;;
 	--latency-tool) LAT_TOOL=$2; shift ;;
 	--nice) NICE=$2; shift ;;
@@ -74,6 +81,7 @@ STABLE_ADDR=127.0.0.1:$((BASE + 1))
 GRAY_ADDR=127.0.0.1:$((BASE + 2))
 PROXY_PORT=$((BASE + 80))
 ADMIN_PORT=$((BASE + 81))
+H2_TLS_PORT=$((BASE + 82))
 PPROF_ADDR=127.0.0.1:$((BASE + 90))
 BENCH_PATH=/api/x
 VIP=wl-0000050 # a whitelisted user of graygate-100/-1000 (see conf/gen-graygate.sh)
@@ -118,6 +126,10 @@ command -v curl >/dev/null || need_pkgs+=(curl)
 command -v ss >/dev/null || need_pkgs+=(iproute2)
 command -v taskset >/dev/null || need_pkgs+=(util-linux)
 command -v pgrep >/dev/null || need_pkgs+=(procps)
+if [ "$DO_H2" = 1 ]; then
+	command -v h2load >/dev/null || need_pkgs+=(nghttp2-client)
+	command -v openssl >/dev/null || need_pkgs+=(openssl)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
 	if [ "$INSTALL" = 0 ]; then
 		echo "run.sh: missing ${need_pkgs[*]} and --skip-install given" >&2
@@ -260,7 +272,7 @@ wait_port() { # wait_port PORT SECONDS
 wait_http() { # wait_http URL SECONDS: until it answers 200
 	local end=$((SECONDS + $2))
 	while [ $SECONDS -le $end ]; do
-		[ "$(curl -s -o /dev/null -m 2 -H 'X-User-Id: 1' -w '%{http_code}' "$1" 2>/dev/null)" = 200 ] && return 0
+		[ "$(curl -s ${WAIT_CURL:-} -o /dev/null -m 2 -H 'X-User-Id: 1' -w '%{http_code}' "$1" 2>/dev/null)" = 200 ] && return 0
 		sleep 0.05
 	done
 	return 1
@@ -359,7 +371,7 @@ set_pins() { # set_pins ARR TARGET
 start_target() {
 	local arr=$1 t=$2 tag=$3 bin=${4:-$BIN/graygate}
 	rm -rf "$WORK/run" && mkdir -p "$WORK/run"
-	for p in $((BASE + 1)) $((BASE + 2)) $PROXY_PORT $ADMIN_PORT; do
+	for p in $((BASE + 1)) $((BASE + 2)) $PROXY_PORT $ADMIN_PORT $H2_TLS_PORT; do
 		port_free "$p" || { log "  port $p is in use by another process: skipping $t"; return 1; }
 	done
 	set_pins "$arr" "$t"
@@ -374,6 +386,17 @@ start_target() {
 	nginx)
 		start_bg "${PROXY_PIN[@]}" "$NGINX" -p "$WORK/run/" -e "$WORK/run/nginx-error.log" -c "$CONF/nginx-$arr.conf" -g 'daemon off;' >"$WORK/run/proxy.log" 2>&1
 		PROXY_MAIN=$LAST_PID
+		;;
+	nginx-h2 | nginx-h2c)
+		start_bg "${PROXY_PIN[@]}" "$NGINX" -p "$WORK/run/" -e "$WORK/run/nginx-error.log" -c "$CONF/nginx-h2-$arr.conf" -g 'daemon off;' >"$WORK/run/proxy.log" 2>&1
+		PROXY_MAIN=$LAST_PID
+		;;
+	graygate-h2 | graygate-h2c)
+		start_bg "${PROXY_PIN[@]}" env ${GG_ENV:-} "$bin" serve --config "$CONF/graygate-h2.yaml" \
+			--listen "127.0.0.1:$PROXY_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+			--data-dir "$WORK/run/data" --admin-token bench --access-log >"$WORK/run/access.log" 2>"$WORK/run/proxy.log"
+		PROXY_MAIN=$LAST_PID
+		wait_http "http://127.0.0.1:$ADMIN_PORT/healthz" 60 || { log "  graygate /healthz never answered 200"; tail -5 "$WORK/run/proxy.log" >&2; return 1; }
 		;;
 	fasthttp-min)
 		start_bg "${PROXY_PIN[@]}" "$BIN/benchup" minproxy -listen "127.0.0.1:$PROXY_PORT" \
@@ -392,7 +415,10 @@ start_target() {
 		wait_http "http://127.0.0.1:$ADMIN_PORT/healthz" 60 || { log "  graygate /healthz never answered 200"; tail -5 "$WORK/run/proxy.log" >&2; return 1; }
 		;;
 	esac
+	WAIT_CURL=""
+	case "$t" in nginx-h2*) WAIT_CURL=--http2-prior-knowledge ;; esac # its cleartext port is HTTP/2 only
 	wait_http "$URL" 30 || { log "  $t never answered 200 on $URL"; tail -5 "$WORK/run/proxy.log" >&2 2>/dev/null; return 1; }
+	WAIT_CURL=""
 	if [ "$t" = direct ]; then
 		MEASURE_PIDS=$UP_PID
 	else
@@ -565,6 +591,85 @@ if [ "$DO_SCALING" = 1 ] && [ "$GG_OK" = 1 ]; then
 	fi
 fi
 
+# ---------------------------------------------------------------- 5. HTTP/2
+H2RUNS=$WORK/h2runs.tsv
+if [ "$DO_H2" = 1 ] && [ "$GG_OK" = 1 ] && command -v h2load >/dev/null; then
+	H2_ARR=unpinned
+	echo "$ARRANGEMENTS" | grep -qw pinned && H2_ARR=pinned
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=bench.test \
+		-addext "subjectAltName=IP:127.0.0.1,DNS:bench.test" -keyout "$CONF/h2.key" -out "$CONF/h2.pem" >/dev/null 2>&1
+	for arr in $H2_ARR; do
+		workers=2
+		[ "$arr" = pinned ] && workers=1
+		sed -e "s|@WORKERS@|$workers|g" -e "s|@RUN@|$WORK/run|g" -e "s|@LISTEN_TLS@|127.0.0.1:$H2_TLS_PORT|g" \
+			-e "s|@LISTEN_H2C@|127.0.0.1:$PROXY_PORT|g" -e "s|@CERT@|$CONF/h2.pem|g" -e "s|@KEY@|$CONF/h2.key|g" \
+			-e "s|@STABLE@|$STABLE_ADDR|g" -e "s|@GRAY@|$GRAY_ADDR|g" -e "s|@ACCESS_LOG@|$WORK/run/access.log|g" \
+			"$BENCH/conf/nginx-h2.conf.tmpl" >"$CONF/nginx-h2-$arr.conf"
+	done
+	{
+		"$BENCH/conf/gen-graygate.sh" 1 0 "$STABLE_ADDR" "$GRAY_ADDR"
+		printf 'h2c: true\ntls_listen: "127.0.0.1:%s"\ntls: {certificates: [{cert_file: "%s", key_file: "%s"}]}\n' "$H2_TLS_PORT" "$CONF/h2.pem" "$CONF/h2.key"
+	} >"$CONF/graygate-h2.yaml"
+	"$BIN/graygate" validate "$CONF/graygate-h2.yaml" >/dev/null
+	# 20,000 URIs with random user ids: h2load sends one set of headers, so
+	# the split goes by the user_id query argument (a default identity
+	# source of graygate, split_clients' key in nginx).
+	awk -v p="$BENCH_PATH" 'BEGIN { srand(7); for (i = 0; i < 20000; i++) printf "%s?user_id=%d\n", p, int(rand() * 1e9) + 1 }' >"$CONF/h2-paths.txt"
+	printf 'round\ttarget\trps\tcpu_us_req\tmean_us\trequests\tfailed\tnon2xx\tgray_pct\n' >"$H2RUNS"
+	for round in $(seq "$H2_ROUNDS"); do
+		log "HTTP/2: $H2_ARR, round $round of $H2_ROUNDS (h2load -c64 -m16)"
+		for t in nginx-h2c graygate-h2c nginx-h2 graygate-h2; do
+			quiet_gate
+			if ! start_target "$H2_ARR" "$t" "h2-$t"; then stop_target; continue; fi
+			case "$t" in
+			*-h2) base=https://127.0.0.1:$H2_TLS_PORT ;;
+			*) base=http://127.0.0.1:$PROXY_PORT ;;
+			esac
+			sed "1s|^|$base|" "$CONF/h2-paths.txt" >"$WORK/h2-uris.txt"
+			# The split, checked through the proxy itself.
+			gray=$(for i in $(seq 200); do curl -sk --http2-prior-knowledge -o /dev/null -D - "http://127.0.0.1:$PROXY_PORT$BENCH_PATH?user_id=$i$round" 2>/dev/null | grep -i '^x-gray-group'; done | grep -ci 'group: gray' || true)
+			pids=$(port_pids "$PROXY_PORT")
+			"${LOAD_PIN[@]}" h2load -c64 -m16 -t1 -D 1 -i "$WORK/h2-uris.txt" >/dev/null 2>&1 || true
+			c0=$(ticks $pids)
+			"${LOAD_PIN[@]}" h2load -c64 -m16 -t1 -D "$DURATION" -i "$WORK/h2-uris.txt" >"$RAW/h2-r$round-$t.h2load" 2>&1 || true
+			c1=$(ticks $pids)
+			read -r rps req failed bad mean < <(awk '
+				function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; if (v ~ /s$/) return v * 1e6; return v + 0 }
+				/^finished in/ { rps = $4 + 0 }
+				/^requests:/ { req = $8 + 0; failed = $10 + $12 + $14 }
+				/^status codes:/ { bad = $5 + $7 + $9 }
+				/^time for request:/ { mean = us($6) }
+				END { printf "%s %d %d %d %.0f\n", (rps == "" ? "nan" : rps), req, failed, bad, mean }' "$RAW/h2-r$round-$t.h2load")
+			cpu=$(awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" -v n="$req" 'BEGIN { if (n > 0) printf "%.2f", d * 1e6 / hz / n; else print "nan" }')
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$t" "$rps" "$cpu" "$mean" "$req" "$failed" "$bad" "$((gray * 100 / 200))" >>"$H2RUNS"
+			log "  h2-r$round-$t: $rps req/s, ${cpu} µs CPU/req, mean ${mean}µs, failed $failed, non-2xx $bad, gray ${gray}/200"
+			stop_target
+		done
+	done
+	# The report: medians over rounds, and "× nginx" the median of the
+	# per-round ratios against nginx on the same transport.
+	awk -F'\t' -v out="$OUT/results-h2.md" -v date="$(date -u '+%Y-%m-%d')" -v arr="$H2_ARR" -v rounds="$H2_ROUNDS" -v dur="$DURATION" '
+		function median(list,   n, a, i, j, t) { n = split(list, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+			if (n == 0) return "nan"; return (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2) }
+		NR == 1 { next }
+		{ rps[$1, $2] = $3; cpu[$1, $2] = $4; R[$2] = R[$2] " " $3; C[$2] = C[$2] " " $4; M[$2] = M[$2] " " $5; F[$2] += $7 + $8; G[$2] = G[$2] " " $9; if ($1 > maxr) maxr = $1 }
+		END {
+			printf "# HTTP/2: graygate against nginx\n\n" > out
+			printf "h2load -c64 -m16 -t1 (64 connections x 16 streams), %s s measured after 1 s of warmup, %s interleaved rounds, %s arrangement, %s; GET with a random user_id per request, a 10%% gray split, 100-byte HTTP/1.1 upstream, access log on in both.\n\n", dur, rounds, arr, date > out
+			printf "| transport | target | req/s | x nginx req/s | proxy CPU us/req | x nginx CPU/req | mean latency | failed or non-2xx | gray %% |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n" > out
+			split("h2c tls", tr, " ")
+			for (k = 1; k <= 2; k++) {
+				sfx = (tr[k] == "tls" ? "h2" : "h2c")
+				n = "nginx-" sfx; g = "graygate-" sfx
+				rr = ""; cr = ""
+				for (r = 1; r <= maxr; r++) if ((r, n) in rps && (r, g) in rps && rps[r, n] > 0 && cpu[r, n] > 0) { rr = rr " " rps[r, g] / rps[r, n]; cr = cr " " cpu[r, g] / cpu[r, n] }
+				printf "| %s | nginx | %.0f | 1.00 | %.2f | 1.00 | %.0f us | %d | %s |\n", tr[k], median(R[n]), median(C[n]), median(M[n]), F[n], median(G[n]) > out
+				printf "| %s | graygate | %.0f | %.2f | %.2f | %.2f | %.0f us | %d | %s |\n", tr[k], median(R[g]), median(rr), median(C[g]), median(cr), median(M[g]), F[g], median(G[g]) > out
+			}
+		}' "$H2RUNS"
+	cat "$OUT/results-h2.md" >&2
+fi
+
 # ---------------------------------------------------------------- report
 META=$WORK/meta.txt
 {
@@ -584,7 +689,7 @@ report_args=(-runs "$RUNS" -meta "$META")
 [ -s "$SCALING" ] 2>/dev/null && report_args+=(-scaling "$SCALING")
 [ -s "$PROF_TXT" ] 2>/dev/null && report_args+=(-profile "$PROF_TXT")
 "$BIN/benchup" report "${report_args[@]}" >"$OUT/results.md"
-for f in "$RUNS" "$LAT" "$SCALING" "$PROF_TXT" "$CHECKS" "$META"; do
+for f in "$RUNS" "$LAT" "$SCALING" "$PROF_TXT" "$CHECKS" "$META" "$H2RUNS"; do
 	[ -f "$f" ] && cp "$f" "$OUT/results/"
 done
 cat "$OUT/results.md"

@@ -158,12 +158,27 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	var tlsLn net.Listener
+	if cfg.TLSListen != "" {
+		// The same SO_REUSEPORT handover as the cleartext listener.
+		if tlsLn, err = listener.Listen("tcp", cfg.TLSListen, cfg.Lifecycle.ReusePort); err != nil {
+			dataLn.Close()
+			return fmt.Errorf("tls listen %s: %w", cfg.TLSListen, err)
+		}
+	}
 	adminLn, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		dataLn.Close()
+		if tlsLn != nil {
+			tlsLn.Close()
+		}
 		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
-	logger.Info("graygate serving", "listen", dataLn.Addr().String(), "admin_listen", adminLn.Addr().String(),
+	tlsAddr := ""
+	if tlsLn != nil {
+		tlsAddr = tlsLn.Addr().String()
+	}
+	logger.Info("graygate serving", "listen", dataLn.Addr().String(), "tls_listen", tlsAddr, "h2c", cfg.H2C, "admin_listen", adminLn.Addr().String(),
 		"store", g.Status().Store.Kind, "data_dir", cfg.DataDir, "revision", g.Status().Revision, "version", versionString())
 	if src != nil {
 		go watchConfig(ctx, src, g, logger)
@@ -172,7 +187,7 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	if ready != nil {
 		ready(dataLn.Addr().String(), adminLn.Addr().String())
 	}
-	err = g.Serve(ctx, dataLn, adminLn)
+	err = g.ServeListeners(ctx, gateway.Listeners{Data: dataLn, TLS: tlsLn, Admin: adminLn})
 	logger.Info("graygate stopped")
 	return err
 }

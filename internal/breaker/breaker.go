@@ -157,6 +157,11 @@ func (b *Breaker) Config() Config { return b.set.Load().cfg.WithDefaults() }
 // under the configured error_statuses.
 func (b *Breaker) IsErrorStatus(code int) bool { return b.set.Load().statuses.Contains(code) }
 
+// IsErrorGRPC reports whether a gRPC status code (grpc-status) counts as a
+// failure under the configured grpc_error_codes. A negative code (none
+// was seen) never does.
+func (b *Breaker) IsErrorGRPC(code int) bool { return b.set.Load().grpc.contains(code) }
+
 func (b *Breaker) clock() int64 { return int64(b.now().Sub(b.epoch)) }
 
 func (b *Breaker) timeAt(at int64) time.Time { return b.epoch.Add(time.Duration(at)).Round(0) }

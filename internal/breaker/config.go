@@ -55,6 +55,12 @@ type Config struct {
 	// means 500-599; an empty list means no status is a failure and only
 	// connection errors and timeouts count.
 	ErrorStatuses []StatusRange `json:"error_statuses"`
+	// GRPCErrorCodes are the gRPC status codes (grpc-status, by name such
+	// as "UNAVAILABLE" or by number) that count as failures of a gRPC
+	// call, whatever its HTTP status. Absent or null means UNAVAILABLE,
+	// INTERNAL, DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED; an empty list
+	// means none.
+	GRPCErrorCodes []GRPCCode `json:"grpc_error_codes,omitzero"`
 }
 
 // Limits of the configurable values.
@@ -89,6 +95,7 @@ func Defaults() Config {
 		OpenFor:            Duration(60 * time.Second),
 		HalfOpenProbes:     5,
 		ErrorStatuses:      []StatusRange{{Lo: 500, Hi: 599}},
+		GRPCErrorCodes:     slices.Clone(defaultGRPCCodes),
 	}
 }
 
@@ -127,6 +134,9 @@ func (c *Config) Over(defaults Config) Config {
 	if out.ErrorStatuses == nil {
 		out.ErrorStatuses = defaults.ErrorStatuses
 	}
+	if out.GRPCErrorCodes == nil {
+		out.GRPCErrorCodes = defaults.GRPCErrorCodes
+	}
 	return out
 }
 
@@ -161,6 +171,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ErrorStatuses != nil {
 		d.ErrorStatuses = slices.Clone(c.ErrorStatuses)
+	}
+	if c.GRPCErrorCodes != nil {
+		d.GRPCErrorCodes = slices.Clone(c.GRPCErrorCodes)
 	}
 	return d
 }
@@ -209,7 +222,8 @@ func (c Config) equal(o Config) bool {
 	return (c.Enabled == nil) == (o.Enabled == nil) && (c.Enabled == nil || *c.Enabled == *o.Enabled) &&
 		c.Window == o.Window && c.ErrorRate == o.ErrorRate && c.P99Latency == o.P99Latency &&
 		c.MinRequests == o.MinRequests && c.LatencyMinRequests == o.LatencyMinRequests && c.OpenFor == o.OpenFor && c.HalfOpenProbes == o.HalfOpenProbes &&
-		(c.ErrorStatuses == nil) == (o.ErrorStatuses == nil) && slices.Equal(c.ErrorStatuses, o.ErrorStatuses)
+		(c.ErrorStatuses == nil) == (o.ErrorStatuses == nil) && slices.Equal(c.ErrorStatuses, o.ErrorStatuses) &&
+		(c.GRPCErrorCodes == nil) == (o.GRPCErrorCodes == nil) && slices.Equal(c.GRPCErrorCodes, o.GRPCErrorCodes)
 }
 
 // settings is a validated Config with defaults applied, in the units the
@@ -226,6 +240,7 @@ type settings struct {
 	probes       uint64
 	probeTimeout time.Duration
 	statuses     StatusSet
+	grpc         grpcSet
 }
 
 func newSettings(c Config) *settings {
@@ -242,6 +257,7 @@ func newSettings(c Config) *settings {
 		probes:       uint64(c.HalfOpenProbes),
 		probeTimeout: max(c.OpenFor.Std(), c.Window.Std()),
 		statuses:     NewStatusSet(c.ErrorStatuses),
+		grpc:         newGRPCSet(c.GRPCErrorCodes),
 	}
 }
 

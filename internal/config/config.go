@@ -8,6 +8,10 @@
 package config
 
 import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +55,15 @@ type Config struct {
 	TrustGrayTag bool `json:"trust_gray_tag,omitempty"`
 	// Name names this gateway in notifications (default: the hostname).
 	Name string `json:"name,omitempty"`
+	// TLSListen is the data plane's TLS address, with HTTP/2 offered by
+	// ALPN (empty: no TLS listener). It needs tls.certificates.
+	TLSListen string `json:"tls_listen,omitempty"`
+	// TLS holds the TLS listener's certificates, minimum version and mTLS
+	// client CAs; the files are watched and reloaded when they change.
+	TLS TLS `json:"tls,omitzero"`
+	// H2C makes the cleartext listener accept HTTP/2 with prior knowledge
+	// as well as HTTP/1.1.
+	H2C bool `json:"h2c,omitempty"`
 
 	// Breaker holds the circuit-breaker defaults for every gray rule; a
 	// rule's own "breaker" fields override them.
@@ -82,6 +95,91 @@ type Config struct {
 	// Rules seed the store: a rule is created from here only if the store has
 	// never held its key, so API edits are never overwritten by the file.
 	Rules []json.RawMessage `json:"rules,omitempty"`
+}
+
+// TLS configures the TLS listener.
+type TLS struct {
+	// Certificates are chosen by SNI: the first whose names cover the
+	// server name the client asks for, else the first.
+	Certificates []Certificate `json:"certificates,omitempty"`
+	// MinVersion is "1.2" (default) or "1.3".
+	MinVersion string `json:"min_version,omitempty"`
+	// ClientCAFile, when set, requires every client to present a
+	// certificate signed by one of its CAs (mTLS).
+	ClientCAFile string `json:"client_ca_file,omitempty"`
+}
+
+// Certificate is a certificate chain and its key, as PEM files.
+type Certificate struct {
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
+}
+
+// MinTLSVersion returns the tls package's constant for MinVersion.
+func (t *TLS) MinTLSVersion() uint16 {
+	if t.MinVersion == "1.3" {
+		return tls.VersionTLS13
+	}
+	return tls.VersionTLS12
+}
+
+// Validate reports every problem under path: files that cannot be read,
+// certificates and keys that do not match, a version other than 1.2 or
+// 1.3.
+func (t *TLS) Validate(path string) error {
+	var errs []error
+	add := func(p, format string, args ...any) { errs = append(errs, strict.Errorf(p, format, args...)) }
+	for i, c := range t.Certificates {
+		p := strict.Index(strict.Join(path, "certificates"), i)
+		cert, cerr := os.ReadFile(c.CertFile)
+		key, kerr := os.ReadFile(c.KeyFile)
+		switch {
+		case c.CertFile == "":
+			add(p+".cert_file", "is required")
+		case cerr != nil:
+			add(p+".cert_file", "%v", cerr)
+		}
+		switch {
+		case c.KeyFile == "":
+			add(p+".key_file", "is required")
+		case kerr != nil:
+			add(p+".key_file", "%v", kerr)
+		}
+		if c.CertFile != "" && c.KeyFile != "" && cerr == nil && kerr == nil {
+			if _, err := tls.X509KeyPair(cert, key); err != nil {
+				add(p, "cert_file %s and key_file %s: %v", c.CertFile, c.KeyFile, err)
+			}
+		}
+	}
+	if t.MinVersion != "" && t.MinVersion != "1.2" && t.MinVersion != "1.3" {
+		add(strict.Join(path, "min_version"), "must be \"1.2\" or \"1.3\", got %q", t.MinVersion)
+	}
+	if t.ClientCAFile != "" {
+		if err := checkCAFile(t.ClientCAFile); err != nil {
+			add(strict.Join(path, "client_ca_file"), "%v", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkCAFile reads a PEM file of CA certificates.
+func checkCAFile(path string) error {
+	_, err := loadCAs(path)
+	return err
+}
+
+// loadCAs reads a PEM file of CA certificates into a pool, with the
+// file's contents.
+func loadCAs(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // Admin configures the admin API.
@@ -403,6 +501,16 @@ type Upstream struct {
 	// MaxConcurrent caps requests in flight to the pool (0: no cap); over
 	// it requests get 503.
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// Protocol is how the gateway speaks to the instances: "http1"
+	// (default; TLS for https:// addresses), "h2c" (HTTP/2 in clear, with
+	// prior knowledge) or "h2" (HTTP/2 over TLS). gRPC needs h2c or h2.
+	Protocol string `json:"protocol,omitempty"`
+	// CAFile holds the CAs that sign an h2 upstream's certificates
+	// (default: the system's roots).
+	CAFile string `json:"ca_file,omitempty"`
+	// ServerName is the name an h2 upstream's certificate must have
+	// (default: the instance's host).
+	ServerName string `json:"server_name,omitempty"`
 }
 
 // Instance is one static upstream instance.
@@ -591,6 +699,19 @@ func (c *Config) Validate() error {
 			add(f.path, "must be host:port or :port, got %q", f.v)
 		}
 	}
+	if c.TLSListen != "" {
+		if _, _, err := net.SplitHostPort(c.TLSListen); err != nil {
+			add("tls_listen", "must be host:port or :port, got %q", c.TLSListen)
+		}
+		if len(c.TLS.Certificates) == 0 {
+			add("tls.certificates", "needs at least one certificate when tls_listen is set")
+		}
+	} else if len(c.TLS.Certificates) > 0 || c.TLS.ClientCAFile != "" {
+		add("tls", "is set but tls_listen is not: no listener would use it")
+	}
+	if err := c.TLS.Validate("tls"); err != nil {
+		errs = append(errs, err)
+	}
 	if c.DefaultUpstream != "" {
 		if err := c.checkTarget(c.DefaultUpstream); err != nil {
 			add("default_upstream", "%v", err)
@@ -680,10 +801,29 @@ func (c *Config) Validate() error {
 		if u.MaxConcurrent < 0 {
 			add(p+".max_concurrent", "must not be negative, got %d", u.MaxConcurrent)
 		}
+		proto, perr := upstream.ParseProtocol(u.Protocol)
+		if perr != nil {
+			add(p+".protocol", "%v", perr)
+		}
+		if proto != upstream.H2 {
+			if u.CAFile != "" {
+				add(p+".ca_file", "only applies to protocol: h2, got protocol %q", proto)
+			}
+			if u.ServerName != "" {
+				add(p+".server_name", "only applies to protocol: h2, got protocol %q", proto)
+			}
+		} else if u.CAFile != "" {
+			if err := checkCAFile(u.CAFile); err != nil {
+				add(p+".ca_file", "%v", err)
+			}
+		}
 		for i, in := range u.Instances {
 			ip := strict.Index(p+".instances", i)
-			if _, err := upstream.ParseAddress(in.Addr); err != nil {
+			inst, err := upstream.ParseAddress(in.Addr)
+			if err != nil {
 				add(ip+".addr", "%v", err)
+			} else if perr == nil && proto == upstream.H2C && inst.TLS {
+				add(ip+".addr", "is https but the upstream's protocol is h2c (HTTP/2 in clear): use host:port, or protocol: h2")
 			}
 			if in.Weight < 0 {
 				add(ip+".weight", "must not be negative, got %d", in.Weight)
@@ -743,6 +883,37 @@ func (c *Config) checkTarget(t string) error {
 	return nil
 }
 
+// transport sets p's protocol and, for h2, its TLS settings: the CAs of
+// ca_file and the server name; TLSKey names them, so that pools with the
+// same settings share connections.
+func (u *Upstream) transport(p *upstream.Pool) error {
+	proto, err := upstream.ParseProtocol(u.Protocol)
+	if err != nil {
+		return fmt.Errorf("protocol: %w", err)
+	}
+	p.Protocol = proto
+	if proto != upstream.H2 {
+		return nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: u.ServerName}
+	key := "sni=" + u.ServerName
+	if u.CAFile != "" {
+		b, err := os.ReadFile(u.CAFile)
+		if err != nil {
+			return fmt.Errorf("ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return fmt.Errorf("ca_file: %s holds no PEM certificate", u.CAFile)
+		}
+		conf.RootCAs = pool
+		sum := sha256.Sum256(b)
+		key += ";ca=" + hex.EncodeToString(sum[:])
+	}
+	p.TLS, p.TLSKey = conf, key
+	return nil
+}
+
 // ParsePrefix parses a CIDR or a single address as a prefix.
 func ParsePrefix(s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {
@@ -780,6 +951,9 @@ func (c *Config) Pools(h *upstream.Health, discovered map[string][]Instance) (ma
 			ins = append(ins, i)
 		}
 		p, err := upstream.NewPoolWith(name, ins, u.Config.Options(h))
+		if err == nil {
+			err = u.transport(p)
+		}
 		if err != nil {
 			for _, built := range out {
 				built.Close()

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/graygate/graygate/internal/certs/certstest"
 )
 
 // TestREADMEConfigs parses every YAML example in the README, so that the
@@ -20,8 +22,23 @@ func TestREADMEConfigs(t *testing.T) {
 	}
 	t.Setenv("OPS_TOKEN", "x")
 	t.Setenv("HOOK_SECRET", "x") // the Notifications example signs with it
+	// Fragments that name TLS files under /etc/graygate/tls/ get
+	// stand-ins: certificates and CAs made for the test.
+	dir := t.TempDir()
+	ca := certstest.NewCA(t, dir, "readme")
+	files := map[string]string{}
+	for _, name := range []string{"api", "admin"} {
+		p := ca.Server(name+".pem", name+".key", name+".test")
+		files["/etc/graygate/tls/"+name+".pem"], files["/etc/graygate/tls/"+name+".key"] = p.CertFile, p.KeyFile
+	}
+	for _, name := range []string{"clients-ca", "internal-ca"} {
+		files["/etc/graygate/tls/"+name+".pem"] = ca.File
+	}
 	for i, b := range blocks {
 		y := b[1]
+		for from, to := range files {
+			y = strings.ReplaceAll(y, from, to)
+		}
 		// Fragments that name upstreams they do not define get stand-ins.
 		if !strings.Contains(y, "upstreams:") {
 			y += "\nupstreams: {stable: {instances: [{addr: \"127.0.0.1:1\"}]}}\n"

@@ -122,7 +122,7 @@ func TestREADMEReloadTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := map[string]string{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_.]+)` \\| (live|restart) \\|").FindAllStringSubmatch(string(data), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9_.]+)` \\| (live|restart) \\|").FindAllStringSubmatch(string(data), -1) {
 		rows[m[1]] = m[2]
 	}
 	for _, f := range Fields() {

@@ -22,8 +22,10 @@ import (
 
 	"github.com/graygate/graygate/internal/admin"
 	"github.com/graygate/graygate/internal/breaker"
+	"github.com/graygate/graygate/internal/certs"
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/logfile"
 	"github.com/graygate/graygate/internal/metrics"
 	"github.com/graygate/graygate/internal/mirror"
@@ -77,6 +79,8 @@ type Gateway struct {
 	limits   *limit.Set
 	notify   *notify.Sender
 	health   *upstream.Health
+	// certs is the TLS listener's configuration (nil without tls_listen).
+	certs    *certs.Store
 	traffic  *traffic.Set    // live per-rule, per-group windows for /api/v1/stats and rollouts
 	mirrors  *mirror.Set     // shadow traffic and its diffs, per rule; outlives snapshots
 	tracer   *tracing.Tracer // nil: tracing off
@@ -261,6 +265,15 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.popts = popts
+	if cfg.TLSListen != "" {
+		cs, err := certs.New(tlsSettings(cfg), opts.Logger)
+		if err != nil {
+			_ = st.Close()
+			_ = g.closeAccessLog()
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		g.certs = cs
+	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
 		v := g.proxy.ProtocolViolations()
@@ -723,12 +736,65 @@ func (g *Gateway) Router() *router.Router { return g.router }
 // AdminHandler returns the admin API handler.
 func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 
+// tlsSettings are the TLS listener's settings in cfg: its certificates,
+// version and client CAs, with HTTP/2 offered by ALPN.
+func tlsSettings(cfg *config.Config) certs.Settings {
+	s := certs.Settings{
+		MinVersion:   cfg.TLS.MinTLSVersion(),
+		ClientCAFile: cfg.TLS.ClientCAFile,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}
+	for _, c := range cfg.TLS.Certificates {
+		s.Certificates = append(s.Certificates, certs.Pair{CertFile: c.CertFile, KeyFile: c.KeyFile})
+	}
+	return s
+}
+
+// Listeners are the sockets a gateway serves.
+type Listeners struct {
+	// Data is the cleartext data plane: HTTP/1.1, and HTTP/2 with prior
+	// knowledge when the config says h2c.
+	Data net.Listener
+	// TLS is the TLS data plane (tls_listen), HTTP/2 by ALPN; nil for none.
+	TLS net.Listener
+	// Admin is the admin API.
+	Admin net.Listener
+}
+
 // Serve serves the data plane on dataLn and the admin API on adminLn until
 // ctx is done, then shuts both down gracefully.
 func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error {
+	return g.ServeListeners(ctx, Listeners{Data: dataLn, Admin: adminLn})
+}
+
+// ServeListeners serves ls until ctx is done, then shuts them all down
+// gracefully: /readyz fails, drain_delay passes, the listeners close and
+// requests in flight (HTTP/2 streams included) finish.
+func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
+	dataLn, adminLn := ls.Data, ls.Admin
+	if ls.TLS != nil && g.certs == nil {
+		return errors.New("a TLS listener needs tls_listen and tls.certificates in the config")
+	}
 	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
-	go func() { errc <- g.proxy.Serve(dataLn) }()
+	errc := make(chan error, 3)
+	g.mu.Lock()
+	h2c := g.boot.H2C
+	g.mu.Unlock()
+	go func() {
+		if h2c {
+			errc <- g.proxy.ServeWith(dataLn, listener.Protocols{H2C: true})
+			return
+		}
+		errc <- g.proxy.Serve(dataLn)
+	}()
+	if ls.TLS != nil {
+		go func() { errc <- g.proxy.ServeWith(ls.TLS, listener.Protocols{TLS: g.certs.Config()}) }()
+		go func() {
+			if err := g.certs.Watch(ctx, 200*time.Millisecond); err != nil {
+				g.log.Error("TLS files are not watched: a changed certificate applies at the next config reload", "err", err)
+			}
+		}()
+	}
 	go func() {
 		if err := adminSrv.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- err

@@ -72,10 +72,22 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 			snap, err = g.build(ctx)
 		}
 	}
+	tlsChanged := g.certs != nil && !reflect.DeepEqual(cfg.TLS, oldCfg.TLS)
+	if err == nil && tlsChanged {
+		// New handshakes use the new certificates; connections made
+		// before keep theirs.
+		if err = g.certs.Update(tlsSettings(cfg)); err != nil {
+			err = fmt.Errorf("tls: %w", err)
+		}
+	}
 	if err == nil {
 		// The last step that can fail: the new path is opened before the
 		// old file is let go.
-		err = g.openAccessLog(cfg)
+		if err = g.openAccessLog(cfg); err != nil && tlsChanged {
+			if rerr := g.certs.Update(tlsSettings(oldCfg)); rerr != nil {
+				g.log.Error("restore the previous TLS settings", "err", rerr)
+			}
+		}
 	}
 	if err != nil {
 		if t := g.tgt.Load(); t != oldTgt {

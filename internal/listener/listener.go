@@ -6,16 +6,25 @@
 // response. The HTTP/1.1 codec behind it (fasthttp) then only ever sees
 // requests that every parser frames the same way.
 //
+// Split serves a listener that offers more than cleartext HTTP/1.1: it
+// terminates TLS (the certificates come from package certs) and sends a
+// connection that negotiated "h2" by ALPN, or a cleartext one that opens
+// with the HTTP/2 preface (h2c with prior knowledge), to the HTTP/2
+// codec, and every other one, guarded the same way over TLS as in clear,
+// to the HTTP/1.1 codec.
+//
 // This is the first stop of the request path: listener → identity →
 // router (the decision) → proxy.
 package listener
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -73,9 +82,17 @@ func (l *wrapped) Accept() (net.Conn, error) {
 	if !ok {
 		return c, nil
 	}
-	cc := &Conn{TCPConn: tc, config: l.config}
-	cc.guard.Reset(l.config().MaxHeaderBytes)
-	return cc, nil
+	return newConn(tc, tc, l.config, nil), nil
+}
+
+// newConn guards c, which runs over the TCP connection tc (c itself, or a
+// TLS connection on it). pre are bytes already read from c, which the
+// Guard checks first.
+func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte) *Conn {
+	cc := &Conn{Conn: c, tcp: tc, config: config, pre: pre}
+	_, cc.tls = c.(*tls.Conn)
+	cc.guard.Reset(config().MaxHeaderBytes)
+	return cc
 }
 
 // Conn is one client connection. Its Read hands the HTTP parser only bytes
@@ -86,9 +103,14 @@ func (l *wrapped) Accept() (net.Conn, error) {
 // would otherwise be off by more than an eighth of the timeout, so a busy
 // connection rarely re-arms a timer.
 //
-// One goroutine reads and one writes, as net.Conn allows.
+// A Conn carries a plain TCP connection or a TLS one; either way the Guard
+// sees the decrypted bytes. One goroutine reads and one writes, as
+// net.Conn allows.
 type Conn struct {
-	*net.TCPConn
+	net.Conn
+	tcp    *net.TCPConn // the TCP connection under Conn
+	tls    bool
+	pre    []byte // bytes read before the Conn was made, handed out first
 	config func() *Config
 
 	guard   Guard
@@ -119,6 +141,23 @@ func (c *Conn) BodyRefused(n uint64) *Error {
 // request is read as another request.
 func (c *Conn) OpenTunnel() { c.tunnel.Store(true) }
 
+// TLS reports whether the connection terminated TLS.
+func (c *Conn) TLS() bool { return c.tls }
+
+// SyscallConn returns the raw TCP connection under the Conn, so that the
+// data plane can watch it for a hang-up without reading from it.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.tcp.SyscallConn() }
+
+// read reads from the connection, the bytes read before it was made first.
+func (c *Conn) read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
 func (c *Conn) Read(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
@@ -132,16 +171,16 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.pending = c.pending[n:]
 			return n, nil
 		}
-		return c.TCPConn.Read(p)
+		return c.read(p)
 	}
 	if c.guard.InBody() {
 		if d := c.config().BodyReadTimeout; d > 0 {
-			if err := c.keepDeadline(&c.rdl, d, c.TCPConn.SetReadDeadline); err != nil {
+			if err := c.keepDeadline(&c.rdl, d, c.Conn.SetReadDeadline); err != nil {
 				return 0, err
 			}
 		}
 	}
-	n, err := c.TCPConn.Read(p)
+	n, err := c.read(p)
 	if n > 0 {
 		good, gerr := c.guard.Scan(p[:n])
 		switch {
@@ -168,11 +207,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 func (c *Conn) Write(p []byte) (int, error) {
 	if d := c.config().WriteTimeout; d > 0 {
-		if err := c.keepDeadline(&c.wdl, d, c.TCPConn.SetWriteDeadline); err != nil {
+		if err := c.keepDeadline(&c.wdl, d, c.Conn.SetWriteDeadline); err != nil {
 			return 0, err
 		}
 	}
-	return c.TCPConn.Write(p)
+	return c.Conn.Write(p)
 }
 
 // keepDeadline sets the deadline *at to now+d unless it is already within
@@ -191,20 +230,20 @@ func (c *Conn) keepDeadline(at *atomic.Int64, d time.Duration, set func(time.Tim
 // correctly, and sets it.
 func (c *Conn) SetReadDeadline(t time.Time) error {
 	c.rdl.Store(unixNano(t))
-	return c.TCPConn.SetReadDeadline(t)
+	return c.Conn.SetReadDeadline(t)
 }
 
 // SetWriteDeadline records t and sets it.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
 	c.wdl.Store(unixNano(t))
-	return c.TCPConn.SetWriteDeadline(t)
+	return c.Conn.SetWriteDeadline(t)
 }
 
 // SetDeadline records t for both directions and sets it.
 func (c *Conn) SetDeadline(t time.Time) error {
 	c.rdl.Store(unixNano(t))
 	c.wdl.Store(unixNano(t))
-	return c.TCPConn.SetDeadline(t)
+	return c.Conn.SetDeadline(t)
 }
 
 func unixNano(t time.Time) int64 {

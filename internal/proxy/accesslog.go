@@ -93,16 +93,16 @@ func newAccessLog(out io.Writer, queue int, flushEvery time.Duration) *accessLog
 
 // record logs ex, which ended at end after elapsed. The strings read alias
 // the exchange's buffers; they are copied into the line before it returns.
-func (a *accessLog) record(ex *exchange, end time.Time, elapsed time.Duration) {
+func (a *accessLog) record(f *flow, end time.Time, elapsed time.Duration) {
 	upstreamAddr, pool, intended := "", "", ""
-	if ex.inst != nil {
-		upstreamAddr = ex.inst.Addr
+	if f.inst != nil {
+		upstreamAddr = f.inst.Addr
 	}
-	if ex.d.Target != nil {
-		pool = ex.d.Target.Name
+	if f.d.Target != nil {
+		pool = f.d.Target.Name
 	}
-	if ex.d.Intended != nil {
-		intended = ex.d.Intended.Name
+	if f.d.Intended != nil {
+		intended = f.d.Intended.Name
 	}
 	bp, _ := a.bufs.Get().(*[]byte)
 	if bp == nil {
@@ -112,34 +112,42 @@ func (a *accessLog) record(ex *exchange, end time.Time, elapsed time.Duration) {
 	b := append((*bp)[:0], `{"time":"`...)
 	b = a.appendTime(b, end)
 	b = append(b, `","method":`...)
-	b = appendJSONString(b, b2s(ex.method))
+	b = appendJSONString(b, b2s(f.method))
 	b = append(b, `,"path":`...)
-	b = appendJSONString(b, b2s(ex.path))
+	b = appendJSONString(b, b2s(f.path))
 	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(ex.status), 10)
+	b = strconv.AppendInt(b, int64(f.status), 10)
 	b = append(b, `,"upstream":`...)
 	b = appendJSONString(b, upstreamAddr)
 	b = append(b, `,"pool":`...)
 	b = appendJSONString(b, pool)
 	b = append(b, `,"rule":`...)
-	b = appendJSONString(b, ex.d.Rule)
+	b = appendJSONString(b, f.d.Rule)
 	b = append(b, `,"group":`...)
-	b = appendJSONString(b, ex.d.Group)
+	b = appendJSONString(b, f.d.Group)
 	b = append(b, `,"degraded":`...)
-	b = appendJSONString(b, ex.d.Degraded)
+	b = appendJSONString(b, f.d.Degraded)
 	b = append(b, `,"intended_upstream":`...)
 	b = appendJSONString(b, intended)
 	b = append(b, `,"identity_source":`...)
-	b = appendJSONString(b, ex.d.Identity.Source)
+	b = appendJSONString(b, f.d.Identity.Source)
 	b = append(b, `,"latency_ms":`...)
 	b = appendMillis(b, elapsed)
 	b = append(b, `,"bytes":`...)
-	b = strconv.AppendInt(b, ex.bytesOut, 10)
+	b = strconv.AppendInt(b, f.bytesOut, 10)
 	b = append(b, `,"request_id":`...)
-	b = appendJSONString(b, b2s(ex.reqID))
-	if ex.timeout != "" {
+	b = appendJSONString(b, b2s(f.reqID))
+	if f.timeout != "" {
 		b = append(b, `,"timeout":`...)
-		b = appendJSONString(b, ex.timeout)
+		b = appendJSONString(b, f.timeout)
+	}
+	if f.proto != "" {
+		b = append(b, `,"proto":`...)
+		b = appendJSONString(b, f.proto)
+	}
+	if f.grpcStatus >= 0 {
+		b = append(b, `,"grpc_status":`...)
+		b = strconv.AppendInt(b, int64(f.grpcStatus), 10)
 	}
 	b = append(b, "}\n"...)
 	_, _ = a.w.Write(b)

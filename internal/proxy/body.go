@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -18,7 +19,7 @@ import (
 // declared, and can first hand out pre, the part of a chunked body read
 // while trying to buffer it for a replay.
 type reqBody struct {
-	ex   *exchange
+	f    *flow
 	src  io.Reader
 	size int64 // Content-Length, or -1 for chunked
 	n    int64 // bytes read from src
@@ -38,15 +39,15 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	case b.max > 0 && b.n > b.max:
 		// The upstream gets a truncated body and a closed connection;
 		// the client gets 413.
-		b.ex.tooLarge = true
+		b.f.tooLarge = true
 		return 0, errBodyTooLarge
 	case err == io.EOF && b.size >= 0 && b.n < b.size:
 		// fasthttp's server stream reports a connection closed mid-body
-		// as a plain EOF.
-		b.ex.clientErr = io.ErrUnexpectedEOF
+		// as a plain EOF (net/http's HTTP/2 body reports its own error).
+		b.f.clientErr = io.ErrUnexpectedEOF
 		return n, io.ErrUnexpectedEOF
 	case err != nil && err != io.EOF:
-		b.ex.clientErr = err
+		b.f.clientErr = err
 	}
 	return n, err
 }
@@ -55,6 +56,9 @@ func (b *reqBody) Read(p []byte) (int, error) {
 // body's own fault (its chunked framing), found by the listener's Guard or
 // by fasthttp's chunk parser, rather than the client going away.
 func isBadBody(ctx *fasthttp.RequestCtx, err error) bool {
+	if ctx == nil {
+		return false
+	}
 	var gerr *listener.Error
 	var brk fasthttp.ErrBrokenChunk
 	return errors.As(err, &gerr) || errors.As(err, &brk) || bodyRefused(ctx) != nil
@@ -177,4 +181,11 @@ func (b *respBody) CloseWithError(werr error) error {
 	}
 	ex.finish()
 	return nil
+}
+
+// isTLSConn reports whether a client connection is a TLS one (a
+// listener.Conn that terminated TLS).
+func isTLSConn(c net.Conn) bool {
+	t, ok := c.(interface{ TLS() bool })
+	return ok && t.TLS()
 }

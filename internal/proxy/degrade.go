@@ -61,7 +61,7 @@ func newDegradeLog(h slog.Handler, queue int) *degradeLog {
 }
 
 // record queues ex's degradation. It never blocks.
-func (d *degradeLog) record(ex *exchange, at time.Time) {
+func (d *degradeLog) record(f *flow, at time.Time) {
 	if !d.h.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -70,17 +70,17 @@ func (d *degradeLog) record(ex *exchange, at time.Time) {
 		return
 	}
 	r := degradeRecord{
-		at: at, degraded: ex.d.Degraded, rule: ex.d.Rule, group: ex.d.Group, source: ex.d.Identity.Source,
-		grayAddr: ex.fallbackAddr, status: ex.status, cause: ex.fallbackErr, experiment: ex.d.Experiment != "",
+		at: at, degraded: f.d.Degraded, rule: f.d.Rule, group: f.d.Group, source: f.d.Identity.Source,
+		grayAddr: f.fallbackAddr, status: f.status, cause: f.fallbackErr, experiment: f.d.Experiment != "",
 	}
-	if ex.d.Intended != nil {
-		r.intended = ex.d.Intended.Name
+	if f.d.Intended != nil {
+		r.intended = f.d.Intended.Name
 	}
-	if ex.d.Target != nil {
-		r.actual = ex.d.Target.Name
+	if f.d.Target != nil {
+		r.actual = f.d.Target.Name
 	}
-	if ex.inst != nil {
-		r.addr = ex.inst.Addr
+	if f.inst != nil {
+		r.addr = f.inst.Addr
 	}
 	select {
 	case d.queue <- r:

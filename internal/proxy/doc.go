@@ -1,6 +1,42 @@
-// Package proxy is the gateway's fasthttp data plane: it validates a
-// request, asks the router where it goes, forwards it to one instance of the
-// chosen pool with the gateway's headers, and streams the answer back.
+// Package proxy is the gateway's data plane: it validates a request, asks
+// the router where it goes, forwards it to one instance of the chosen pool
+// with the gateway's headers, and streams the answer back.
+//
+// # One policy, two codecs
+//
+// A request arrives through one of two codecs: HTTP/1.1 on fasthttp's
+// server (the exchange; proxy.go, transport.go, headers.go, body.go) or
+// HTTP/2 on golang.org/x/net/http2's server with a net/http Handler (the
+// stream; h2.go). Both embed the same per-request flow (policy.go) and call
+// its phases in the same order: begin, decide, admit, acquire (concurrency
+// slot, then breaker), pick, decorate the upstream request
+// (keepRequestHeader, addForwarded), read the upstream response
+// (dropResponseField, takeReported, decisionHeaders, addVia), fall back
+// (fallBackOK, fallBack) or fail (classify, failure), and finish (breaker
+// outcome, passive health, OnDone, access log, degradation record). The
+// policy sees a codec only through small interfaces: attr.Request for the
+// decision, inHeader for the client's fields, fieldSink and fields for the
+// headers it writes, and codec for the one question only a codec can
+// answer (is a body read failure the body's own fault). So a fix to the
+// policy lands once for both listeners, as Envoy's one filter chain behind
+// its HTTP/1 and HTTP/2 codecs and Pingora's phases over a per-request
+// context do.
+//
+// Why one package and not a package per codec: the phases mutate the
+// flow's decision (Guard, FallBack) and breaker ticket, which must not be
+// exported to the gateway or anything else; a second package would need
+// them exported to reach them. The codecs are separate files with their
+// own types, and the only code they share is the policy's.
+//
+// Upstream, the HTTP/1.1 codec keeps its own transport for http1 pools
+// (fasthttp's HostClient connections driven by the exchange, which is
+// what makes that path allocation-free), and both codecs use net/http's
+// transports for the rest (nethttp.go): http2.Transport for h2c and h2
+// pools, and for HTTP/2 clients a net/http Transport limited to HTTP/1.1
+// for http1 pools, since the fasthttp transport reads an answer straight
+// into a fasthttp response, which an HTTP/2 stream does not have. All
+// transports dial through Proxy.dial, so a failure to connect means, for
+// the fallback, that nothing was sent.
 //
 // # What a proxy must guarantee, rebuilt on fasthttp
 //
@@ -210,12 +246,48 @@
 // queue are counted (DegradationLogDropped) and reported in one summary
 // record once the queue drains, so a burst is never silently lost.
 //
+// # HTTP/2 and gRPC
+//
+// Serve handles cleartext HTTP/1.1; ServeWith takes a listener.Protocols,
+// under which listener.Split hands HTTP/2 connections (ALPN h2 on TLS, the
+// preface on h2c) to ServeH2. A stream is proxied as an HTTP/1.1 request
+// is, with these differences, each for a reason of the protocol:
+//
+//   - The upstream request is a net/http request through the pool's
+//     transport; its body (upBody) is read by the transport's goroutine,
+//     counted against the route's limit, and kept while it fits in the
+//     replay limit, so that a request whose gray instance could not be
+//     reached is replayed on stable with what was read. A non-gRPC body
+//     is buffered for a replay at admit exactly as an HTTP/1.1 one.
+//   - A gRPC request (Content-Type application/grpc) is never waited for
+//     before the upstream is asked, since its body is a stream of
+//     messages; it is replayed on stable only if nothing of it was sent,
+//     or all of it was and the gray target was not reached. Its
+//     grpc-timeout bounds the wait for the response header (then
+//     DEADLINE_EXCEEDED), its grpc-status (trailers-only header or
+//     trailers) goes to the breaker (Breaker.IsErrorGRPC), and the
+//     gateway's own errors are trailers-only gRPC answers with
+//     grpc-status and grpc-message (grpcCode maps the status as gRPC's
+//     HTTP mapping does). A gRPC stream is not bounded by the client read
+//     timeout or the upstream read timeout: quiet streams are normal.
+//   - The response header waits for the end of the request body before
+//     its timeout starts (netCall), like the HTTP/1.1 transport's, so a
+//     client-streaming call is not cut while it sends.
+//   - Cancellation goes both ways: a client's RST_STREAM ends the
+//     upstream call (its context), an upstream's reset after the header
+//     ends a gRPC call with grpc-status CANCELLED or UNAVAILABLE in the
+//     trailers, and any other stream is reset.
+//
+// An HTTP/1.1 client reaches h2 and h2c pools through the same
+// transports (h1net.go); a WebSocket handshake to one is refused.
+//
 // # Lifecycle
 //
 // Shutdown closes the listeners, closes idle client connections, answers
 // requests in flight with "Connection: close" and waits for them until its
-// context ends; then it closes what is still open. For a restart without
-// downtime the new process binds the same address with Listen(..., true)
+// context ends; then it closes what is still open. HTTP/2 connections get
+// a GOAWAY and their streams are waited for the same way. For a restart
+// without downtime (the TLS listener included) the new process binds the same address with Listen(..., true)
 // (SO_REUSEPORT, Linux), and the old one is sent SIGTERM and calls
 // Shutdown: from the moment it closes its listener the kernel gives new
 // connections to the new process only, while keep-alive clients are moved

@@ -67,82 +67,107 @@ func classify(err error) (status int, reason string) {
 	return fasthttp.StatusBadGateway, "failed"
 }
 
-// fail answers a request the gateway could not forward: the status from
-// classify, a one-line body naming the upstream pool (never an instance
-// address, which is for the log) and the request id, or, for the client's
-// own faults, the limit it broke; and the decision headers. A client that
-// went away (499) gets nothing: the connection is closed, and 499 is only
-// ever a log code. Upstream failures are logged as warnings; refusals by
-// policy and client faults, which a misbehaving client can produce at any
-// rate, only at debug level.
-func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
+// failure is the error phase: the status from classify for a request the
+// gateway could not forward, and the one-line body of its answer, naming
+// the upstream pool (never an instance address, which is for the log)
+// and the request id, or, for the client's own faults, the limit it
+// broke. The body lives in f.scratch until the next use of it. Upstream
+// failures are logged as warnings; refusals by policy and client faults,
+// which a misbehaving client can produce at any rate, only at debug
+// level. A client that went away (499) gets no body: the codec drops the
+// connection or the stream, and 499 is only ever a log code.
+func (f *flow) failure(err error) (status int, body []byte) {
+	p := f.p
 	status, reason := classify(err)
 	poolName, addr := "", ""
-	if ex.d.Target != nil {
-		poolName = ex.d.Target.Name
+	if f.d.Target != nil {
+		poolName = f.d.Target.Name
 	}
-	if ex.inst != nil {
-		addr = ex.inst.Addr
+	if f.inst != nil {
+		addr = f.inst.Addr
 	}
-	ex.status = status
+	f.status = status
 	if status == StatusClientClosedRequest {
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
-			p.log.Debug("client went away", "upstream", addr, "rule", ex.d.Rule, "request_id", b2s(ex.reqID), "error", err)
+			p.log.Debug("client went away", "upstream", addr, "rule", f.d.Rule, "request_id", b2s(f.reqID), "error", err)
 		}
+		return status, nil
+	}
+	switch {
+	case status == fasthttp.StatusBadRequest:
+		body = append(f.scratch[:0], "graygate: bad request: malformed request body"...)
+	case status == fasthttp.StatusRequestTimeout:
+		body = append(f.scratch[:0], "graygate: request timeout"...)
+	case status == fasthttp.StatusTooManyRequests:
+		body = append(f.scratch[:0], "graygate: too many requests"...)
+	case status == fasthttp.StatusRequestEntityTooLarge:
+		body = append(f.scratch[:0], "graygate: request body larger than "...)
+		body = strconv.AppendInt(body, f.pol.MaxBodyBytes, 10)
+		body = append(body, " bytes"...)
+	case f.d.Target == nil:
+		body = append(f.scratch[:0], "graygate: no upstream for this request"...)
+	default:
+		body = fmt.Appendf(f.scratch[:0], "graygate: upstream %q %s", poolName, reason)
+	}
+	body = append(append(append(body, " (request id "...), f.reqID...), ")"...)
+	f.scratch = body[:0]
+	switch {
+	case status == fasthttp.StatusBadRequest, status == fasthttp.StatusRequestTimeout, status == fasthttp.StatusTooManyRequests,
+		status == fasthttp.StatusRequestEntityTooLarge, errors.Is(err, errGateFull):
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("request refused", "status", status, "pool", poolName, "rule", f.d.Rule, "request_id", b2s(f.reqID), "error", err)
+		}
+	default:
+		p.log.Warn("upstream request failed",
+			"status", status, "pool", poolName, "upstream", addr, "rule", f.d.Rule, "request_id", b2s(f.reqID), "timeout", f.timeout, "error", err)
+	}
+	return status, body
+}
+
+// errorFields adds what every error answer of the gateway carries besides
+// its body: the decision headers, and Retry-After on a 429.
+func (f *flow) errorFields(h fields, status int) {
+	f.decisionHeaders(h)
+	if status == fasthttp.StatusTooManyRequests {
+		f.scratch = appendRetryAfter(f.scratch[:0], f.retryAfter)
+		h.AddBytesKV(s2b(fasthttp.HeaderRetryAfter), f.scratch)
+		f.scratch = f.scratch[:0]
+	}
+}
+
+// fail answers, on HTTP/1.1, a request the gateway could not forward
+// (failure): text/plain with the decision headers; a client that went
+// away has its connection closed, and a 400, 408 or 413 closes it after
+// the answer, since what is left of the request cannot be trusted or is
+// not worth reading.
+func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
+	status, body := ex.failure(err)
+	if status == StatusClientClosedRequest {
 		ctx.Response.Reset()
 		ctx.HijackSetNoResponse(true)
 		ctx.Hijack(closeHijacked)
 		return
 	}
-	var body []byte
-	switch {
-	case status == fasthttp.StatusBadRequest:
-		body = append(ex.scratch[:0], "graygate: bad request: malformed request body"...)
-	case status == fasthttp.StatusRequestTimeout:
-		body = append(ex.scratch[:0], "graygate: request timeout"...)
-	case status == fasthttp.StatusTooManyRequests:
-		body = append(ex.scratch[:0], "graygate: too many requests"...)
-	case status == fasthttp.StatusRequestEntityTooLarge:
-		body = append(ex.scratch[:0], "graygate: request body larger than "...)
-		body = strconv.AppendInt(body, ex.pol.MaxBodyBytes, 10)
-		body = append(body, " bytes"...)
-	case ex.d.Target == nil:
-		body = append(ex.scratch[:0], "graygate: no upstream for this request"...)
-	default:
-		body = fmt.Appendf(ex.scratch[:0], "graygate: upstream %q %s", poolName, reason)
-	}
-	body = append(append(append(body, " (request id "...), ex.reqID...), ")\n"...)
-	ex.scratch = body[:0]
-
-	// The body is copied into the response before setDecisionHeaders and
-	// appendRetryAfter reuse ex.scratch, which body shares.
+	// The body is copied into the response before errorFields reuses
+	// ex.scratch, which body shares.
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("text/plain; charset=utf-8")
 	ctx.SetBody(body)
-	ex.bytesOut = int64(len(body))
-	ex.setDecisionHeaders(&ctx.Response.Header)
+	ctx.Response.AppendBody(newline)
+	ex.bytesOut = int64(len(body) + 1)
+	h := &ctx.Response.Header
+	if !h.DisableNormalizing() {
+		defer h.EnableNormalizing()
+	}
+	ex.errorFields(h, status)
 	switch status {
 	case fasthttp.StatusBadRequest, fasthttp.StatusRequestTimeout, fasthttp.StatusRequestEntityTooLarge:
-		// What is left of the request on the connection cannot be trusted,
-		// or is not worth reading.
 		ctx.SetConnectionClose()
-	case fasthttp.StatusTooManyRequests:
-		ex.scratch = appendRetryAfter(ex.scratch[:0], ex.retryAfter)
-		ctx.Response.Header.SetBytesV(fasthttp.HeaderRetryAfter, ex.scratch)
-		ex.scratch = ex.scratch[:0]
-	}
-	switch {
-	case status == fasthttp.StatusBadRequest, status == fasthttp.StatusRequestTimeout, status == fasthttp.StatusTooManyRequests,
-		status == fasthttp.StatusRequestEntityTooLarge, errors.Is(err, errGateFull):
-		if p.log.Enabled(context.Background(), slog.LevelDebug) {
-			p.log.Debug("request refused", "status", status, "pool", poolName, "rule", ex.d.Rule, "request_id", b2s(ex.reqID), "error", err)
-		}
-	default:
-		p.log.Warn("upstream request failed",
-			"status", status, "pool", poolName, "upstream", addr, "rule", ex.d.Rule, "request_id", b2s(ex.reqID), "timeout", ex.timeout, "error", err)
 	}
 }
+
+var newline = []byte("\n")
 
 // closeHijacked is the hijack handler of a request whose client went away:
 // nothing is written, and fasthttp closes the connection once it returns.
@@ -159,15 +184,22 @@ func appendRetryAfter(dst []byte, d time.Duration) []byte {
 // unsupported) and closes the connection, since what follows on it cannot
 // be trusted to be framed the way we think.
 func (p *Proxy) reject(ctx *fasthttp.RequestCtx, ex *exchange, status int, why string) {
-	body := append(append(append(ex.scratch[:0], "graygate: "...), why...), " (request id "...)
-	body = append(append(body, ex.reqID...), ")\n"...)
-	ex.scratch = body[:0]
+	body := ex.rejection(status, why)
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("text/plain; charset=utf-8")
 	ctx.SetBody(body)
 	ctx.SetConnectionClose()
 	ctx.Response.Header.SetBytesV(hdrRequestID, ex.reqID)
-	ex.status = status
-	ex.bytesOut = int64(len(body))
+}
+
+// rejection is the answer to a request refused before routing: its body
+// (in f.scratch), with the request id.
+func (f *flow) rejection(status int, why string) []byte {
+	body := append(append(append(f.scratch[:0], "graygate: "...), why...), " (request id "...)
+	body = append(append(body, f.reqID...), ")\n"...)
+	f.scratch = body[:0]
+	f.status = status
+	f.bytesOut = int64(len(body))
+	return body
 }

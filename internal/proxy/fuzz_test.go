@@ -41,7 +41,7 @@ func FuzzClientIP(f *testing.F) {
 	o := Options{TrustedProxies: []netip.Prefix{
 		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.0/8"),
 	}}.withDefaults()
-	trusted := (&exchange{opts: &o}).trusted
+	trusted := (&exchange{flow: flow{opts: &o}}).trusted
 	f.Fuzz(func(t *testing.T, xff, peerS string) {
 		peer, err := netip.ParseAddr(peerS)
 		if err != nil {

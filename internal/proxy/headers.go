@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // Header names the gateway reads or writes.
@@ -129,43 +131,7 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 		}
 	}
 
-	// X-Forwarded-For: a trusted peer's list (unless it named the header in
-	// Connection) with the peer appended; otherwise just the peer.
-	buf := ex.scratch[:0]
-	if trusted && !isConnToken(hdrXForwardedFor, ex.tokens) {
-		for _, v := range in.PeekAll(hdrXForwardedFor) {
-			if v = trimOWS(v); len(v) > 0 {
-				buf = append(buf, v...)
-				buf = append(buf, ", "...)
-			}
-		}
-	}
-	if ex.peer.IsValid() {
-		buf = ex.peer.AppendTo(buf)
-	} else if len(buf) > 0 {
-		buf = buf[:len(buf)-2]
-	}
-	if len(buf) > 0 {
-		ex.addHeader(s2b(hdrXForwardedFor), buf)
-	}
-	ex.scratch = buf[:0]
-	if !ex.sawProto {
-		if ctx.IsTLS() {
-			ex.addHeader(s2b(hdrXForwardedProto), s2b("https"))
-		} else {
-			ex.addHeader(s2b(hdrXForwardedProto), s2b("http"))
-		}
-	}
-	if !ex.sawHost && len(host) > 0 {
-		ex.addHeader(s2b(hdrXForwardedHost), host)
-	}
-	if ex.d.Tag != "" {
-		ex.addHeader(s2b(hdrGrayTag), s2b(ex.d.Tag))
-	}
-	ex.addHeader(s2b(hdrRequestID), ex.reqID)
-	if !ex.opts.NoVia {
-		ex.addHeader(s2b(hdrVia), s2b(viaValue))
-	}
+	ex.addForwarded(ex, in, host, ctx.IsTLS() || isTLSConn(ctx.Conn()), trusted)
 	if ws {
 		ex.head = append(ex.head, "Connection: Upgrade\r\nUpgrade: websocket\r\n"...)
 	}
@@ -207,8 +173,65 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 	ex.head = append(ex.head, "\r\n"...)
 }
 
-// viaValue is the gateway's Via entry (RFC 9110 section 7.6.3).
-const viaValue = "1.1 graygate"
+// addForwarded is the decorate phase's own fields, added after the
+// client's (keepRequestHeader): X-Forwarded-For (a trusted peer's list,
+// unless it named the header in Connection, with the peer appended;
+// otherwise just the peer), X-Forwarded-Proto ("https" when the client
+// came over TLS) and X-Forwarded-Host unless a trusted peer sent them,
+// the coloring X-Gray-Tag, X-Request-Id and Via. in is the client's
+// header, host its Host (or :authority).
+func (f *flow) addForwarded(sink fieldSink, in inHeader, host []byte, tls, trusted bool) {
+	buf := f.scratch[:0]
+	if trusted && !isConnToken(hdrXForwardedFor, f.tokens) {
+		for _, v := range in.PeekAll(hdrXForwardedFor) {
+			if v = trimOWS(v); len(v) > 0 {
+				buf = append(buf, v...)
+				buf = append(buf, ", "...)
+			}
+		}
+	}
+	if f.peer.IsValid() {
+		buf = f.peer.AppendTo(buf)
+	} else if len(buf) > 0 {
+		buf = buf[:len(buf)-2]
+	}
+	if len(buf) > 0 {
+		sink.addField(s2b(hdrXForwardedFor), buf)
+	}
+	f.scratch = buf[:0]
+	if !f.sawProto {
+		if tls {
+			sink.addField(s2b(hdrXForwardedProto), s2b("https"))
+		} else {
+			sink.addField(s2b(hdrXForwardedProto), s2b("http"))
+		}
+	}
+	if !f.sawHost && len(host) > 0 {
+		sink.addField(s2b(hdrXForwardedHost), host)
+	}
+	if f.d.Tag != "" {
+		sink.addField(s2b(hdrGrayTag), s2b(f.d.Tag))
+	}
+	sink.addField(s2b(hdrRequestID), f.reqID)
+	if !f.opts.NoVia {
+		v := viaValue
+		if f.proto == "h2" {
+			v = viaValue2
+		}
+		sink.addField(s2b(hdrVia), s2b(v))
+	}
+}
+
+// viaValue is the gateway's Via entry (RFC 9110 section 7.6.3) for a
+// message it received over HTTP/1.1, viaValue2 over HTTP/2.
+const (
+	viaValue  = "1.1 graygate"
+	viaValue2 = "2 graygate"
+)
+
+// addField implements fieldSink: one header line of the upstream request's
+// head.
+func (ex *exchange) addField(k, v []byte) { ex.addHeader(k, v) }
 
 // addHeader adds one header line to the upstream request's head.
 func (ex *exchange) addHeader(k, v []byte) {
@@ -261,13 +284,15 @@ func (ex *exchange) setBodyKind(ctx *fasthttp.RequestCtx, ws bool) {
 	}
 }
 
-// keepRequestHeader reports whether a client header is copied to the
-// upstream request, and notes the X-Forwarded-Proto / -Host it keeps.
-func (ex *exchange) keepRequestHeader(k []byte, trusted bool) bool {
+// keepRequestHeader is the decorate phase's verdict on one client header
+// field: whether it is copied to the upstream request. It notes the
+// X-Forwarded-Proto / -Host it keeps. f.tokens must hold the tokens of the
+// client's Connection header.
+func (f *flow) keepRequestHeader(k []byte, trusted bool) bool {
 	switch {
-	case isHopByHop(k), isConnToken(b2s(k), ex.tokens):
+	case isHopByHop(k), isConnToken(b2s(k), f.tokens):
 		return false
-	case !ex.opts.AllowUnderscoresInHeaders && bytes.IndexByte(k, '_') >= 0:
+	case !f.opts.AllowUnderscoresInHeaders && bytes.IndexByte(k, '_') >= 0:
 		// "Transfer_Encoding" would be Transfer-Encoding to an upstream
 		// that folds "_" into "-" (nginx's ignore_invalid_headers).
 		return false
@@ -282,12 +307,12 @@ func (ex *exchange) keepRequestHeader(k []byte, trusted bool) bool {
 		if !trusted {
 			return false
 		}
-		ex.sawProto = true
+		f.sawProto = true
 	case eqFold(k, hdrXForwardedHost):
 		if !trusted {
 			return false
 		}
-		ex.sawHost = true
+		f.sawHost = true
 	case eqFold(k, hdrForwarded), eqFold(k, hdrXRealIP):
 		return trusted
 	}
@@ -320,12 +345,11 @@ func (ex *exchange) originForm(uri []byte) []byte {
 
 // filterResponseHeader removes from the upstream's response header, which
 // was read straight into the client's response, what must not reach the
-// client: hop-by-hop headers and those named in Connection, and any
-// decision headers the upstream tried to set (X-Gray-Rule, X-Gray-Group and
-// X-Gray-Degraded are the gateway's to say). The announced trailer fields
-// are kept: the trailers themselves are forwarded after a chunked body. The
-// upstream's wish to close its connection is noted for releaseUpstream and
-// does not close the client's. The framing is set by respond.
+// client (dropResponseField, and the reported metric fields), keeping the
+// announced trailer fields: the trailers themselves are forwarded after a
+// chunked body. The upstream's wish to close its connection is noted for
+// releaseUpstream and does not close the client's. The framing is set by
+// respond.
 func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
 	ex.upClose = ex.upClose || h.ConnectionClose()
 	h.ResetConnectionClose()
@@ -335,28 +359,46 @@ func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
 	ex.tokens = appendConnTokens(ex.tokens[:0], h.PeekAll(fasthttp.HeaderConnection))
 	del := ex.scratch[:0]
 	for k := range h.All() {
-		switch {
-		case eqFold(k, fasthttp.HeaderTrailer), eqFold(k, fasthttp.HeaderContentLength):
+		if eqFold(k, fasthttp.HeaderTrailer) || eqFold(k, fasthttp.HeaderContentLength) {
 			continue
-		case isHopByHop(k), isConnToken(b2s(k), ex.tokens),
-			eqFold(k, hdrGrayRule), eqFold(k, hdrGrayGroup), eqFold(k, hdrGrayDegraded):
+		}
+		if ex.dropResponseField(k) {
 			del = append(append(del, k...), 0)
 		}
 	}
 	clear(ex.tokens)
 	ex.tokens = ex.tokens[:0]
-	if r := ex.d.Report; r != nil && len(r.Headers) > 0 && isFinal(h.StatusCode()) {
-		ex.captureReported(h, r.Headers)
-		for _, n := range r.Headers {
-			del = append(append(del, n...), 0)
-		}
-	}
+	del = ex.takeReported(h, h.StatusCode(), del)
 	for len(del) > 0 {
 		i := bytes.IndexByte(del, 0)
 		h.DelBytes(del[:i])
 		del = del[i+1:]
 	}
 	ex.scratch = ex.scratch[:0]
+}
+
+// dropResponseField is the response phase's verdict on one upstream
+// response header field: hop-by-hop fields and those named in the
+// upstream's Connection header (f.tokens) are removed, and so are the
+// decision headers an upstream tried to set (X-Gray-Rule, X-Gray-Group
+// and X-Gray-Degraded are the gateway's to say).
+func (f *flow) dropResponseField(k []byte) bool {
+	return isHopByHop(k) || isConnToken(b2s(k), f.tokens) ||
+		eqFold(k, hdrGrayRule) || eqFold(k, hdrGrayGroup) || eqFold(k, hdrGrayDegraded)
+}
+
+// takeReported keeps, for a final response, the values of the fields the
+// upstream reports metrics in (Decision.Report) and appends their names,
+// each followed by a 0 byte, to del, for the caller to remove: the client
+// never sees them.
+func (f *flow) takeReported(h fields, status int, del []byte) []byte {
+	if r := f.d.Report; r != nil && len(r.Headers) > 0 && isFinal(status) {
+		f.captureReported(h, r.Headers)
+		for _, n := range r.Headers {
+			del = append(append(del, n...), 0)
+		}
+	}
+	return del
 }
 
 var strHTTP11 = []byte("HTTP/1.1")
@@ -366,9 +408,9 @@ func isFinal(status int) bool { return !isInterim(status) }
 
 // captureReported keeps the values of the response headers the upstream
 // reports metrics in (Decision.Report), for OnDone, copied into one
-// buffer of the exchange; the caller removes the headers.
-func (ex *exchange) captureReported(h *fasthttp.ResponseHeader, names []string) {
-	buf := ex.reportBuf[:0]
+// buffer of the flow; the caller removes the headers.
+func (f *flow) captureReported(h fields, names []string) {
+	buf := f.reportBuf[:0]
 	var ends [maxReported]int
 	n := min(len(names), maxReported)
 	for i := range n {
@@ -379,15 +421,15 @@ func (ex *exchange) captureReported(h *fasthttp.ResponseHeader, names []string) 
 			ends[i] = -1
 		}
 	}
-	ex.reportBuf = buf
-	ex.reported = ex.reported[:0]
+	f.reportBuf = buf
+	f.reported = f.reported[:0]
 	start := 0
 	for i := range n {
 		if ends[i] < 0 {
-			ex.reported = append(ex.reported, nil)
+			f.reported = append(f.reported, nil)
 			continue
 		}
-		ex.reported = append(ex.reported, buf[start:ends[i]:ends[i]])
+		f.reported = append(f.reported, buf[start:ends[i]:ends[i]])
 		start = ends[i]
 	}
 }
@@ -395,10 +437,15 @@ func (ex *exchange) captureReported(h *fasthttp.ResponseHeader, names []string) 
 // maxReported bounds the report headers read per response.
 const maxReported = 16
 
-// addVia adds the gateway's Via entry to a forwarded response.
-func (ex *exchange) addVia(h *fasthttp.ResponseHeader) {
-	if !ex.opts.NoVia {
-		h.AddBytesKV(s2b(hdrVia), s2b(viaValue))
+// addVia adds the gateway's Via entry to a forwarded response, naming
+// the protocol the response came in with from the upstream.
+func (f *flow) addVia(h fields) {
+	if !f.opts.NoVia {
+		v := viaValue
+		if t := f.d.Target; t != nil && t.Protocol != upstream.HTTP1 {
+			v = viaValue2
+		}
+		h.AddBytesKV(s2b(hdrVia), s2b(v))
 	}
 }
 
@@ -420,17 +467,25 @@ func ensureDate(h *fasthttp.ResponseHeader) {
 	fresh.CopyTo(h)
 }
 
-// setDecisionHeaders adds the decision headers and, for a freshly issued
-// anonymous identity, its cookie. They go on every response the gateway
-// sends after routing, error responses included.
+// setDecisionHeaders adds the decision headers to a fasthttp response
+// (see flow.decisionHeaders), with fasthttp's name normalizing off: the
+// names are already canonical.
 func (ex *exchange) setDecisionHeaders(h *fasthttp.ResponseHeader) {
-	d := &ex.d
-	// Appended, not set: h is either fresh or a copy of the upstream's
-	// header without these (copyResponseHeader), so there is nothing to
-	// replace, and the names are already in canonical form.
 	if !h.DisableNormalizing() {
 		defer h.EnableNormalizing()
 	}
+	ex.decisionHeaders(h)
+}
+
+// decisionHeaders adds the decision headers and, for a freshly issued
+// anonymous identity, its cookie. They go on every response the gateway
+// sends after routing, error responses included: X-Gray-Rule,
+// X-Gray-Group, X-Gray-Degraded, X-Request-Id (on HTTP/2, and so as gRPC
+// response metadata, too).
+func (f *flow) decisionHeaders(h fields) {
+	d := &f.d
+	// Appended, not set: h is either fresh or the upstream's header
+	// without these (dropResponseField), so there is nothing to replace.
 	if d.Rule != "" {
 		h.AddBytesKV(s2b(hdrGrayRule), s2b(d.Rule))
 	}
@@ -440,15 +495,15 @@ func (ex *exchange) setDecisionHeaders(h *fasthttp.ResponseHeader) {
 	if d.Degraded != "" {
 		h.AddBytesKV(s2b(hdrGrayDegraded), s2b(d.Degraded))
 	}
-	if len(ex.reqID) > 0 {
-		h.AddBytesKV(s2b(hdrRequestID), ex.reqID)
+	if len(f.reqID) > 0 {
+		h.AddBytesKV(s2b(hdrRequestID), f.reqID)
 	}
 	if d.Identity.Issued && d.Identity.Cookie != "" {
-		c := append(ex.scratch[:0], d.Identity.Cookie...)
+		c := append(f.scratch[:0], d.Identity.Cookie...)
 		c = append(c, '=')
 		c = append(c, d.Identity.Value...)
 		c = append(c, "; Path=/; Max-Age=31536000; HttpOnly; SameSite=Lax"...)
-		h.AddBytesV(fasthttp.HeaderSetCookie, c)
-		ex.scratch = c[:0]
+		h.AddBytesKV(s2b(fasthttp.HeaderSetCookie), c)
+		f.scratch = c[:0]
 	}
 }

@@ -13,7 +13,9 @@ import (
 //
 // It runs in RawConn.Control, not Read: Control neither checks the read
 // deadline (a pooled connection may still carry an expired one from its
-// last exchange) nor touches the poller's readiness.
+// last exchange) nor touches the poller's readiness. The callback is a
+// method value kept on the connection (peekFn), and its result a field,
+// so that a peek allocates nothing.
 func (u *upstreamTCP) peekIdle() error {
 	if u.peekFn == nil {
 		u.peekFn = u.peekOnce

@@ -15,7 +15,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/graygate/graygate/internal/attr"
-	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
@@ -62,6 +61,12 @@ type Proxy struct {
 	exchanges sync.Pool
 	tunnels   tunnelSet
 	conns     connSet
+
+	// The HTTP/2 codec (h2.go) and the net/http upstream transports
+	// (nethttp.go).
+	streams sync.Pool
+	h2      h2State
+	nets    netTransports
 }
 
 // New returns a Proxy that routes with decider. Zero Options fields take the
@@ -86,6 +91,8 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 	p.ids.init()
 	p.degrade = newDegradeLog(p.log.Handler(), DefaultDegradationLogQueue)
 	p.exchanges.New = func() any { return p.newExchange() }
+	p.streams.New = func() any { return p.newStream() }
+	p.reconfigureH2(&o)
 	p.stop = make(chan struct{})
 	go p.sweepClients(p.stop)
 	if o.AccessLog != nil {
@@ -167,7 +174,12 @@ func (p *Proxy) Reconfigure(opts Options) []string {
 	p.accessMu.Unlock()
 	p.opts.Store(&o)
 	p.lcfg.Store(listenerConfig(&o))
+	if o.WriteTimeout != old.WriteTimeout {
+		// New HTTP/2 connections take the new client write timeout.
+		p.reconfigureH2(&o)
+	}
 	if upstreamOptionsChanged(old, &o) {
+		p.closeNetTransports(true)
 		p.clientsMu.Lock()
 		m := p.clients.Swap(nil)
 		p.clientsMu.Unlock()
@@ -204,6 +216,22 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load))
 }
 
+// ServeWith is Serve for a listener that offers more than cleartext
+// HTTP/1.1: TLS (prot.TLS, with ALPN h2 for HTTP/2) or h2c (prot.H2C).
+// HTTP/2 connections are served by ServeH2, HTTP/1.1 ones as by Serve,
+// guarded the same way over TLS; see listener.Split. Serve and ServeWith
+// may run on several listeners at once; Shutdown stops them all.
+func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
+	prot.ServeH2 = p.ServeH2
+	if prot.HandshakeTimeout <= 0 {
+		prot.HandshakeTimeout = p.opts.Load().ReadHeaderTimeout
+	}
+	if prot.Logger == nil {
+		prot.Logger = p.log
+	}
+	return p.server.Serve(listener.Split(ln, p.lcfg.Load, prot))
+}
+
 // Shutdown stops accepting (it closes the listeners), closes idle client
 // connections, and waits until ctx is done for requests in flight, which
 // are answered with "Connection: close". It then closes the client
@@ -218,8 +246,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		// serving: its stop flag is cleared again when it returns.
 		p.conns.closeAll()
 	}
+	if herr := p.shutdownH2(ctx); herr != nil && err == nil {
+		err = herr
+	}
 	p.tunnels.closeAll()
 	p.stopOnce.Do(func() { close(p.stop) })
+	p.closeNetTransports(false)
 	if m := p.clients.Load(); m != nil {
 		for _, c := range *m {
 			c.hc.CloseIdleConnections()
@@ -252,42 +284,21 @@ func (p *Proxy) DegradationLogDropped() uint64 {
 	return p.degrade.dropped.Load()
 }
 
-// exchange is the state of one request, pooled. It outlives the handler
-// when the response body is streamed or the connection becomes a WebSocket
-// tunnel or carries a hijacked response, but it never keeps the
-// RequestCtx's buffers past the handler: what it needs later (method, path,
-// decision strings) it copies. (A hijacked response keeps ctx, which
-// fasthttp keeps valid until the hijack handler returns.)
+// exchange is the HTTP/1.1 codec's state of one request, pooled: the
+// request's flow (the forwarding policy, policy.go) and what fasthttp and
+// the gateway's own HTTP/1.1 upstream transport need. It outlives the
+// handler when the response body is streamed or the connection becomes a
+// WebSocket tunnel or carries a hijacked response, but it never keeps the
+// RequestCtx's buffers past the handler: what it needs later (method,
+// path, decision strings) the flow copies. (A hijacked response keeps
+// ctx, which fasthttp keeps valid until the hijack handler returns.)
 type exchange struct {
-	p    *Proxy
-	opts *Options // loaded once per request
+	flow
 	view view
-	d    router.Decision
-	peer netip.Addr
-
-	inst *upstream.Instance
-	pool *upstream.Pool // the pool inst came from, told the outcome once
+	// ctx is the request being served, while the handler runs.
+	ctx  *fasthttp.RequestCtx
 	uc   *upstreamClient
 	resp fasthttp.Response // holds the upstream body stream
-
-	// Route policy state (resilience.go).
-	pol           *router.Policy
-	headerTimeout time.Duration // the route's, or Options.ResponseHeaderTimeout
-	gate          *limit.Gate   // acquired for the pool being tried, released by finish
-	retryAfter    time.Duration // for a 429
-	body          []byte        // a request body buffered for a replay on stable
-	buffered      bool          // body holds the whole request body
-	replayable    bool          // the request may be sent again, to stable
-	fellBack      bool
-	fallbackErr   error  // why the gray target failed
-	fallbackAddr  string // the gray instance that failed ("" if none was picked)
-	sent          bool   // the request was (partly) written to the current target
-	respStarted   bool   // a response byte arrived from the current target
-	recorded      bool   // the breaker has the outcome
-	tooLarge      bool   // the body exceeded Policy.MaxBodyBytes while streaming
-	bodyWait      time.Duration
-	brkPending    bool          // the breaker outcome waits for the end of the body
-	brkLatency    time.Duration // its latency, measured at the header
 
 	// The upstream request: its head, and how its body is sent.
 	head     []byte
@@ -297,7 +308,6 @@ type exchange struct {
 	upWDL    int64
 	buf      []byte // body copy buffer
 
-	reqBody  reqBody
 	respBody respBody
 	up       upstreamConn  // held while the response body streams
 	br       *bufio.Reader // the reader of up
@@ -306,10 +316,7 @@ type exchange struct {
 	upClose  bool  // the upstream asked to close its connection
 	noReuse  bool  // the upstream connection must not go back to the pool
 
-	start     time.Time
-	status    int
-	inline    int // the length of a body left in br for respond to copy, or -1
-	bytesOut  int64
+	inline    int  // the length of a body left in br for respond to copy, or -1
 	streaming bool // respBody, a tunnel or a hijacked response owns the exchange
 	hijacked  bool // the response is written by respondHijacked
 	interim   []byte
@@ -318,28 +325,14 @@ type exchange struct {
 	// respOut is the client's response header while its body streams, for
 	// the trailers.
 	respOut *fasthttp.ResponseHeader
-	// reported holds the values of Decision.Report.Headers, in reportBuf.
-	reported  [][]byte
-	reportBuf []byte
-	done      Done
-	upEOF     bool
-	upErr     error
-	clientErr error
-	writeErr  error  // the client write that failed
-	timeout   string // which timeout fired, for the access log
-
-	reqID        []byte
-	method, path []byte
-	idVal, tag   []byte
-	scratch      []byte
-	tokens       [][]byte
-	// Inbound X-Forwarded-Proto / -Host kept from a trusted peer.
-	sawProto, sawHost bool
+	upEOF   bool
+	// net is the state of a request forwarded to an HTTP/2 pool
+	// (forwardNet), nil otherwise.
+	net *netUpstream
 
 	// Client watch state. mu guards canceled and upConn between the
 	// watcher goroutine and the request goroutine.
 	mu        sync.Mutex
-	canceled  bool
 	upConn    net.Conn
 	gone      bool
 	watchDone chan struct{}
@@ -371,8 +364,10 @@ const (
 )
 
 func (p *Proxy) newExchange() *exchange {
-	ex := &exchange{p: p, watchDone: make(chan struct{}, 1), inline: -1}
-	ex.reqBody.ex = ex
+	ex := &exchange{watchDone: make(chan struct{}, 1), inline: -1}
+	ex.p = p
+	ex.c = ex
+	ex.reqBody.f = &ex.flow
 	ex.respBody.ex = ex
 	ex.peekFn = ex.peek
 	ex.flushFn = ex.flushThenWait
@@ -381,98 +376,37 @@ func (p *Proxy) newExchange() *exchange {
 
 func (p *Proxy) getExchange() *exchange {
 	ex := p.exchanges.Get().(*exchange)
-	ex.opts = p.opts.Load()
-	ex.start = p.now()
+	ex.begin(p)
 	return ex
 }
 
-// finish ends the exchange: it reports a breaker outcome still pending,
-// releases the pool's concurrency slot, records the exchange (OnDone,
-// access log, degradation log) and returns it to the pool.
+// finish ends the exchange: the flow's finish phase (breaker outcome,
+// passive health, concurrency slot, OnDone, access log, degradation log),
+// then the exchange goes back to the pool.
 func (ex *exchange) finish() {
-	p := ex.p
-	if ex.brkPending {
-		ex.brkPending = false
-		ex.recordBody()
-	}
-	// Passive health: 5xx from the upstream, or a transport failure the
-	// gateway answered with 502/504, counts against the instance; a client
-	// that left or was refused does not.
-	ex.reportUpstream(ex.status < 500 && ex.upErr == nil)
-	end := p.now()
-	elapsed := end.Sub(ex.start)
-	if ex.gate != nil {
-		ex.gate.Release()
-		ex.gate = nil
-	}
-	if ex.opts.OnDone != nil {
-		ex.done = Done{Decision: &ex.d, Status: ex.status, Elapsed: elapsed, BytesOut: ex.bytesOut,
-			Method: b2s(ex.method), Path: b2s(ex.path), Reported: ex.reported}
-		ex.opts.OnDone(&ex.done)
-		ex.done = Done{}
-	}
-	if a := p.access.Load(); a != nil {
-		a.record(ex, end, elapsed)
-	}
-	if ex.d.Degraded != "" {
-		p.degrade.record(ex, end)
-	}
+	ex.flow.finish()
 	ex.reset()
-	p.exchanges.Put(ex)
-}
-
-// reportUpstream tells the pool the picked instance's outcome, once.
-func (ex *exchange) reportUpstream(ok bool) {
-	if ex.inst != nil && ex.pool != nil {
-		ex.pool.Report(ex.inst, ok)
-		ex.pool = nil
-	}
+	ex.p.exchanges.Put(ex)
 }
 
 func (ex *exchange) reset() {
+	ex.resetFlow()
 	ex.view.req, ex.view.ip, ex.view.trusted, ex.view.dec = nil, netip.Addr{}, false, ex.view.dec[:0]
-	ex.d = router.Decision{}
-	ex.opts = nil
-	ex.peer = netip.Addr{}
-	ex.inst, ex.uc, ex.pool = nil, nil, nil
+	ex.ctx = nil
+	ex.uc = nil
 	ex.resp.Reset()
-	ex.reqBody.src, ex.reqBody.n, ex.reqBody.size, ex.reqBody.max, ex.reqBody.pre = nil, 0, 0, 0, nil
-	ex.pol, ex.headerTimeout, ex.gate, ex.retryAfter = nil, 0, nil, 0
-	if cap(ex.body) > maxPooledBody {
-		ex.body = nil // a route with a large FallbackBodyBytes; don't pool it
-	}
-	ex.body = ex.body[:0]
-	ex.buffered, ex.replayable, ex.fellBack, ex.fallbackErr, ex.fallbackAddr = false, false, false, nil, ""
-	ex.sent, ex.respStarted, ex.recorded, ex.tooLarge, ex.bodyWait = false, false, false, false, 0
-	ex.brkPending, ex.brkLatency = false, 0
 	ex.head, ex.bodyKind, ex.sendBody, ex.expect, ex.upWDL = ex.head[:0], bodyNone, nil, false, 0
 	ex.up, ex.br, ex.upBody, ex.upRDL, ex.upClose, ex.noReuse = nil, nil, nil, 0, false, false
-	ex.status, ex.inline, ex.bytesOut = 0, -1, 0
+	ex.inline = -1
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
-	ex.upEOF, ex.upErr, ex.clientErr, ex.writeErr, ex.timeout = false, nil, nil, nil, ""
-	ex.reqID = ex.reqID[:0]
-	clear(ex.reported)
-	ex.reported, ex.reportBuf = ex.reported[:0], ex.reportBuf[:0]
-	ex.method, ex.path = ex.method[:0], ex.path[:0]
-	ex.idVal, ex.tag, ex.scratch = ex.idVal[:0], ex.tag[:0], ex.scratch[:0]
-	clear(ex.tokens)
-	ex.tokens = ex.tokens[:0]
-	ex.canceled, ex.upConn, ex.gone = false, nil, false
+	ex.upEOF = false
+	ex.net = nil
+	ex.upConn, ex.gone = nil, false
 }
 
-// keepDecision stores d, copying the two strings a router may take from the
-// request (the identity value and the coloring tag) into the exchange, so
-// the decision stays valid after fasthttp reuses the request buffers.
-func (ex *exchange) keepDecision(d router.Decision) {
-	ex.idVal = append(ex.idVal[:0], d.Identity.Value...)
-	d.Identity.Value = b2s(ex.idVal)
-	ex.tag = append(ex.tag[:0], d.Tag...)
-	d.Tag = b2s(ex.tag)
-	ex.d = d
-}
-
-// trusted reports whether a is one of Options.TrustedProxies.
-func (ex *exchange) trusted(a netip.Addr) bool { return ex.opts.isTrusted(a) }
+// badBody implements codec: a failure to read the body is its own fault
+// when the listener's Guard or fasthttp's chunk parser refused it.
+func (ex *exchange) badBody(err error) bool { return isBadBody(ex.ctx, err) }
 
 // Handler serves one request: validate, route, forward, answer. It is a
 // fasthttp.RequestHandler; Serve runs it in a server configured for
@@ -500,15 +434,16 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 // followed by one on stable when fallBackOK allows it.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	in := &ctx.Request.Header
+	ex.ctx = ctx
 	ex.peer = peerAddr(ctx)
 	trusted := ex.trusted(ex.peer)
-	ex.setRequestID(in, trusted)
+	ex.setRequestID(in.Peek(hdrRequestID), trusted)
 	if in.IsConnect() {
 		p.reject(ctx, ex, fasthttp.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false
 	}
 	ex.view.see(&ctx.Request, ex.peer, ex.trusted)
-	ex.keepDecision(p.decider.Decide(&ex.view))
+	ex.decide(&ex.view)
 	ex.view.req = nil
 	if ex.d.Reject != "" { // e.g. an identity over identity.max_length
 		p.reject(ctx, ex, fasthttp.StatusBadRequest, ex.d.Reject)
@@ -551,30 +486,17 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	if err := ex.acquire(); err != nil {
 		return false, err
 	}
-	pool := ex.d.Target
-	var inst *upstream.Instance
-	var err error
-	h := ex.d.VersionHeader
-	if h == "" {
-		h = pool.VersionHeader
-	}
-	if h != "" {
-		// Seed 003: the request's version header picks instances by their
-		// version metadata, falling back to all healthy ones.
-		inst, err = pool.PickVersion(b2s(ctx.Request.Header.Peek(h)))
-	} else {
-		inst, err = pool.Pick()
-	}
-	if err != nil {
-		ex.recordOutcome(time.Time{}, err)
+	if err := ex.pick(&ctx.Request.Header); err != nil {
 		return false, err
 	}
-	ex.inst, ex.pool = inst, pool
+	if ex.d.Target.Protocol != upstream.HTTP1 {
+		return p.forwardNet(ctx, ex, trusted, ws)
+	}
 	now := ex.start
 	if !p.realClock {
 		now = time.Now()
 	}
-	ex.uc = p.client(inst, now)
+	ex.uc = p.client(ex.inst, now)
 	p.buildRequest(ctx, ex, trusted, ws)
 	if ws {
 		return p.serveUpgrade(ctx, ex)
@@ -657,6 +579,7 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	ex := p.getExchange()
 	ex.method = append(ex.method[:0], ctx.Request.Header.Method()...)
 	ex.path = append(ex.path[:0], ctx.Request.URI().Path()...)
+	ex.ctx = ctx
 	ex.peer = peerAddr(ctx)
 	ex.setRequestID(nil, false)
 	var small *fasthttp.ErrSmallBuffer

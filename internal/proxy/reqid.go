@@ -4,8 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"sync/atomic"
-
-	"github.com/valyala/fasthttp"
 )
 
 // requestIDs issues X-Request-Id values: 16 hex digits drawn at random once
@@ -36,17 +34,15 @@ func (r *requestIDs) next(dst []byte) []byte {
 // maxRequestIDBytes bounds an X-Request-Id kept from a trusted peer.
 const maxRequestIDBytes = 128
 
-// setRequestID gives the request its X-Request-Id: the one a trusted peer
-// sent, if it is a plausible id (1 to 128 visible ASCII characters), else
-// a new one. in is nil for a request that could not be parsed.
-func (ex *exchange) setRequestID(in *fasthttp.RequestHeader, trusted bool) {
-	if trusted && in != nil {
-		if v := in.Peek(hdrRequestID); validRequestID(v) {
-			ex.reqID = append(ex.reqID[:0], v...)
-			return
-		}
+// setRequestID gives the request its X-Request-Id: in, the one a trusted
+// peer sent, if it is a plausible id (1 to 128 visible ASCII characters),
+// else a new one. in is nil for a request that could not be parsed.
+func (f *flow) setRequestID(in []byte, trusted bool) {
+	if trusted && validRequestID(in) {
+		f.reqID = append(f.reqID[:0], in...)
+		return
 	}
-	ex.reqID = ex.p.ids.next(ex.reqID[:0])
+	f.reqID = f.p.ids.next(f.reqID[:0])
 }
 
 func validRequestID(v []byte) bool {

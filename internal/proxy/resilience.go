@@ -17,36 +17,49 @@ import (
 // route with a larger FallbackBodyBytes allocates its buffer per request.
 const maxPooledBody = router.DefaultFallbackBodyBytes
 
+// admit is the HTTP/1.1 codec's call of the admit phase: the declared
+// length, and the body stream (nil when fasthttp holds the body in memory).
+func (p *Proxy) admit(ctx *fasthttp.RequestCtx, ex *exchange) error {
+	src := ctx.RequestBodyStream()
+	inMemory := int64(-1)
+	if src == nil {
+		inMemory = int64(len(ctx.Request.Body()))
+	}
+	return ex.admit(int64(ctx.Request.Header.ContentLength()), inMemory, src)
+}
+
 // admit applies the route's policy before anything is sent upstream: the
 // rate limit, the declared body size, the response header timeout, and,
 // for a request that may fall back to stable, the buffering of its body.
-// With router.NoPolicy and no fallback it is a handful of comparisons.
-func (p *Proxy) admit(ctx *fasthttp.RequestCtx, ex *exchange) error {
-	pol := ex.d.Policy
+// cl is the declared length (-1: unknown, -2 or 0: no body), inMemory the
+// length of a body the codec already holds whole (-1: it streams from
+// src). With router.NoPolicy and no fallback it is a handful of
+// comparisons.
+func (f *flow) admit(cl, inMemory int64, src io.Reader) error {
+	pol := f.d.Policy
 	if pol == nil {
 		pol = router.NoPolicy
 	}
-	ex.pol = pol
-	ex.headerTimeout = ex.opts.ResponseHeaderTimeout
+	f.pol = pol
+	f.headerTimeout = f.opts.ResponseHeaderTimeout
 	if pol.UpstreamTimeout > 0 {
-		ex.headerTimeout = pol.UpstreamTimeout
+		f.headerTimeout = pol.UpstreamTimeout
 	}
 	if pol.Limiter != nil {
-		// ex.d.Identity.Value may alias a request buffer; the Limiter
+		// f.d.Identity.Value may alias a request buffer; the Limiter
 		// clones an identity when it keeps one as a map key.
-		if ok, retry := pol.Limiter.Allow(ex.d.Identity.Value); !ok {
-			ex.retryAfter = retry
+		if ok, retry := pol.Limiter.Allow(f.d.Identity.Value); !ok {
+			f.retryAfter = retry
 			return errRateLimited
 		}
 	}
 	if m := pol.MaxBodyBytes; m > 0 {
-		cl := ctx.Request.Header.ContentLength()
-		if int64(cl) > m || (ctx.RequestBodyStream() == nil && int64(len(ctx.Request.Body())) > m) {
+		if cl > m || (src == nil && inMemory > m) {
 			return errBodyTooLarge
 		}
 	}
-	if ex.d.Stable != nil && ex.d.Stable != ex.d.Target {
-		return ex.prepareReplay(ctx)
+	if f.d.Stable != nil && f.d.Stable != f.d.Target {
+		return f.prepareReplay(cl, src)
 	}
 	return nil
 }
@@ -54,60 +67,65 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, ex *exchange) error {
 // prepareReplay decides whether the request could be sent to stable after
 // its gray target fails, and buffers its body if that is what it takes.
 // Only a body the gateway holds can be sent twice: no body; a body already
-// in memory (a server without StreamRequestBody); a body whose
+// in memory (src nil: a server without StreamRequestBody); a body whose
 // Content-Length is at most Policy.FallbackBodyBytes, read here before the
 // gray target is contacted; or a chunked body that turns out to fit. A
 // chunked body that does not fit is streamed on, what was read first
 // included, and the request is not replayable; nor is a larger declared
 // body, which is not read here at all.
-func (ex *exchange) prepareReplay(ctx *fasthttp.RequestCtx) error {
-	cl := ctx.Request.Header.ContentLength()
-	if cl == 0 || cl == -2 {
-		ex.replayable = true
+func (f *flow) prepareReplay(cl int64, src io.Reader) error {
+	if cl == 0 || cl == -2 || src == nil {
+		f.replayable = true
 		return nil
 	}
-	src := ctx.RequestBodyStream()
-	if src == nil {
-		ex.replayable = true
-		return nil
-	}
-	limit := ex.pol.FallbackBodyBytes
+	limit := f.pol.FallbackBodyBytes
 	if limit <= 0 {
 		limit = router.DefaultFallbackBodyBytes
 	}
-	if int64(cl) > limit {
+	if cl > limit {
 		return nil
 	}
-	rb := &ex.reqBody
-	rb.src, rb.size, rb.n, rb.max = src, int64(cl), 0, ex.pol.MaxBodyBytes
+	rb := &f.reqBody
+	rb.src, rb.size, rb.n, rb.max = src, cl, 0, f.pol.MaxBodyBytes
 	var err error
 	if cl > 0 {
-		if cap(ex.body) < cl {
-			ex.body = make([]byte, cl)
+		if int64(cap(f.body)) < cl {
+			f.body = make([]byte, cl)
 		}
-		ex.body = ex.body[:cl]
-		_, err = io.ReadFull(rb, ex.body)
+		f.body = f.body[:cl]
+		_, err = io.ReadFull(rb, f.body)
 	} else {
-		ex.body, err = readUpTo(rb, ex.body[:0], int(limit)+1)
-		if err == nil && int64(len(ex.body)) > limit {
-			rb.pre = ex.body
+		f.body, err = readUpTo(rb, f.body[:0], int(limit)+1)
+		if err == nil && int64(len(f.body)) > limit {
+			rb.pre = f.body
 			return nil
 		}
 	}
+	if err := f.bodyFailure(err); err != nil {
+		return err
+	}
+	f.buffered, f.replayable = true, true
+	return nil
+}
+
+// bodyFailure maps a failure to read the client's body (err, or what
+// reqBody recorded) to the error the request is answered with: 413 past
+// the body limit, 400 for a malformed body, 408 for a stalled client, 499
+// for one that went away. nil when nothing failed.
+func (f *flow) bodyFailure(err error) error {
 	switch {
-	case ex.tooLarge:
+	case f.tooLarge:
 		return errBodyTooLarge
-	case ex.clientErr != nil && isBadBody(ctx, ex.clientErr):
-		return fmt.Errorf("%w: %w", errBadRequestBody, ex.clientErr)
-	case ex.clientErr != nil && isTimeout(ex.clientErr):
-		ex.timeout = timeoutClientRead
-		return fmt.Errorf("%w: %w", errRequestTimeout, ex.clientErr)
-	case ex.clientErr != nil:
-		return fmt.Errorf("%w: reading request body: %w", errClientGone, ex.clientErr)
+	case f.clientErr != nil && f.c.badBody(f.clientErr):
+		return fmt.Errorf("%w: %w", errBadRequestBody, f.clientErr)
+	case f.clientErr != nil && isTimeout(f.clientErr):
+		f.timeout = timeoutClientRead
+		return fmt.Errorf("%w: %w", errRequestTimeout, f.clientErr)
+	case f.clientErr != nil:
+		return fmt.Errorf("%w: reading request body: %w", errClientGone, f.clientErr)
 	case err != nil:
 		return fmt.Errorf("%w: reading request body: %w", errClientGone, err)
 	}
-	ex.buffered, ex.replayable = true, true
 	return nil
 }
 
@@ -142,79 +160,86 @@ func readUpTo(r io.Reader, dst []byte, n int) ([]byte, error) {
 // but no response byte came back (reset, closed, response header
 // timeout). Failures of the client (gone, too slow, body too large) and
 // the pool's concurrency cap never fall back.
-func (ex *exchange) fallBackOK(err error) bool {
-	if !ex.replayable || ex.fellBack || ex.d.Stable == nil || ex.d.Stable == ex.d.Target {
+func (f *flow) fallBackOK(err error) bool {
+	if !f.replayable || f.fellBack || f.d.Stable == nil || f.d.Stable == f.d.Target {
 		return false
 	}
 	switch {
 	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout),
-		errors.Is(err, errBodyTooLarge), errors.Is(err, errGateFull), ex.canceled:
+		errors.Is(err, errBodyTooLarge), errors.Is(err, errGateFull), f.canceled:
 		return false
-	case errors.Is(err, upstream.ErrNoInstance), !ex.sent:
+	case errors.Is(err, upstream.ErrNoInstance), !f.sent:
 		return true
-	case ex.respStarted:
+	case f.respStarted:
 		return false
 	}
-	return idempotentMethod(ex.method)
+	return idempotentMethod(f.method)
 }
 
-// acquire readies an attempt on ex.d.Target: it takes the pool's
+// acquire readies an attempt on f.d.Target: it takes the pool's
 // concurrency slot (full: errGateFull), and then, on the first attempt on
 // a breaker-guarded target, asks the breaker (Decision.Guard). The order
 // matters: a request refused by a rate limit (admit) or a full pool never
 // reaches the breaker, so it cannot use up a half-open probe. A breaker
 // that refuses degrades the decision to stable, and the attempt takes the
 // stable pool's slot instead.
-func (ex *exchange) acquire() error {
-	if !ex.takeGate() {
+func (f *flow) acquire() error {
+	if !f.takeGate() {
 		return errGateFull
 	}
-	if ex.d.Guard() {
-		ex.releaseGate()
-		if ex.d.Target == nil {
+	if f.d.Guard() {
+		f.releaseGate()
+		if f.d.Target == nil {
 			return fmt.Errorf("the gray target's breaker is open and there is no stable target: %w", upstream.ErrNoInstance)
 		}
-		if !ex.takeGate() {
+		if !f.takeGate() {
 			return errGateFull
 		}
 	}
 	return nil
 }
 
-// takeGate takes a concurrency slot of ex.d.Target's pool, if it has a cap.
-func (ex *exchange) takeGate() bool {
-	if g := ex.d.Target.Gate; g != nil {
+// takeGate takes a concurrency slot of f.d.Target's pool, if it has a cap.
+func (f *flow) takeGate() bool {
+	if g := f.d.Target.Gate; g != nil {
 		if !g.Acquire() {
 			return false
 		}
-		ex.gate = g
+		f.gate = g
 	}
 	return true
 }
 
-func (ex *exchange) releaseGate() {
-	if ex.gate != nil {
-		ex.gate.Release()
-		ex.gate = nil
+func (f *flow) releaseGate() {
+	if f.gate != nil {
+		f.gate.Release()
+		f.gate = nil
 	}
 }
 
-// fallBack turns the exchange into an attempt on stable (Decision.FallBack):
+// fallBack turns the flow into an attempt on stable (Decision.FallBack):
 // degraded "fallback", with the failed pool as Intended and the stable
 // target's X-Gray-Tag; a gray rule's request becomes group stable, an
 // experiment's keeps its group. The failed pool's concurrency slot is
-// given back and the upstream request is rebuilt for stable.
-func (ex *exchange) fallBack(err error) {
-	ex.releaseGate()
-	ex.fellBack, ex.fallbackErr = true, err
-	if ex.inst != nil {
-		ex.fallbackAddr = ex.inst.Addr
+// given back and its instance is told of the failure; the codec then
+// rebuilds the upstream request for stable.
+func (f *flow) fallBack(err error) {
+	f.releaseGate()
+	f.fellBack, f.fallbackErr = true, err
+	if f.inst != nil {
+		f.fallbackAddr = f.inst.Addr
 	}
-	ex.reportUpstream(false)
-	ex.d.FallBack()
-	ex.inst, ex.uc = nil, nil
+	f.reportUpstream(false)
+	f.d.FallBack()
+	f.inst = nil
+	f.sent, f.respStarted = false, false
+}
+
+// fallBack is the flow's fallBack plus the HTTP/1.1 codec's own reset.
+func (ex *exchange) fallBack(err error) {
+	ex.flow.fallBack(err)
+	ex.uc = nil
 	ex.resp.Reset()
-	ex.sent, ex.respStarted = false, false
 }
 
 // recordOutcome reports the attempt on a breaker-guarded target to the
@@ -226,39 +251,41 @@ func (ex *exchange) fallBack(err error) {
 // upstream's failures: they are recorded as successes with the latency
 // seen so far, which is a lower bound of the upstream's, so a target slow
 // enough to drive clients away still shows in the p99.
-func (ex *exchange) recordOutcome(start time.Time, err error) {
-	b := ex.d.Breaker
-	if b == nil || ex.recorded {
+func (f *flow) recordOutcome(start time.Time, err error) {
+	b := f.d.Breaker
+	if b == nil || f.recorded {
 		return
 	}
-	ex.recorded = true
-	end := ex.p.now()
+	f.recorded = true
+	end := f.p.now()
 	var latency time.Duration
 	if !start.IsZero() {
-		latency = max(end.Sub(start)-ex.bodyWait, 0)
+		latency = max(end.Sub(start)-f.bodyWait, 0)
 	}
 	var failed bool
 	switch {
 	case err == nil:
-		failed = b.IsErrorStatus(ex.status)
+		failed = b.IsErrorStatus(f.status) || b.IsErrorGRPC(f.grpcStatus)
 	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout), errors.Is(err, errBodyTooLarge):
 	default:
 		failed = true
 	}
-	b.Record(ex.d.Ticket, breaker.Outcome{Latency: latency, Failed: failed, End: end})
+	b.Record(f.d.Ticket, breaker.Outcome{Latency: latency, Failed: failed, End: end})
 }
 
 // recordBody reports the outcome of a request whose response body streamed
 // (see roundTrip), once the body has ended: the latency measured at the
-// header, and a failure if the status is an error or the upstream broke
-// off or stalled mid-body. A client that stopped reading is not the
+// header, and a failure if the status is an error, the gRPC status (from
+// the header of a trailers-only answer, or the trailers) is one the
+// breaker counts (grpc_error_codes), or the upstream broke off or stalled
+// mid-body. A client that stopped reading is not the
 // upstream's failure.
-func (ex *exchange) recordBody() {
-	b := ex.d.Breaker
-	if b == nil || ex.recorded {
+func (f *flow) recordBody() {
+	b := f.d.Breaker
+	if b == nil || f.recorded {
 		return
 	}
-	ex.recorded = true
-	failed := b.IsErrorStatus(ex.status) || ex.upErr != nil
-	b.Record(ex.d.Ticket, breaker.Outcome{Latency: ex.brkLatency, Failed: failed, End: ex.p.now()})
+	f.recorded = true
+	failed := b.IsErrorStatus(f.status) || b.IsErrorGRPC(f.grpcStatus) || f.upErr != nil
+	b.Record(f.d.Ticket, breaker.Outcome{Latency: f.brkLatency, Failed: failed, End: f.p.now()})
 }

@@ -97,7 +97,7 @@ func TestClientIP(t *testing.T) {
 			o.TrustedProxies = append(o.TrustedProxies, netip.MustParsePrefix(p))
 		}
 		o = o.withDefaults()
-		return (&exchange{opts: &o}).trusted
+		return (&exchange{flow: flow{opts: &o}}).trusted
 	}
 	tests := []struct {
 		name    string

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -45,6 +46,16 @@ type Pool struct {
 	// VersionHeader is the request header the data plane reads and passes
 	// to PickVersion; empty means call Pick.
 	VersionHeader string
+	// Protocol is how the data plane speaks to the instances (default
+	// HTTP1). gRPC needs H2 or H2C.
+	Protocol Protocol
+	// TLS configures the connections of an H2 pool (nil: the system's
+	// roots, the server name from the instance address). It must not be
+	// modified after the pool is published.
+	TLS *tls.Config
+	// TLSKey identifies TLS's settings (its CA file's contents and server
+	// name), so that pools with the same settings share one transport.
+	TLSKey string
 
 	balancer  Balancer
 	hosts     []*hostState // parallel to Instances
@@ -326,6 +337,7 @@ func (p *Pool) subset(name, selector string, match []label) *Pool {
 	q.hosts = hosts
 	q.selector = selector
 	q.Gate = p.Gate
+	q.Protocol, q.TLS, q.TLSKey = p.Protocol, p.TLS, p.TLSKey
 	return q
 }
 

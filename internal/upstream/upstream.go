@@ -110,3 +110,39 @@ func ParseAddress(s string) (*Instance, error) {
 	}
 	return &Instance{Addr: s}, nil
 }
+
+// Protocol is how the data plane speaks to a pool's instances.
+type Protocol uint8
+
+const (
+	// HTTP1 is HTTP/1.1, over TLS for https:// instances (the default).
+	HTTP1 Protocol = iota
+	// H2C is HTTP/2 over cleartext TCP, with prior knowledge.
+	H2C
+	// H2 is HTTP/2 over TLS.
+	H2
+)
+
+// ParseProtocol reads the config's spelling: "http1" (or ""), "h2c", "h2".
+func ParseProtocol(s string) (Protocol, error) {
+	switch s {
+	case "", "http1":
+		return HTTP1, nil
+	case "h2c":
+		return H2C, nil
+	case "h2":
+		return H2, nil
+	}
+	return HTTP1, fmt.Errorf("must be \"http1\", \"h2c\" or \"h2\", got %q", s)
+}
+
+// String returns the config's spelling.
+func (p Protocol) String() string {
+	switch p {
+	case H2C:
+		return "h2c"
+	case H2:
+		return "h2"
+	}
+	return "http1"
+}

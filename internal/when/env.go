@@ -69,6 +69,9 @@ func objectFields() [3]map[string]fieldDef {
 			"header": {t: stringMap, get: func(a *activation) ref.Val { return &a.maps[mapHeader] }, use: func(u *Uses) { u.Headers = true }},
 			"query":  {t: stringMap, get: func(a *activation) ref.Val { return &a.maps[mapQuery] }, use: func(u *Uses) { u.Queries = true }},
 			"cookie": {t: stringMap, get: func(a *activation) ref.Val { return &a.maps[mapCookie] }, use: func(u *Uses) { u.Cookies = true }},
+			"grpc": {t: stringMap, get: func(a *activation) ref.Val { return &a.maps[mapGRPC] }, use: func(u *Uses) {
+				u.Path, u.Headers = true, true
+			}},
 		},
 		objUser: {
 			"id":   {t: types.StringType, get: str(Input.UserID, maxUserIDLen), use: func(u *Uses) { u.UserID = true }},
@@ -264,6 +267,12 @@ func (estimator) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 		se = upTo(maxTagNameLen)
 	case "user.tags.@values":
 		se = upTo(maxTagValueLen)
+	case "request.grpc":
+		se = mapOf(2, uint64(len("service")), maxURLLen)
+	case "request.grpc.@keys":
+		se = upTo(uint64(len("service")))
+	case "request.grpc.@values":
+		se = upTo(maxURLLen)
 	case "user.region":
 		se = mapOf(3, uint64(len("province")), maxRegionLen)
 	case "user.region.@keys":

@@ -27,6 +27,7 @@ const (
 	mapCookie
 	mapTags
 	mapRegion
+	mapGRPC
 	numMaps
 )
 
@@ -36,6 +37,7 @@ var mapNames = [numMaps]string{
 	mapCookie: "request.cookie",
 	mapTags:   "user.tags",
 	mapRegion: "user.region",
+	mapGRPC:   "request.grpc",
 }
 
 // activation resolves the three top-level names of one evaluation. Its values
@@ -146,7 +148,7 @@ func (m *strMap) valueLimit() int {
 	case mapRegion:
 		return maxRegionLen
 	}
-	return maxURLLen
+	return maxURLLen // request.grpc's values are parts of the path
 }
 
 // lookup returns the value for key. Header names arrive lowered when the
@@ -178,9 +180,41 @@ func (m *strMap) lookup(key string) (string, bool) {
 			v = city
 		}
 		return v, v != ""
+	case mapGRPC:
+		service, method := grpcCall(in)
+		switch key {
+		case "service":
+			return service, true
+		case "method":
+			return method, true
+		}
 	}
 	return "", false
 }
+
+// grpcCall is the service and method of a gRPC request: Content-Type
+// application/grpc (alone, +codec or with parameters), and the path
+// /package.Service/Method (gRPC's PROTOCOL-HTTP2.md). Both are empty for
+// any other request.
+func grpcCall(in Input) (service, method string) {
+	ct, _ := in.Header("content-type")
+	const g = "application/grpc"
+	if len(ct) < len(g) || !strings.EqualFold(ct[:len(g)], g) || (len(ct) > len(g) && ct[len(g)] != '+' && ct[len(g)] != ';') {
+		return "", ""
+	}
+	p := in.Path()
+	if len(p) < 4 || p[0] != '/' {
+		return "", ""
+	}
+	i := strings.IndexByte(p[1:], '/')
+	if i <= 0 || i+2 >= len(p) || strings.IndexByte(p[i+2:], '/') >= 0 {
+		return "", ""
+	}
+	return p[1 : i+1], p[i+2:]
+}
+
+// grpcKeys are request.grpc's keys, present on every request.
+var grpcKeys = []string{"service", "method"}
 
 // keys lists the map's keys, or returns an error value: the request maps can
 // only be looked up, and a bounded evaluation gets errOversize for a tag set
@@ -214,6 +248,8 @@ func (m *strMap) keys() ([]string, ref.Val) {
 			}
 		}
 		return keys, nil
+	case mapGRPC:
+		return grpcKeys, nil
 	}
 	return nil, types.NewErr("%s can only be looked up", mapNames[m.kind])
 }

@@ -6,6 +6,12 @@
 //	request.path, request.method          string
 //	request.header, request.query,
 //	request.cookie                        map(string, string), lookup only
+//	request.grpc                          map(string, string) with the keys
+//	                                      service and method: "pkg.Service"
+//	                                      and "Method" for a gRPC call
+//	                                      (Content-Type application/grpc,
+//	                                      path /pkg.Service/Method), ""
+//	                                      for any other request
 //	user.id                               string
 //	user.tags                             map(string, string), values are raw strings
 //	user.region                           map(string, string) with the keys

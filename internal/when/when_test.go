@@ -754,3 +754,57 @@ func BenchmarkCompile(b *testing.B) {
 		}
 	}
 }
+
+func TestGRPCAttributes(t *testing.T) {
+	grpcReq := func(ct, path string) *fakeInput {
+		f := newFake()
+		f.path = path
+		f.headers["content-type"] = ct
+		return f
+	}
+	tests := []struct {
+		name string
+		in   *fakeInput
+		expr string
+		want bool
+	}{
+		{"service", grpcReq("application/grpc", "/grpc.testing.TestService/UnaryCall"), `request.grpc.service == "grpc.testing.TestService"`, true},
+		{"method", grpcReq("application/grpc+proto", "/grpc.testing.TestService/UnaryCall"), `request.grpc.method == "UnaryCall"`, true},
+		{"both", grpcReq("application/grpc; charset=utf-8", "/pkg.Svc/Do"), `request.grpc.service == "pkg.Svc" && request.grpc["method"].startsWith("D")`, true},
+		{"not grpc: empty", grpcReq("application/json", "/pkg.Svc/Do"), `request.grpc.service == "" && request.grpc.method == ""`, true},
+		{"grpc-web is not grpc", grpcReq("application/grpc-web", "/pkg.Svc/Do"), `request.grpc.service == ""`, true},
+		{"not a method path", grpcReq("application/grpc", "/pkg.Svc/Do/more"), `request.grpc.method == ""`, true},
+		{"keys", grpcReq("application/grpc", "/a.B/C"), `size(request.grpc) == 2 && "service" in request.grpc`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := mustCompile(t, tt.expr).Eval(tt.in)
+			if err != nil || got != tt.want {
+				t.Errorf("Eval(%s) = %v, %v; want %v", tt.expr, got, err, tt.want)
+			}
+		})
+	}
+	if u := mustCompile(t, `request.grpc.service == "x"`).Uses(); !u.Path || !u.Headers {
+		t.Errorf("Uses of request.grpc = %+v, want Path and Headers", u)
+	}
+}
+
+// FuzzGRPCCall: request.grpc never panics on any path or content type,
+// and a service it finds is the path's first segment.
+func FuzzGRPCCall(f *testing.F) {
+	f.Add("application/grpc", "/a.B/C")
+	f.Add("application/grpc+proto", "//")
+	f.Add("application/grpcx", "/a/b")
+	f.Fuzz(func(t *testing.T, ct, path string) {
+		in := newFake()
+		in.path = path
+		in.headers["content-type"] = ct
+		service, method := grpcCall(in)
+		if (service == "") != (method == "") {
+			t.Fatalf("grpcCall(%q, %q) = %q, %q", ct, path, service, method)
+		}
+		if service != "" && (path != "/"+service+"/"+method || strings.Contains(service, "/") || strings.Contains(method, "/")) {
+			t.Fatalf("grpcCall(%q, %q) = %q, %q", ct, path, service, method)
+		}
+	})
+}

@@ -1,0 +1,717 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// The HTTP/2 codec: golang.org/x/net/http2's server, one ServeConn per
+// connection that listener.Split hands over (ALPN h2 on TLS, the preface
+// on h2c), with a net/http Handler that runs the same flow as the HTTP/1.1
+// codec (policy.go) over a stream. See nethttp.go for how it forwards.
+
+// h2Gen is the HTTP/2 server of one generation of options: connections
+// keep the one they started with, new ones take the newest (Reconfigure).
+type h2Gen struct {
+	srv  *http2.Server
+	base *http.Server
+}
+
+// h2State is what the codec keeps across connections.
+type h2State struct {
+	cur     atomic.Pointer[h2Gen]
+	mu      sync.Mutex
+	gens    []*h2Gen
+	conns   map[net.Conn]struct{}
+	closing bool
+	idle    chan struct{} // signalled when a connection ends during Shutdown
+}
+
+// connInfo is what a stream knows of its connection.
+type connInfo struct{ tls bool }
+
+type connInfoKey struct{}
+
+// newH2Gen builds the HTTP/2 server for o.
+func (p *Proxy) newH2Gen(o *Options) *h2Gen {
+	base := &http.Server{
+		Handler:           http.HandlerFunc(p.serveH2),
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		// The HTTP/2 server logs a client's protocol errors; they are the
+		// client's, so at debug level.
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	srv := &http2.Server{
+		IdleTimeout:      o.IdleTimeout,
+		WriteByteTimeout: o.WriteTimeout,
+		ReadIdleTimeout:  o.IdleTimeout,
+		PingTimeout:      15 * time.Second,
+		// Room for a few gRPC calls in flight per connection and a
+		// window that a streaming upload does not stall on.
+		MaxConcurrentStreams:         250,
+		MaxUploadBufferPerStream:     1 << 20,
+		MaxUploadBufferPerConnection: 4 << 20,
+	}
+	// ConfigureServer registers the graceful shutdown of the connections
+	// ServeConn serves with base.Shutdown: GOAWAY, then close when idle.
+	_ = http2.ConfigureServer(base, srv)
+	return &h2Gen{srv: srv, base: base}
+}
+
+// ServeH2 serves one HTTP/2 connection until it ends; listener.Split
+// calls it on the connection's goroutine, after TLS with ALPN h2 or
+// after it saw the h2c preface (which the connection hands out again).
+// Every stream is proxied by the same policy as an HTTP/1.1 request.
+func (p *Proxy) ServeH2(c net.Conn) {
+	st := &p.h2
+	st.mu.Lock()
+	if st.closing {
+		st.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	if st.conns == nil {
+		st.conns = map[net.Conn]struct{}{}
+	}
+	st.conns[c] = struct{}{}
+	gen := st.cur.Load()
+	st.mu.Unlock()
+	defer func() {
+		st.mu.Lock()
+		delete(st.conns, c)
+		if st.idle != nil {
+			select {
+			case st.idle <- struct{}{}:
+			default:
+			}
+		}
+		st.mu.Unlock()
+	}()
+	_, isTLS := c.(*tls.Conn)
+	ctx := context.WithValue(context.Background(), connInfoKey{}, &connInfo{tls: isTLS})
+	gen.srv.ServeConn(c, &http2.ServeConnOpts{Context: ctx, BaseConfig: gen.base, Handler: gen.base.Handler})
+}
+
+// reconfigureH2 makes new HTTP/2 connections use o.
+func (p *Proxy) reconfigureH2(o *Options) {
+	g := p.newH2Gen(o)
+	p.h2.mu.Lock()
+	p.h2.gens = append(p.h2.gens, g)
+	p.h2.cur.Store(g)
+	p.h2.mu.Unlock()
+}
+
+// shutdownH2 sends GOAWAY on every HTTP/2 connection, waits until ctx
+// ends for them to finish their streams, then closes what is left.
+func (p *Proxy) shutdownH2(ctx context.Context) error {
+	st := &p.h2
+	st.mu.Lock()
+	st.closing = true
+	st.idle = make(chan struct{}, 1)
+	gens := st.gens
+	st.mu.Unlock()
+	for _, g := range gens {
+		// No listener and no tracked connection: it returns at once,
+		// having started the graceful shutdown of every connection.
+		_ = g.base.Shutdown(ctx)
+	}
+	for {
+		st.mu.Lock()
+		n := len(st.conns)
+		st.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-st.idle:
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			st.mu.Lock()
+			for c := range st.conns {
+				_ = c.Close()
+			}
+			st.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+}
+
+// H2Conns returns how many HTTP/2 connections are open.
+func (p *Proxy) H2Conns() int {
+	p.h2.mu.Lock()
+	defer p.h2.mu.Unlock()
+	return len(p.h2.conns)
+}
+
+// stream is the HTTP/2 codec's state of one request, pooled: its flow and
+// the net/http request and response.
+type stream struct {
+	flow
+	view netView
+	in   netIn
+	w    http.ResponseWriter
+	r    *http.Request
+	rc   *http.ResponseController
+	info *connInfo
+	// cbody is the client's body, made per request: a transport may still
+	// read it after the stream is pooled again.
+	cbody *clientBody
+	buf   []byte
+
+	// Per attempt: the net/http call and the body it reads. Both may be
+	// touched by a transport goroutine after the handler returned, so
+	// they are made per request, never pooled.
+	call *netCall
+	body *upBody
+	// pending is the body of the next attempt, kept from the failed one
+	// (replayOK).
+	pending io.ReadCloser
+	// deadline is the client's grpc-timeout, as a time; deadlineBound
+	// says it is what bounds the wait for the response header.
+	deadline      time.Time
+	deadlineBound bool
+	// bodyEnd is when the transport read the end of the request body.
+	bodyEnd atomic.Int64
+}
+
+func (p *Proxy) newStream() *stream {
+	s := &stream{}
+	s.p = p
+	s.c = s
+	s.reqBody.f = &s.flow
+	return s
+}
+
+// badBody implements codec. An HTTP/2 body is framed by the protocol;
+// what fails reading it is the client.
+func (s *stream) badBody(error) bool { return false }
+
+// serveH2 is the Handler of every HTTP/2 stream.
+func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
+	s := p.streams.Get().(*stream)
+	s.begin(p)
+	s.proto = "h2"
+	s.w, s.r = w, r
+	s.rc = http.NewResponseController(w)
+	s.info, _ = r.Context().Value(connInfoKey{}).(*connInfo)
+	if s.info == nil {
+		s.info = &connInfo{tls: r.TLS != nil}
+	}
+	abort := s.serve()
+	s.finish()
+	s.resetStream()
+	p.streams.Put(s)
+	if abort {
+		// The response cannot be completed: reset the stream, so that the
+		// client does not take what it got for the whole answer.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (s *stream) resetStream() {
+	s.resetFlow()
+	s.view.reset()
+	s.in.h = nil
+	clear(s.in.vals)
+	s.in.vals = s.in.vals[:0]
+	s.w, s.r, s.rc, s.info = nil, nil, nil, nil
+	if s.body != nil {
+		s.body.stop(nil)
+	}
+	s.cbody = nil
+	s.call, s.body, s.pending = nil, nil, nil
+	s.deadline, s.deadlineBound = time.Time{}, false
+	s.bodyEnd.Store(0)
+}
+
+// serve runs the flow's phases for the stream. It returns true when the
+// stream must be reset rather than ended.
+func (s *stream) serve() bool {
+	r := s.r
+	s.method = append(s.method[:0], r.Method...)
+	s.peer = peerOf(r.RemoteAddr)
+	trusted := s.trusted(s.peer)
+	s.in.h = r.Header
+	s.setRequestID(s.in.Peek(hdrRequestID), trusted)
+	s.grpc = isGRPC(r.Header.Get("Content-Type"))
+	s.view.see(r, s.peer, s.trusted)
+	s.path = append(s.path[:0], s.view.Path()...)
+	if r.Method == http.MethodConnect {
+		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")
+		return false
+	}
+	s.decide(&s.view)
+	if s.d.Reject != "" { // e.g. an identity over identity.max_length
+		s.reject(http.StatusBadRequest, s.d.Reject)
+		return false
+	}
+	if s.d.Target == nil {
+		s.fail(fmt.Errorf("no target: %w", upstream.ErrNoInstance))
+		return false
+	}
+	cl := r.ContentLength
+	if s.grpc {
+		if v := r.Header.Get(hdrGRPCTimeout); v != "" {
+			if d, ok := parseGRPCTimeout(v); ok {
+				s.deadline = s.start.Add(d)
+			}
+		}
+	}
+	// A gRPC body is a stream of messages that may go on for as long as
+	// the call: it is never waited for before the upstream is asked (see
+	// upBody for how a gRPC call is still replayed on stable).
+	var src io.Reader = http.NoBody
+	if cl != 0 {
+		s.cbody = &clientBody{r: r, rc: s.rc}
+		if !s.grpc {
+			s.cbody.timeout = s.opts.ReadTimeout
+		}
+		src = s.cbody
+	}
+	if s.grpc && cl != 0 {
+		cl = -1
+	}
+	if err := s.admitStream(cl, src); err != nil {
+		s.fail(err)
+		return false
+	}
+	for {
+		resp, err := s.forward(trusted)
+		if err == nil {
+			return s.respond(resp)
+		}
+		s.replayOK()
+		if !s.fallBackOK(err) {
+			s.fail(err)
+			return false
+		}
+		s.fallBack(err)
+	}
+}
+
+// admitStream is the admit phase, with a gRPC body never buffered.
+func (s *stream) admitStream(cl int64, src io.Reader) error {
+	if !s.grpc {
+		return s.admit(cl, -1, src)
+	}
+	// The rate limit and the body limit apply as to any request; the
+	// replay of a gRPC call comes from upBody, not from a buffer filled
+	// before the upstream is asked.
+	stable := s.d.Stable
+	s.d.Stable = nil
+	err := s.admit(cl, -1, src)
+	s.d.Stable = stable
+	return err
+}
+
+// replayOK marks the request replayable when the body of the attempt that
+// failed can be sent again although admit did not buffer it: upBody did
+// not read it at all (a connection that failed), or read it whole and
+// holds it (a gRPC call whose upstream then failed). The policy's
+// fallBackOK decides the rest.
+func (s *stream) replayOK() {
+	if s.replayable || s.body == nil {
+		return
+	}
+	if b, ok := s.body.replay(nil); ok {
+		s.replayable = true
+		s.body = nil
+		s.pending = b
+	}
+}
+
+// forward makes one attempt on s.d.Target through the pool's net/http
+// transport and returns its response, header read. An error means nothing
+// has been written to the client.
+func (s *stream) forward(trusted bool) (*http.Response, error) {
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	if err := s.pick(&s.in); err != nil {
+		return nil, err
+	}
+	pool := s.d.Target
+	timeout := s.headerTimeout
+	if !s.deadline.IsZero() {
+		if left := time.Until(s.deadline); left < timeout || timeout <= 0 {
+			timeout, s.deadlineBound = max(left, time.Millisecond), true
+		}
+	}
+	call := newNetCall(s.r.Context(), timeout)
+	s.call = call
+	out := s.upstreamRequest(pool, trusted, call)
+	if out.Body == nil || out.Body == http.NoBody {
+		call.arm()
+	}
+	var start time.Time
+	if s.d.Breaker != nil {
+		start = s.p.now()
+	}
+	s.sent = true
+	resp, err := s.p.netTransport(pool).RoundTrip(out)
+	call.answered()
+	if s.body != nil {
+		s.body.collect(&s.flow)
+	}
+	if err != nil {
+		call.end()
+		err = s.netError(err, call, s.r.Context())
+		s.recordOutcome(start, err)
+		return nil, err
+	}
+	s.respStarted = true
+	s.status = resp.StatusCode
+	s.filterNetResponse(resp.Header, resp.StatusCode)
+	if s.d.Breaker != nil {
+		// The outcome waits for the end of the body: a gRPC status comes
+		// in the trailers. The latency is the header's, less the time the
+		// client took to send its body.
+		from := start
+		if e := s.bodyEnd.Load(); e > from.UnixNano() {
+			from = time.Unix(0, e)
+		}
+		s.brkLatency = max(s.p.now().Sub(from), 0)
+		s.brkPending = true
+	}
+	return resp, nil
+}
+
+// upstreamRequest builds the request for the instance picked: the
+// client's fields the policy keeps, the gateway's (addForwarded), the
+// body, on the call's context.
+func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCall) *http.Request {
+	r := s.r
+	scheme := "http"
+	if pool.Protocol == upstream.H2 || (pool.Protocol == upstream.HTTP1 && s.inst.TLS) {
+		scheme = "https"
+	}
+	host := r.Host
+	if s.d.UpstreamHost || host == "" {
+		host = s.inst.Addr
+	}
+	h := make(http.Header, len(r.Header)+8)
+	s.tokens = s.tokens[:0]
+	for _, v := range r.Header["Connection"] {
+		s.tokens = appendConnTokens(s.tokens, [][]byte{s2b(v)})
+	}
+	s.sawProto, s.sawHost = false, false
+	for k, vs := range r.Header {
+		if s.keepRequestHeader(s2b(k), trusted) {
+			h[k] = vs
+		}
+	}
+	s.addForwarded(&netOut{h}, &s.in, s2b(r.Host), s.info.tls, trusted)
+	clear(s.tokens)
+	s.tokens = s.tokens[:0]
+	if pool.Protocol != upstream.HTTP1 && teTrailers(r.Header["Te"]) {
+		// gRPC asks for trailers end to end (RFC 9113 section 8.2.2
+		// allows exactly this value of TE).
+		h["Te"] = []string{"trailers"}
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""} // net/http would add its own
+	}
+	out := &http.Request{
+		Method:     r.Method,
+		URL:        &url.URL{Scheme: scheme, Host: s.inst.Addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     h,
+		Host:       host,
+		Trailer:    r.Trailer,
+	}
+	s.setBody(out, call)
+	return out.WithContext(call.ctx)
+}
+
+// setBody gives out its body: none, the body buffered at admit, the
+// replay of the previous attempt's (pending), or the client's, streamed
+// through a new upBody.
+func (s *stream) setBody(out *http.Request, call *netCall) {
+	switch {
+	case s.pending != nil:
+		out.Body, s.pending = s.pending, nil
+		out.ContentLength = s.r.ContentLength
+		switch b := out.Body.(type) {
+		case *upBody:
+			s.body = b
+		case *heldBody:
+			b.call = call
+			out.ContentLength = int64(b.r.Len())
+		}
+		if s.grpc {
+			out.ContentLength = -1
+		}
+	case s.buffered:
+		out.Body = &heldBody{r: newBytesReader(s.body0()), call: call}
+		out.ContentLength = int64(len(s.flow.body))
+	case s.r.ContentLength == 0:
+		out.Body = nil
+		return
+	default:
+		var src io.Reader = s.cbody
+		if pre := s.reqBody.pre; pre != nil {
+			src = io.MultiReader(newBytesReader(pre), s.cbody)
+		}
+		keep := s.pol.FallbackBodyBytes
+		if keep <= 0 {
+			keep = 64 << 10
+		}
+		s.body = &upBody{src: src, call: call, keep: int(keep),
+			count: bodyCount{size: s.r.ContentLength, max: s.pol.MaxBodyBytes}}
+		out.Body = s.body
+		out.ContentLength = s.r.ContentLength
+		if s.grpc {
+			out.ContentLength = -1
+		}
+	}
+	if ub, ok := out.Body.(*upBody); ok {
+		ub.mu.Lock()
+		ub.call, ub.onEnd = call, s.markBodyEnd
+		ub.mu.Unlock()
+	}
+	out.GetBody = s.getBody
+}
+
+// markBodyEnd notes when the request body ended, for the breaker's latency.
+func (s *stream) markBodyEnd() { s.bodyEnd.Store(time.Now().UnixNano()) }
+
+// getBody is the upstream request's GetBody, which http2.Transport calls
+// to send a request again on another connection after the server refused
+// it unprocessed (GOAWAY, REFUSED_STREAM): the held body, if it can be.
+func (s *stream) getBody() (io.ReadCloser, error) {
+	if s.buffered {
+		return &heldBody{r: newBytesReader(s.body0())}, nil
+	}
+	if b := s.body; b != nil {
+		if r, ok := b.replay(b.call); ok {
+			return r, nil
+		}
+	}
+	return nil, errors.New("graygate: the request body was streamed and cannot be sent again")
+}
+
+func (s *stream) body0() []byte { return s.flow.body }
+
+// respond relays the upstream's response: its header with the decision
+// headers and Via, its body as it arrives (flushed at once for gRPC, event
+// streams and bodies of unknown length), and its trailers. It returns
+// true when the stream must be reset: the upstream broke off mid-body.
+func (s *stream) respond(resp *http.Response) (abort bool) {
+	defer resp.Body.Close()
+	defer s.call.end()
+	w := s.w
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = nil // net/http would guess one from the body
+	}
+	out := netOut{h}
+	s.decisionHeaders(&out)
+	s.addVia(&out)
+	w.WriteHeader(resp.StatusCode)
+	if s.r.Method == http.MethodHead {
+		return false
+	}
+	flush := s.grpc || resp.ContentLength < 0 || isEventStream(s2b(resp.Header.Get("Content-Type")))
+	if s.buf == nil {
+		s.buf = make([]byte, 32<<10)
+	}
+	var idle *readIdle
+	if !s.grpc && s.opts.UpstreamReadTimeout > 0 {
+		idle = newReadIdle(s.opts.UpstreamReadTimeout, s.call)
+		defer idle.stop()
+	}
+	for {
+		if idle != nil {
+			idle.keep()
+		}
+		n, err := resp.Body.Read(s.buf)
+		if n > 0 {
+			if _, werr := w.Write(s.buf[:n]); werr != nil {
+				s.writeErr = werr
+				s.p.log.Debug("client write failed", "upstream", s.inst.Addr, "bytes", s.bytesOut, "error", werr)
+				return false
+			}
+			s.bytesOut += int64(n)
+			if flush {
+				_ = s.rc.Flush()
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if idle != nil && idle.fired() {
+				s.timeout = timeoutUpstreamRead
+			}
+			if s.r.Context().Err() != nil {
+				s.clientErr = s.r.Context().Err()
+				return false // the client reset the stream; so is the upstream's
+			}
+			s.upErr = err
+			s.p.log.Warn("upstream body broke off", "upstream", s.inst.Addr, "bytes", s.bytesOut, "timeout", s.timeout, "error", err)
+			if s.grpc {
+				// The header went out; a gRPC client is told in the trailers.
+				code, msg := grpcUnavailable, "upstream broke off the call"
+				var se http2.StreamError
+				if errors.As(err, &se) && se.Code == http2.ErrCodeCancel {
+					code, msg = grpcCancelled, "upstream cancelled the call"
+				}
+				h.Set(http.TrailerPrefix+hdrGRPCStatus, strconv.Itoa(code))
+				h.Set(http.TrailerPrefix+hdrGRPCMessage, msg)
+				return false
+			}
+			return true
+		}
+	}
+	for k, vs := range resp.Trailer {
+		if !s.opts.AllowUnderscoresInHeaders && hasUnderscore(s2b(k)) {
+			continue
+		}
+		h[http.TrailerPrefix+k] = vs
+	}
+	s.noteGRPCStatus(resp.Trailer)
+	return false
+}
+
+// fail answers a request the gateway could not forward (failure): for a
+// gRPC client a gRPC answer, HTTP 200 with grpc-status and grpc-message
+// and no body (a trailers-only response), else text/plain with the
+// status; both with the decision headers. A client that went away gets
+// nothing: its stream is already gone.
+func (s *stream) fail(err error) {
+	status, body := s.failure(err)
+	if status == StatusClientClosedRequest {
+		return
+	}
+	h := s.w.Header()
+	if s.grpc {
+		code := grpcCode(status, s.deadlineBound && status == http.StatusGatewayTimeout)
+		var se http2.StreamError
+		if errors.As(err, &se) && se.Code == http2.ErrCodeCancel {
+			code = grpcCancelled
+		}
+		s.grpcAnswer(code, body, status)
+		return
+	}
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	s.errorFields(&netOut{h}, status)
+	s.w.WriteHeader(status)
+	n, _ := s.w.Write(body)
+	m, _ := s.w.Write(newline)
+	s.bytesOut = int64(n + m)
+}
+
+// grpcAnswer writes a trailers-only gRPC answer with code and msg; status
+// is the HTTP status the gateway records for it.
+func (s *stream) grpcAnswer(code int, msg []byte, status int) {
+	h := s.w.Header()
+	enc := appendGRPCMessage(nil, msg)
+	h.Set("Content-Type", "application/grpc")
+	h.Set(hdrGRPCStatus, strconv.Itoa(code))
+	h.Set(hdrGRPCMessage, string(enc))
+	s.errorFields(&netOut{h}, status)
+	s.grpcStatus = code
+	s.w.WriteHeader(http.StatusOK)
+}
+
+// reject answers a request refused before routing.
+func (s *stream) reject(status int, why string) {
+	body := s.rejection(status, why)
+	if s.grpc {
+		s.grpcAnswer(grpcCode(status, false), body[:len(body)-1], status)
+		s.bytesOut = 0
+		return
+	}
+	h := s.w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set(hdrRequestID, string(s.reqID))
+	s.w.WriteHeader(status)
+	_, _ = s.w.Write(body)
+}
+
+// teTrailers reports whether a TE header asks for trailers.
+func teTrailers(vals []string) bool {
+	for _, v := range vals {
+		for _, tok := range appendConnTokens(nil, [][]byte{s2b(v)}) {
+			if eqFold(tok, "trailers") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// clientBody is the client's HTTP/2 request body, read with the client
+// read timeout (Options.ReadTimeout) kept from each read, as the HTTP/1.1
+// listener does. A gRPC stream is not timed (timeout 0): a client may
+// rightly send nothing for long within its call's deadline.
+type clientBody struct {
+	r       *http.Request
+	rc      *http.ResponseController
+	timeout time.Duration
+	last    int64 // the deadline last set, Unix nanoseconds
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	if d := b.timeout; d > 0 {
+		now := time.Now()
+		want := now.Add(d).UnixNano()
+		if b.last == 0 || want-b.last > int64(d/8) {
+			b.last = want
+			_ = b.rc.SetReadDeadline(time.Unix(0, want))
+		}
+	}
+	return b.r.Body.Read(p)
+}
+
+// readIdle cancels a call whose response body goes silent for longer than
+// Options.UpstreamReadTimeout.
+type readIdle struct {
+	d      time.Duration
+	t      *time.Timer
+	last   time.Time
+	expire atomic.Bool
+}
+
+func newReadIdle(d time.Duration, call *netCall) *readIdle {
+	ri := &readIdle{d: d, last: time.Now()}
+	ri.t = time.AfterFunc(d, func() {
+		ri.expire.Store(true)
+		call.cancel(&timeoutError{"upstream body read timed out"})
+	})
+	return ri
+}
+
+// keep moves the timer to d from now when it is off by more than d/8.
+func (ri *readIdle) keep() {
+	now := time.Now()
+	if now.Sub(ri.last) > ri.d/8 {
+		ri.last = now
+		ri.t.Reset(ri.d)
+	}
+}
+
+func (ri *readIdle) fired() bool { return ri.expire.Load() }
+func (ri *readIdle) stop()       { ri.t.Stop() }

@@ -1,0 +1,308 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/certs/certstest"
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// gatewayTLS is a test CA and a server certificate for the gateway.
+type gatewayTLS struct {
+	ca   *certstest.CA
+	conf *tls.Config
+}
+
+func newGatewayTLS(t testing.TB) gatewayTLS {
+	t.Helper()
+	dir := t.TempDir()
+	ca := certstest.NewCA(t, dir, "gw")
+	pair := ca.Server("gw.pem", "gw.key", "gw.test", "127.0.0.1")
+	cert := pair.TLSCertificate(t)
+	return gatewayTLS{ca: ca, conf: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}}
+}
+
+// startProxyWith serves a new Proxy with prot on a loopback port.
+func startProxyWith(t testing.TB, opts Options, d Decider, prot listener.Protocols) (*Proxy, string) {
+	t.Helper()
+	ln := listenLoopback(t)
+	p := New(opts, d, nil)
+	done := make(chan error, 1)
+	go func() { done <- p.ServeWith(ln, prot) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("ServeWith did not return after Shutdown")
+		}
+	})
+	return p, ln.Addr().String()
+}
+
+// h2cClient speaks HTTP/2 with prior knowledge.
+func h2cClient(t testing.TB) *http.Client {
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// h2Client speaks HTTP/2 over TLS, trusting pool.
+func h2Client(t testing.TB, pool *x509.CertPool) *http.Client {
+	tr := &http2.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "gw.test"}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// h2cBackend is an echo backend that speaks HTTP/1.1 and h2c.
+func h2cBackend(t testing.TB, name string) *httptest.Server {
+	srv := httptest.NewUnstartedServer(echoHandler(name))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// h2Backend is an echo backend that speaks HTTP/2 over TLS.
+func h2Backend(t testing.TB, name string) *httptest.Server {
+	srv := httptest.NewUnstartedServer(echoHandler(name))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func echoHandler(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		e := echo{Name: name, Method: r.Method, Host: r.Host, URI: r.RequestURI, Header: r.Header,
+			BodyLen: int64(len(body)), Body: string(body), TE: r.TransferEncoding, CL: r.ContentLength}
+		w.Header().Set("X-Backend", name)
+		w.Header().Set("X-Proto", r.Proto)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "X-Hop")
+		w.Header().Set("X-Hop", "hop-by-hop")
+		w.Header().Set("X-Gray-Group", "forged")
+		w.Header().Set("Trailer", "X-Sum")
+		_ = json.NewEncoder(w).Encode(e)
+		w.Header().Set("X-Sum", fmt.Sprint(len(body)))
+	})
+}
+
+func decodeEcho(t testing.TB, resp *http.Response) echo {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e echo
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("decoding %q: %v", b, err)
+	}
+	return e
+}
+
+// TestH2Paths drives every client protocol against every upstream
+// protocol through the real listeners and checks that the same policy
+// applied: the forwarded fields, the decision headers, the hop-by-hop
+// removal both ways, Via, and trailers.
+func TestH2Paths(t *testing.T) {
+	gw := newGatewayTLS(t)
+	h1 := h2cBackend(t, "h1") // HTTP/1.1 unless asked for h2c
+	h2c := h2cBackend(t, "h2c")
+	h2 := h2Backend(t, "h2")
+	h2roots := x509.NewCertPool()
+	h2roots.AddCert(h2.Certificate())
+
+	pools := map[string]*upstream.Pool{
+		"http1": poolOf("h1", addrOf(h1)),
+		"h2c":   poolOf("h2c", addrOf(h2c)),
+		"h2":    poolOf("h2", addrOf(h2)),
+	}
+	pools["h2c"].Protocol = upstream.H2C
+	pools["h2"].Protocol = upstream.H2
+	pools["h2"].TLS = &tls.Config{RootCAs: h2roots, ServerName: "example.com"}
+	pools["h2"].TLSKey = "test"
+	d := deciderFunc(func(r attr.Request) router.Decision {
+		p := pools[strings.Trim(r.Path(), "/")]
+		return router.Decision{Rule: "r", Group: "gray", Tag: "gray-tag", Target: p}
+	})
+
+	_, tlsAddr := startProxyWith(t, Options{}, d, listener.Protocols{TLS: gw.conf})
+	_, clearAddr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+
+	clients := []struct {
+		name, base, proto, xfp string
+		c                      *http.Client
+	}{
+		{"h2 over tls", "https://" + tlsAddr, "HTTP/2.0", "https", h2Client(t, gw.ca.Pool)},
+		{"h2c", "http://" + clearAddr, "HTTP/2.0", "http", h2cClient(t)},
+		{"http/1.1 over tls", "https://" + tlsAddr, "HTTP/1.1", "https", &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test"}}}},
+		{"http/1.1", "http://" + clearAddr, "HTTP/1.1", "http", httpClient(t)},
+	}
+	for _, cl := range clients {
+		for _, up := range []string{"http1", "h2c", "h2"} {
+			t.Run(cl.name+" to "+up, func(t *testing.T) {
+				req, _ := http.NewRequest("POST", cl.base+"/"+up+"?q=1", strings.NewReader("hello"))
+				req.Header.Set("X-Gray-Tag", "forged")
+				req.Header.Set("X-Forwarded-For", "10.9.9.9")
+				req.Header.Set("Te", "trailers")
+				resp, err := cl.c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.Proto != cl.proto {
+					t.Errorf("client spoke %s, want %s", resp.Proto, cl.proto)
+				}
+				e := decodeEcho(t, resp)
+				if resp.StatusCode != 200 || e.Name != pools[up].Instances[0].Addr && e.Name != map[string]string{"http1": "h1", "h2c": "h2c", "h2": "h2"}[up] {
+					t.Fatalf("status %d from %q", resp.StatusCode, e.Name)
+				}
+				wantUp := map[string]string{"http1": "HTTP/1.1", "h2c": "HTTP/2.0", "h2": "HTTP/2.0"}[up]
+				if got := resp.Header.Get("X-Proto"); got != wantUp {
+					t.Errorf("upstream spoke %s, want %s", got, wantUp)
+				}
+				checks := []struct{ what, got, want string }{
+					{"body", e.Body, "hello"},
+					{"uri", e.URI, "/" + up + "?q=1"},
+					{"X-Gray-Tag", e.Header.Get("X-Gray-Tag"), "gray-tag"},
+					{"X-Forwarded-For", e.Header.Get("X-Forwarded-For"), "127.0.0.1"},
+					{"X-Forwarded-Proto", e.Header.Get("X-Forwarded-Proto"), cl.xfp},
+					{"X-Request-Id up", e.Header.Get("X-Request-Id"), resp.Header.Get("X-Request-Id")},
+					{"X-Gray-Rule", resp.Header.Get("X-Gray-Rule"), "r"},
+					{"X-Gray-Group", strings.Join(resp.Header.Values("X-Gray-Group"), ","), "gray"},
+					// HTTP/2 has no Connection header: an h2 upstream
+					// cannot name a field hop-by-hop.
+					{"X-Hop", resp.Header.Get("X-Hop"), map[string]string{"http1": ""}[up] + map[string]string{"h2c": "hop-by-hop", "h2": "hop-by-hop"}[up]},
+					{"trailer", resp.Trailer.Get("X-Sum"), "5"},
+				}
+				for _, c := range checks {
+					if c.got != c.want {
+						t.Errorf("%s = %q, want %q", c.what, c.got, c.want)
+					}
+				}
+				if resp.Header.Get("X-Request-Id") == "" {
+					t.Error("no X-Request-Id on the response")
+				}
+				viaUp := "1.1 graygate"
+				if cl.proto == "HTTP/2.0" {
+					viaUp = "2 graygate"
+				}
+				if got := e.Header.Get("Via"); got != viaUp {
+					t.Errorf("Via upstream = %q, want %q", got, viaUp)
+				}
+				if up != "http1" && e.Header.Get("Te") != "trailers" {
+					t.Errorf("TE upstream = %q, want trailers", e.Header.Get("Te"))
+				}
+			})
+		}
+	}
+}
+
+// TestH2FallBack: an HTTP/2 request to a gray pool whose instance refuses
+// connections is answered by stable, marked as degraded; with no stable it
+// gets the error mapping, gRPC-shaped for a gRPC client.
+func TestH2FallBack(t *testing.T) {
+	stable := h2cBackend(t, "stable")
+	dead := listenLoopback(t)
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	gray, st := poolOf("gray", deadAddr), poolOf("stable", addrOf(stable))
+	fallback := true
+	d := deciderFunc(func(r attr.Request) router.Decision {
+		dec := router.Decision{Rule: "g", Group: "gray", Target: gray, Tag: "gray", StableTag: "stable"}
+		if fallback {
+			dec.Stable = st
+		}
+		return dec
+	})
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	c := h2cClient(t)
+	resp, err := c.Post("http://"+addr+"/x", "text/plain", strings.NewReader("body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := decodeEcho(t, resp)
+	if e.Name != "stable" || resp.Header.Get("X-Gray-Degraded") != "fallback" || resp.Header.Get("X-Gray-Group") != "stable" || e.Body != "body" {
+		t.Errorf("fallback answered by %q (degraded %q, group %q, body %q)", e.Name, resp.Header.Get("X-Gray-Degraded"), resp.Header.Get("X-Gray-Group"), e.Body)
+	}
+	if got := e.Header.Get("X-Gray-Tag"); got != "stable" {
+		t.Errorf("the replay carries X-Gray-Tag %q, want stable's", got)
+	}
+
+	fallback = false
+	resp, err = c.Get("http://" + addr + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !strings.Contains(string(body), `upstream "gray" unreachable`) {
+		t.Errorf("no fallback: %d %q, want 502 naming the pool", resp.StatusCode, body)
+	}
+
+	req, _ := http.NewRequest("POST", "http://"+addr+"/pkg.Svc/Call", strings.NewReader("\x00\x00\x00\x00\x00"))
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Grpc-Status") != "14" || len(body) != 0 ||
+		!strings.Contains(resp.Header.Get("Grpc-Message"), `upstream "gray" unreachable`) || resp.Header.Get("X-Gray-Group") != "gray" {
+		t.Errorf("gRPC error: %d grpc-status %q grpc-message %q group %q body %q; want a trailers-only UNAVAILABLE with the decision headers",
+			resp.StatusCode, resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message"), resp.Header.Get("X-Gray-Group"), body)
+	}
+}
+
+// TestH1OverTLSGuarded: the listener's Guard stands in front of HTTP/1.1
+// over TLS as in clear.
+func TestH1OverTLSGuarded(t *testing.T) {
+	gw := newGatewayTLS(t)
+	backend, n := echoBackend(t, "stable")
+	_, addr := startProxyWith(t, Options{}, staticDecider{Target: poolOf("stable", addrOf(backend))}, listener.Protocols{TLS: gw.conf})
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "both Content-Length and Transfer-Encoding") || n.Load() != 0 {
+		t.Errorf("smuggling attempt over TLS: %d %q, backend saw %d requests", resp.StatusCode, body, n.Load())
+	}
+}

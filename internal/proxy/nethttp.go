@@ -1,0 +1,517 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// The net/http upstream transports. The HTTP/2 codec forwards every
+// request through one of them, whatever the upstream speaks, and the
+// HTTP/1.1 codec forwards to h2 and h2c pools through them:
+//
+//   - h2c: an http2.Transport with prior knowledge over plain TCP, one
+//     for every h2c pool;
+//   - h2: an http2.Transport over TLS, one per TLS setting (a pool's
+//     ca_file and server_name), shared by the pools that have the same;
+//   - http1, for HTTP/2 clients: a net/http Transport limited to HTTP/1.1
+//     (https:// instances with Options.UpstreamTLS).
+//
+// Why net/http's Transport and not the fasthttp-based one the HTTP/1.1
+// codec drives for http1 pools: that transport reads the upstream's
+// answer straight into the client's fasthttp response (readResponse),
+// watches the client's TCP socket while it waits, and frames the request
+// from the client's HTTP/1.1 header, which is what makes the HTTP/1.1
+// path cost no allocation; none of those hold for an HTTP/2 stream, whose
+// response is a net/http ResponseWriter. net/http's Transport gives the
+// HTTP/2 codec the same guarantees on net/http's own types (streaming both
+// ways, trailers, 100-continue, pooled connections), so the HTTP/2 codec
+// has one forwarding path for every upstream protocol. What stays one is
+// the policy around it (policy.go), and the dialer: every transport dials
+// through Proxy.dial, so a failure to connect is a dialError and counts,
+// for the fallback, as nothing sent.
+type netTransports struct {
+	mu sync.Mutex
+	m  map[netKey]netTransport
+}
+
+type netKey struct {
+	proto  upstream.Protocol
+	tlsKey string
+}
+
+// netTransport is a RoundTripper that can drop its idle connections.
+type netTransport interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+// netTransport returns the transport for pool, made on first use.
+func (p *Proxy) netTransport(pool *upstream.Pool) netTransport {
+	k := netKey{proto: pool.Protocol}
+	if pool.Protocol == upstream.H2 {
+		k.tlsKey = pool.TLSKey
+	}
+	p.nets.mu.Lock()
+	defer p.nets.mu.Unlock()
+	if t, ok := p.nets.m[k]; ok {
+		return t
+	}
+	if p.nets.m == nil {
+		p.nets.m = map[netKey]netTransport{}
+	}
+	t := p.newNetTransport(pool)
+	p.nets.m[k] = t
+	return t
+}
+
+func (p *Proxy) newNetTransport(pool *upstream.Pool) netTransport {
+	o := p.opts.Load()
+	switch pool.Protocol {
+	case upstream.H2C:
+		return &http2.Transport{
+			AllowHTTP:          true,
+			DisableCompression: true,
+			DialTLSContext: func(ctx context.Context, _, addr string, _ *tls.Config) (net.Conn, error) {
+				return p.dialContext(ctx, addr, nil)
+			},
+			MaxHeaderListSize: uint32(o.MaxResponseHeaderBytes),
+			IdleConnTimeout:   o.IdleConnTimeout,
+			ReadIdleTimeout:   30 * time.Second,
+			PingTimeout:       15 * time.Second,
+			WriteByteTimeout:  o.UpstreamWriteTimeout,
+		}
+	case upstream.H2:
+		return &http2.Transport{
+			DisableCompression: true,
+			DialTLSContext: func(ctx context.Context, _, addr string, _ *tls.Config) (net.Conn, error) {
+				return p.dialContext(ctx, addr, h2TLS(pool.TLS, addr))
+			},
+			MaxHeaderListSize: uint32(o.MaxResponseHeaderBytes),
+			IdleConnTimeout:   o.IdleConnTimeout,
+			ReadIdleTimeout:   30 * time.Second,
+			PingTimeout:       15 * time.Second,
+			WriteByteTimeout:  o.UpstreamWriteTimeout,
+		}
+	}
+	maxConns := o.MaxConnsPerHost
+	if maxConns <= 0 {
+		maxConns = 512 // fasthttp's default, as for the HTTP/1.1 codec
+	}
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return p.dialContext(ctx, addr, nil)
+		},
+		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return p.dialContext(ctx, addr, p.tlsConfigFor(addr))
+		},
+		MaxConnsPerHost:        maxConns,
+		MaxIdleConnsPerHost:    maxConns,
+		IdleConnTimeout:        o.IdleConnTimeout,
+		ExpectContinueTimeout:  o.ExpectContinueTimeout,
+		MaxResponseHeaderBytes: int64(o.MaxResponseHeaderBytes),
+		// The client's Accept-Encoding goes up as it is, and the body
+		// comes back as the upstream sent it.
+		DisableCompression: true,
+		// HTTP/1.1 only: an https instance of an http1 pool is HTTP/1.1.
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+}
+
+// h2TLS is the TLS configuration of a connection to an h2 instance at
+// addr: the pool's (CA, server name), or the system roots, with the
+// instance's host as the server name unless the pool names one, and
+// ALPN h2.
+func h2TLS(c *tls.Config, addr string) *tls.Config {
+	if c == nil {
+		c = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	c = c.Clone()
+	if c.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = host
+		}
+	}
+	c.NextProtos = []string{http2.NextProtoTLS}
+	return c
+}
+
+// dialContext is Proxy.dial under a context: a canceled request stops
+// waiting for its connection.
+func (p *Proxy) dialContext(ctx context.Context, addr string, tlsConf *tls.Config) (net.Conn, error) {
+	timeout := p.opts.Load().DialTimeout
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &dialError{addr: addr, err: err}
+	}
+	if tlsConf == nil {
+		return c, nil
+	}
+	tc := tls.Client(c, tlsConf)
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		_ = c.Close()
+		return nil, &dialError{addr: addr, err: fmt.Errorf("tls handshake: %w", err)}
+	}
+	return tc, nil
+}
+
+// closeNetTransports drops every net/http transport's idle connections,
+// and with forget the transports themselves (their options changed).
+func (p *Proxy) closeNetTransports(forget bool) {
+	p.nets.mu.Lock()
+	m := p.nets.m
+	if forget {
+		p.nets.m = nil
+	}
+	p.nets.mu.Unlock()
+	for _, t := range m {
+		t.CloseIdleConnections()
+	}
+}
+
+// errHeaderTimeout cancels a net/http round trip whose response header
+// did not come within the route's timeout.
+var errHeaderTimeout = &timeoutError{"timed out waiting for the response header"}
+
+// timeoutError is a timeout that classify maps to 504.
+type timeoutError struct{ msg string }
+
+func (e *timeoutError) Error() string { return e.msg }
+func (e *timeoutError) Timeout() bool { return true }
+
+// netCall is one attempt through a net/http transport: the request's
+// context, and the timer that bounds the wait for the response header.
+// The timer starts once the request body has been read to its end (or at
+// once without one), as for the HTTP/1.1 transport, so an upload or a
+// client-streaming call is not cut while it sends.
+type netCall struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	mu     sync.Mutex
+	timer  *time.Timer
+	limit  time.Duration
+	done   bool
+}
+
+func newNetCall(parent context.Context, headerTimeout time.Duration) *netCall {
+	ctx, cancel := context.WithCancelCause(parent)
+	return &netCall{ctx: ctx, cancel: cancel, limit: headerTimeout}
+}
+
+// arm starts the header timer, once.
+func (c *netCall) arm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil || c.done || c.limit <= 0 {
+		return
+	}
+	c.timer = time.AfterFunc(c.limit, func() { c.cancel(errHeaderTimeout) })
+}
+
+// answered stops the header timer: the response header came.
+func (c *netCall) answered() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// end cancels what is left of the call.
+func (c *netCall) end() {
+	c.answered()
+	c.cancel(context.Canceled)
+}
+
+// upBody is the client's request body as a net/http transport reads it,
+// on the transport's goroutine. It counts the body against the route's
+// limit and its declared size (bodyCount, the same accounting reqBody
+// does for the HTTP/1.1 codec), keeps what it read while that fits in
+// the replay limit, starts the call's header timer at the end of the
+// body, and never closes the client's body: a transport closes the bodies
+// it is given, and a replay on stable reads on. The request's goroutine
+// reads its state through collect, under mu.
+type upBody struct {
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when a read of src returns
+	reading bool       // a read of src is under way
+	stopped bool       // stop was called: src is not read any more
+	src     io.Reader
+	count   bodyCount
+	held    []byte // what was read, while it fits in keep
+	keep    int
+	over    bool // more was read than keep
+	read    bool // anything was asked of src
+	eof     bool
+	call    *netCall
+	// before runs before every read of src (the client read deadline).
+	before func()
+	// onEnd runs when the body has been read to its end.
+	onEnd func()
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	switch {
+	case b.eof:
+		b.mu.Unlock()
+		return 0, io.EOF
+	case b.stopped:
+		b.mu.Unlock()
+		return 0, errBodyStopped
+	}
+	b.read, b.reading = true, true
+	before := b.before
+	b.mu.Unlock()
+	if before != nil {
+		before()
+	}
+	n, err := b.src.Read(p)
+	b.mu.Lock()
+	b.reading = false
+	if b.cond != nil {
+		b.cond.Broadcast()
+	}
+	n, err = b.count.add(n, err)
+	if !b.over {
+		if len(b.held)+n <= b.keep {
+			b.held = append(b.held, p[:n]...)
+		} else {
+			b.over, b.held = true, b.held[:0]
+		}
+	}
+	if err == io.EOF {
+		b.eof = true
+	}
+	call, onEnd := b.call, b.onEnd
+	b.mu.Unlock()
+	if err == io.EOF {
+		if onEnd != nil {
+			onEnd()
+		}
+		if call != nil {
+			call.arm()
+		}
+	}
+	return n, err
+}
+
+// Close does not close the client's body (see upBody).
+func (b *upBody) Close() error { return nil }
+
+// errBodyStopped ends the reads of a body whose request is over.
+var errBodyStopped = errors.New("graygate: the request is over")
+
+// stop ends the transport's reads of the body: no read of src starts
+// after it. With wake, it also waits for a read under way, which wake
+// must unblock (the HTTP/1.1 codec expires the client connection's read
+// deadline): then nothing reads the client's connection once stop
+// returns, and the codec may reuse what src reads from.
+func (b *upBody) stop(wake func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = true
+	if wake == nil || !b.reading {
+		return
+	}
+	if b.cond == nil {
+		b.cond = sync.NewCond(&b.mu)
+	}
+	wake()
+	for b.reading {
+		b.cond.Wait()
+	}
+}
+
+// ended reports whether the body was read to its end.
+func (b *upBody) ended() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof
+}
+
+// replay returns the body for another attempt, or false when it cannot be
+// sent again: nothing of it was read (the same body goes on), or it was
+// read to its end and is held whole.
+func (b *upBody) replay(call *netCall) (io.ReadCloser, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.read:
+		b.call = call
+		return b, true
+	case b.eof && !b.over:
+		return &heldBody{r: bytes.NewReader(b.held), call: call}, true
+	}
+	return nil, false
+}
+
+// collect copies what the transport's reads found into the flow: a body
+// over the limit, or a client that failed while it was read.
+func (b *upBody) collect(f *flow) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.count.tooLarge {
+		f.tooLarge = true
+	}
+	if b.count.err != nil && f.clientErr == nil {
+		f.clientErr = b.count.err
+	}
+}
+
+func newBytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// heldBody is a body sent again from memory.
+type heldBody struct {
+	r    *bytes.Reader
+	call *netCall
+}
+
+func (h *heldBody) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if err == io.EOF && h.call != nil {
+		h.call.arm()
+	}
+	return n, err
+}
+
+func (h *heldBody) Close() error { return nil }
+
+// bodyCount accounts for a request body as it streams: bytes against
+// Policy.MaxBodyBytes (past it the read fails with errBodyTooLarge, and
+// the client gets 413) and against the declared size (an end before it
+// is the client breaking off: io.ErrUnexpectedEOF). It records the
+// client's read failure.
+type bodyCount struct {
+	size     int64 // declared length, or -1
+	n        int64
+	max      int64 // 0: no limit
+	tooLarge bool
+	err      error
+}
+
+func (c *bodyCount) add(n int, err error) (int, error) {
+	c.n += int64(n)
+	switch {
+	case c.max > 0 && c.n > c.max:
+		c.tooLarge = true
+		return 0, errBodyTooLarge
+	case err == io.EOF && c.size >= 0 && c.n < c.size:
+		c.err = io.ErrUnexpectedEOF
+		return n, io.ErrUnexpectedEOF
+	case err != nil && err != io.EOF:
+		c.err = err
+	}
+	return n, err
+}
+
+// netIn is a net/http request header as the policy reads it (inHeader).
+// Its values alias the header; PeekAll reuses one slice.
+type netIn struct {
+	h    http.Header
+	vals [][]byte
+}
+
+func (n *netIn) Peek(key string) []byte {
+	if v := n.h.Get(key); v != "" {
+		return s2b(v)
+	}
+	return nil
+}
+
+func (n *netIn) PeekAll(key string) [][]byte {
+	n.vals = n.vals[:0]
+	for _, v := range n.h.Values(key) {
+		n.vals = append(n.vals, s2b(v))
+	}
+	return n.vals
+}
+
+// netOut is a net/http header as the policy edits and fills it (fields,
+// fieldSink). Added values are copied.
+type netOut struct{ h http.Header }
+
+func (n *netOut) Peek(key string) []byte {
+	if vs := n.h.Values(key); len(vs) > 0 {
+		return s2b(vs[0])
+	}
+	return nil
+}
+
+func (n *netOut) AddBytesKV(k, v []byte) { n.h.Add(string(k), string(v)) }
+func (n *netOut) addField(k, v []byte)   { n.h.Add(string(k), string(v)) }
+
+// filterNetResponse removes from an upstream's net/http response header
+// what must not reach the client (dropResponseField, the reported metric
+// fields), and notes its grpc-status, for a trailers-only answer.
+func (f *flow) filterNetResponse(h http.Header, status int) {
+	f.tokens = f.tokens[:0]
+	for _, v := range h["Connection"] {
+		f.tokens = appendConnTokens(f.tokens, [][]byte{s2b(v)})
+	}
+	del := f.scratch[:0]
+	for k := range h {
+		if f.dropResponseField(s2b(k)) {
+			del = append(append(del, k...), 0)
+		}
+	}
+	clear(f.tokens)
+	f.tokens = f.tokens[:0]
+	out := netOut{h}
+	del = f.takeReported(&out, status, del)
+	for len(del) > 0 {
+		i := bytes.IndexByte(del, 0)
+		h.Del(b2s(del[:i]))
+		del = del[i+1:]
+	}
+	f.scratch = f.scratch[:0]
+	f.noteGRPCStatus(h)
+}
+
+// noteGRPCStatus keeps the grpc-status of a header or trailer section.
+func (f *flow) noteGRPCStatus(h http.Header) {
+	if vs := h[hdrGRPCStatus]; len(vs) > 0 {
+		f.grpcStatus = parseGRPCStatus(vs[0])
+	}
+}
+
+// netError maps what a net/http round trip returned to the errors the
+// policy knows: the client gone (its context ended), the header timeout,
+// a body over the limit or broken by the client (bodyFailure), or the
+// upstream's failure as it is. A failure to connect means nothing was
+// sent.
+func (f *flow) netError(err error, call *netCall, client context.Context) error {
+	var de *dialError
+	switch {
+	case client.Err() != nil:
+		f.canceled = true
+		return fmt.Errorf("%w: %w", errClientGone, client.Err())
+	case errors.Is(context.Cause(call.ctx), errHeaderTimeout):
+		f.timeout = timeoutResponseHeader
+		return fmt.Errorf("reading response header from %s: %w", f.inst.Addr, errHeaderTimeout)
+	case f.tooLarge || f.clientErr != nil:
+		return f.bodyFailure(err)
+	case errors.As(err, &de):
+		f.sent = false
+		return err
+	}
+	if isTimeout(err) {
+		f.timeout = timeoutResponseHeader
+	}
+	return fmt.Errorf("sending request to %s: %w", f.inst.Addr, err)
+}
