@@ -80,10 +80,10 @@ type Gateway struct {
 	notify   *notify.Sender
 	health   *upstream.Health
 	// certs is the TLS listener's configuration (nil without tls_listen).
-	certs    *certs.Store
-	traffic  *traffic.Set    // live per-rule, per-group windows for /api/v1/stats and rollouts
-	mirrors  *mirror.Set     // shadow traffic and its diffs, per rule; outlives snapshots
-	tracer   *tracing.Tracer // nil: tracing off
+	certs   *certs.Store
+	traffic *traffic.Set    // live per-rule, per-group windows for /api/v1/stats and rollouts
+	mirrors *mirror.Set     // shadow traffic and its diffs, per rule; outlives snapshots
+	tracer  *tracing.Tracer // nil: tracing off
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
 	tgt        atomic.Pointer[targeting]
