@@ -85,6 +85,10 @@ type Rule struct {
 	// Breaker tunes the circuit breaker guarding the gray target (gray);
 	// unset fields take the config's breaker defaults.
 	Breaker *breaker.Config `json:"breaker,omitempty"`
+	// Rollout is a progressive delivery plan (gray): steps that raise
+	// gray_percent, pause and analyse, with an automatic abort; see
+	// rollout.go and package rollout.
+	Rollout *Rollout `json:"rollout,omitempty"`
 
 	// Rules are seed 004's tag conditions, ANDed (tag rules).
 	Rules []match.TagCond `json:"rules,omitempty"`
@@ -231,7 +235,7 @@ func (r *Rule) validateTag() []error {
 	for _, f := range []struct {
 		set  bool
 		name string
-	}{{r.GrayPercent != nil, "gray_percent"}, {r.WhiteList != nil, "white_list"}, {r.Targets != nil, "targets"}, {r.ExperimentID != "", "experiment_id"}, {r.Groups != nil, "groups"}} {
+	}{{r.GrayPercent != nil, "gray_percent"}, {r.WhiteList != nil, "white_list"}, {r.Targets != nil, "targets"}, {r.ExperimentID != "", "experiment_id"}, {r.Groups != nil, "groups"}, {r.Rollout != nil, "rollout"}} {
 		if f.set {
 			add(f.name, "is not for tag rules; use a gray rule with conditions.tags to combine tags with a percentage")
 		}
@@ -286,6 +290,9 @@ func (r *Rule) validateGray() []error {
 	}
 	if r.Groups != nil {
 		add("groups", "are only for ab rules")
+	}
+	if r.Rollout != nil {
+		errs = append(errs, r.validateRollout()...)
 	}
 	return append(errs, r.layerOnlyForAB()...)
 }
@@ -389,6 +396,9 @@ func (r *Rule) validateAB() []error {
 	}
 	if r.TargetTags != nil {
 		add("target_tags", "are only for gray rules; ab rules put a tag in each group")
+	}
+	if r.Rollout != nil {
+		add("rollout", "is only for gray rules: a rollout raises gray_percent step by step")
 	}
 	return append(errs, r.validateLayer()...)
 }
