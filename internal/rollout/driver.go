@@ -1,0 +1,399 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/store"
+)
+
+// driver runs one rollout while this gateway leads it. Everything it
+// knows beyond the stored status (the measurements of the analysis under
+// way) is in memory: after a restart or a takeover the current analysis
+// starts over, a timed pause keeps its deadline.
+type driver struct {
+	e       *Engine
+	key     string
+	slot    *slot
+	version int64
+	raw     []byte
+	r       rule.Rule
+	ok      bool // r decoded
+
+	run, bg *analysisRun
+	// history holds the measurements taken in the rollout started at
+	// historyOf, newest last.
+	history   []rule.Measurement
+	historyOf time.Time
+	// charged is the breaker opening already counted against the
+	// rollout.
+	charged   time.Time
+	lastState string
+}
+
+// analysisRun is an analysis under way: a step's, or the background one.
+type analysisRun struct {
+	name       string
+	a          rule.Analysis
+	background bool
+	gen        generation
+	next       time.Time
+	results    []string
+}
+
+// generation identifies the step an analysis run belongs to; a status
+// with another generation (a new step, a retry, a resume) starts a new
+// run.
+type generation struct {
+	startedAt, stepStartedAt time.Time
+	step                     int
+}
+
+func genOf(st *rule.RolloutStatus) generation {
+	return generation{startedAt: st.StartedAt, stepStartedAt: st.StepStartedAt, step: st.Step}
+}
+
+func (d *driver) loop(ctx context.Context, lost <-chan struct{}) {
+	clock := d.e.opts.Clock
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-lost:
+			return
+		default:
+		}
+		d.adopt(d.slot.latest())
+		now := clock.Now()
+		wake, err := d.tick(ctx, now)
+		switch {
+		case err == nil:
+		case errors.Is(err, errStale):
+			if en, gerr := d.e.opts.Store.Get(ctx, d.key); gerr == nil {
+				d.slot.offer(en)
+			}
+			wake = now
+		case ctx.Err() != nil:
+			return
+		default:
+			d.e.log.Error("rollout step failed; trying again", "rule", d.key, "err", err)
+			wake = now.Add(time.Second)
+		}
+		wait := max(wake.Sub(now), 0)
+		if wait == 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-lost:
+			return
+		case <-d.slot.ch:
+		case <-clock.After(wait):
+		}
+	}
+}
+
+// adopt takes en as the rule's current version.
+func (d *driver) adopt(en store.Entry) {
+	if d.ok && en.Version == d.version {
+		return
+	}
+	r, err := rule.Decode(en.Rule)
+	if err != nil {
+		d.e.log.Error("rollout: the stored rule does not decode", "rule", d.key, "version", en.Version, "err", err)
+		d.ok = false
+		return
+	}
+	d.r, d.raw, d.version, d.ok = r, en.Rule, en.Version, true
+	st := statusOf(&r)
+	if st == nil {
+		return
+	}
+	if !st.StartedAt.Equal(d.historyOf) {
+		d.history, d.historyOf, d.bg = slices.Clone(st.Measurements), st.StartedAt, nil
+	}
+	if d.lastState == rule.RolloutPaused && st.State == rule.RolloutProgressing && d.bg != nil {
+		d.bg.results = nil // resumed: the background analysis counts afresh
+	}
+	d.lastState = st.State
+}
+
+func statusOf(r *rule.Rule) *rule.RolloutStatus {
+	if r.Rollout == nil {
+		return nil
+	}
+	return r.Rollout.Status
+}
+
+// tick does what is due at now and returns when to look again.
+func (d *driver) tick(ctx context.Context, now time.Time) (time.Time, error) {
+	idle := now.Add(time.Hour)
+	if !d.ok || d.r.Rollout == nil || !d.r.Rollout.Active() {
+		return idle, nil // the engine stops this driver
+	}
+	ro := d.r.Rollout
+	if ro.Status == nil {
+		return now, d.commit(ctx, func(r *rule.Rule) change { return start(r, now, "started") })
+	}
+	wake := now.Add(d.e.opts.Tick)
+	st := ro.Status
+	d.ensureRuns(ctx, st, now)
+	if done, err := d.checkBreaker(ctx, now); done || err != nil {
+		return now, err
+	}
+	if st.State == rule.RolloutProgressing {
+		if st.Step >= len(ro.Steps) {
+			return now, d.commit(ctx, func(r *rule.Rule) change {
+				var c change
+				c.reason = "rollout completed"
+				enter(r, len(r.Rollout.Steps), now, &c)
+				return c
+			})
+		}
+		s := ro.Steps[st.Step]
+		switch {
+		case s.Percent != nil:
+			return now, d.commit(ctx, func(r *rule.Rule) change { return applyPercent(r, now) })
+		case s.Pause != nil && s.Pause.UntilPromoted:
+			return now, d.commit(ctx, func(r *rule.Rule) change {
+				return hold(r, now, rule.PausedForPromote, fmt.Sprintf("step %d of %d: waiting for promote", st.Step, len(ro.Steps)))
+			})
+		case s.Pause != nil:
+			until := st.StepStartedAt.Add(s.Pause.Duration)
+			if st.PauseUntil != nil {
+				until = *st.PauseUntil
+			}
+			if !now.Before(until) {
+				return now, d.commit(ctx, func(r *rule.Rule) change { return advance(r, now, "done: paused "+s.Pause.Duration.String()) })
+			}
+			wake = earliest(wake, until)
+		default:
+			a := ro.Analyses[s.Analysis]
+			if !now.Before(d.run.next) {
+				m := d.e.meas.measure(ctx, &d.r, s.Analysis, a, len(d.run.results)+1, false)
+				if done, err := d.record(ctx, d.run, m, now); done || err != nil {
+					return now, err
+				}
+				d.run.next = d.run.next.Add(a.Interval.Std())
+				if d.run.next.Before(now) { // a slow check: never measure twice at once
+					d.run.next = now.Add(a.Interval.Std())
+				}
+			}
+			wake = earliest(wake, d.run.next)
+		}
+	}
+	if d.bg != nil {
+		name, a := d.bg.name, d.bg.a
+		if !now.Before(d.bg.next) {
+			m := d.e.meas.measure(ctx, &d.r, name, a, len(d.bg.results)+1, true)
+			if done, err := d.record(ctx, d.bg, m, now); done || err != nil {
+				return now, err
+			}
+			d.bg.next = d.bg.next.Add(a.Interval.Std())
+			if d.bg.next.Before(now) {
+				d.bg.next = now.Add(a.Interval.Std())
+			}
+		}
+		wake = earliest(wake, d.bg.next)
+	}
+	return wake, nil
+}
+
+// ensureRuns makes the analysis runs fit the status: the current step's
+// analysis while progressing at one (a new run for a new generation), and
+// the background analysis for the whole rollout.
+func (d *driver) ensureRuns(ctx context.Context, st *rule.RolloutStatus, now time.Time) {
+	ro := d.r.Rollout
+	run := d.run
+	d.run = nil
+	if st.State == rule.RolloutProgressing && st.Step < len(ro.Steps) {
+		if name := ro.Steps[st.Step].Analysis; name != "" {
+			if run != nil && run.gen == genOf(st) && run.name == name {
+				d.run = run
+			} else {
+				a := ro.Analyses[name]
+				d.run = &analysisRun{name: name, a: a, gen: genOf(st), next: now.Add(a.Interval.Std())}
+				d.publishLive(ctx, fmt.Sprintf("step %d of %d: analysis %s, first measurement at %s", st.Step, len(ro.Steps), name, d.run.next.UTC().Format(time.RFC3339)))
+			}
+		}
+	}
+	if name := ro.BackgroundAnalysis; name == "" {
+		d.bg = nil
+	} else if d.bg == nil || d.bg.gen.startedAt != st.StartedAt {
+		a := ro.Analyses[name]
+		d.bg = &analysisRun{name: name, a: a, background: true, gen: genOf(st), next: now.Add(a.Interval.Std())}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// checkBreaker counts a breaker opening of the gray target once: it
+// aborts the rollout (abort_on_breaker), or fails the measurements under
+// way. done reports a commit.
+func (d *driver) checkBreaker(ctx context.Context, now time.Time) (bool, error) {
+	ro := d.r.Rollout
+	st := ro.Status
+	bs, err := d.e.source.Breaker(ctx, d.key, grayTarget(&d.r))
+	if err != nil {
+		d.e.log.Warn("rollout: read the gray target's breaker", "rule", d.key, "err", err)
+		return false, nil
+	}
+	opened := bs.LastOpen
+	if bs.OpenNow && opened.IsZero() {
+		opened = now
+	}
+	if opened.IsZero() || !opened.After(d.charged) {
+		return false, nil
+	}
+	d.charged = opened
+	if !bs.OpenNow && opened.Before(st.StartedAt) {
+		return false, nil // an opening before this rollout, since closed
+	}
+	reason := bs.Reason
+	if reason == "" {
+		reason = "the breaker opened"
+	}
+	res := rule.CheckResult{Check: "breaker", Result: rule.ResultFailed, Threshold: "closed", Message: "the gray target's breaker opened: " + reason}
+	d.e.metrics.count(d.key, res.Check, res.Result)
+	if ro.AbortsOnBreaker() {
+		f := &rule.Failure{CheckResult: res}
+		return true, d.commit(ctx, func(r *rule.Rule) change {
+			return abort(r, now, f, "the gray target's breaker opened: "+reason)
+		})
+	}
+	for _, run := range []*analysisRun{d.run, d.bg} {
+		if run == nil {
+			continue
+		}
+		m := rule.Measurement{Analysis: run.name, Background: run.background, Step: st.Step, Index: len(run.results) + 1,
+			At: now.UTC(), Result: rule.ResultFailed, Checks: []rule.CheckResult{res}}
+		if done, err := d.record(ctx, run, m, now); done || err != nil {
+			return done, err
+		}
+	}
+	return false, nil
+}
+
+// record adds measurement m to run and acts on the run's limits: more
+// failures than failure_limit abort, more inconclusive measurements than
+// inconclusive_limit pause, and count measurements within the limits
+// pass the step. done reports a commit.
+func (d *driver) record(ctx context.Context, run *analysisRun, m rule.Measurement, now time.Time) (bool, error) {
+	for _, c := range m.Checks {
+		if c.Check != "breaker" {
+			d.e.metrics.count(d.key, c.Check, c.Result)
+		}
+	}
+	d.history = append(d.history, m)
+	if len(d.history) > maxMeasurements {
+		d.history = slices.Clone(d.history[len(d.history)-maxMeasurements:])
+	}
+	run.results = append(run.results, m.Result)
+	a := run.a
+	count := a.EffectiveCount()
+	window := run.results
+	if run.background && len(window) > count {
+		window = window[len(window)-count:]
+	}
+	var failed, inconclusive, passed int
+	for _, r := range window {
+		switch r {
+		case rule.ResultFailed, rule.ResultError:
+			failed++
+		case rule.ResultInconclusive:
+			inconclusive++
+		default:
+			passed++
+		}
+	}
+	st := d.r.Rollout.Status
+	what := "analysis " + run.name
+	if run.background {
+		what = "background analysis " + run.name
+	}
+	tally := fmt.Sprintf("%d passed, %d failed, %d inconclusive", passed, failed, inconclusive)
+	switch {
+	case failed > a.FailureLimit:
+		fc := failing(m)
+		if fc == nil || (fc.Result != rule.ResultFailed && fc.Result != rule.ResultError) {
+			fc = nil // the limit was crossed by an earlier failure: name the latest one
+			for i := len(d.history) - 1; i >= 0 && fc == nil; i-- {
+				if h := d.history[i]; h.Analysis == run.name && h.Background == run.background && (h.Result == rule.ResultFailed || h.Result == rule.ResultError) {
+					fc = failing(h)
+				}
+			}
+		}
+		f := &rule.Failure{Analysis: run.name}
+		msg := fmt.Sprintf("%s failed: %d failed measurement(s), more than failure_limit %d", what, failed, a.FailureLimit)
+		if fc != nil {
+			f.CheckResult = *fc
+			msg = fmt.Sprintf("%s: check %s %s: %s (measurement %d; %s)", what, fc.Check, fc.Result, fc.Message, m.Index, tally)
+		}
+		return true, d.commit(ctx, func(r *rule.Rule) change { return abort(r, now, f, msg) })
+	case inconclusive > a.InconclusiveLimit && st.State == rule.RolloutProgressing:
+		msg := fmt.Sprintf("%s: %d inconclusive measurement(s), more than inconclusive_limit %d (%s); resume measures again, promote skips the step",
+			what, inconclusive, a.InconclusiveLimit, lastMessage(m))
+		return true, d.commit(ctx, func(r *rule.Rule) change { return hold(r, now, rule.PausedForInconclusive, msg) })
+	case !run.background && len(run.results) >= count:
+		return true, d.commit(ctx, func(r *rule.Rule) change {
+			return advance(r, now, fmt.Sprintf("passed: %d of %d measurement(s) (%s)", passed, count, tally))
+		})
+	}
+	msg := st.Message
+	if !run.background {
+		msg = fmt.Sprintf("step %d of %d: %s, measurement %d of %d %s (%s)", st.Step, len(d.r.Rollout.Steps), what, len(run.results), count, m.Result, tally)
+	}
+	d.publishLive(ctx, msg)
+	return false, nil
+}
+
+func lastMessage(m rule.Measurement) string {
+	if c := failing(m); c != nil {
+		return c.Check + ": " + c.Message
+	}
+	return m.Result
+}
+
+func (d *driver) publishLive(ctx context.Context, msg string) {
+	st := d.r.Rollout.Status
+	d.e.setLive(ctx, d.key, liveView{Version: d.version, StartedAt: st.StartedAt, Message: msg, Measurements: slices.Clone(d.history)})
+}
+
+// commit writes the rule as mutate leaves it, as a new version by the
+// rollout, if the rule is still at the version the driver decided on.
+func (d *driver) commit(ctx context.Context, mutate func(r *rule.Rule) change) error {
+	r, err := rule.Decode(d.raw) // a copy of our own to change
+	if err != nil {
+		return err
+	}
+	var before time.Time
+	if st := statusOf(&r); st != nil {
+		before = st.StartedAt
+	}
+	c := mutate(&r)
+	if st := statusOf(&r); st != nil {
+		if st.StartedAt.Equal(before) && st.StartedAt.Equal(d.historyOf) {
+			st.Measurements = slices.Clone(d.history)
+		} else {
+			st.Measurements = nil
+		}
+	}
+	en, err := d.e.write(ctx, d.key, &r, d.version, store.Meta{By: Actor, Reason: c.reason}, c)
+	if err != nil {
+		return err
+	}
+	d.slot.offer(en)
+	d.adopt(en)
+	return nil
+}
