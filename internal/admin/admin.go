@@ -61,6 +61,8 @@ type Options struct {
 	Metrics http.Handler
 	// Traffic feeds GET /api/v1/stats; nil leaves it unrouted.
 	Traffic *traffic.Set
+	// Rollout serves the rollout routes; nil leaves them unrouted.
+	Rollout RolloutControl
 	Tokens  []Token
 	Logger  *slog.Logger
 }
@@ -110,6 +112,7 @@ func New(opts Options) *Server {
 	}
 	s.handle("GET /api/v1/status", RoleViewer, s.status)
 	s.handle("GET /api/v1/layers", RoleViewer, s.layers)
+	s.routeRollouts()
 	s.routeConsole()
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.authenticate(w, r); !ok {

@@ -112,6 +112,11 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 	generic["key"], _ = json.Marshal(key)
 	clean, _ := json.Marshal(generic)
 	r, err := rule.Decode(clean)
+	if r.Rollout != nil {
+		// The gateway writes rollout.status; a GET body PUT back carries
+		// one, which is dropped here and replaced by the stored one.
+		r.Rollout.Status = nil
+	}
 	return r, reason, err
 }
 
@@ -154,7 +159,13 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "valid": true, "rule": view, "priority": rl.EffectivePriority()})
 		return
 	}
-	e, err := s.opts.Store.Put(r.Context(), key, canonical, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, reason)})
+	meta := store.Meta{By: p.name, Reason: changeReason(r, reason)}
+	var e store.Entry
+	if rl.Rollout != nil {
+		e, err = s.putRollout(r.Context(), key, rl, ifVersion, meta)
+	} else {
+		e, err = s.opts.Store.Put(r.Context(), key, canonical, ifVersion, meta)
+	}
 	if err != nil {
 		storeError(w, err)
 		return
@@ -274,7 +285,13 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 	if reason == "" {
 		reason = fmt.Sprintf("revert to version %d", req.Version)
 	}
-	e, err := s.opts.Store.Put(r.Context(), key, target, store.AnyVersion, store.Meta{By: p.name, Reason: reason, Op: "revert"})
+	meta := store.Meta{By: p.name, Reason: reason, Op: "revert"}
+	var e store.Entry
+	if rl.Rollout != nil {
+		e, err = s.putRollout(r.Context(), key, rl, store.AnyVersion, meta)
+	} else {
+		e, err = s.opts.Store.Put(r.Context(), key, target, store.AnyVersion, meta)
+	}
 	if err != nil {
 		storeError(w, err)
 		return

@@ -28,6 +28,7 @@ import (
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/metrics"
 	"github.com/graygate/graygate/internal/proxy"
+	"github.com/graygate/graygate/internal/rollout"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
@@ -50,6 +51,12 @@ type Options struct {
 	Now       func() time.Time
 	// Version is the build's version, shown in the status.
 	Version string
+	// RolloutNotifier receives the rollout events (nil: none).
+	RolloutNotifier rollout.Notifier
+	// RolloutFleet tunes the election and publishing of rollouts on the
+	// etcd store (zero: the defaults; see rollout.FleetOptions). Client,
+	// Prefix and ID are filled in.
+	RolloutFleet rollout.FleetOptions
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -64,6 +71,7 @@ type Gateway struct {
 	breakers *breaker.Set
 	limits   *limit.Set
 	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats
+	rollouts *rollout.Engine
 	health   *upstream.Health
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
@@ -103,6 +111,11 @@ type Status struct {
 	StartedAt   time.Time          `json:"started_at"`
 	Version     string             `json:"version,omitempty"`
 	UptimeS     float64            `json:"uptime_s"`
+	// Rollouts says, for every active rollout, whether this gateway is
+	// "driving" it or "following" its driver; FleetID names this gateway
+	// in a fleet's elections.
+	Rollouts map[string]string `json:"rollouts,omitempty"`
+	FleetID  string            `json:"fleet_id,omitempty"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
@@ -167,6 +180,10 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.exportStoreMetrics()
+	if err := g.newRollouts(); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	g.metrics.Pools(func() []metrics.PoolStats {
 		g.mu.Lock()
 		stats := g.reg.Stats()
@@ -204,6 +221,7 @@ func New(opts Options) (*Gateway, error) {
 		g.metrics.Observe(d, done.Status, done.Elapsed)
 		// A transport failure arrives as the 502/503/504 the proxy answered.
 		g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
+		g.rollouts.Record(d, done.Status, done.Elapsed)
 	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
@@ -220,6 +238,7 @@ func New(opts Options) (*Gateway, error) {
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
 		Traffic: g.traffic,
+		Rollout: g.rollouts,
 		Tokens:  tokens(cfg, opts.AdminToken),
 		Logger:  opts.Logger,
 	})
@@ -483,6 +502,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	}
 	g.metrics.Reloaded(g.status.LastResult, st.Revision)
 	g.metrics.SetRollback(st.RolledBack, rolled)
+	g.rollouts.Observe(st, rules)
 	return snap, nil
 }
 
@@ -667,6 +687,16 @@ func (g *Gateway) Status() Status {
 	g.mu.Unlock()
 	st.Breakers = g.breakers.Snapshots()
 	st.UptimeS = g.opts.Now().Sub(st.StartedAt).Round(time.Second).Seconds()
+	for k, driving := range g.rollouts.Driving() {
+		if st.Rollouts == nil {
+			st.Rollouts = map[string]string{}
+		}
+		st.Rollouts[k] = "following"
+		if driving {
+			st.Rollouts[k] = "driving"
+		}
+	}
+	st.FleetID = g.rollouts.ID()
 	if st.Sync = g.storeSync(); st.Sync != nil {
 		st.Stale = st.Sync.Stale || !st.Sync.Synced
 	}
@@ -707,6 +737,11 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	go g.watchStore(ctx)
 	go g.discover(ctx)
 	go g.traffic.Run(ctx)
+	rolloutsDone := make(chan struct{})
+	go func() {
+		defer close(rolloutsDone)
+		g.rollouts.Run(ctx)
+	}()
 	g.mu.Lock()
 	g.serveCtx = ctx
 	if err := g.tgt.Load().watch(ctx); err != nil {
@@ -739,6 +774,7 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
+	<-rolloutsDone // its drivers write through the store: stop them before it closes
 	g.mu.Lock()
 	g.reg.Close()
 	g.mu.Unlock()

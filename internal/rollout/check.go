@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/traffic"
 )
 
 // measurer takes measurements: every check of an analysis, in parallel.
@@ -51,13 +52,20 @@ func (m *measurer) measure(ctx context.Context, r *rule.Rule, name string, a rul
 	st := r.Rollout.Status
 	out := rule.Measurement{Analysis: name, Background: background, Step: st.Step, Index: index, At: m.now().UTC(),
 		Checks: make([]rule.CheckResult, len(a.Checks))}
-	window := a.Interval.Std()
+	// Every built-in check of a measurement reads the same windows.
+	var w windows
+	for _, c := range a.Checks {
+		if c.Metric != "" {
+			w = m.windows(ctx, r.Key, a.Interval.Std())
+			break
+		}
+	}
 	var wg sync.WaitGroup
 	for i, c := range a.Checks {
 		wg.Go(func() {
 			switch {
 			case c.Metric != "":
-				out.Checks[i] = m.builtin(ctx, r.Key, c, window)
+				out.Checks[i] = builtin(c, w)
 			case c.Prometheus != nil:
 				out.Checks[i] = m.prometheus(ctx, c)
 			case c.Webhook != nil:
@@ -113,13 +121,27 @@ func judge(res rule.CheckResult, v float64, minV, maxV *float64) rule.CheckResul
 	return res
 }
 
+// windows are the gray and stable traffic of one measurement's window.
+type windows struct {
+	d                  time.Duration
+	gray, stable       traffic.Stats
+	grayErr, stableErr error
+}
+
+func (m *measurer) windows(ctx context.Context, key string, d time.Duration) windows {
+	w := windows{d: d}
+	w.gray, w.grayErr = m.source.Window(ctx, key, GroupGray, d)
+	w.stable, w.stableErr = m.source.Window(ctx, key, GroupStable, d)
+	return w
+}
+
 // builtin computes a built-in metric from the gray (and stable) traffic
-// of the last window.
-func (m *measurer) builtin(ctx context.Context, key string, c rule.Check, window time.Duration) rule.CheckResult {
+// of the measurement's window.
+func builtin(c rule.Check, w windows) rule.CheckResult {
 	res := rule.CheckResult{Check: c.Label(), Threshold: rule.Threshold(c.Min, c.Max)}
-	gray, err := m.source.Window(ctx, key, GroupGray, window)
-	if err != nil {
-		res.Result, res.Message = rule.ResultError, "read the gray traffic: "+err.Error()
+	gray, window := w.gray, w.d
+	if w.grayErr != nil {
+		res.Result, res.Message = rule.ResultError, "read the gray traffic: "+w.grayErr.Error()
 		return res
 	}
 	n := gray.Requests
@@ -137,9 +159,9 @@ func (m *measurer) builtin(ctx context.Context, key string, c rule.Check, window
 	case rule.MetricP99Ms:
 		v = gray.P99Ms
 	case rule.MetricErrorRateVsStable:
-		stable, err := m.source.Window(ctx, key, GroupStable, window)
-		if err != nil {
-			res.Result, res.Message = rule.ResultError, "read the stable traffic: "+err.Error()
+		stable := w.stable
+		if w.stableErr != nil {
+			res.Result, res.Message = rule.ResultError, "read the stable traffic: "+w.stableErr.Error()
 			return res
 		}
 		if stable.Requests < need {

@@ -189,7 +189,7 @@ func TestBuiltinChecks(t *testing.T) {
 			src := newFakeSource()
 			src.set("r", GroupGray, stats(uint64(tt.gray[0]), uint64(tt.gray[1]), tt.gray[2]))
 			src.set("r", GroupStable, stats(uint64(tt.stable[0]), uint64(tt.stable[1]), tt.stable[2]))
-			res := testMeasurer(src).builtin(context.Background(), "r", tt.check, 30*time.Second)
+			res := builtin(tt.check, testMeasurer(src).windows(context.Background(), "r", 30*time.Second))
 			if res.Result != tt.want || !strings.Contains(res.Message, tt.msg) {
 				t.Errorf("= %s %q, want %s ...%s...", res.Result, res.Message, tt.want, tt.msg)
 			}
