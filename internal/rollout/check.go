@@ -140,8 +140,10 @@ func (m *measurer) windows(ctx context.Context, key string, d time.Duration) win
 func builtin(c rule.Check, w windows) rule.CheckResult {
 	res := rule.CheckResult{Check: c.Label(), Threshold: rule.Threshold(c.Min, c.Max)}
 	gray, window := w.gray, w.d
+	// Counters that cannot be read (a fleet's etcd away) say nothing of
+	// the gray version: inconclusive, like a window without requests.
 	if w.grayErr != nil {
-		res.Result, res.Message = rule.ResultError, "read the gray traffic: "+w.grayErr.Error()
+		res.Result, res.Message = rule.ResultInconclusive, "could not read the gray traffic: "+w.grayErr.Error()
 		return res
 	}
 	n := gray.Requests
@@ -161,7 +163,7 @@ func builtin(c rule.Check, w windows) rule.CheckResult {
 	case rule.MetricErrorRateVsStable:
 		stable := w.stable
 		if w.stableErr != nil {
-			res.Result, res.Message = rule.ResultError, "read the stable traffic: "+w.stableErr.Error()
+			res.Result, res.Message = rule.ResultInconclusive, "could not read the stable traffic: "+w.stableErr.Error()
 			return res
 		}
 		if stable.Requests < need {

@@ -29,8 +29,10 @@
 // A measurement runs every check of its analysis once: built-in metrics
 // over the last interval of this gateway's (or the fleet's) traffic
 // (Recorder), a Prometheus instant query, or a webhook. A window with
-// fewer than min_requests requests is inconclusive, never a pass; a check
-// that cannot be made (a timeout) is an error and counts as a failure.
+// fewer than min_requests requests is inconclusive, never a pass, and so
+// are counters that cannot be read (a fleet's etcd away); a Prometheus
+// query or a webhook that cannot be made (a timeout) is an error and
+// counts as a failure.
 //
 // # Abort
 //

@@ -199,6 +199,7 @@ func (e *Engine) Run(ctx context.Context) {
 	go e.rec.Run(ctx)
 	var wg sync.WaitGroup
 	if f := e.opts.Fleet; f != nil {
+		f.start(ctx)
 		wg.Go(func() { f.run(ctx) })
 		wg.Go(func() { e.publish(ctx) })
 	}

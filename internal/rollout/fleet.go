@@ -114,13 +114,16 @@ func (f *Fleet) key(kind, ruleKey string) string {
 	return f.opts.Prefix + "fleet/rollout/" + kind + "/" + ruleKey
 }
 
-// run keeps the session's context until ctx ends, then closes the
-// session, which revokes the lease: a gateway that stops hands its
-// rollouts over at once.
-func (f *Fleet) run(ctx context.Context) {
+// start gives the sessions their context: they live until it ends.
+func (f *Fleet) start(ctx context.Context) {
 	f.mu.Lock()
 	f.ctx = ctx
 	f.mu.Unlock()
+}
+
+// run waits for ctx to end, then closes the session, which revokes the
+// lease: a gateway that stops hands its rollouts over at once.
+func (f *Fleet) run(ctx context.Context) {
 	<-ctx.Done()
 	f.mu.Lock()
 	s := f.sess
@@ -306,11 +309,13 @@ func (f *Fleet) publishWindow(r *rule.Rule) time.Duration {
 func (e *Engine) publish(ctx context.Context) {
 	f := e.opts.Fleet
 	done := map[string]bool{}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-e.opts.Clock.After(f.opts.Publish):
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.opts.Clock.After(f.opts.Publish):
+			}
 		}
 		obs := e.observed.Load()
 		now := e.opts.Clock.Now()
@@ -366,7 +371,7 @@ func (s *fleetSource) Window(ctx context.Context, key, group string, d time.Dura
 		return traffic.Stats{}, err
 	}
 	if len(docs) == 0 {
-		return traffic.Stats{}, fmt.Errorf("no gateway has published its counters of %q yet", key)
+		return traffic.Stats{}, nil // nothing published yet: no requests, inconclusive
 	}
 	exports := make([]traffic.Export, 0, len(docs))
 	var end int64
