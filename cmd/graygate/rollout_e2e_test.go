@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/graygate/graygate/internal/store/etcdstore/etcdtest"
 )
@@ -88,7 +91,7 @@ func TestRolloutKill9DuringPause(t *testing.T) {
 	dataDir := t.TempDir()
 	gray, stable := backend(t, "gray"), backend(t, "stable")
 	p := startServe(t, "--data-dir", dataDir, "--default-upstream", stable)
-	body := fmt.Sprintf(`{"type":"gray","gray_percent":0,"targets":{"gray":%q,"stable":%q},
+	body := fmt.Sprintf(`{"type":"gray","gray_percent":0,"targets":{"gray":%q,"stable":%q},"breaker":{"p99_latency":"30s"},
 		"rollout":{"steps":[{"percent":5},{"pause":"12s"},{"percent":50},{"pause":{}},{"percent":100}]}}`, gray, stable)
 	if code, out, err := put(p.admin, "canary", body); err != nil || code != 201 {
 		t.Fatalf("PUT = %d %v %v", code, out, err)
@@ -172,7 +175,7 @@ func TestRolloutFleetTakeover(t *testing.T) {
 	for range 3 {
 		gws = append(gws, startServe(t, "--store", srv.URL("/graygate"), "--data-dir", t.TempDir(), "--default-upstream", stable))
 	}
-	body := fmt.Sprintf(`{"type":"gray","gray_percent":0,"targets":{"gray":%q,"stable":%q},
+	body := fmt.Sprintf(`{"type":"gray","gray_percent":0,"targets":{"gray":%q,"stable":%q},"breaker":{"p99_latency":"30s"},
 		"rollout":{"steps":[{"pause":{}},{"percent":20},{"analysis":"a"},{"pause":"6s"},{"analysis":"a"},{"percent":100}],
 		"analyses":{"a":{"interval":"1s","count":3,"inconclusive_limit":3,"checks":[{"metric":"error_rate","max":0.05,"min_requests":20}]}}}}`, gray, stable)
 	if code, out, err := put(gws[0].admin, "canary", body); err != nil || code != 201 {
@@ -237,7 +240,11 @@ func TestRolloutFleetTakeover(t *testing.T) {
 			fleetRequests = max(fleetRequests, c["requests"].(float64))
 		}
 	}
-	if fleetRequests < 20 {
+	if cli := srv.Client(t); fleetRequests < 20 {
+		resp, _ := cli.Get(context.Background(), "/graygate/fleet/", clientv3.WithPrefix())
+		for _, kv := range resp.Kvs {
+			t.Logf("etcd %s = %s", kv.Key, kv.Value)
+		}
 		t.Fatalf("the driver's passed measurements saw %v gray requests; the others served them all: %v", fleetRequests, st["measurements"])
 	}
 	gws[driver].kill(syscall.SIGKILL)

@@ -345,6 +345,11 @@ func (d *driver) record(ctx context.Context, run *analysisRun, m rule.Measuremen
 		msg := fmt.Sprintf("%s: %d inconclusive measurement(s), more than inconclusive_limit %d (%s); resume measures again, promote skips the step",
 			what, inconclusive, a.InconclusiveLimit, lastMessage(m))
 		return true, d.commit(ctx, func(r *rule.Rule) change { return hold(r, now, rule.PausedForInconclusive, msg) })
+	case !run.background && len(run.results) >= count && passed == 0 && st.State == rule.RolloutProgressing:
+		// Within the limits, but nothing passed: no evidence the gray
+		// version is healthy is no pass.
+		msg := fmt.Sprintf("%s: none of its %d measurement(s) passed (%s); resume measures again, promote skips the step", what, count, tally)
+		return true, d.commit(ctx, func(r *rule.Rule) change { return hold(r, now, rule.PausedForInconclusive, msg) })
 	case !run.background && len(run.results) >= count:
 		return true, d.commit(ctx, func(r *rule.Rule) change {
 			return advance(r, now, fmt.Sprintf("passed: %d of %d measurement(s) (%s)", passed, count, tally))

@@ -28,8 +28,13 @@ const Actor = "rollout"
 // timers.
 const DefaultTick = 500 * time.Millisecond
 
-// maxMeasurements is how many measurements a status and a view keep.
-const maxMeasurements = 20
+// maxMeasurements is how many measurements a status and a view keep;
+// a fleet's driver publishes the last maxLiveMeasurements of them after
+// each measurement.
+const (
+	maxMeasurements     = 20
+	maxLiveMeasurements = 10
+)
 
 // Options configure New.
 type Options struct {
@@ -81,6 +86,8 @@ type Engine struct {
 
 	observed atomic.Pointer[observation]
 	wake     chan struct{}
+	// published wakes a fleet's publisher when a rollout becomes active.
+	published chan struct{}
 
 	mu      sync.Mutex
 	drivers map[string]*slot
@@ -126,7 +133,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, log: opts.Logger.With("component", "rollout"), rec: rec, wake: make(chan struct{}, 1),
+	e := &Engine{opts: opts, log: opts.Logger.With("component", "rollout"), rec: rec, wake: make(chan struct{}, 1), published: make(chan struct{}, 1),
 		drivers: map[string]*slot{}, live: map[string]liveView{}, leading: map[string]bool{}}
 	e.local = &Local{Recorder: rec, Breakers: opts.Breakers}
 	e.source = opts.Source
@@ -186,7 +193,19 @@ func (e *Engine) Observe(st store.State, rules []*rule.Compiled) {
 	}
 	slices.Sort(obs.keys)
 	e.rec.watchRules(watch)
-	e.observed.Store(obs)
+	prev := e.observed.Swap(obs)
+	started := false
+	for k := range watch {
+		if r := prev.rules[k]; r == nil || !r.Rollout.Active() {
+			started = true
+		}
+	}
+	if started {
+		select {
+		case e.published <- struct{}{}:
+		default:
+		}
+	}
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -246,6 +265,9 @@ func (e *Engine) sync(ctx context.Context, wg *sync.WaitGroup) {
 			s.cancel()
 			delete(e.drivers, key)
 			delete(e.live, key)
+			if f := e.opts.Fleet; f != nil {
+				f.forget(key)
+			}
 		}
 	}
 }
@@ -461,6 +483,9 @@ func (e *Engine) setLive(ctx context.Context, key string, lv liveView) {
 	}
 	e.mu.Unlock()
 	if f := e.opts.Fleet; f != nil {
+		if n := len(lv.Measurements); n > maxLiveMeasurements {
+			lv.Measurements = lv.Measurements[n-maxLiveMeasurements:]
+		}
 		if err := f.putLive(ctx, key, lv); err != nil && ctx.Err() == nil {
 			e.log.Warn("publish the rollout's measurements", "rule", key, "err", err)
 		}

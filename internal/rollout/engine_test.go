@@ -170,6 +170,17 @@ func TestInconclusivePauses(t *testing.T) {
 	h.waitFor("canary", "completion after resume", 100*time.Millisecond, inState(rule.RolloutCompleted, 3))
 }
 
+// TestNothingPassedPauses: measurements within the inconclusive limit
+// but none passed do not pass the step.
+func TestNothingPassedPauses(t *testing.T) {
+	h := newHarness(t)
+	h.put("canary", `{"steps":[{"analysis":"a"},{"percent":100}],"analyses":{"a":{"interval":"1s","count":2,"inconclusive_limit":5,"checks":[{"metric":"error_rate","max":0.1}]}}}`)
+	r := h.waitFor("canary", "the pause", 100*time.Millisecond, inState(rule.RolloutPaused, 0))
+	if st := r.Rollout.Status; st.PausedFor != rule.PausedForInconclusive || !strings.Contains(st.Message, "none of its 2 measurement(s) passed") {
+		t.Errorf("status = %+v", st)
+	}
+}
+
 // TestPauseUntilPromoted: a pause: {} step waits for promote, however
 // long; resume does not pass it; promote does.
 func TestPauseUntilPromoted(t *testing.T) {

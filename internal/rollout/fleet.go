@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +14,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/traffic"
 )
 
@@ -54,11 +54,17 @@ type FleetOptions struct {
 //     others follow its writes through the store. When the driver dies
 //     its lease expires and the next campaigner wins and resumes from
 //     the stored status (a graceful stop revokes the lease at once);
-//   - every gateway publishes its counters of each active rollout's rule
-//     every Publish, as a traffic.Export of the window the rule's
-//     analyses need, with its breaker state, under its lease
-//     (fleet/rollout/traffic/<rule>/<id>); the driver sums them with
-//     traffic.Merge, so built-in metrics cover the whole fleet;
+//   - every gateway publishes, every Publish and under its lease, its
+//     running totals of each active rollout's rule per group (requests,
+//     errors and the latency histogram, traffic.Counts, added up from its
+//     Recorder's per-second buckets) with its breaker state
+//     (fleet/rollout/traffic/<rule>/<id>). The driver reads them about
+//     once a second (with the breaker) and a window of the fleet's
+//     traffic is the sum over gateways of the difference between the
+//     newest reading and the one a window ago; a gateway that restarted
+//     (a new boot) counts from its first reading. Totals keep each write
+//     a few hundred bytes whatever the window, where publishing the
+//     windows themselves would cost kilobytes per write;
 //   - the driver puts what it measured since its last write under
 //     fleet/rollout/live/<rule>, so GET .../rollout on any gateway shows
 //     the same measurements.
@@ -67,27 +73,38 @@ type FleetOptions struct {
 type Fleet struct {
 	opts FleetOptions
 	log  *slog.Logger
+	boot string
 
 	mu   sync.Mutex
 	ctx  context.Context // run's; the session lives as long as it
 	sess *concurrency.Session
 
-	cacheMu sync.Mutex
-	cache   map[string]cachedDocs
+	readMu   sync.Mutex
+	readings map[string][]reading // per rule, oldest first, at most a traffic span
 }
 
-type cachedDocs struct {
+// reading is every gateway's published totals of one rule, as read at one
+// moment, by gateway and boot.
+type reading struct {
 	at   time.Time
-	docs []published
+	docs map[string]published
 }
 
-// published is one gateway's counters of one rule under rollout.
+// published is one gateway's totals of one rule under rollout.
 type published struct {
-	Gateway string         `json:"gateway"`
-	At      time.Time      `json:"at"`
-	Traffic traffic.Export `json:"traffic"`
-	Breaker BreakerState   `json:"breaker"`
+	Gateway string `json:"gateway"`
+	// Boot changes when the gateway restarts: its totals start over.
+	Boot string `json:"boot"`
+	// Since is when the totals started; At when they were published.
+	Since  time.Time                 `json:"since"`
+	At     time.Time                 `json:"at"`
+	Counts map[string]traffic.Counts `json:"counts"`
+	// End is where the counted buckets end (Unix ms).
+	End     int64        `json:"end"`
+	Breaker BreakerState `json:"breaker"`
 }
+
+func (p published) id() string { return p.Gateway + "/" + p.Boot }
 
 // NewFleet returns a Fleet; the engine runs it.
 func NewFleet(opts FleetOptions) (*Fleet, error) {
@@ -107,7 +124,8 @@ func NewFleet(opts FleetOptions) (*Fleet, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Prefix = strings.TrimRight(opts.Prefix, "/") + "/"
-	return &Fleet{opts: opts, log: opts.Logger.With("component", "rollout-fleet"), cache: map[string]cachedDocs{}}, nil
+	boot := opts.ID + "@" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	return &Fleet{opts: opts, log: opts.Logger.With("component", "rollout-fleet"), boot: boot, readings: map[string][]reading{}}, nil
 }
 
 func (f *Fleet) key(kind, ruleKey string) string {
@@ -223,38 +241,69 @@ func (f *Fleet) unpublish(ctx context.Context, key string) error {
 	return err
 }
 
-// docs returns every gateway's published counters of key, at most maxAge
-// old (0: fresh).
-func (f *Fleet) docs(ctx context.Context, key string, now time.Time, maxAge time.Duration) ([]published, error) {
+// read returns every gateway's published totals of key: the newest
+// reading if it is younger than maxAge, else a fresh one, which is kept
+// for later windows.
+func (f *Fleet) read(ctx context.Context, key string, now time.Time, maxAge time.Duration) (reading, error) {
 	if maxAge > 0 {
-		f.cacheMu.Lock()
-		c, ok := f.cache[key]
-		f.cacheMu.Unlock()
-		if ok && now.Sub(c.at) < maxAge {
-			return c.docs, nil
+		f.readMu.Lock()
+		rs := f.readings[key]
+		f.readMu.Unlock()
+		if n := len(rs); n > 0 && now.Sub(rs[n-1].at) < maxAge {
+			return rs[n-1], nil
 		}
 	}
 	cli := f.opts.Client()
 	if cli == nil {
-		return nil, errors.New("etcd is not reachable")
+		return reading{}, errors.New("etcd is not reachable")
 	}
 	resp, err := cli.Get(ctx, f.key("traffic", key)+"/", clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("read the fleet's counters of %q: %w", key, err)
+		return reading{}, fmt.Errorf("read the fleet's counters of %q: %w", key, err)
 	}
-	out := make([]published, 0, len(resp.Kvs))
+	r := reading{at: now, docs: make(map[string]published, len(resp.Kvs))}
 	for _, kv := range resp.Kvs {
 		var p published
 		if err := json.Unmarshal(kv.Value, &p); err != nil {
 			f.log.Warn("a gateway's published counters do not decode; left out", "key", string(kv.Key), "err", err)
 			continue
 		}
-		out = append(out, p)
+		r.docs[p.id()] = p
 	}
-	f.cacheMu.Lock()
-	f.cache[key] = cachedDocs{at: now, docs: out}
-	f.cacheMu.Unlock()
-	return out, nil
+	f.readMu.Lock()
+	rs := append(f.readings[key], r)
+	for len(rs) > 1 && now.Sub(rs[0].at) > traffic.DefaultSpan {
+		rs = rs[1:]
+	}
+	f.readings[key] = rs
+	f.readMu.Unlock()
+	return r, nil
+}
+
+// before returns the newest reading of key taken at or before t (or the
+// oldest one there is).
+func (f *Fleet) before(key string, t time.Time) (reading, bool) {
+	f.readMu.Lock()
+	defer f.readMu.Unlock()
+	rs := f.readings[key]
+	if len(rs) == 0 {
+		return reading{}, false
+	}
+	out := rs[0]
+	for _, r := range rs {
+		if r.at.After(t) {
+			break
+		}
+		out = r
+	}
+	return out, true
+}
+
+// forget drops the readings of a rollout this gateway no longer drives.
+func (f *Fleet) forget(key string) {
+	f.readMu.Lock()
+	delete(f.readings, key)
+	f.readMu.Unlock()
 }
 
 func (f *Fleet) putLive(ctx context.Context, key string, lv liveView) error {
@@ -285,36 +334,43 @@ func (f *Fleet) getLive(ctx context.Context, key string) (liveView, bool) {
 	return lv, true
 }
 
-// publishWindow is how much of a rule's traffic a gateway publishes:
-// the longest interval of its analyses that use built-in metrics, plus
-// what publishing every period may leave out at either end.
-func (f *Fleet) publishWindow(r *rule.Rule) time.Duration {
-	var w time.Duration
-	for _, a := range r.Rollout.Analyses {
-		for _, c := range a.Checks {
-			if c.Metric != "" {
-				w = max(w, a.Interval.Std())
+// totals are a gateway's running per-group counts of one rule.
+type totals struct {
+	since  time.Time
+	end    int64 // Unix ms where the counted buckets end
+	counts map[string]traffic.Counts
+}
+
+// add counts the buckets of e that end after t.end.
+func (t *totals) add(e traffic.Export) {
+	for _, s := range e.Series {
+		c := t.counts[s.Group]
+		for _, b := range s.Buckets {
+			if b.Start >= t.end {
+				c.Add(b.Counts)
 			}
 		}
+		t.counts[s.Group] = c
 	}
-	if w == 0 {
-		return 0
-	}
-	return min(w+2*f.opts.Publish+time.Second, traffic.DefaultSpan)
+	t.end = max(t.end, e.End)
 }
 
 // publish runs the engine's side of a fleet: every Publish it puts this
-// gateway's counters and breaker state of each active rollout's rule,
-// and deletes those of rollouts that ended.
+// gateway's totals and breaker state of each active rollout's rule, and
+// deletes those of rollouts that ended.
 func (e *Engine) publish(ctx context.Context) {
 	f := e.opts.Fleet
-	done := map[string]bool{}
+	// What has passed since the last publication, with room for a late
+	// one; a stall longer than the traffic span loses buckets.
+	lookback := min(3*f.opts.Publish+time.Second, traffic.DefaultSpan)
+	sums := map[string]*totals{}
 	for first := true; ; first = false {
 		if !first {
 			select {
 			case <-ctx.Done():
 				return
 			case <-e.opts.Clock.After(f.opts.Publish):
+			case <-e.published: // a rollout became active: start counting now
 			}
 		}
 		obs := e.observed.Load()
@@ -326,28 +382,29 @@ func (e *Engine) publish(ctx context.Context) {
 				continue
 			}
 			active[key] = true
-			w := f.publishWindow(r)
-			p := published{Gateway: f.opts.ID, At: now.UTC(), Breaker: e.local.state(key, grayTarget(r))}
-			if w > 0 {
-				p.Traffic = e.rec.export(key, w)
-			} else {
-				p.Traffic = traffic.Export{Schema: traffic.LatencySchema, WidthMs: e.rec.set.Width().Milliseconds()}
+			t := sums[key]
+			if t == nil {
+				// Count from the bucket that is filling now on.
+				t = &totals{since: now.UTC(), counts: map[string]traffic.Counts{}, end: e.rec.export(key, time.Second).End}
+				sums[key] = t
 			}
+			t.add(e.rec.export(key, lookback))
+			p := published{Gateway: f.opts.ID, Boot: f.boot, Since: t.since, At: now.UTC(), Counts: t.counts, End: t.end,
+				Breaker: e.local.state(key, grayTarget(r))}
 			pctx, cancel := context.WithTimeout(ctx, f.opts.Publish)
 			err := f.publishDoc(pctx, key, p)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("publish the rollout counters", "rule", key, "err", err)
 			}
-			done[key] = true
 		}
-		for key := range done {
+		for key := range sums {
 			if active[key] {
 				continue
 			}
 			pctx, cancel := context.WithTimeout(ctx, f.opts.Publish)
 			if err := f.unpublish(pctx, key); err == nil {
-				delete(done, key)
+				delete(sums, key)
 			}
 			cancel()
 		}
@@ -361,49 +418,78 @@ type fleetSource struct {
 	now   func() time.Time
 }
 
-// Window implements Source: the sum of every gateway's counters, over
-// the window that ends where the least recent publication ends (so that
-// no gateway's last seconds are missing from the sum).
+// Window implements Source: the sum over the fleet's gateways of what
+// their totals grew by since the reading a window ago (taken by this
+// driver: it reads the totals about once a second while it drives). As
+// the totals move once per publish period, a window is at least two of
+// them long.
 func (s *fleetSource) Window(ctx context.Context, key, group string, d time.Duration) (traffic.Stats, error) {
 	now := s.now()
-	docs, err := s.f.docs(ctx, key, now, 0)
+	old, ok := s.f.before(key, now.Add(-max(d, 2*s.f.opts.Publish)))
+	cur, err := s.f.read(ctx, key, now, 0)
 	if err != nil {
 		return traffic.Stats{}, err
 	}
-	if len(docs) == 0 {
-		return traffic.Stats{}, nil // nothing published yet: no requests, inconclusive
+	if !ok {
+		return traffic.Stats{}, nil // no reading before this one: nothing to compare with
 	}
-	exports := make([]traffic.Export, 0, len(docs))
-	var end int64
-	floor := now.Add(-3 * s.f.opts.Publish).UnixMilli() // a gateway that stopped publishing must not hold the window back
-	for _, p := range docs {
-		if p.Traffic.WidthMs == 0 {
-			continue
+	return windowOf(old, cur, group), nil
+}
+
+// windowOf sums what every gateway's totals of group grew by from old to
+// cur: a gateway in both by its difference, one that started counting
+// after old by its whole totals; one that old missed for another reason
+// (it had not published yet) is left out rather than over-counted.
+func windowOf(old, cur reading, group string) traffic.Stats {
+	var sum traffic.Counts
+	for id, p := range cur.docs {
+		c := p.Counts[group]
+		if o, seen := old.docs[id]; seen {
+			sum.Add(sub(c, o.Counts[group]))
+		} else if !p.Since.Before(old.at) {
+			sum.Add(c)
 		}
-		exports = append(exports, p.Traffic)
-		if e := max(p.Traffic.End, floor); end == 0 || e < end {
-			end = e
+	}
+	return statsOf(sum, cur.at.Sub(old.at))
+}
+
+// sub returns a - b, bucket by bucket (b is an earlier reading of a).
+func sub(a, b traffic.Counts) traffic.Counts {
+	if b.Requests > a.Requests {
+		return traffic.Counts{} // not an earlier reading of a
+	}
+	out := traffic.Counts{Requests: a.Requests - b.Requests, Errors: a.Errors - min(b.Errors, a.Errors), Latency: make([]uint64, len(a.Latency))}
+	for i, n := range a.Latency {
+		if i < len(b.Latency) {
+			n -= min(b.Latency[i], n)
 		}
+		out.Latency[i] = n
 	}
-	merged, err := traffic.Merge(exports...)
-	if err != nil {
-		return traffic.Stats{}, fmt.Errorf("sum the fleet's counters of %q: %w", key, err)
+	return out
+}
+
+// statsOf summarizes counts over a window of length d.
+func statsOf(c traffic.Counts, d time.Duration) traffic.Stats {
+	st := traffic.Stats{Requests: c.Requests, Errors: c.Errors, Seconds: d.Seconds(), Counts: c}
+	if d > 0 {
+		st.RPS = float64(c.Requests) / d.Seconds()
 	}
-	if w := merged.WidthMs; w > 0 {
-		end -= end % w
+	if c.Requests > 0 {
+		st.ErrorRate = float64(c.Errors) / float64(c.Requests)
 	}
-	return merged.Window(key, group, time.UnixMilli(end), d), nil
+	st.P99Ms = float64(c.Quantile(0.99)) / float64(time.Millisecond)
+	return st
 }
 
 // Breaker implements Source: open if any gateway's breaker is open, the
 // latest opening of any.
 func (s *fleetSource) Breaker(ctx context.Context, key, target string) (BreakerState, error) {
 	out := s.local.state(key, target)
-	docs, err := s.f.docs(ctx, key, s.now(), s.f.opts.Publish/2)
+	r, err := s.f.read(ctx, key, s.now(), s.f.opts.Publish/2)
 	if err != nil {
 		return out, nil // this gateway's own state still counts
 	}
-	for _, p := range docs {
+	for _, p := range r.docs {
 		b := p.Breaker
 		out.OpenNow = out.OpenNow || b.OpenNow
 		if b.LastOpen.After(out.LastOpen) {
