@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -262,7 +263,7 @@ var resultMarks = map[string]string{
 }
 
 func writeMeasurement(w io.Writer, indent string, m rule.Measurement) {
-	var parts []string
+	var parts, notes []string
 	for _, c := range m.Checks {
 		p := c.Check
 		if c.Value != nil {
@@ -280,11 +281,15 @@ func writeMeasurement(w io.Writer, indent string, m rule.Measurement) {
 		}
 		if c.Result != rule.ResultPassed {
 			p += " " + c.Result
-			if c.Value == nil && c.Message != "" {
-				p += ": " + c.Message
+			if n := c.Message; n != "" && !slices.Contains(notes, n) {
+				notes = append(notes, n)
 			}
 		}
 		parts = append(parts, p)
 	}
-	fmt.Fprintf(w, "%s%s #%d %s  %-12s %s\n", indent, resultMarks[m.Result], m.Index, m.At.UTC().Format("15:04:05"), m.Result, strings.Join(parts, " · "))
+	line := strings.Join(parts, " · ")
+	if len(notes) > 0 {
+		line += " — " + strings.Join(notes, "; ")
+	}
+	fmt.Fprintf(w, "%s%s #%d %s  %-12s %s\n", indent, resultMarks[m.Result], m.Index, m.At.UTC().Format("15:04:05"), m.Result, line)
 }

@@ -59,13 +59,13 @@ Steps
   ✔  1  pause 2m0s
   ►  2  analysis health (4 × 30s, failure_limit 1, inconclusive_limit 1)
         ✔ #1 10:03:00  passed       error_rate 0.002 (max 0.01, 812 req) · p99_ms 61.44 (max 500, 812 req)
-        ? #2 10:03:30  inconclusive error_rate 0 (max 0.01, 90 req) · p99_ms (max 500, 90 req) inconclusive: 90 gray request(s) in 30s, fewer than min_requests 100
+        ? #2 10:03:30  inconclusive error_rate 0 (max 0.01, 90 req) · p99_ms (max 500, 90 req) inconclusive — 90 gray request(s) in 30s, fewer than min_requests 100
   ○  3  percent 25
   ○  4  pause until promoted
   ○  5  percent 100
 
 Background analysis health
-  ✖ #7 10:03:20  failed       breaker (closed) failed: the gray target's breaker opened: error rate 34% > 20%
+  ✖ #7 10:03:20  failed       breaker (closed) failed — the gray target's breaker opened: error rate 34% > 20%
 `
 	if got != want {
 		t.Errorf("render:\n%s\nwant:\n%s", got, want)

@@ -3,11 +3,13 @@ package rule
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // issueExample is the plan of issue 15, with a real query and webhook URL
@@ -214,5 +216,36 @@ func TestPauseJSON(t *testing.T) {
 		if err := back.UnmarshalJSON(b); err != nil || back != p {
 			t.Errorf("round trip of %+v through %s = %+v, %v", p, b, back, err)
 		}
+	}
+}
+
+// TestREADMERolloutExample parses the plan the README's "Progressive
+// delivery" section shows, so that the documentation cannot drift.
+func TestREADMERolloutExample(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(data), "## Progressive delivery\n")
+	if !ok {
+		t.Fatal("the README has no Progressive delivery section")
+	}
+	_, block, ok := strings.Cut(sec, "```json\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok || block == "" {
+		t.Fatal("no JSON example in the Progressive delivery section")
+	}
+	env := testEnv()
+	reg := upstream.NewRegistry(map[string]*upstream.Pool{
+		"gray":   upstream.NewPool("gray", []*upstream.Instance{{Addr: "127.0.0.1:2"}}),
+		"stable": upstream.NewPool("stable", []*upstream.Instance{{Addr: "127.0.0.1:1"}}),
+	})
+	env.Resolve = reg.Resolve
+	c, err := Parse([]byte(block), env)
+	if err != nil {
+		t.Fatalf("the README's rollout example: %v\n%s", err, block)
+	}
+	if n := len(c.Source.Rollout.Steps); n != 6 {
+		t.Errorf("%d steps", n)
 	}
 }
