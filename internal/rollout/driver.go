@@ -174,35 +174,60 @@ func (d *driver) tick(ctx context.Context, now time.Time) (time.Time, error) {
 			}
 			wake = earliest(wake, until)
 		default:
-			a := ro.Analyses[s.Analysis]
-			if !now.Before(d.run.next) {
-				m := d.e.meas.measure(ctx, &d.r, s.Analysis, a, len(d.run.results)+1, false)
-				if done, err := d.record(ctx, d.run, m, now); done || err != nil {
-					return now, err
-				}
-				d.run.next = d.run.next.Add(a.Interval.Std())
-				if d.run.next.Before(now) { // a slow check: never measure twice at once
-					d.run.next = now.Add(a.Interval.Std())
-				}
+			next, done, err := d.analyse(ctx, d.run, now)
+			if done || err != nil {
+				return now, err
 			}
-			wake = earliest(wake, d.run.next)
+			wake = earliest(wake, next)
 		}
 	}
 	if d.bg != nil {
-		name, a := d.bg.name, d.bg.a
-		if !now.Before(d.bg.next) {
-			m := d.e.meas.measure(ctx, &d.r, name, a, len(d.bg.results)+1, true)
-			if done, err := d.record(ctx, d.bg, m, now); done || err != nil {
-				return now, err
-			}
-			d.bg.next = d.bg.next.Add(a.Interval.Std())
-			if d.bg.next.Before(now) {
-				d.bg.next = now.Add(a.Interval.Std())
-			}
+		next, done, err := d.analyse(ctx, d.bg, now)
+		if done || err != nil {
+			return now, err
 		}
-		wake = earliest(wake, d.bg.next)
+		wake = earliest(wake, next)
 	}
 	return wake, nil
+}
+
+// analyse acts on run: first on what it measured already (a decision a
+// lost compare-and-set or a store error kept from being written is made
+// again on the newer version, without measuring again), then, when a
+// measurement is due, takes it and decides. It returns when the next
+// measurement is due; done reports a commit.
+func (d *driver) analyse(ctx context.Context, run *analysisRun, now time.Time) (time.Time, bool, error) {
+	if len(run.results) > 0 {
+		if done, err := d.decide(ctx, run, nil, now); done || err != nil {
+			return now, done, err
+		}
+	}
+	if now.Before(run.next) {
+		return run.next, false, nil
+	}
+	m := d.e.meas.measure(ctx, &d.r, run.name, run.a, len(run.results)+1, run.background)
+	iv := run.a.Interval.Std()
+	run.next = run.next.Add(iv)
+	if run.next.Before(now) { // a slow check: never measure twice at once
+		run.next = now.Add(iv)
+	}
+	d.add(run, m)
+	done, err := d.decide(ctx, run, &m, now)
+	return run.next, done, err
+}
+
+// add records measurement m of run.
+func (d *driver) add(run *analysisRun, m rule.Measurement) {
+	for _, c := range m.Checks {
+		if c.Check != "breaker" {
+			d.e.metrics.count(d.key, c.Check, c.Result)
+		}
+	}
+	d.history = append(d.history, m)
+	if len(d.history) > maxMeasurements {
+		d.history = slices.Clone(d.history[len(d.history)-maxMeasurements:])
+	}
+	run.results = append(run.results, m.Result)
 }
 
 // ensureRuns makes the analysis runs fit the status: the current step's
@@ -278,28 +303,20 @@ func (d *driver) checkBreaker(ctx context.Context, now time.Time) (bool, error) 
 		}
 		m := rule.Measurement{Analysis: run.name, Background: run.background, Step: st.Step, Index: len(run.results) + 1,
 			At: now.UTC(), Result: rule.ResultFailed, Checks: []rule.CheckResult{res}}
-		if done, err := d.record(ctx, run, m, now); done || err != nil {
+		d.add(run, m)
+		if done, err := d.decide(ctx, run, &m, now); done || err != nil {
 			return done, err
 		}
 	}
 	return false, nil
 }
 
-// record adds measurement m to run and acts on the run's limits: more
-// failures than failure_limit abort, more inconclusive measurements than
-// inconclusive_limit pause, and count measurements within the limits
-// pass the step. done reports a commit.
-func (d *driver) record(ctx context.Context, run *analysisRun, m rule.Measurement, now time.Time) (bool, error) {
-	for _, c := range m.Checks {
-		if c.Check != "breaker" {
-			d.e.metrics.count(d.key, c.Check, c.Result)
-		}
-	}
-	d.history = append(d.history, m)
-	if len(d.history) > maxMeasurements {
-		d.history = slices.Clone(d.history[len(d.history)-maxMeasurements:])
-	}
-	run.results = append(run.results, m.Result)
+// decide acts on run's limits: more failures than failure_limit abort,
+// more inconclusive measurements than inconclusive_limit pause, and count
+// measurements within the limits (one of them passed) pass the step. m is
+// the measurement just taken (nil when deciding again on earlier ones).
+// done reports a commit.
+func (d *driver) decide(ctx context.Context, run *analysisRun, m *rule.Measurement, now time.Time) (bool, error) {
 	a := run.a
 	count := a.EffectiveCount()
 	window := run.results
@@ -325,25 +342,23 @@ func (d *driver) record(ctx context.Context, run *analysisRun, m rule.Measuremen
 	tally := fmt.Sprintf("%d passed, %d failed, %d inconclusive", passed, failed, inconclusive)
 	switch {
 	case failed > a.FailureLimit:
-		fc := failing(m)
-		if fc == nil || (fc.Result != rule.ResultFailed && fc.Result != rule.ResultError) {
-			fc = nil // the limit was crossed by an earlier failure: name the latest one
-			for i := len(d.history) - 1; i >= 0 && fc == nil; i-- {
-				if h := d.history[i]; h.Analysis == run.name && h.Background == run.background && (h.Result == rule.ResultFailed || h.Result == rule.ResultError) {
-					fc = failing(h)
-				}
+		var fc *rule.CheckResult
+		index := 0
+		for i := len(d.history) - 1; i >= 0 && fc == nil; i-- { // the latest failure names the check
+			if h := d.history[i]; h.Analysis == run.name && h.Background == run.background && (h.Result == rule.ResultFailed || h.Result == rule.ResultError) {
+				fc, index = failing(h), h.Index
 			}
 		}
 		f := &rule.Failure{Analysis: run.name}
 		msg := fmt.Sprintf("%s failed: %d failed measurement(s), more than failure_limit %d", what, failed, a.FailureLimit)
 		if fc != nil {
 			f.CheckResult = *fc
-			msg = fmt.Sprintf("%s: check %s %s: %s (measurement %d; %s)", what, fc.Check, fc.Result, fc.Message, m.Index, tally)
+			msg = fmt.Sprintf("%s: check %s %s: %s (measurement %d; %s)", what, fc.Check, fc.Result, fc.Message, index, tally)
 		}
 		return true, d.commit(ctx, func(r *rule.Rule) change { return abort(r, now, f, msg) })
 	case inconclusive > a.InconclusiveLimit && st.State == rule.RolloutProgressing:
 		msg := fmt.Sprintf("%s: %d inconclusive measurement(s), more than inconclusive_limit %d (%s); resume measures again, promote skips the step",
-			what, inconclusive, a.InconclusiveLimit, lastMessage(m))
+			what, inconclusive, a.InconclusiveLimit, d.lastMessage(run))
 		return true, d.commit(ctx, func(r *rule.Rule) change { return hold(r, now, rule.PausedForInconclusive, msg) })
 	case !run.background && len(run.results) >= count && passed == 0 && st.State == rule.RolloutProgressing:
 		// Within the limits, but nothing passed: no evidence the gray
@@ -355,6 +370,9 @@ func (d *driver) record(ctx context.Context, run *analysisRun, m rule.Measuremen
 			return advance(r, now, fmt.Sprintf("passed: %d of %d measurement(s) (%s)", passed, count, tally))
 		})
 	}
+	if m == nil {
+		return false, nil
+	}
 	msg := st.Message
 	if !run.background {
 		msg = fmt.Sprintf("step %d of %d: %s, measurement %d of %d %s (%s)", st.Step, len(d.r.Rollout.Steps), what, len(run.results), count, m.Result, tally)
@@ -363,11 +381,20 @@ func (d *driver) record(ctx context.Context, run *analysisRun, m rule.Measuremen
 	return false, nil
 }
 
-func lastMessage(m rule.Measurement) string {
-	if c := failing(m); c != nil {
-		return c.Check + ": " + c.Message
+// lastMessage says what the run's latest measurement that did not pass
+// found.
+func (d *driver) lastMessage(run *analysisRun) string {
+	for i := len(d.history) - 1; i >= 0; i-- {
+		h := d.history[i]
+		if h.Analysis != run.name || h.Background != run.background || h.Result == rule.ResultPassed {
+			continue
+		}
+		if c := failing(h); c != nil {
+			return c.Check + ": " + c.Message
+		}
+		return h.Result
 	}
-	return m.Result
+	return "no details"
 }
 
 func (d *driver) publishLive(ctx context.Context, msg string) {
