@@ -217,7 +217,8 @@ func TestPauseUntilPromoted(t *testing.T) {
 	if !promoted {
 		t.Errorf("no version by alice for the promote: %+v", h.history("canary"))
 	}
-	if ev := h.notes.events(); !slices.Contains(ev, EventPaused) || ev[len(ev)-1] != EventCompleted {
+	// 5%, then the pause until promoted; the promote; 100% and completed.
+	if ev := h.notes.events(); !slices.Equal(ev, []string{EventStep, EventStep, EventPaused, EventStep, EventCompleted}) {
 		t.Errorf("events = %v", ev)
 	}
 }

@@ -64,6 +64,12 @@ func (c *change) emit(name, text string, fields map[string]any) {
 	c.events = append(c.events, event{name: name, text: text, fields: fields})
 }
 
+// first puts an event before those already emitted: a step's event comes
+// before the pause the next step makes.
+func (c *change) first(name, text string, fields map[string]any) {
+	c.events = append([]event{{name: name, text: text, fields: fields}}, c.events...)
+}
+
 func percentOf(r *rule.Rule) float64 {
 	if r.GrayPercent == nil {
 		return 0
@@ -143,7 +149,7 @@ func applyPercent(r *rule.Rule, now time.Time) change {
 	if st.State != rule.RolloutCompleted {
 		f := baseFields(r)
 		f["done_step"] = i
-		c.emit(EventStep, fmt.Sprintf("rollout of %s: gray %s → %s (step %d of %d); next: %s", r.Key, pct(from), pct(to), i, n, r.Rollout.Steps[st.Step]), f)
+		c.first(EventStep, fmt.Sprintf("rollout of %s: gray %s → %s (step %d of %d); next: %s", r.Key, pct(from), pct(to), i, n, r.Rollout.Steps[st.Step]), f)
 	}
 	return c
 }
@@ -158,7 +164,7 @@ func advance(r *rule.Rule, now time.Time, why string) change {
 	if st.State != rule.RolloutCompleted {
 		f := baseFields(r)
 		f["done_step"] = i
-		c.emit(EventStep, fmt.Sprintf("rollout of %s at gray %s: step %d of %d (%s) %s; next: %s", r.Key, pct(percentOf(r)), i, n, r.Rollout.Steps[i], why, r.Rollout.Steps[st.Step]), f)
+		c.first(EventStep, fmt.Sprintf("rollout of %s at gray %s: step %d of %d (%s) %s; next: %s", r.Key, pct(percentOf(r)), i, n, r.Rollout.Steps[i], why, r.Rollout.Steps[st.Step]), f)
 	}
 	return c
 }
