@@ -74,6 +74,8 @@ type Options struct {
 	Notify func(notify.Event)
 	// Mirrors feeds GET /api/v1/rules/{key}/diff; nil leaves it unrouted.
 	Mirrors *mirror.Set
+	// Rollout serves the rollout routes; nil leaves them unrouted.
+	Rollout RolloutControl
 	Tokens  []Token
 	Logger  *slog.Logger
 }
@@ -148,6 +150,7 @@ func New(opts Options) *Server {
 	}
 	s.handle("GET /api/v1/status", RoleViewer, s.status)
 	s.handle("GET /api/v1/layers", RoleViewer, s.layers)
+	s.routeRollouts()
 	s.routeConsole()
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.authenticate(w, r); !ok {

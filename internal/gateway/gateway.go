@@ -31,6 +31,7 @@ import (
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/proxy"
+	"github.com/graygate/graygate/internal/rollout"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
@@ -64,6 +65,12 @@ type Options struct {
 	// Notify tunes how notifications are delivered (queue, attempts,
 	// timeout, backoff); zero fields take notify's defaults.
 	Notify notify.Delivery
+	// RolloutNotifier receives the rollout events (nil: none).
+	RolloutNotifier rollout.Notifier
+	// RolloutFleet tunes the election and publishing of rollouts on the
+	// etcd store (zero: the defaults; see rollout.FleetOptions). Client,
+	// Prefix and ID are filled in.
+	RolloutFleet rollout.FleetOptions
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -78,6 +85,7 @@ type Gateway struct {
 	breakers *breaker.Set
 	limits   *limit.Set
 	notify   *notify.Sender
+	rollouts *rollout.Engine
 	health   *upstream.Health
 	// certs is the TLS listener's configuration (nil without tls_listen).
 	certs   *certs.Store
@@ -149,6 +157,11 @@ type Status struct {
 	StartedAt       time.Time          `json:"started_at"`
 	Version         string             `json:"version,omitempty"`
 	UptimeS         float64            `json:"uptime_s"`
+	// Rollouts says, for every active rollout, whether this gateway is
+	// "driving" it or "following" its driver; FleetID names this gateway
+	// in a fleet's elections.
+	Rollouts map[string]string `json:"rollouts,omitempty"`
+	FleetID  string            `json:"fleet_id,omitempty"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
@@ -226,6 +239,10 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.exportStoreMetrics()
 	g.exportMirrorMetrics()
+	if err := g.newRollouts(); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	g.metrics.Pools(func() []metrics.PoolStats {
 		g.mu.Lock()
 		stats := g.reg.Stats()
@@ -291,6 +308,7 @@ func New(opts Options) (*Gateway, error) {
 		Ready:   g.ready,
 		Metrics: g.metrics.Handler(),
 		Notify:  g.Notify,
+		Rollout: g.rollouts,
 		Tokens:  tokens(cfg, opts.AdminToken),
 		Logger:  opts.Logger,
 	})
@@ -455,6 +473,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.rollouts.Observe(st, in.Rules)
 	now := g.opts.Now()
 	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(in.Rules), st.RolledBack
 	g.status.LastReload, g.lastBuild = now, "ok"
@@ -703,6 +722,16 @@ func (g *Gateway) Status() Status {
 	st := g.status
 	g.mu.Unlock()
 	st.Breakers = g.breakers.Snapshots()
+	for k, driving := range g.rollouts.Driving() {
+		if st.Rollouts == nil {
+			st.Rollouts = map[string]string{}
+		}
+		st.Rollouts[k] = "following"
+		if driving {
+			st.Rollouts[k] = "driving"
+		}
+	}
+	st.FleetID = g.rollouts.ID()
 	if st.Sync = g.storeSync(); st.Sync != nil {
 		st.Stale = st.Sync.Stale || !st.Sync.Synced
 	}
@@ -804,6 +833,11 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	}()
 	go g.watchStore(ctx)
 	go g.traffic.Run(ctx)
+	rolloutsDone := make(chan struct{})
+	go func() {
+		defer close(rolloutsDone)
+		g.rollouts.Run(ctx)
+	}()
 	g.mu.Lock()
 	g.serveCtx = ctx
 	g.syncWatchers(g.cfg)
@@ -837,6 +871,7 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
+	<-rolloutsDone      // its drivers write through the store: stop them before it closes
 	g.closeNotify(sctx) // after the last request's breaker transition
 	g.mu.Lock()
 	g.reg.Close()

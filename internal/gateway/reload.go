@@ -237,4 +237,5 @@ func (g *Gateway) onDone(done *proxy.Done) {
 	g.metrics.Observe(d, done.Status, done.Elapsed)
 	// A transport failure arrives as the 502/503/504 the proxy answered.
 	g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
+	g.rollouts.Record(d, done.Status, done.Elapsed)
 }

@@ -150,7 +150,13 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 			}
 		}
 		var uids []string
-		for _, w := range r.WhiteList {
+		whitelist := r.WhiteList
+		if ro := r.Rollout; ro != nil && ro.AbortWhitelist && ro.Status != nil && ro.Status.State == RolloutAborted {
+			// An aborted rollout with abort_whitelist sends nobody to
+			// gray; the list is kept in the rule for a retry.
+			whitelist = nil
+		}
+		for _, w := range whitelist {
 			e, _ := parseWhitelistEntry(w)
 			switch {
 			case e.uid != "":

@@ -87,6 +87,10 @@ type Rule struct {
 	// Mirror sends shadow copies of some of the requests the rule leaves
 	// on stable to a mirror target, and diffs its answers (gray).
 	Mirror *Mirror `json:"mirror,omitempty"`
+	// Rollout is a progressive delivery plan (gray): steps that raise
+	// gray_percent, pause and analyse, with an automatic abort; see
+	// rollout.go and package rollout.
+	Rollout *Rollout `json:"rollout,omitempty"`
 
 	// Rules are seed 004's tag conditions, ANDed (tag rules).
 	Rules []match.TagCond `json:"rules,omitempty"`
@@ -231,7 +235,7 @@ func (r *Rule) validateTag() []error {
 	for _, f := range []struct {
 		set  bool
 		name string
-	}{{r.GrayPercent != nil, "gray_percent"}, {r.WhiteList != nil, "white_list"}, {r.Targets != nil, "targets"}, {r.ExperimentID != "", "experiment_id"}, {r.Groups != nil, "groups"}} {
+	}{{r.GrayPercent != nil, "gray_percent"}, {r.WhiteList != nil, "white_list"}, {r.Targets != nil, "targets"}, {r.ExperimentID != "", "experiment_id"}, {r.Groups != nil, "groups"}, {r.Rollout != nil, "rollout"}} {
 		if f.set {
 			add(f.name, "is not for tag rules; use a gray rule with conditions.tags to combine tags with a percentage")
 		}
@@ -291,6 +295,9 @@ func (r *Rule) validateGray() []error {
 		add("groups", "are only for ab rules")
 	}
 	errs = append(errs, r.validateMirror()...)
+	if r.Rollout != nil {
+		errs = append(errs, r.validateRollout()...)
+	}
 	return append(errs, r.layerOnlyForAB()...)
 }
 
@@ -396,6 +403,9 @@ func (r *Rule) validateAB() []error {
 	}
 	if r.Mirror != nil {
 		add("mirror", "is only for gray rules: it shadows the requests a gray rule leaves on stable")
+	}
+	if r.Rollout != nil {
+		add("rollout", "is only for gray rules: a rollout raises gray_percent step by step")
 	}
 	return append(errs, r.validateLayer()...)
 }
