@@ -15,6 +15,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/metrics"
+	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/rollout"
 	"github.com/graygate/graygate/internal/store/etcdstore"
 )
@@ -278,12 +279,23 @@ func (g *Gateway) newRollouts() error {
 		}
 		opts.Fleet = f
 	}
+	if opts.Notifier == nil {
+		opts.Notifier = rolloutNotifier{g}
+	}
 	e, err := rollout.New(opts)
 	if err != nil {
 		return err
 	}
 	g.rollouts = e
 	return nil
+}
+
+// rolloutNotifier sends the rollout engine's events to the configured
+// webhooks.
+type rolloutNotifier struct{ g *Gateway }
+
+func (n rolloutNotifier) Notify(event, rule, text string, fields map[string]any) {
+	n.g.Notify(notify.Event{Type: event, Rule: rule, Text: text, Fields: fields})
 }
 
 // gatewayID names this process in a fleet: host, pid and a random

@@ -439,3 +439,38 @@ func TestRolloutPrometheusCheck(t *testing.T) {
 		t.Errorf("empty rollout message = %q", msg)
 	}
 }
+
+// TestRolloutNotificationsReachWebhooks: a rollout's events go out through
+// the configured notifications, signed, in order: its steps, then its
+// completion.
+func TestRolloutNotificationsReachWebhooks(t *testing.T) {
+	stable, _ := countingBackend(t, "stable", nil)
+	gray, _ := countingBackend(t, "gray", nil)
+	h := newHook(t, "rollout-secret")
+	t.Setenv("ROLLOUT_HOOK_SECRET", "rollout-secret")
+	extra := fmt.Sprintf("notifications: [{name: ops, url: %q, events: [rollout_step, rollout_completed, rollout_aborted], secret_env: ROLLOUT_HOOK_SECRET}]\n", h.srv.URL)
+	e := startRollouts(t, stable, gray, extra, nil)
+	e.mustPut("canary", fmt.Sprintf(canaryRule, tolerant, `{"steps":[{"percent":5},{"percent":50},{"percent":100}]}`))
+	waitRollout(t, e, "canary", "completed", 3, 60*time.Second)
+	got := h.waitEvents(4, "the rollout's notifications")
+	var types []string
+	for _, b := range got {
+		types = append(types, fmt.Sprint(b["event"]))
+		if b["rule"] != "canary" || b["text"] == "" {
+			t.Errorf("event %v: rule %v, text %q", b["event"], b["rule"], b["text"])
+		}
+	}
+	if last := types[len(types)-1]; last != rollout.EventCompleted {
+		t.Errorf("events %v, want the steps and then %s last", types, rollout.EventCompleted)
+	}
+	steps := 0
+	for _, ty := range types[:len(types)-1] {
+		if ty != rollout.EventStep {
+			t.Errorf("events %v: %s before completion, want only %s", types, ty, rollout.EventStep)
+		}
+		steps++
+	}
+	if steps < 2 {
+		t.Errorf("events %v: %d step events, want one per step", types, steps)
+	}
+}
