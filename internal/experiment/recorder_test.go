@@ -132,7 +132,7 @@ func TestAttribution(t *testing.T) {
 	clk.Add(2 * time.Hour)
 	serve(r, snap2, "POST", "/api/order", "bob", 200) // bob is not exposed yet …
 	clk.Add(time.Second)
-	serve(r, snap2, "GET", "/shop/", "bob", 200) // … and his order came first
+	serve(r, snap2, "GET", "/shop/", "bob", 200)               // … and his order came first
 	serve(r, snap2, "POST", "/api/order/2", "alice", 200, "7") // outside alice's window
 	flush(t, r)
 	res := results(t, r, "checkout")
