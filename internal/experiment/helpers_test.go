@@ -47,6 +47,9 @@ func snapshot(t testing.TB, in router.Input, rules ...string) *router.Snapshot {
 	return s
 }
 
+// start dates the requests of tests that do not care when they happen.
+var start = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
 // clock is a settable clock, safe for concurrent use.
 type clock struct {
 	mu sync.Mutex
@@ -105,7 +108,7 @@ func serve(r *Recorder, snap *router.Snapshot, method, path, uid string, status 
 			rep = append(rep, []byte(v))
 		}
 	}
-	r.Observe(&d, status, method, path, rep, time.Millisecond)
+	r.Observe(&d, status, method, path, rep, r.opts.Now().Add(-time.Millisecond))
 	return d
 }
 

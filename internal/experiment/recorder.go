@@ -73,7 +73,9 @@ type Options struct {
 	// says so (experiments.srm_action: freeze), on a goroutine of its own.
 	Freeze func(ctx context.Context, rule, reason string) error
 	Logger *slog.Logger
-	// Now stamps exposures and conversions. Default time.Now.
+	// Now dates posted events that carry no ts and times how long a
+	// conversion waits for its exposure; requests are dated by their start
+	// (see Observe). Default time.Now.
 	Now func() time.Time
 }
 
@@ -186,11 +188,12 @@ func (r *Recorder) StoreKind() string { return r.store.kind() }
 // rule is rolled back: those units were not randomized), the values its
 // upstream reported in the rule's from_header metrics, and a conversion
 // for every metric whose match the request meets. d, method, path and
-// reported are only read during the call; elapsed dates the request's
-// start. Observe is called from the data plane's OnDone only, so explain
-// and dry runs never expose anyone. It does not allocate (a malformed
-// reported value aside) and never waits on the store.
-func (r *Recorder) Observe(d *router.Decision, status int, method, path string, reported [][]byte, elapsed time.Duration) {
+// reported are only read during the call; start (the request's start, by
+// the recorder's clock) dates what is queued. Observe is called from the
+// data plane's OnDone only, so explain and dry runs never expose anyone.
+// It reads no clock, does not allocate (a malformed reported value aside)
+// and never waits on the store.
+func (r *Recorder) Observe(d *router.Decision, status int, method, path string, reported [][]byte, start time.Time) {
 	cat := r.cat.Load()
 	var sp *Spec
 	if d.Experiment != "" {
@@ -204,9 +207,8 @@ func (r *Recorder) Observe(d *router.Decision, status int, method, path string, 
 		return
 	}
 	uh := xxhash.Sum64String(unit)
-	ts := int64(-1)
+	ts := start.UnixMilli()
 	if sp != nil {
-		ts = r.opts.Now().Add(-elapsed).UnixMilli()
 		if !sp.RolledBack {
 			if g := sp.group(d.Group); g >= 0 && g < 256 {
 				r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Exposure, group: uint8(g)}, unit, true)
@@ -220,9 +222,6 @@ func (r *Recorder) Observe(d *router.Decision, status int, method, path string, 
 		m := &cat.matchers[i]
 		if !m.m.Matches(method, path, status) {
 			continue
-		}
-		if ts < 0 {
-			ts = r.opts.Now().Add(-elapsed).UnixMilli()
 		}
 		v := int64(1)
 		if !m.spec.Metrics[m.metric].Binomial {

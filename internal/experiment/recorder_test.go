@@ -282,7 +282,7 @@ func TestSRMFlagsOnce(t *testing.T) {
 		if d.Group == "B" && i%5 == 0 {
 			continue // drop 20% of group B
 		}
-		r.Observe(&d, 200, "GET", "/shop/", nil, 0)
+		r.Observe(&d, 200, "GET", "/shop/", nil, start)
 	}
 	flush(t, r)
 	flush(t, r)

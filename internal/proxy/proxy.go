@@ -406,7 +406,7 @@ func (ex *exchange) finish() {
 		ex.gate = nil
 	}
 	if ex.opts.OnDone != nil {
-		ex.done = Done{Decision: &ex.d, Status: ex.status, Elapsed: elapsed, BytesOut: ex.bytesOut,
+		ex.done = Done{Decision: &ex.d, Status: ex.status, Start: ex.start, Elapsed: elapsed, BytesOut: ex.bytesOut,
 			Method: b2s(ex.method), Path: b2s(ex.path), Reported: ex.reported}
 		ex.opts.OnDone(&ex.done)
 		ex.done = Done{}
