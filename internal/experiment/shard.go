@@ -63,19 +63,21 @@ func (s *shard) seenOrAdd(key uint64) bool {
 		s.seen = make([]uint64, minSeenSlots)
 	}
 	mask := uint64(len(s.seen) - 1)
-	for i := key & mask; ; i = (i + 1) & mask {
-		switch s.seen[i] {
-		case key:
+	i := key & mask
+	for ; s.seen[i] != 0; i = (i + 1) & mask {
+		if s.seen[i] == key {
 			return true
-		case 0:
-			s.seen[i] = key
-			s.used++
-			if s.used*4 >= len(s.seen)*3 {
-				s.grow()
-			}
-			return false
 		}
 	}
+	if (s.used+1)*4 > len(s.seen)*3 {
+		s.grow()
+		mask = uint64(len(s.seen) - 1)
+		for i = key & mask; s.seen[i] != 0; i = (i + 1) & mask {
+		}
+	}
+	s.seen[i] = key
+	s.used++
+	return false
 }
 
 // forget removes key (an exposure that could not be queued), so that the
