@@ -87,7 +87,9 @@ type Token struct {
 	// Token is the secret; TokenEnv names an environment variable holding it instead.
 	Token    string `json:"token,omitempty"`
 	TokenEnv string `json:"token_env,omitempty"`
-	// Role is "admin" (read and write, the default) or "viewer" (read only).
+	// Role is "admin" (read and write, the default), "viewer" (read only)
+	// or "events" (may only post experiment events: for application
+	// backends).
 	Role string `json:"role,omitempty"`
 }
 
@@ -618,8 +620,8 @@ func (c *Config) Validate() error {
 		if t.TokenEnv != "" && os.Getenv(t.TokenEnv) == "" {
 			add(p+".token_env", "environment variable %s is empty or unset", t.TokenEnv)
 		}
-		if t.Role != "admin" && t.Role != "viewer" {
-			add(p+".role", "must be \"admin\" or \"viewer\", got %q", t.Role)
+		if t.Role != "admin" && t.Role != "viewer" && t.Role != "events" {
+			add(p+".role", "must be \"admin\", \"viewer\" or \"events\", got %q", t.Role)
 		}
 	}
 	if err := c.Identity.Validate("identity"); err != nil {

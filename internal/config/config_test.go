@@ -66,7 +66,7 @@ func TestParseErrors(t *testing.T) {
 		{"route problems", "routes: [{name: r, path_prefix: api, upstream: x}, {name: r}]\n",
 			[]string{`routes[0].path_prefix: must start with "/"`, "routes[0].upstream:", `routes[1].name: duplicates routes[0].name "r"`}},
 		{"token problems", "admin: {tokens: [{name: a}, {name: a, token: t, role: root}]}\n",
-			[]string{"admin.tokens[0]: set exactly one of token or token_env", `admin.tokens[1].name: duplicates`, `admin.tokens[1].role: must be "admin" or "viewer", got "root"`}},
+			[]string{"admin.tokens[0]: set exactly one of token or token_env", `admin.tokens[1].name: duplicates`, `admin.tokens[1].role: must be "admin", "viewer" or "events", got "root"`}},
 		{"bad cidr", "trusted_proxies: [10.0.0.0/40]\n", []string{`trusted_proxies[0]: invalid CIDR or address "10.0.0.0/40"`}},
 		{"bad identity", "identity: {anonymous: nope}\n", []string{`identity.anonymous: must be "cookie" or "ip"`}},
 		{"bad yaml", "listen: [\n", []string{"invalid YAML"}},

@@ -161,15 +161,30 @@ func known(cat *Catalog) string {
 	return "; declared: " + strings.Join(names, ", ")
 }
 
+// BadBody is PostEvents's error for a body that is not an events object;
+// it wraps the decoder's problems, which strict.Fields lists.
+type BadBody struct{ Err error }
+
+func (e *BadBody) Error() string { return "invalid events body: " + e.Err.Error() }
+
+// Unwrap returns the problems one by one, so that strict.Fields lists
+// every one.
+func (e *BadBody) Unwrap() []error {
+	if j, ok := e.Err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{e.Err}
+}
+
 // PostEvents records the valid events of a POST /api/v1/events body after
 // what the request path has queued, and returns once they are in the
-// store (or, with Redis down, in the bounded buffer). An error means the
-// body was not an events object (a *strict.FieldError list) or the
-// recorder is closed.
+// store (or, with Redis down, in the bounded buffer). An error is a
+// *BadBody when the body is not an events object, ErrClosed, or the
+// context's.
 func (r *Recorder) PostEvents(ctx context.Context, body []byte) (EventsResult, error) {
 	events, res, err := ParseEvents(body, r.cat.Load(), r.opts.Now())
 	if err != nil {
-		return res, err
+		return res, &BadBody{err}
 	}
 	if err := r.record(ctx, events); err != nil {
 		if errors.Is(err, ErrClosed) {

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"github.com/graygate/graygate/internal/admin"
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/metrics"
 	"github.com/graygate/graygate/internal/proxy"
@@ -50,6 +52,9 @@ type Options struct {
 	Now       func() time.Time
 	// Version is the build's version, shown in the status.
 	Version string
+	// OnSRM, when set, is called when an experiment's split turns
+	// mismatched (see experiment.Options.OnSRM), for notifications.
+	OnSRM func(experiment string, p float64)
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -64,6 +69,7 @@ type Gateway struct {
 	breakers *breaker.Set
 	limits   *limit.Set
 	traffic  *traffic.Set // live per-rule, per-group windows for /api/v1/stats
+	exp      *experiment.Recorder
 	health   *upstream.Health
 	// discovered holds instances found in the etcd registry, by service.
 	discovered map[string][]config.Instance
@@ -199,11 +205,32 @@ func New(opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	g.exp, err = experiment.New(experiment.Options{
+		Store:         cfg.Experiments.Store,
+		Dir:           filepath.Join(cfg.DataDir, "experiments"),
+		FlushInterval: cfg.Experiments.FlushInterval.Std(),
+		MaxUnits:      cfg.Experiments.MaxUnits,
+		BufferEvents:  cfg.Experiments.BufferEvents,
+		ExposureLog:   cfg.Experiments.ExposureLog,
+		Gateway:       gatewayName(cfg),
+		OnSRM:         opts.OnSRM,
+		Freeze:        g.freeze,
+		Logger:        opts.Logger,
+		Now:           opts.Now,
+	})
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("experiments: %w", err)
+	}
+	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(cfg)))
+	g.metrics.Registry().MustRegister(g.exp.Collector())
 	popts.OnDone = func(done *proxy.Done) {
 		d := done.Decision
 		g.metrics.Observe(d, done.Status, done.Elapsed)
 		// A transport failure arrives as the 502/503/504 the proxy answered.
 		g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
+		// Only live traffic reaches OnDone: explain and dry runs expose nobody.
+		g.exp.Observe(d, done.Status, done.Method, done.Path, done.Reported, done.Start)
 	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
@@ -211,20 +238,54 @@ func New(opts Options) (*Gateway, error) {
 		return v[:]
 	})
 	g.admin = admin.New(admin.Options{
-		Store:   st,
-		Router:  g.router,
-		View:    g.proxy.View,
-		Compile: g.compile,
-		Apply:   g.Apply,
-		Status:  func() any { return g.Status() },
-		Ready:   g.ready,
-		Metrics: g.metrics.Handler(),
-		Traffic: g.traffic,
-		Tokens:  tokens(cfg, opts.AdminToken),
-		Logger:  opts.Logger,
+		Store:       st,
+		Router:      g.router,
+		View:        g.proxy.View,
+		Compile:     g.compile,
+		Apply:       g.Apply,
+		Status:      func() any { return g.Status() },
+		Ready:       g.ready,
+		Metrics:     g.metrics.Handler(),
+		Traffic:     g.traffic,
+		Experiments: g.exp,
+		Tokens:      tokens(cfg, opts.AdminToken),
+		Logger:      opts.Logger,
 	})
 	built = true
 	return g, nil
+}
+
+// experimentSettings are the experiment settings that apply live.
+func experimentSettings(cfg *config.Config) experiment.Settings {
+	return experiment.Settings{Window: cfg.Experiments.ConversionWindow.Std(), Freeze: cfg.Experiments.SRMAction == config.SRMActionFreeze}
+}
+
+// gatewayName names this gateway in exposure log lines: the config's
+// experiments.gateway, or the host name and the data-plane port.
+func gatewayName(cfg *config.Config) string {
+	if cfg.Experiments.Gateway != "" {
+		return cfg.Experiments.Gateway
+	}
+	host, _ := os.Hostname()
+	if _, port, err := net.SplitHostPort(cfg.Listen); err == nil && port != "" {
+		return net.JoinHostPort(host, port)
+	}
+	return host
+}
+
+// freeze is experiments.srm_action: freeze: the one-click rollback of the
+// rule, recorded in its history with the reason, then applied.
+func (g *Gateway) freeze(ctx context.Context, key, reason string) error {
+	if _, err := g.store.SetRollback(ctx, key, true, store.Meta{By: "srm", Reason: reason}); err != nil {
+		return fmt.Errorf("roll back rule %q: %w", key, err)
+	}
+	return g.Apply(ctx)
+}
+
+// publish makes snap serve, with its experiments. The caller holds g.mu.
+func (g *Gateway) publish(snap *router.Snapshot) {
+	g.router.Store(snap)
+	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
 }
 
 func tokens(cfg *config.Config, flagToken string) []admin.Token {
@@ -379,9 +440,10 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	rolled := map[string]bool{}
 	seen := make(map[string]bool, len(st.Rules))
 	revision := make(map[string]int64, len(st.Rules))
+	versions := make(map[string]int64, len(st.Rules))
 	for _, e := range st.Rules {
 		seen[e.Key] = true
-		revision[e.Key] = e.Revision
+		revision[e.Key], versions[e.Key] = e.Revision, e.Version
 		if e.RolledBack {
 			rolled[e.Key] = true
 		}
@@ -438,6 +500,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 		Rules:         rules,
 		RolledBackAll: st.RolledBack,
 		RolledBack:    rolled,
+		Versions:      versions,
 		TrustGrayTag:  cfg.TrustGrayTag,
 		UpstreamHost:  !*cfg.PreserveHost,
 	}
@@ -550,7 +613,7 @@ func (g *Gateway) Apply(ctx context.Context) error {
 	if cur := g.router.Load(); cur != nil && snap.Revision < cur.Revision {
 		return nil // an older state than what serves: never go back
 	}
-	g.router.Store(snap)
+	g.publish(snap)
 	return nil
 }
 
@@ -611,7 +674,7 @@ func (g *Gateway) ReloadConfig(ctx context.Context, cfg *config.Config) error {
 		g.recordError(fmt.Errorf("config reload: %w", err))
 		return err
 	}
-	g.router.Store(snap)
+	g.publish(snap)
 	oldReg.Retire(g.reg)
 	if t := g.tgt.Load(); t != oldTgt {
 		// Requests already past Decide may still read the old resolvers;
@@ -644,6 +707,11 @@ func (g *Gateway) ReloadConfigFile(ctx context.Context, load func() (*config.Con
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || cfg.DataDir != old.DataDir {
 		g.log.Warn("listen, admin_listen and data_dir changes take effect at the next restart",
 			"listen", cfg.Listen, "admin_listen", cfg.AdminListen, "data_dir", cfg.DataDir)
+	}
+	if e, o := cfg.Experiments, old.Experiments; e.Store != o.Store || e.ExposureLog != o.ExposureLog || e.FlushInterval != o.FlushInterval ||
+		e.MaxUnits != o.MaxUnits || e.BufferEvents != o.BufferEvents || e.Gateway != o.Gateway {
+		g.log.Warn("experiments.store, exposure_log, flush_interval, max_units, buffer_events and gateway changes take effect at the next restart; conversion_window and srm_action apply now",
+			"store_changed", e.Store != o.Store, "exposure_log", e.ExposureLog)
 	}
 	return g.ReloadConfig(ctx, cfg)
 }
@@ -739,6 +807,10 @@ func (g *Gateway) Serve(ctx context.Context, dataLn, adminLn net.Listener) error
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
+	// After the data plane: the last requests' exposures are flushed too.
+	if err := g.exp.Close(); err != nil {
+		g.log.Error("close the experiment store", "err", err)
+	}
 	g.mu.Lock()
 	g.reg.Close()
 	g.mu.Unlock()
