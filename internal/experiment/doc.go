@@ -5,7 +5,8 @@
 // A unit (the request's identity value) is exposed to an ab rule's
 // experiment the first time the rule claims one of its requests; the
 // first exposure's time, group and rule version are kept, and the group is
-// never recomputed from a later rule. Held-out units (the global holdout)
+// never recomputed from a later rule (its time is the earliest, should a
+// unit's concurrent requests finish out of order). Held-out units (the global holdout)
 // are a group of their own, "holdout". A rolled-back (or frozen) rule
 // exposes nobody new: its users go to control without being randomized.
 // Observe is fed only by the data plane's OnDone, so explain, dry runs and

@@ -213,7 +213,11 @@ func (s *localStore) replay(r *record) error {
 	e := s.exp(r.exp)
 	switch r.op {
 	case opExpose:
-		if _, dup := e.units[r.key]; dup {
+		if u, dup := e.units[r.key]; dup {
+			if r.ts < u.ts { // an earlier exposure that arrived later
+				u.ts = r.ts
+				e.units[r.key] = u
+			}
 			return nil
 		}
 		g := e.groupIdx(r.group)
@@ -308,7 +312,15 @@ func (s *localStore) applyOne(ev *Event, window int64, now time.Time) status {
 	e := s.exp(ev.Experiment)
 	key := xxhash.Sum64String(ev.Unit)
 	if ev.Kind == Exposure {
-		if _, dup := e.units[key]; dup {
+		if u, dup := e.units[key]; dup {
+			// The first exposure is the earliest: a concurrent request
+			// that started earlier may be recorded later. Group and
+			// version stay the first recorded.
+			if ev.TS < u.ts {
+				u.ts = ev.TS
+				e.units[key] = u
+				s.buf = appendFrame(s.buf, &record{op: opExpose, exp: e.id, key: key, ts: ev.TS, ver: int64(u.ver), group: e.groups[u.group]})
+			}
 			return stDup
 		}
 		if s.units >= s.maxUnits {

@@ -208,20 +208,27 @@ func (r *Recorder) Observe(d *router.Decision, status int, method, path string, 
 	}
 	uh := xxhash.Sum64String(unit)
 	ts := start.UnixMilli()
+	g, queued := -1, false
 	if sp != nil {
 		if !sp.RolledBack {
-			if g := sp.group(d.Group); g >= 0 && g < 256 {
-				r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Exposure, group: uint8(g)}, unit, true)
+			if g = sp.group(d.Group); g >= 256 {
+				g = -1
 			}
 		}
+		if g >= 0 {
+			queued = r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Exposure, group: uint8(g)}, unit, true)
+		}
 		if len(reported) > 0 && d.Report != nil {
-			r.reported(sp, d.Report, reported, uh, unit, ts)
+			r.reported(sp, d.Report, reported, uh, unit, ts, g, &queued)
 		}
 	}
 	for i := range cat.matchers {
 		m := &cat.matchers[i]
 		if !m.m.Matches(method, path, status) {
 			continue
+		}
+		if m.spec == sp {
+			r.exposeAlong(sp, uh, unit, ts, g, &queued)
 		}
 		v := int64(1)
 		if !m.spec.Metrics[m.metric].Binomial {
@@ -231,6 +238,18 @@ func (r *Recorder) Observe(d *router.Decision, status int, method, path string, 
 	}
 }
 
+// exposeAlong queues the exposure of a request that converts a unit of
+// the experiment that claimed it, even when the seen set says the unit's
+// exposure is queued already: that one may be of a concurrent request
+// that started later. The store keeps the earliest exposure time, so the
+// conversion is never dated before its unit's exposure.
+func (r *Recorder) exposeAlong(sp *Spec, uh uint64, unit string, ts int64, g int, queued *bool) {
+	if g < 0 || *queued {
+		return
+	}
+	*queued = r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Exposure, group: uint8(g)}, unit, false)
+}
+
 // key is the (experiment, unit) key: the unit's hash mixed with the
 // experiment's, never 0 (the seen set's empty slot).
 func key(uh uint64, sp *Spec) uint64 { return max(mix(uh^sp.seed), 1) }
@@ -238,7 +257,7 @@ func key(uh uint64, sp *Spec) uint64 { return max(mix(uh^sp.seed), 1) }
 // reported queues the values the upstream reported for sp's from_header
 // metrics. rep is the decision's Report; when it is not the catalog's
 // (the snapshot changed under the request), headers are matched by name.
-func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, uh uint64, unit string, ts int64) {
+func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, uh uint64, unit string, ts int64, g int, queued *bool) {
 	for i, v := range vals {
 		if v == nil {
 			continue
@@ -269,18 +288,19 @@ func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, uh uint
 		if sp.Metrics[mi].Binomial {
 			u = 1
 		}
+		r.exposeAlong(sp, uh, unit, ts, g, queued)
 		r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Conversion, metric: uint8(mi), value: u}, unit, false)
 	}
 }
 
-// push queues one event in its shard. With dedup it queues an exposure
-// only the first time the shard sees the key.
-func (r *Recorder) push(k uint64, s slot, unit string, dedup bool) {
+// push queues one event in its shard and reports whether it did. With
+// dedup it queues an exposure only the first time the shard sees the key.
+func (r *Recorder) push(k uint64, s slot, unit string, dedup bool) bool {
 	sh := &r.shards[k>>(64-shardBits)]
 	sh.mu.Lock()
 	if dedup && sh.seenOrAdd(k) {
 		sh.mu.Unlock()
-		return
+		return false
 	}
 	if sh.queue == nil {
 		sh.queue, sh.arena = make([]slot, 0, queueSlots), make([]byte, 0, arenaBytes)
@@ -292,7 +312,7 @@ func (r *Recorder) push(k uint64, s slot, unit string, dedup bool) {
 		sh.mu.Unlock()
 		r.dropped[indexOf(DropQueueFull)].Add(1)
 		r.kick()
-		return
+		return false
 	}
 	s.off, s.n = uint32(len(sh.arena)), uint16(len(unit))
 	sh.arena = append(sh.arena, unit...)
@@ -302,6 +322,7 @@ func (r *Recorder) push(k uint64, s slot, unit string, dedup bool) {
 	if n == queueSlots/2 {
 		r.kick()
 	}
+	return true
 }
 
 // kick asks the writer to flush now.

@@ -319,3 +319,24 @@ func TestResultsUnknown(t *testing.T) {
 		t.Errorf("by experiment id: %v %v", res, err)
 	}
 }
+
+// TestConcurrentRequestsOfAUnit: a unit's two concurrent requests finish
+// out of order (the later one first); the purchase on the earlier one
+// still counts, because the exposure is the earliest request's.
+func TestConcurrentRequestsOfAUnit(t *testing.T) {
+	r := newRecorder(t, Options{})
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	r.SetCatalog(NewCatalog(snap, Settings{}))
+	page := snap.Decide(request("/shop/item", "GET", "dana"), nil)
+	order := snap.Decide(request("/api/order/1", "POST", "dana"), nil)
+	r.Observe(&page, 200, "GET", "/shop/item", nil, start.Add(time.Second))
+	r.Observe(&order, 201, "POST", "/api/order/1", [][]byte{[]byte("9.5")}, start)
+	flush(t, r)
+	res := results(t, r, "checkout")
+	if m := metricOf(t, res, page.Group, "purchase"); m.Units != 1 || m.Count != 1 {
+		t.Errorf("purchase = %+v, want dana exposed once and converted", m)
+	}
+	if m := metricOf(t, res, page.Group, "revenue"); m.Sum != 9.5 {
+		t.Errorf("revenue = %+v, want 9.5", m)
+	}
+}

@@ -21,7 +21,8 @@ import (
 // graygate:exp:<len>:<experiment id>: (the length keeps ids containing ':'
 // apart):
 //
-//	u          hash  unit → "ts version group", its first exposure
+//	u          hash  unit → "ts version group", its first exposure (the
+//	                 earliest time; group and version of the first recorded)
 //	n          hash  group → exposed units
 //	c:<metric> set   units that converted on a binomial metric
 //	k          hash  "<metric>\n<group>" → converted units
@@ -121,6 +122,13 @@ while i + 5 <= #ARGV do
       end
       out[#out+1] = 1
     else
+      -- The first exposure is the earliest: keep the recorded group and
+      -- version, and an earlier time that arrived later.
+      local old = redis.call("HGET", P .. "u", unit)
+      local ets, rest = string.match(old, "^(%-?%d+) (.*)$")
+      if tonumber(b) < tonumber(ets) then
+        redis.call("HSET", P .. "u", unit, b .. " " .. rest)
+      end
       out[#out+1] = 0
     end
   else

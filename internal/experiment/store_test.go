@@ -32,14 +32,15 @@ func conv(unit, metric string, binomial bool, ts, value int64) Event {
 
 // scenario is the contract every store meets: first exposure wins and
 // keeps its group, conversions count inside [exposure, exposure+window),
-// a binomial unit converts once, a mean unit's total is the exact sum of
+// the earliest exposure time counts (group and version are the first
+// recorded), a binomial unit converts once, a mean unit's total is the exact sum of
 // its values, a conversion that comes before its unit's exposure waits
 // for it, and a total that would overflow is refused.
 var scenario = []storeCase{
 	{expose("u1", "A", 1000), stFresh},
 	{expose("u1", "B", 900), stDup},
 	{conv("u1", "p", true, 500, 1), stOutside},
-	{conv("u1", "p", true, 1000, 1), stCounted},
+	{conv("u1", "p", true, 950, 1), stCounted}, // the earlier exposure at 900 counts
 	{conv("u1", "p", true, 1600, 1), stDup},
 	{conv("u1", "r", false, 1500, 2_500_000), stCounted},
 	{conv("u1", "r", false, 1600, 1_000_001), stCounted},

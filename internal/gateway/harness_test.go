@@ -39,6 +39,8 @@ type env struct {
 	accessLog *bytes.Buffer
 	// openStore, when set, opens the store for each (re)start (etcd).
 	openStore func() store.Store
+	// configure, when set, adjusts the Options of each (re)start.
+	configure func(*Options)
 }
 
 func startBackends(t *testing.T, names ...string) map[string]string {
@@ -81,7 +83,11 @@ func (e *env) restart(cfg *config.Config) {
 	if e.openStore != nil {
 		st = e.openStore()
 	}
-	g, err := New(Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.DiscardHandler), Store: st})
+	o := Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.DiscardHandler), Store: st}
+	if e.configure != nil {
+		e.configure(&o)
+	}
+	g, err := New(o)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
