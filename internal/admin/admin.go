@@ -70,8 +70,8 @@ type Options struct {
 	// Experiments serves GET /api/v1/experiments/{key}/results and POST
 	// /api/v1/events; nil leaves them unrouted.
 	Experiments *experiment.Recorder
-	Tokens  []Token
-	Logger  *slog.Logger
+	Tokens      []Token
+	Logger      *slog.Logger
 }
 
 // Server is the admin API handler.

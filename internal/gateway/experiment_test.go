@@ -129,7 +129,9 @@ func shopRequests(units []unit) []preq {
 }
 
 // shop sends each unit's traffic through the data plane.
-func shop(t *testing.T, e *env, units []unit, workers int) { pipeline(t, e, shopRequests(units), workers) }
+func shop(t *testing.T, e *env, units []unit, workers int) {
+	pipeline(t, e, shopRequests(units), workers)
+}
 
 // pipeline sends reqs through e's data plane on workers keep-alive
 // connections, each pipelining 32 requests at a time (one write, then the
