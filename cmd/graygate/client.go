@@ -27,6 +27,7 @@ var clientCommands = map[string]func(ctx context.Context, args []string, stdout,
 	},
 	"explain":  cmdExplain,
 	"status":   cmdStatus,
+	"results":  cmdResults,
 	"register": cmdRegister,
 }
 

@@ -39,6 +39,7 @@ Usage:
   graygate rules list|get|put|delete|history|revert ...
   graygate rollback | resume | explain | status
                                   talk to a running gateway's admin API (see graygate rules -h)
+  graygate results KEY            an experiment's results: units, means, lift with its CI, p-values, SRM
   graygate register --store etcd://HOST:PORT/PREFIX --service NAME --addr HOST:PORT [--meta K=V]... [--ttl 10s]
                                   keep a service instance registered for discovery until stopped
 `
