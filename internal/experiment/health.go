@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,7 @@ func (r *Recorder) checkHealth(ctx context.Context) {
 			r.opts.OnSRM(sp.ID, p)
 		}
 		if cat.Freeze && !sp.RolledBack && r.opts.Freeze != nil {
-			r.freeze(k, fmt.Sprintf("sample ratio mismatch in experiment %q: SRM p-value %.3g < %g (units %v); frozen by experiments.srm_action: freeze", sp.ID, p, res.SRM.Threshold, c.units))
+			r.freeze(k, fmt.Sprintf("sample ratio mismatch in experiment %q: SRM p-value %.3g < %g (units %s); frozen by experiments.srm_action: freeze", sp.ID, p, res.SRM.Threshold, unitList(res)))
 		}
 	}
 	r.mu.Lock()
@@ -67,6 +68,18 @@ func (r *Recorder) checkHealth(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
+}
+
+// unitList names each group's units, in the results' order: "A 5011, B 4473".
+func unitList(res *stats.Results) string {
+	var b strings.Builder
+	for i, g := range res.Groups {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", g.Name, g.Units)
+	}
+	return b.String()
 }
 
 // freeze rolls rule back on its own goroutine, so that the writer never
