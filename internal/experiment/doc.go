@@ -42,12 +42,13 @@
 //
 // The data-dir store (localStore) keeps every unit in memory, in Go maps:
 // 8 bytes of key (xxh64 of the unit; two units collide with probability
-// n²/2⁶⁵ per experiment) and 16 of exposure per unit, plus 16+8 per
-// binomial conversion and per non-zero mean value. It appends what each
-// flush changed to a journal and fsyncs it before the flush's results
-// become visible, and writes a snapshot when the journal passes 64 MiB. A
-// kill -9 loses at most what was queued since the last flush: one flush
-// interval. experiments.max_units bounds the units it holds.
+// n²/2⁶⁵ per experiment) and 16 of exposure per unit, 35–70 bytes with the
+// map's slack (57 measured at 1,000,000 units, TestMemoryPerUnit), plus
+// ~60 per unit with a binomial conversion and a mean value. It appends
+// what each flush changed to a journal and fsyncs it before the flush's
+// results become visible, and writes a snapshot when the journal passes
+// 64 MiB. A kill -9 loses at most what was queued since the last flush:
+// one flush interval. experiments.max_units bounds the units it holds.
 //
 // The Redis store (redisStore) is shared by a fleet; see its doc for the
 // keys. The writer sends batches through one Lua script that deduplicates
