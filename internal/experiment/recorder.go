@@ -395,6 +395,10 @@ func (r *Recorder) run() {
 		select {
 		case <-r.quit:
 			r.flush(nil)
+			if n := len(r.backlog); n > 0 { // Redis is down at shutdown
+				r.dropped[indexOf(DropStoreUnavailable)].Add(uint64(n))
+				r.log.Error("experiment store unreachable at shutdown: buffered events are lost", "events", n)
+			}
 			return
 		case <-t.C:
 		case <-r.wake:
@@ -450,7 +454,7 @@ func (r *Recorder) flush(sub *submission) {
 	if sub != nil {
 		sub.done <- nil
 	}
-	if now := time.Now(); now.Sub(r.lastSRM) >= max(r.opts.FlushInterval, 250*time.Millisecond) || sub != nil {
+	if now := time.Now(); now.Sub(r.lastSRM) >= max(r.opts.FlushInterval, 250*time.Millisecond) {
 		r.lastSRM = now
 		r.checkHealth(ctx)
 	}

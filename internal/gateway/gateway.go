@@ -282,10 +282,12 @@ func (g *Gateway) freeze(ctx context.Context, key, reason string) error {
 	return g.Apply(ctx)
 }
 
-// publish makes snap serve, with its experiments. The caller holds g.mu.
+// publish makes snap serve, with its experiments. The experiments go
+// first, so that no request decided by snap finds its rule unknown to
+// them. The caller holds g.mu.
 func (g *Gateway) publish(snap *router.Snapshot) {
-	g.router.Store(snap)
 	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
+	g.router.Store(snap)
 }
 
 func tokens(cfg *config.Config, flagToken string) []admin.Token {
