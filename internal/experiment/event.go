@@ -35,6 +35,11 @@ type Event struct {
 	// Value is a mean metric's value in µ-units (millionths), so that sums
 	// are exact integers and the same in any order.
 	Value int64
+	// Exposes marks a conversion made by a request the experiment's rule
+	// claimed: the unit was exposed at TS at the latest, even if the
+	// exposure recorded for it is of a concurrent request that started
+	// later (and finished first). The store then keeps TS as the exposure.
+	Exposes bool
 }
 
 // status is what the store did with one event.

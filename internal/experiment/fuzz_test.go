@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -106,4 +107,43 @@ func TestSeenSet(t *testing.T) {
 	if len(s.seen) != maxSeenSlots {
 		t.Errorf("the set did not grow to its bound: %d slots", len(s.seen))
 	}
+}
+
+// TestParseMicro pins the fast path to strconv's answer.
+func TestParseMicro(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"12.34", 12_340_000, true}, {"-3", -3_000_000, true}, {"+0.5", 500_000, true}, {"0.000001", 1, true},
+		{".5", 500_000, true}, {"5.", 5_000_000, true}, {"1e3", 1_000_000_000, true}, {"0.0000004", 0, true},
+		{"0.0000006", 1, true}, {"1000000000000", 1e18, true}, {"1000000000001", 0, false}, {"", 0, false},
+		{".", 0, false}, {"-", 0, false}, {"1.2.3", 0, false}, {"abc", 0, false}, {"NaN", 0, false}, {"Inf", 0, false},
+		{"12,5", 0, false}, {"0x10", 0, false}, {"99999999999999999999", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseMicro([]byte(tt.in))
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseMicro(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// FuzzParseMicro: the fast path agrees with strconv.ParseFloat rounded to
+// µ-units wherever float64 is exact enough to compare (below 2^48 µ).
+func FuzzParseMicro(f *testing.F) {
+	for _, s := range []string{"12.34", "-0.000001", "1e3", "99.999999", "+7", ".", "1.0000005"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseMicro([]byte(s))
+		want, wok := slowMicro([]byte(s))
+		if ok != wok {
+			t.Fatalf("parseMicro(%q) ok = %v, strconv %v", s, ok, wok)
+		}
+		if ok && got != want && math.Abs(float64(got)) < 1<<48 {
+			t.Fatalf("parseMicro(%q) = %d, strconv %d", s, got, want)
+		}
+	})
 }

@@ -92,6 +92,7 @@ type pend struct {
 	ts       int64
 	metric   string
 	binomial bool
+	exposes  bool
 	value    int64
 }
 
@@ -336,7 +337,7 @@ func (s *localStore) applyOne(ev *Event, window int64, now time.Time) status {
 			delete(e.pending, key)
 			s.pending -= len(ps)
 			for _, p := range ps {
-				s.convert(e, key, u, p.metric, p.binomial, p.ts, p.value, window)
+				u = s.convert(e, key, u, p.metric, p.binomial, p.exposes, p.ts, p.value, window)
 			}
 		}
 		return stFresh
@@ -349,15 +350,27 @@ func (s *localStore) applyOne(ev *Event, window int64, now time.Time) status {
 		if e.pending == nil {
 			e.pending = map[uint64][]pend{}
 		}
-		e.pending[key] = append(e.pending[key], pend{at: now, ts: ev.TS, metric: ev.Metric, binomial: ev.Binomial, value: ev.Value})
+		e.pending[key] = append(e.pending[key], pend{at: now, ts: ev.TS, metric: ev.Metric, binomial: ev.Binomial, exposes: ev.Exposes, value: ev.Value})
 		s.pending++
 		return stPending
 	}
-	return s.convert(e, key, u, ev.Metric, ev.Binomial, ev.TS, ev.Value, window)
+	return s.convertStatus(e, key, u, ev.Metric, ev.Binomial, ev.Exposes, ev.TS, ev.Value, window)
 }
 
-// convert counts one conversion of an exposed unit, inside its window.
-func (s *localStore) convert(e *expState, key uint64, u unitRec, metric string, binomial bool, ts, value, window int64) status {
+// convert counts one conversion of an exposed unit, inside its window,
+// and returns the unit (whose exposure an exposing conversion may move
+// earlier).
+func (s *localStore) convert(e *expState, key uint64, u unitRec, metric string, binomial, exposes bool, ts, value, window int64) unitRec {
+	s.convertStatus(e, key, u, metric, binomial, exposes, ts, value, window)
+	return e.units[key]
+}
+
+func (s *localStore) convertStatus(e *expState, key uint64, u unitRec, metric string, binomial, exposes bool, ts, value, window int64) status {
+	if exposes && ts < u.ts {
+		u.ts = ts
+		e.units[key] = u
+		s.buf = appendFrame(s.buf, &record{op: opExpose, exp: e.id, key: key, ts: ts, ver: int64(u.ver), group: e.groups[u.group]})
+	}
 	if ts < u.ts || ts-u.ts >= window {
 		return stOutside
 	}

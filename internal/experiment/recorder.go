@@ -208,18 +208,21 @@ func (r *Recorder) Observe(d *router.Decision, status int, method, path string, 
 	}
 	uh := xxhash.Sum64String(unit)
 	ts := start.UnixMilli()
-	g, queued := -1, false
+	// The events of the claiming experiment share one key, so they go to
+	// one shard together: one lock and one copy of the unit's id.
+	var b batch
+	exposes := false // the request itself exposes its unit to sp
 	if sp != nil {
+		b.key = key(uh, sp)
 		if !sp.RolledBack {
-			if g = sp.group(d.Group); g >= 256 {
-				g = -1
+			if g := sp.group(d.Group); g >= 0 && g < 256 {
+				exposes = true
+				b.dedup = true
+				b.add(r, slot{spec: sp, ts: ts, kind: Exposure, group: uint8(g)}, unit)
 			}
 		}
-		if g >= 0 {
-			queued = r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Exposure, group: uint8(g)}, unit, true)
-		}
 		if len(reported) > 0 && d.Report != nil {
-			r.reported(sp, d.Report, reported, uh, unit, ts, g, &queued)
+			r.reported(sp, d.Report, reported, &b, unit, ts, exposes)
 		}
 	}
 	for i := range cat.matchers {
@@ -227,27 +230,43 @@ func (r *Recorder) Observe(d *router.Decision, status int, method, path string, 
 		if !m.m.Matches(method, path, status) {
 			continue
 		}
-		if m.spec == sp {
-			r.exposeAlong(sp, uh, unit, ts, g, &queued)
-		}
 		v := int64(1)
 		if !m.spec.Metrics[m.metric].Binomial {
 			v = 1e6
 		}
-		r.push(key(uh, m.spec), slot{spec: m.spec, ts: ts, kind: Conversion, metric: m.metric, value: v}, unit, false)
+		s := slot{spec: m.spec, ts: ts, kind: Conversion, metric: m.metric, value: v, exposes: exposes && m.spec == sp}
+		if m.spec == sp {
+			b.add(r, s, unit)
+			continue
+		}
+		one := batch{key: key(uh, m.spec), n: 1}
+		one.s[0] = s
+		r.push(&one, unit)
+	}
+	if b.n > 0 {
+		r.push(&b, unit)
 	}
 }
 
-// exposeAlong queues the exposure of a request that converts a unit of
-// the experiment that claimed it, even when the seen set says the unit's
-// exposure is queued already: that one may be of a concurrent request
-// that started later. The store keeps the earliest exposure time, so the
-// conversion is never dated before its unit's exposure.
-func (r *Recorder) exposeAlong(sp *Spec, uh uint64, unit string, ts int64, g int, queued *bool) {
-	if g < 0 || *queued {
-		return
+// batch is up to 4 events of one request with one key, queued together.
+// It lives on the request's stack.
+type batch struct {
+	key uint64
+	// dedup says s[0] is an exposure, to queue only if the shard has not
+	// seen the key.
+	dedup bool
+	n     int
+	s     [4]slot
+}
+
+// add appends s, queueing the batch first when it is full.
+func (b *batch) add(r *Recorder, s slot, unit string) {
+	if b.n == len(b.s) {
+		r.push(b, unit)
+		b.n, b.dedup = 0, false
 	}
-	*queued = r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Exposure, group: uint8(g)}, unit, false)
+	b.s[b.n] = s
+	b.n++
 }
 
 // key is the (experiment, unit) key: the unit's hash mixed with the
@@ -257,7 +276,7 @@ func key(uh uint64, sp *Spec) uint64 { return max(mix(uh^sp.seed), 1) }
 // reported queues the values the upstream reported for sp's from_header
 // metrics. rep is the decision's Report; when it is not the catalog's
 // (the snapshot changed under the request), headers are matched by name.
-func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, uh uint64, unit string, ts int64, g int, queued *bool) {
+func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, b *batch, unit string, ts int64, exposes bool) {
 	for i, v := range vals {
 		if v == nil {
 			continue
@@ -276,9 +295,8 @@ func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, uh uint
 		if mi < 0 {
 			continue
 		}
-		f, err := strconv.ParseFloat(b2s(trimSpace(v)), 64)
-		u, ok := micro(f)
-		if err != nil || !ok {
+		u, ok := parseMicro(trimSpace(v))
+		if !ok {
 			r.dropped[indexOf(DropBadValue)].Add(1)
 			continue
 		}
@@ -288,41 +306,48 @@ func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, uh uint
 		if sp.Metrics[mi].Binomial {
 			u = 1
 		}
-		r.exposeAlong(sp, uh, unit, ts, g, queued)
-		r.push(key(uh, sp), slot{spec: sp, ts: ts, kind: Conversion, metric: uint8(mi), value: u}, unit, false)
+		b.add(r, slot{spec: sp, ts: ts, kind: Conversion, metric: uint8(mi), value: u, exposes: exposes}, unit)
 	}
 }
 
-// push queues one event in its shard and reports whether it did. With
-// dedup it queues an exposure only the first time the shard sees the key.
-func (r *Recorder) push(k uint64, s slot, unit string, dedup bool) bool {
-	sh := &r.shards[k>>(64-shardBits)]
+// push queues a batch in its shard, with one copy of the unit's id. An
+// exposure at its head is queued only the first time the shard sees the
+// key; a batch that does not fit is dropped whole and counted.
+func (r *Recorder) push(b *batch, unit string) {
+	sh := &r.shards[b.key>>(64-shardBits)]
 	sh.mu.Lock()
-	if dedup && sh.seenOrAdd(k) {
+	s := b.s[:b.n]
+	fresh := b.dedup && !sh.seenOrAdd(b.key)
+	if b.dedup && !fresh {
+		s = s[1:]
+	}
+	if len(s) == 0 {
 		sh.mu.Unlock()
-		return false
+		return
 	}
 	if sh.queue == nil {
 		sh.queue, sh.arena = make([]slot, 0, queueSlots), make([]byte, 0, arenaBytes)
 	}
-	if len(sh.queue) == cap(sh.queue) || len(sh.arena)+len(unit) > cap(sh.arena) {
-		if dedup {
-			sh.forget(k)
+	if len(sh.queue)+len(s) > cap(sh.queue) || len(sh.arena)+len(unit) > cap(sh.arena) {
+		if fresh {
+			sh.forget(b.key)
 		}
 		sh.mu.Unlock()
-		r.dropped[indexOf(DropQueueFull)].Add(1)
+		r.dropped[indexOf(DropQueueFull)].Add(uint64(len(s)))
 		r.kick()
-		return false
+		return
 	}
-	s.off, s.n = uint32(len(sh.arena)), uint16(len(unit))
+	off := uint32(len(sh.arena))
 	sh.arena = append(sh.arena, unit...)
-	sh.queue = append(sh.queue, s)
+	for i := range s {
+		s[i].off, s[i].n = off, uint16(len(unit))
+	}
+	sh.queue = append(sh.queue, s...)
 	n := len(sh.queue)
 	sh.mu.Unlock()
-	if n == queueSlots/2 {
+	if n >= queueSlots/2 && n-len(s) < queueSlots/2 {
 		r.kick()
 	}
-	return true
 }
 
 // kick asks the writer to flush now.
@@ -491,7 +516,7 @@ func (s *slot) event(arena []byte) Event {
 		e.Group, e.Version = sp.Groups[s.group], sp.Version
 	} else {
 		m := &sp.Metrics[s.metric]
-		e.Metric, e.Binomial, e.Value = m.Name, m.Binomial, s.value
+		e.Metric, e.Binomial, e.Value, e.Exposes = m.Name, m.Binomial, s.value, s.exposes
 	}
 	return e
 }
@@ -529,6 +554,65 @@ type exposureLine struct {
 	Group       string `json:"group"`
 	RuleVersion int64  `json:"rule_version"`
 	Gateway     string `json:"gateway"`
+}
+
+// parseMicro reads a reported value as µ-units. A plain decimal with at
+// most six fractional digits ("12.34", "-3", "+0.5") is converted exactly
+// and without strconv (which costs more than the rest of the request
+// path); anything else (exponents, more digits) goes through
+// strconv.ParseFloat and is rounded to the nearest µ-unit. ok is false for
+// what is not a finite number within ±MaxValue.
+func parseMicro(b []byte) (int64, bool) {
+	i, neg := 0, false
+	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
+		neg, i = b[0] == '-', 1
+	}
+	var whole, frac int64
+	digits, fracDigits := 0, -1
+	for ; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if fracDigits < 0 {
+				if digits++; digits > 13 {
+					return slowMicro(b)
+				}
+				whole = whole*10 + int64(c-'0')
+				continue
+			}
+			if fracDigits++; fracDigits > 6 {
+				return slowMicro(b)
+			}
+			frac = frac*10 + int64(c-'0')
+			digits++
+		case c == '.' && fracDigits < 0:
+			fracDigits = 0
+		default:
+			return slowMicro(b)
+		}
+	}
+	if digits == 0 || whole > MaxValue {
+		return slowMicro(b)
+	}
+	for n := max(fracDigits, 0); n < 6; n++ {
+		frac *= 10
+	}
+	u := whole*1e6 + frac
+	if neg {
+		u = -u
+	}
+	if u > MaxValue*1e6 || u < -MaxValue*1e6 {
+		return 0, false
+	}
+	return u, true
+}
+
+func slowMicro(b []byte) (int64, bool) {
+	f, err := strconv.ParseFloat(b2s(b), 64)
+	if err != nil {
+		return 0, false
+	}
+	return micro(f)
 }
 
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

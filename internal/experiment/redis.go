@@ -74,6 +74,8 @@ func prefix(exp string) string { return "graygate:exp:" + strconv.Itoa(len(exp))
 // ARGV: window (ms), pending TTL (s), key prefix, batch id, then six fields
 // per event: kind ("e" exposure, "b" binomial, "m" mean), unit, and for an
 // exposure group, ts, version, ""; for a conversion metric, ts, value, "".
+// A conversion's kind is upper-case ("B", "M") when its request exposed the
+// unit too (Event.Exposes).
 // It returns one code per event (1 fresh or counted, 0 repeated, 2 parked,
 // 3 outside the window, 4 overflow), or {-1} for a batch applied before.
 const applyScript = `
@@ -88,6 +90,14 @@ end
 local function conv(unit, kind, metric, ts, val, rec)
   local ets, ver, group = string.match(rec, "^(%-?%d+) (%d+) (.*)$")
   ets = tonumber(ets)
+  if kind == "B" or kind == "M" then
+    -- an exposing conversion: its request exposed the unit at ts at the latest
+    if ts < ets then
+      redis.call("HSET", P .. "u", unit, ts .. " " .. ver .. " " .. group)
+      ets = ts
+    end
+    kind = string.lower(kind)
+  end
   if ts < ets or ts - ets >= W then return 3 end
   if kind == "b" then
     if redis.call("SADD", P .. "c:" .. metric, unit) == 1 then
@@ -117,7 +127,7 @@ while i + 5 <= #ARGV do
         redis.call("DEL", pk)
         for _, p in ipairs(ps) do
           local k, m, t, v = string.match(p, "^(%a) (%S+) (%-?%d+) (%-?%d+)$")
-          if k then conv(unit, k, m, tonumber(t), v, rec) end
+          if k then conv(unit, k, m, tonumber(t), v, redis.call("HGET", P .. "u", unit)) end
         end
       end
       out[#out+1] = 1
@@ -166,6 +176,9 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 			kind, v := "m", e.Value
 			if e.Binomial {
 				kind, v = "b", 1
+			}
+			if e.Exposes {
+				kind = strings.ToUpper(kind)
 			}
 			args = append(args, kind, e.Unit, e.Metric, e.TS, v, "")
 		}

@@ -41,6 +41,9 @@ type slot struct {
 	kind   Kind
 	group  uint8
 	metric uint8
+	// exposes marks a conversion of a request that the experiment's rule
+	// claimed: the unit was exposed at ts at the latest.
+	exposes bool
 }
 
 type shard struct {

@@ -56,6 +56,16 @@ var scenario = []storeCase{
 	{conv("用户 4", "r", false, 11, math.MaxInt64-5), stCounted},
 	{conv("用户 4", "r", false, 12, 10), stOverflow},
 	{Event{Kind: Exposure, Experiment: "other", Unit: "u1", Group: "A", TS: 1}, stFresh},
+	// A request that exposed u5 at 1500 and converted finished after a
+	// concurrent one that started at 2000: its conversion counts, and so
+	// does a later one at 1600.
+	{expose("u5", "A", 2000), stFresh},
+	{Event{Kind: Conversion, Experiment: "e:1", Unit: "u5", Metric: "p", Binomial: true, TS: 1500, Value: 1, Exposes: true}, stCounted},
+	{conv("u5", "r", false, 1600, 1_000_000), stCounted},
+	// The same before the exposure is recorded at all: parked, then moved.
+	{Event{Kind: Conversion, Experiment: "e:1", Unit: "u6", Metric: "r", TS: 700, Value: 2_000_000, Exposes: true}, stPending},
+	{conv("u6", "r", false, 800, 1_000_000), stPending},
+	{expose("u6", "B", 900), stFresh},
 }
 
 func runScenario(t *testing.T, s backend) {
@@ -67,7 +77,7 @@ func runScenario(t *testing.T, s backend) {
 	}
 	// Apply in two calls, as two flushes would.
 	st := make([]status, len(events))
-	for _, part := range [][2]int{{0, 9}, {9, len(events)}} {
+	for _, part := range [][2]int{{0, 9}, {9, 22}, {22, len(events)}} {
 		n, err := s.apply(ctx, events[part[0]:part[1]], window, st[part[0]:part[1]])
 		if err != nil || n != part[1]-part[0] {
 			t.Fatalf("apply = %d, %v", n, err)
@@ -88,17 +98,17 @@ func checkScenarioCounts(t *testing.T, s backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.units["A"] != 1 || c.units["B"] != 2 || c.units["holdout"] != 1 || len(c.units) != 3 {
-		t.Errorf("units = %v, want A 1, B 2, holdout 1", c.units)
+	if c.units["A"] != 2 || c.units["B"] != 3 || c.units["holdout"] != 1 || len(c.units) != 3 {
+		t.Errorf("units = %v, want A 2, B 3, holdout 1", c.units)
 	}
-	if c.converted[metricGroup{"p", "A"}] != 1 || c.converted[metricGroup{"p", "B"}] != 1 || len(c.converted) != 2 {
-		t.Errorf("converted = %v, want p: A 1, B 1 (u3's conversion came before its exposure)", c.converted)
+	if c.converted[metricGroup{"p", "A"}] != 2 || c.converted[metricGroup{"p", "B"}] != 1 || len(c.converted) != 2 {
+		t.Errorf("converted = %v, want p: A 2, B 1 (u3's conversion came before its exposure)", c.converted)
 	}
 	got := map[string]int64{}
 	if err := s.values(ctx, "e:1", "r", func(g string, v int64) { got[g] += v }); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int64{"A": 3_500_001, "B": 5_000_000, "holdout": math.MaxInt64 - 5}
+	want := map[string]int64{"A": 4_500_001, "B": 8_000_000, "holdout": math.MaxInt64 - 5}
 	if len(got) != len(want) || got["A"] != want["A"] || got["B"] != want["B"] || got["holdout"] != want["holdout"] {
 		t.Errorf("values = %v, want %v", got, want)
 	}
@@ -173,12 +183,12 @@ func TestLocalStoreCompaction(t *testing.T) {
 	s = openTestLocal(t, dir, localOptions{CompactBytes: 600})
 	defer s.close()
 	c, _ := s.counts(context.Background(), "e:1")
-	if c.units["A"] != 51 || c.units["B"] != 2 {
-		t.Errorf("units after compaction and reopen = %v, want A 51, B 2", c.units)
+	if c.units["A"] != 52 || c.units["B"] != 3 {
+		t.Errorf("units after compaction and reopen = %v, want A 52, B 3", c.units)
 	}
 	got := map[string]int64{}
 	s.values(context.Background(), "e:1", "r", func(g string, v int64) { got[g] += v })
-	if got["A"] != 3_500_001+50_000_000 {
+	if got["A"] != 4_500_001+50_000_000 {
 		t.Errorf("revenue of A after compaction = %d", got["A"])
 	}
 }
@@ -238,7 +248,7 @@ func TestRedisStore(t *testing.T) {
 	}
 	got := map[string]int64{}
 	s.values(ctx, "e:1", "r", func(g string, v int64) { got[g] += v })
-	if got["A"] != 3_500_011 {
-		t.Errorf("a replayed batch: revenue of A = %d, want 3500011 (counted once)", got["A"])
+	if got["A"] != 4_500_011 {
+		t.Errorf("a replayed batch: revenue of A = %d, want 4500011 (counted once)", got["A"])
 	}
 }
