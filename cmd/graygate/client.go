@@ -29,6 +29,7 @@ var clientCommands = map[string]func(ctx context.Context, args []string, stdout,
 	"explain":  cmdExplain,
 	"diff":     cmdDiff,
 	"status":   cmdStatus,
+	"results":  cmdResults,
 	"register": cmdRegister,
 }
 

@@ -99,3 +99,20 @@ func FuzzDecodeRuleBody(f *testing.F) {
 		}
 	})
 }
+
+func TestRoles(t *testing.T) {
+	tests := []struct {
+		route, role string
+		want        bool
+	}{
+		{RoleAdmin, RoleAdmin, true}, {RoleAdmin, RoleViewer, false}, {RoleAdmin, RoleEvents, false},
+		{RoleViewer, RoleAdmin, true}, {RoleViewer, RoleViewer, true}, {RoleViewer, RoleEvents, false},
+		{RoleEvents, RoleAdmin, true}, {RoleEvents, RoleViewer, false}, {RoleEvents, RoleEvents, true},
+		{RoleViewer, "root", false},
+	}
+	for _, tt := range tests {
+		if got := allowed(tt.route, tt.role); got != tt.want {
+			t.Errorf("allowed(route %q, token %q) = %v, want %v", tt.route, tt.role, got, tt.want)
+		}
+	}
+}

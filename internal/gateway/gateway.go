@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/certs"
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/logfile"
@@ -71,6 +73,9 @@ type Options struct {
 	// etcd store (zero: the defaults; see rollout.FleetOptions). Client,
 	// Prefix and ID are filled in.
 	RolloutFleet rollout.FleetOptions
+	// OnSRM, when set, is called when an experiment's split turns
+	// mismatched (see experiment.Options.OnSRM), for notifications.
+	OnSRM func(experiment.SRMAlert)
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -86,6 +91,7 @@ type Gateway struct {
 	limits   *limit.Set
 	notify   *notify.Sender
 	rollouts *rollout.Engine
+	exp      *experiment.Recorder
 	health   *upstream.Health
 	// certs is the TLS listener's configuration (nil without tls_listen).
 	certs   *certs.Store
@@ -275,6 +281,25 @@ func New(opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	g.exp, err = experiment.New(experiment.Options{
+		Store:         cfg.Experiments.Store,
+		Dir:           filepath.Join(cfg.DataDir, "experiments"),
+		FlushInterval: cfg.Experiments.FlushInterval.Std(),
+		MaxUnits:      cfg.Experiments.MaxUnits,
+		BufferEvents:  cfg.Experiments.BufferEvents,
+		ExposureLog:   cfg.Experiments.ExposureLog,
+		Gateway:       exposureGateway(cfg),
+		OnSRM:         g.onSRM,
+		Freeze:        g.freeze,
+		Logger:        opts.Logger,
+		Now:           opts.Now,
+	})
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("experiments: %w", err)
+	}
+	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(cfg)))
+	g.metrics.Registry().MustRegister(g.exp.Collector())
 	popts, err := g.proxyOptions(cfg)
 	if err != nil {
 		_ = st.Close()
@@ -297,23 +322,60 @@ func New(opts Options) (*Gateway, error) {
 		return v[:]
 	})
 	g.admin = admin.New(admin.Options{
-		Store:   st,
-		Router:  g.router,
-		View:    g.proxy.View,
-		Compile: g.compile,
-		Commit:  g.Commit,
-		Traffic: g.traffic,
-		Mirrors: g.mirrors,
-		Status:  func() any { return g.Status() },
-		Ready:   g.ready,
-		Metrics: g.metrics.Handler(),
-		Notify:  g.Notify,
-		Rollout: g.rollouts,
-		Tokens:  tokens(cfg, opts.AdminToken),
-		Logger:  opts.Logger,
+		Store:       st,
+		Router:      g.router,
+		View:        g.proxy.View,
+		Compile:     g.compile,
+		Status:      func() any { return g.Status() },
+		Ready:       g.ready,
+		Metrics:     g.metrics.Handler(),
+		Traffic:     g.traffic,
+		Mirrors:     g.mirrors,
+		Commit:      g.Commit,
+		Notify:      g.Notify,
+		Rollout:     g.rollouts,
+		Experiments: g.exp,
+		Tokens:      tokens(cfg, opts.AdminToken),
+		Logger:      opts.Logger,
 	})
 	built = true
 	return g, nil
+}
+
+// experimentSettings are the experiment settings that apply live.
+func experimentSettings(cfg *config.Config) experiment.Settings {
+	return experiment.Settings{Window: cfg.Experiments.ConversionWindow.Std(), Freeze: cfg.Experiments.SRMAction == config.SRMActionFreeze}
+}
+
+// exposureGateway names this gateway in exposure log lines: the config's
+// experiments.gateway, or the host name and the data-plane port.
+func exposureGateway(cfg *config.Config) string {
+	if cfg.Experiments.Gateway != "" {
+		return cfg.Experiments.Gateway
+	}
+	host, _ := os.Hostname()
+	if _, port, err := net.SplitHostPort(cfg.Listen); err == nil && port != "" {
+		return net.JoinHostPort(host, port)
+	}
+	return host
+}
+
+// freeze is experiments.srm_action: freeze: the one-click rollback of the
+// rule, recorded in its history with the reason, then applied.
+func (g *Gateway) freeze(ctx context.Context, key, reason string) error {
+	if _, err := g.store.SetRollback(ctx, key, true, store.Meta{By: "srm", Reason: reason}); err != nil {
+		return fmt.Errorf("roll back rule %q: %w", key, err)
+	}
+	return g.Apply(ctx)
+}
+
+// publish makes snap serve, with its experiments. The experiments go
+// first, so that no request decided by snap finds its rule unknown to
+// them. The caller holds g.mu.
+func (g *Gateway) publish(snap *router.Snapshot) {
+	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
+	g.syncMirrors(snap)
+	g.router.Store(snap)
 }
 
 func tokens(cfg *config.Config, flagToken string) []admin.Token {
@@ -518,9 +580,10 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 	rolled := map[string]bool{}
 	seen := make(map[string]bool, len(st.Rules))
 	revision := make(map[string]int64, len(st.Rules))
+	versions := make(map[string]int64, len(st.Rules))
 	for _, e := range st.Rules {
 		seen[e.Key] = true
-		revision[e.Key] = e.Revision
+		revision[e.Key], versions[e.Key] = e.Revision, e.Version
 		if e.RolledBack {
 			rolled[e.Key] = true
 		}
@@ -602,6 +665,7 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 		Rules:         rules,
 		RolledBackAll: st.RolledBack,
 		RolledBack:    rolled,
+		Versions:      versions,
 		TrustGrayTag:  cfg.TrustGrayTag,
 		UpstreamHost:  !*cfg.PreserveHost,
 	}
@@ -704,8 +768,7 @@ func (g *Gateway) Apply(ctx context.Context) error {
 	if cur := g.router.Load(); cur != nil && snap.Revision < cur.Revision {
 		return nil // an older state than what serves: never go back
 	}
-	g.syncMirrors(snap)
-	g.router.Store(snap)
+	g.publish(snap)
 	return nil
 }
 
@@ -871,8 +934,12 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
-	<-rolloutsDone      // its drivers write through the store: stop them before it closes
-	g.closeNotify(sctx) // after the last request's breaker transition
+	<-rolloutsDone // its drivers write through the store: stop them before it closes
+	// After the data plane: the last requests' exposures are flushed too.
+	if err := g.exp.Close(); err != nil {
+		g.log.Error("close the experiment store", "err", err)
+	}
+	g.closeNotify(sctx) // after the last request's breaker transition and SRM check
 	g.mu.Lock()
 	g.reg.Close()
 	g.mu.Unlock()

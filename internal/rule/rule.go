@@ -115,6 +115,16 @@ type Rule struct {
 	// 10000 (ab; default: the layer name). Every rule of a layer must use
 	// the same salt.
 	LayerSalt string `json:"layer_salt,omitempty"`
+	// Metrics are what the experiment measures of its units (ab; see
+	// Metric and package experiment).
+	Metrics []Metric `json:"metrics,omitempty"`
+	// Sequential makes the experiment's confidence intervals and p-values
+	// always valid, so that looking at the results often does not inflate
+	// false positives (ab).
+	Sequential bool `json:"sequential,omitempty"`
+	// SequentialTuning is the always-valid interval's tuning parameter
+	// (ab, with sequential; default 5000).
+	SequentialTuning float64 `json:"sequential_tuning,omitempty"`
 }
 
 // Targets are a gray rule's two upstreams: host:port, a URL, or an upstream name.
@@ -244,6 +254,7 @@ func (r *Rule) validateTag() []error {
 	if r.Mirror != nil {
 		add("mirror", "is only for gray rules: it shadows the requests a gray rule leaves on stable")
 	}
+	errs = append(errs, r.metricsOnlyForAB()...)
 	if r.Breaker != nil {
 		if err := r.Breaker.Validate("breaker"); err != nil {
 			errs = append(errs, err)
@@ -298,7 +309,23 @@ func (r *Rule) validateGray() []error {
 	if r.Rollout != nil {
 		errs = append(errs, r.validateRollout()...)
 	}
+	errs = append(errs, r.metricsOnlyForAB()...)
 	return append(errs, r.layerOnlyForAB()...)
+}
+
+// metricsOnlyForAB reports experiment fields on a rule that is not an ab
+// rule.
+func (r *Rule) metricsOnlyForAB() []error {
+	var errs []error
+	for _, f := range []struct {
+		set  bool
+		name string
+	}{{r.Metrics != nil, "metrics"}, {r.Sequential, "sequential"}, {r.SequentialTuning != 0, "sequential_tuning"}} {
+		if f.set {
+			errs = append(errs, strict.Errorf(f.name, "is only for ab rules: it describes an experiment's results"))
+		}
+	}
+	return errs
 }
 
 // layerOnlyForAB reports layer fields on a rule that is not an ab rule.
@@ -407,6 +434,7 @@ func (r *Rule) validateAB() []error {
 	if r.Rollout != nil {
 		add("rollout", "is only for gray rules: a rollout raises gray_percent step by step")
 	}
+	errs = append(errs, r.validateMetrics()...)
 	return append(errs, r.validateLayer()...)
 }
 
