@@ -58,4 +58,19 @@ export async function probe(path) {
   }
 }
 
+// look asks for an optional API of one subject and says what came back:
+// {state: 'ok', data} for a 2xx, {state: 'absent'} for a 404 (this
+// gateway has no such API, or it has nothing for this subject: a rule
+// without a rollout or a mirror), and {state: 'error', message} for
+// anything else, so that a screen can hide what is absent and say what
+// failed without breaking.
+export async function look(path) {
+  try {
+    return {state: 'ok', data: await get(path)};
+  } catch (ex) {
+    if (ex instanceof APIError && ex.status === 404) return {state: 'absent'};
+    return {state: 'error', message: ex.message};
+  }
+}
+
 export function enc(key) { return encodeURIComponent(key); }

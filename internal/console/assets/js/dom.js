@@ -67,6 +67,23 @@ export function fmtPercent(fraction) {
   return (fraction * 100).toFixed(fraction > 0 && fraction < 0.001 ? 2 : 1) + '%';
 }
 
+// fmtNum shows a measured value with four significant digits, as the CLI
+// does ("0.1028", "5.12", "3.627e-05"); null is a dash.
+export function fmtNum(v) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '—';
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a < 1e-4 || a >= 1e9) return v.toExponential(3);
+  return String(Number(v.toPrecision(4)));
+}
+
+// fmtLift shows a relative change with its sign: +17.92%.
+export function fmtLift(fraction) {
+  if (fraction === null || fraction === undefined || !Number.isFinite(fraction)) return '—';
+  const t = (fraction * 100).toFixed(2) + '%';
+  return fraction >= 0 ? '+' + t : t;
+}
+
 export function fmtMs(ms) {
   if (ms < 1) return ms.toFixed(3) + ' ms';
   if (ms < 100) return ms.toFixed(1) + ' ms';

@@ -1,6 +1,6 @@
-// The overview: every rule with its split, breaker and rollback state, and
-// live per-group traffic refreshed every few seconds; Rollback all and
-// Resume for admins.
+// The overview: every rule with its split, breaker, rollback and rollout
+// state, and live per-group traffic refreshed every few seconds; Rollback
+// all and Resume for admins.
 import {confirmDialog, fmtMs, fmtPercent, fmtRate, fmtTime, h, pill, replace, sparkline, toast} from './dom.js';
 import {enc, get, post, probe} from './api.js';
 
@@ -36,6 +36,20 @@ export function breakerPill(r, statusDoc) {
   const kind = b.state === 'open' ? 'bad' : b.state === 'half-open' ? 'warn' : 'ok';
   const p = pill(b.state, kind);
   if (b.reason) p.title = b.reason;
+  return p;
+}
+
+// rolloutPill says where a gray rule's rollout stands, from the rollout
+// status the rule carries: its state and step. A rule without a rollout
+// shows a dash.
+export function rolloutPill(r) {
+  const ro = r.rollout;
+  if (!ro || !Array.isArray(ro.steps)) return h('span', {class: 'muted'}, '—');
+  const st = ro.status;
+  if (!st) return pill('starting', 'off');
+  const kind = {progressing: 'ok', paused: 'warn', aborted: 'bad', completed: 'ok'}[st.state] || 'off';
+  const p = pill(st.state === 'completed' ? 'completed' : `${st.state} · step ${st.step}/${ro.steps.length}`, kind);
+  if (st.message) p.title = st.message;
   return p;
 }
 
@@ -105,7 +119,9 @@ export function overview(ctx) {
         ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', onclick: resumeAll}, 'Resume')
         : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', onclick: rollbackAll}, 'Rollback all'));
     }
+    const anyRollout = rules.some((r) => r.rollout);
     const head = h('tr', null, ['Rule', 'Type', 'Split', 'Breaker', 'Rolled back'].map((t) => h('th', null, t)),
+      anyRollout ? h('th', null, 'Rollout') : null,
       hasStats ? h('th', {class: 'live-head'}, 'Live, last 10 s: group · rate · errors · p99') : null);
     const rows = rules.map((r) => {
       const groups = definedGroups(r);
@@ -119,12 +135,14 @@ export function overview(ctx) {
         h('td', {class: 'split'}, split(r)),
         h('td', {class: 'breaker'}, breakerPill(r, statusDoc)),
         h('td', {class: 'rollback'}, rollbackPill(r)),
+        anyRollout ? h('td', {class: 'rollout-state'}, rolloutPill(r)) : null,
         hasStats ? h('td', null, liveTable(groups, seen)) : null);
     });
     const unclaimed = stats.get('');
     if (hasStats && unclaimed) {
       rows.push(h('tr', {'data-rule': ''},
         h('td', {class: 'muted'}, 'no rule claimed'), h('td'), h('td', {class: 'split muted'}, 'default upstream'), h('td'), h('td'),
+        anyRollout ? h('td') : null,
         h('td', null, liveTable([...unclaimed.keys()], unclaimed))));
     }
     replace(body, bar,

@@ -2,11 +2,16 @@
 // that validates as you type (PUT ?dry_run=1) and shows each problem next
 // to its field by JSON path, a diff before saving, and a save with
 // If-Match; the history with field diffs and Revert; per-rule Rollback and
-// Resume; live traffic per group.
+// Resume; live traffic per group; and, where the gateway has them for
+// this rule, the rollout timeline, the experiment results and the shadow
+// traffic diff, refreshed with the live traffic.
 import {confirmDialog, fmtTime, h, json, pill, replace, toast} from './dom.js';
 import {APIError, enc, get, post, probe, request} from './api.js';
 import {diff, diffText, joinPath} from './diff.js';
 import {REFRESH_MS, breakerPill, definedGroups, liveTable, split, statsByRule} from './overview.js';
+import {loadRollout, rolloutPanel} from './rollout.js';
+import {experimentPanel, loadResults} from './experiment.js';
+import {loadDiff, mirrorPanel} from './mirror.js';
 
 // META are the fields GET adds to a rule; they are not part of the rule.
 const META = ['key', 'version', 'revision', 'updated_at', 'updated_by', 'rolled_back', 'reason'];
@@ -48,7 +53,10 @@ export function parentPaths(path) {
 
 export function rulePage(ctx, key) {
   const {main, session} = ctx;
-  let alive = true, timer = null, shown = null;
+  let alive = true, timer = null, shown = null, optionals = null, optionalsType = '';
+  // extras holds the optional sections (rollout, experiment, mirror
+  // diff) that the gateway has for this rule; it is empty otherwise.
+  const extras = h('div', {id: 'rule-extras'});
   const live = h('div', {id: 'rule-live'}, h('h2', null, 'Live traffic, last 10 s'), h('p', {class: 'muted'}, '…'));
 
   async function load() {
@@ -69,14 +77,65 @@ export function rulePage(ctx, key) {
     shown = view;
     draw(view, hist.history || [], statusDoc);
     refreshLive(view);
-    // Rollouts and experiment results appear once the gateway has them.
-    const extras = h('div', {id: 'rule-extras'});
-    main.appendChild(extras);
-    const rollout = await probe(`/api/v1/rules/${enc(key)}/rollout`);
-    if (alive && rollout) extras.appendChild(section('Rollout', h('pre', {class: 'json', id: 'rollout'}, JSON.stringify(rollout, null, 2))));
-    if (view.type === 'ab') {
-      const results = await probe(`/api/v1/experiments/${enc(key)}/results`);
-      if (alive && results) extras.appendChild(section('Experiment results', h('pre', {class: 'json', id: 'experiment'}, JSON.stringify(results, null, 2))));
+    if (!optionals || optionalsType !== view.type) {
+      optionals = optionalsFor(view);
+      optionalsType = view.type;
+    }
+    refreshExtras();
+  }
+
+  // optionalsFor lists the sections a rule of view's type may have:
+  // each shows only while its API answers for this rule, so a gateway
+  // without the API (or a rule without a rollout or a mirror) shows no
+  // trace of it and no error.
+  function optionalsFor(view) {
+    const list = [];
+    if (view.type === 'gray') list.push(optional(rolloutPanel(ctx, key, load), () => loadRollout(key)));
+    if (view.type === 'ab') list.push(optional(experimentPanel(), () => loadResults(key)));
+    if (view.type === 'gray') list.push(optional(mirrorPanel(), () => loadDiff(key)));
+    return list;
+  }
+
+  function optional(panel, loader) {
+    const o = {el: panel.el, shown: false};
+    const problem = h('p', {class: 'error', role: 'alert'});
+    o.refresh = async () => {
+      const got = await loader();
+      if (!alive) return;
+      if (got.state === 'absent') { o.shown = false; return; }
+      if (got.state === 'error') {
+        // A section already shown says it could not refresh; one never
+        // shown stays out of the page.
+        if (o.shown) problem.textContent = `Could not refresh: ${got.message}`;
+        return;
+      }
+      problem.textContent = '';
+      replace(o.el, panel.render(got.data), problem);
+      o.shown = true;
+    };
+    return o;
+  }
+
+  // refreshExtras refreshes the optional sections, one refresh at a
+  // time: one asked for while another runs (after an action, say) runs
+  // when it ends, so what is shown is never older than the action.
+  let extrasBusy = false, extrasAgain = false;
+  async function refreshExtras() {
+    if (!optionals) return;
+    if (extrasBusy) { extrasAgain = true; return; }
+    extrasBusy = true;
+    try {
+      do {
+        extrasAgain = false;
+        const list = optionals;
+        await Promise.all(list.map((o) => o.refresh()));
+        if (!alive) return;
+        const want = list.filter((o) => o.shown).map((o) => o.el);
+        const have = [...extras.children];
+        if (want.length !== have.length || want.some((el, i) => el !== have[i])) replace(extras, want);
+      } while (extrasAgain && alive);
+    } finally {
+      extrasBusy = false;
     }
   }
 
@@ -106,7 +165,7 @@ export function rulePage(ctx, key) {
       }
       if (statusDoc.rolled_back) actions.appendChild(h('span', {class: 'muted'}, 'Global rollback is on: Resume it on the overview.'));
     }
-    replace(main, back(), title, name, actions,
+    replace(main, back(), title, name, actions, extras,
       section('Fields', fieldsTable(view, statusDoc)),
       session.canWrite ? editor(view) : section('Rule JSON', h('pre', {class: 'json', id: 'rule-json'}, JSON.stringify(ruleOnly(view), null, 2))),
       h('section', {class: 'card'}, live),
@@ -396,6 +455,6 @@ export function rulePage(ctx, key) {
   }
 
   load();
-  timer = setInterval(() => { if (shown) refreshLive(shown); }, REFRESH_MS);
+  timer = setInterval(() => { if (shown) { refreshLive(shown); refreshExtras(); } }, REFRESH_MS);
   return {dispose() { alive = false; clearInterval(timer); }};
 }
