@@ -218,7 +218,7 @@ func TestBrowserRollback(t *testing.T) {
 const writeControlsJS = `(() => {
 	const marked = document.querySelectorAll('[data-write], #editor, #rollback-all, #resume-all, #rule-rollback, #rule-resume, [data-revert], #save, #review');
 	const labelled = [...document.querySelectorAll('button')].filter((el) =>
-		/rollback|roll back|resume|save|revert|review|delete/i.test(el.textContent));
+		/rollback|roll back|resume|save|revert|review|delete|promote|pause|abort|retry/i.test(el.textContent));
 	return marked.length + labelled.length;
 })()`
 
@@ -392,67 +392,76 @@ func TestBrowserStatus(t *testing.T) {
 	})
 }
 
-// TestBrowserOptionalFeatures: the rollout and experiment screens show
-// only when the gateway has their API. Without it the rule page shows no
-// trace of them and no error; with it, the section appears.
+// TestBrowserOptionalFeatures: the rollout, experiment and shadow diff
+// sections show only when their API answers for the rule. A gateway
+// without these APIs (their paths answer 404, as any unknown /api path
+// does) shows no trace of them and no error, even for rules that have a
+// rollout and a mirror; on the real gateway a rule shows the sections it
+// has and none of the others.
 func TestBrowserOptionalFeatures(t *testing.T) {
 	t.Parallel()
+	withBoth := func(r map[string]any) { r["rollout"] = rolloutPlan; r["mirror"] = map[string]any{"target": "gray", "percent": 100, "diff": map[string]any{}} }
+	// noExtras checks that the page of key has drawn and shows none of
+	// the optional sections, and no error.
+	noExtras := func(b *tab, key string) {
+		b.t.Helper()
+		b.waitText(`#history li[data-version="1"]`, "create")
+		b.waitFor("the live traffic table", `document.querySelector('#rule-live table')`)
+		// Two rounds of the probes answered (the first, and a refresh).
+		b.waitFor("two rounds of probes", `Number((document.querySelector('#rule-extras') || {dataset: {}}).dataset.rounds) >= 2`)
+		if n := b.count("#rule-extras > *, #rollout, #experiment, #mirror-diff"); n != 0 {
+			b.t.Errorf("the page of %s shows %d rollout/experiment/diff elements", key, n)
+		}
+		if n := b.count(".error:not(:empty)"); n != 0 {
+			b.t.Errorf("the page of %s shows an error: %q", key, b.text(".error:not(:empty)"))
+		}
+	}
 	t.Run("absent", func(t *testing.T) {
 		b := newTab(t)
-		// A gateway without these APIs: the paths answer 404, as any
-		// unknown /api path does.
 		e := startGateway(t, func(admin http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if strings.HasPrefix(r.URL.Path, "/api/v1/experiments/") || strings.HasSuffix(r.URL.Path, "/rollout") {
+				p := r.URL.Path
+				if strings.HasPrefix(p, "/api/v1/experiments/") || strings.HasSuffix(p, "/rollout") || strings.Contains(p, "/rollout/") || strings.HasSuffix(p, "/diff") {
 					http.NotFound(w, r)
 					return
 				}
 				admin.ServeHTTP(w, r)
 			})
 		})
+		e.putRule("user_center_v2", withBoth)
 		b.login(e, adminToken)
 		b.open(e.admin + "/ui/#/rules/checkout_button")
-		b.waitText(`#history li[data-version="1"]`, "create")
-		b.waitFor("the probes to finish", `document.querySelector('#rule-extras')`)
-		// The probes run after the page draws; the live table comes after
-		// the rollout probe answered.
-		b.waitFor("the live traffic table", `document.querySelector('#rule-live table')`)
-		if n := b.count("#rule-extras > *, #rollout, #experiment"); n != 0 {
-			t.Errorf("the rule page shows %d rollout/experiment elements without their API", n)
-		}
-		if n := b.count(".error:not(:empty)"); n != 0 {
-			t.Errorf("the rule page shows an error: %q", b.text(".error:not(:empty)"))
-		}
+		noExtras(b, "checkout_button")
+		b.open(e.admin + "/ui/#/rules/user_center_v2")
+		noExtras(b, "user_center_v2")
 	})
-	t.Run("present", func(t *testing.T) {
-		b := newTab(t)
-		e := startGateway(t, func(admin http.Handler) http.Handler {
-			mux := http.NewServeMux()
-			mux.HandleFunc("GET /api/v1/experiments/checkout_button/results", func(w http.ResponseWriter, r *http.Request) {
-				if r.Header.Get("Authorization") != "Bearer "+adminToken {
-					http.Error(w, "unauthorized", http.StatusUnauthorized)
-					return
-				}
-				w.Header().Set("Content-Type", "application/json")
-				fmt.Fprint(w, `{"experiment":"exp_checkout_202611","srm":{"p_value":0.41}}`)
-			})
-			mux.Handle("/", admin)
-			return mux
-		})
-		b.login(e, adminToken)
-		b.open(e.admin + "/ui/#/rules/checkout_button")
-		b.waitText("#experiment", `"p_value": 0.41`)
-		if n := b.count("#rollout"); n != 0 {
-			t.Errorf("a rollout section shows without the rollout API")
-		}
-	})
-	t.Run("the gateway's own results", func(t *testing.T) {
+	t.Run("none for this rule", func(t *testing.T) {
 		b := newTab(t)
 		e := startGateway(t, nil)
 		b.login(e, adminToken)
+		// The gateway has the APIs; this rule has neither a rollout nor a
+		// mirror, so they answer 404 for it.
+		b.open(e.admin + "/ui/#/rules/user_center_v2")
+		noExtras(b, "user_center_v2")
+	})
+	t.Run("present", func(t *testing.T) {
+		b := newTab(t)
+		e := startGateway(t, nil)
+		e.putRule("user_center_v2", withBoth)
+		b.login(e, adminToken)
 		b.open(e.admin + "/ui/#/rules/checkout_button")
-		b.waitText("#experiment", `"experiment": "exp_checkout_202611"`)
-		b.waitText("#experiment", `"srm": {`)
+		b.waitText("#experiment-about", "experiment exp_checkout_202611")
+		b.waitText("#srm", "not judged yet")
+		b.waitText("#experiment-no-metrics", "declares no metrics")
+		if n := b.count("#rollout, #mirror-diff"); n != 0 {
+			t.Errorf("an ab rule shows %d rollout or diff sections", n)
+		}
+		b.open(e.admin + "/ui/#/rules/user_center_v2")
+		b.waitFor("the rollout and the diff", `document.querySelector('#rule-extras > #rollout + #mirror-diff')`)
+		b.waitText("#mirror-about", "mirrors to gray")
+		if n := b.count("#experiment"); n != 0 {
+			t.Error("a gray rule shows experiment results")
+		}
 	})
 }
 

@@ -58,6 +58,7 @@ type gw struct {
 	data   string // http://127.0.0.1:port, the data plane
 	admin  string // http://127.0.0.1:port, the admin listener (and the console)
 	client *http.Client
+	g      *gateway.Gateway
 }
 
 // startGateway runs a gateway with the demo config. wrap, if set, wraps
@@ -89,7 +90,7 @@ func startGateway(t *testing.T, wrap func(http.Handler) http.Handler) *gw {
 	}
 	dl, al := listen(t), listen(t)
 	e := &gw{t: t, data: "http://" + dl.Addr().String(), admin: "http://" + al.Addr().String(),
-		client: &http.Client{Timeout: 20 * time.Second}}
+		client: &http.Client{Timeout: 20 * time.Second}, g: g}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	if wrap == nil {
@@ -172,14 +173,20 @@ type answer struct {
 // with the given header name/value pairs.
 func (e *gw) get(path, uid string, hdr ...string) answer {
 	e.t.Helper()
-	req, _ := http.NewRequest("GET", e.data+path, nil)
+	return e.send("GET", path, uid, hdr...)
+}
+
+// send is get with a method.
+func (e *gw) send(method, path, uid string, hdr ...string) answer {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.data+path, nil)
 	req.Header.Set("X-User-Id", uid)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
-		e.t.Fatalf("GET %s as %s: %v", path, uid, err)
+		e.t.Fatalf("%s %s as %s: %v", method, path, uid, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)

@@ -133,6 +133,9 @@ export function rulePage(ctx, key) {
         const want = list.filter((o) => o.shown).map((o) => o.el);
         const have = [...extras.children];
         if (want.length !== have.length || want.some((el, i) => el !== have[i])) replace(extras, want);
+        // How many rounds of probes have answered: a page without any
+        // optional section is then known to be complete.
+        extras.dataset.rounds = String(Number(extras.dataset.rounds || 0) + 1);
       } while (extrasAgain && alive);
     } finally {
       extrasBusy = false;
