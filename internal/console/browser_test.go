@@ -400,7 +400,10 @@ func TestBrowserStatus(t *testing.T) {
 // has and none of the others.
 func TestBrowserOptionalFeatures(t *testing.T) {
 	t.Parallel()
-	withBoth := func(r map[string]any) { r["rollout"] = rolloutPlan; r["mirror"] = map[string]any{"target": "gray", "percent": 100, "diff": map[string]any{}} }
+	withBoth := func(r map[string]any) {
+		r["rollout"] = rolloutPlan
+		r["mirror"] = map[string]any{"target": "gray", "percent": 100, "diff": map[string]any{}}
+	}
 	// noExtras checks that the page of key has drawn and shows none of
 	// the optional sections, and no error.
 	noExtras := func(b *tab, key string) {

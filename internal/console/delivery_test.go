@@ -142,7 +142,9 @@ func TestBrowserRollout(t *testing.T) {
 	b.waitText("#rollout-step", "step 1 of 5")
 	// The background analysis measures the gray traffic: the checks show
 	// a value against their threshold.
-	b.waitForThen(func() string { return fmt.Sprintf("a measured error_rate (the checks say %q)", b.text("#rollout-checks")) },
+	b.waitForThen(func() string {
+		return fmt.Sprintf("a measured error_rate (the checks say %q)", b.text("#rollout-checks"))
+	},
 		`(() => { const r = document.querySelector('#rollout-checks tr[data-check="health/error_rate"]');
 			return r && r.querySelector('[data-col="value"]').textContent === '0' && r.dataset.result === 'passed'; })()`)
 	b.waitText(`#rollout-checks tr[data-check="health/error_rate"] [data-col="threshold"]`, "max 0.05")
