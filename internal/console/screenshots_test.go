@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,9 +38,24 @@ func TestScreenshots(t *testing.T) {
 		}
 	}
 
+	// shotOf captures one element of the page.
+	shotOf := func(sel, name string) {
+		t.Helper()
+		b.do("scroll to "+sel, chromedp.ScrollIntoView(chromedp.CSS(sel)))
+		buf, err := chromedp.Run(b.ctx, chromedp.Screenshot(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Traffic for the live columns, in waves, with a few failures on gray:
 	// bounded in time and count.
 	stop := make(chan struct{})
+	var failing atomic.Bool // whether every 40th request fails on gray
+	failing.Store(true)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -53,8 +69,10 @@ func TestScreenshots(t *testing.T) {
 			case <-time.After(time.Duration(wave) * time.Millisecond):
 			}
 			uid := fmt.Sprint(i % 97)
-			if i%40 == 0 {
+			if i%40 == 0 && failing.Load() {
 				e.get("/api/user/profile", "10001", "X-Test-Fail", "1")
+			} else if i%10 == 0 && !failing.Load() {
+				e.get("/api/user/profile", "10001") // whitelisted: gray at any percent
 			}
 			e.get("/api/user/profile", uid)
 			if i%2 == 0 {
@@ -110,5 +128,43 @@ func TestScreenshots(t *testing.T) {
 	b.open(e.admin + "/ui/#/status")
 	b.waitText("#st-version", version)
 	shot("console-status.png")
+
+	// A rollout that ramped to 25% through a passed analysis and waits
+	// for promote; the traffic above, without its failures, feeds its
+	// analysis.
+	failing.Store(false)
+	e.putRule("user_center_v2", func(r map[string]any) {
+		r["gray_percent"] = 0
+		r["rollout"] = map[string]any{
+			"steps": []any{
+				map[string]any{"percent": 5}, map[string]any{"analysis": "health"}, map[string]any{"percent": 25},
+				map[string]any{"pause": map[string]any{}}, map[string]any{"percent": 100},
+			},
+			"analyses": map[string]any{"health": map[string]any{"interval": "2s", "count": 3, "inconclusive_limit": 2, "checks": []any{
+				map[string]any{"metric": "error_rate", "max": 0.01, "min_requests": 5},
+				map[string]any{"metric": "p99_ms", "max": 500, "min_requests": 5},
+			}}},
+		}
+	})
+	e.waitRollout("user_center_v2", "paused", 3)
+	b.open(e.admin + "/ui/#/rules/user_center_v2")
+	b.waitText(`#rollout-steps li[data-step="3"][data-place="current"]`, "pause until promoted")
+	b.waitFor("measured checks", `document.querySelector('#rollout-checks tr[data-check="health/error_rate"][data-result="passed"]')`)
+	b.waitFor("the rollout's events", `document.querySelectorAll('#rollout-events li').length >= 4`)
+	shotOf("#rollout", "console-rollout.png")
+
+	// An experiment with a conversion metric: B's users buy more often.
+	e.putRule("checkout_button", metricRule)
+	for u := range 600 {
+		uid := fmt.Sprintf("shopper-%d", u)
+		a := e.get("/shop/cart", uid)
+		if (a.group == "B" && u%3 == 0) || (a.group == "A" && u%8 == 0) {
+			e.send("POST", "/shop/buy", uid)
+		}
+	}
+	b.open(e.admin + "/ui/#/rules/checkout_button")
+	b.waitFor("judged results", `document.querySelector('#srm[data-srm="ok"]') &&
+		/^\d/.test(document.querySelector('#experiment table[data-metric="purchase"] tr[data-group="B"] [data-col="p"]').textContent)`)
+	shotOf("#experiment", "console-experiment.png")
 	t.Logf("screenshots in %s", dir)
 }

@@ -57,7 +57,7 @@ function metricTable(res, name) {
   return h('div', {class: 'metric'},
     h('h3', null, name, type ? h('span', {class: 'muted'}, ` · ${type}`) : null),
     h('table', {class: ['trace', 'exp-metric'], 'data-metric': name},
-      h('thead', null, h('tr', null, ['Group', 'Units', 'Mean', 'Lift', '95% CI', 'p-value', ''].map((t) => h('th', null, t)))),
+      h('thead', null, h('tr', null, h('th', null, 'Group'), ['Units', 'Mean', 'Lift', '95% CI', 'p-value'].map((t) => h('th', {class: 'num'}, t)), h('th'))),
       h('tbody', null, rows)));
 }
 

@@ -30,7 +30,7 @@ export function mirrorPanel() {
       !d.diff ? h('p', {class: 'muted'}, 'Answers are not compared: the mirror has no "diff".')
         : [h('p', {class: 'muted small'}, `A field is a regression when raw − noise > ${fmtPercent(th.absolute ?? 0)} and (raw − noise)/(raw + noise) > ${fmtPercent(th.relative ?? 0)}, after ${th.min_compared ?? 0} compared answers.`),
           fields.length ? h('table', {class: 'trace', id: 'mirror-fields'},
-            h('thead', null, h('tr', null, ['Path', 'Raw', 'Noise', 'Regression', 'Examples'].map((t) => h('th', null, t)))),
+            h('thead', null, h('tr', null, ['Path', 'Raw', 'Noise', 'Regression', 'Examples'].map((t) => h('th', {class: t === 'Raw' || t === 'Noise' ? 'num' : null}, t)))),
             h('tbody', null, fields.map((f) => h('tr', {'data-path': f.path, 'data-regression': String(!!f.regression), class: f.regression ? 'regression' : null},
               h('td', {class: 'path'}, f.path),
               h('td', {class: 'num', 'data-col': 'raw'}, `${fmtPercent(f.raw_rate)} (${f.raw})`),

@@ -73,7 +73,7 @@ function stepMark(i, view) {
   if (view.state === 'completed' || i < view.step) return {mark: '✔', place: 'done'};
   if (i > view.step) return {mark: '○', place: 'pending'};
   if (view.state === 'aborted') return {mark: '✖', place: 'current'};
-  if (view.state === 'paused') return {mark: '॥', place: 'current'};
+  if (view.state === 'paused') return {mark: '‖', place: 'current'};
   return {mark: '►', place: 'current'};
 }
 
@@ -181,7 +181,8 @@ export function rolloutPanel(ctx, key, onAction) {
     }
     if (!rows.length) return null;
     return [h('h3', null, 'Analysis checks'), h('table', {class: 'trace', id: 'rollout-checks'},
-      h('thead', null, h('tr', null, ['Analysis', 'Check', 'Last value', 'Threshold', 'Requests', 'Result', 'At', 'Note'].map((t) => h('th', null, t)))),
+      h('thead', null, h('tr', null, ['Analysis', 'Check', 'Last value', 'Threshold', 'Requests', 'Result', 'At', 'Note'].map((t) =>
+        h('th', {class: t === 'Last value' || t === 'Requests' ? 'num' : null}, t)))),
       h('tbody', null, rows))];
   }
 
