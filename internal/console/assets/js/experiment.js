@@ -4,7 +4,7 @@
 // control group, the lift's 95% interval, the p-value and whether the
 // difference is significant; and a health card for the split (sample
 // ratio mismatch).
-import {fmtLift, fmtNum, fmtPercent, h, pill} from './dom.js';
+import {fmtLift, fmtNum, fmtPercent, h, pill, replace} from './dom.js';
 import {enc, look} from './api.js';
 
 // ALPHA is the significance level of the 95% intervals the API reports.
@@ -85,8 +85,12 @@ function srmCard(res) {
 
 // experimentPanel renders an ab rule's results.
 export function experimentPanel() {
-  const el = h('section', {class: ['card', 'experiment'], id: 'experiment'});
+  const content = h('div');
+  const el = h('section', {class: ['card', 'experiment'], id: 'experiment'}, content);
   function render(res) {
+    replace(content, draw(res));
+  }
+  function draw(res) {
     const metrics = metricNames(res);
     const about = `experiment ${res.experiment} · rule version ${res.rule_version} · control ${res.control} · ` +
       `${res.sequential ? 'always-valid (sequential) intervals' : 'fixed-horizon Welch t-tests'} · store ${res.store} · conversion window ${res.conversion_window}`;

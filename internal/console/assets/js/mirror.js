@@ -4,7 +4,7 @@
 // that differed with its raw rate (candidate vs primary), its noise rate
 // (a second stable instance vs primary) and whether that is a regression;
 // examples are shown as text.
-import {fmtPercent, h, pill} from './dom.js';
+import {fmtPercent, h, pill, replace} from './dom.js';
 import {enc, look} from './api.js';
 
 export function loadDiff(key) {
@@ -12,8 +12,12 @@ export function loadDiff(key) {
 }
 
 export function mirrorPanel() {
-  const el = h('section', {class: ['card', 'mirror'], id: 'mirror-diff'});
+  const content = h('div');
+  const el = h('section', {class: ['card', 'mirror'], id: 'mirror-diff'}, content);
   function render(d) {
+    replace(content, draw(d));
+  }
+  function draw(d) {
     const counts = [
       ['requests', 'requests', d.requests], ['compared', 'compared', d.compared], ['status_mismatch', 'status mismatches', d.status_mismatch],
       ['failed', 'failed', d.failed], ['dropped', 'dropped', d.dropped]];

@@ -85,7 +85,9 @@ export function statsByRule(doc) {
 
 export function overview(ctx) {
   const {main, session} = ctx;
-  const body = h('div', {id: 'overview'});
+  const barSlot = h('div'), tableSlot = h('div');
+  const body = h('div', {id: 'overview'}, barSlot, tableSlot);
+  let barOn = null, barText = null;
   const updated = h('span', {class: 'muted', id: 'updated'});
   const problem = h('p', {class: 'error', role: 'alert'});
   replace(main, h('div', {class: 'titlebar'}, h('h1', null, 'Rules'), updated), problem, body);
@@ -110,15 +112,22 @@ export function overview(ctx) {
     const stats = statsByRule(statsDoc);
     const rules = list.rules || [];
     const globalOn = !!list.rolled_back;
-    const bar = h('div', {class: ['globalbar', globalOn ? 'on' : null], id: 'global-rollback', 'data-rolled-back': String(globalOn)},
-      h('span', null, globalOn
-        ? 'Global rollback is ON: gray rules send everyone to stable, experiments to their control group.'
-        : `Global rollback is off. Revision ${list.revision}, ${rules.length} rule(s).`));
-    if (session.canWrite) {
-      bar.appendChild(globalOn
-        ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', onclick: resumeAll}, 'Resume')
-        : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', onclick: rollbackAll}, 'Rollback all'));
+    // The bar and its button stay in the page while the global state
+    // holds, so a refresh never replaces the button under the pointer.
+    if (barOn !== globalOn) {
+      barOn = globalOn;
+      barText = h('span');
+      const bar = h('div', {class: ['globalbar', globalOn ? 'on' : null], id: 'global-rollback', 'data-rolled-back': String(globalOn)}, barText);
+      if (session.canWrite) {
+        bar.appendChild(globalOn
+          ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', onclick: resumeAll}, 'Resume')
+          : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', onclick: rollbackAll}, 'Rollback all'));
+      }
+      replace(barSlot, bar);
     }
+    barText.textContent = globalOn
+      ? 'Global rollback is ON: gray rules send everyone to stable, experiments to their control group.'
+      : `Global rollback is off. Revision ${list.revision}, ${rules.length} rule(s).`;
     const anyRollout = rules.some((r) => r.rollout);
     const head = h('tr', null, ['Rule', 'Type', 'Split', 'Breaker', 'Rolled back'].map((t) => h('th', null, t)),
       anyRollout ? h('th', null, 'Rollout') : null,
@@ -145,7 +154,7 @@ export function overview(ctx) {
         anyRollout ? h('td') : null,
         h('td', null, liveTable([...unclaimed.keys()], unclaimed))));
     }
-    replace(body, bar,
+    replace(tableSlot,
       rules.length ? h('table', {class: 'rules'}, h('thead', null, head), h('tbody', null, rows))
         : h('p', {class: 'muted'}, 'No rules yet. PUT one with the admin API or graygate rules put.'),
       h('p', {class: 'muted small'}, `Store ${storeKind(statusDoc)}, last reload ${statusDoc.last_reload_result || '—'} at ${fmtTime(statusDoc.last_reload)}.`));

@@ -97,13 +97,14 @@ function measurementLine(m) {
     notes.length ? h('span', {class: 'muted'}, ' — ' + notes.join('; ')) : null);
 }
 
-// rolloutPanel renders into el and keeps its action buttons across
-// refreshes of the same state, so a refresh never replaces a button under
-// the operator's pointer. onAction runs after an action was taken.
+// rolloutPanel renders into el and keeps its action buttons in the page
+// across refreshes of the same state, so a refresh never replaces a
+// button under the operator's pointer. onAction runs after an action.
 export function rolloutPanel(ctx, key, onAction) {
   const {session} = ctx;
-  const el = h('section', {class: ['card', 'rollout'], id: 'rollout'});
-  let actions = null, actionsFor = '';
+  const top = h('div'), actionSlot = h('div'), rest = h('div');
+  const el = h('section', {class: ['card', 'rollout'], id: 'rollout'}, top, actionSlot, rest);
+  let actionsFor = '';
 
   function render(data) {
     const {view, plan, rule, history} = data;
@@ -122,7 +123,7 @@ export function rolloutPanel(ctx, key, onAction) {
       (status.failure.threshold ? ` (${status.failure.threshold})` : '') +
       (status.failure.message ? ` — ${status.failure.message}` : '')) : null;
     if (session.canWrite && actionsFor !== view.state) {
-      actions = actionBar(view, rule);
+      replace(actionSlot, actionBar(view, rule));
       actionsFor = view.state;
     }
     const measurements = view.measurements || [];
@@ -144,10 +145,11 @@ export function rolloutPanel(ctx, key, onAction) {
       place === 'current' && view.message ? h('span', {class: 'muted'}, ` — ${view.message}`) : null,
       ms.length ? h('ul', {class: 'measurements'}, ms.map(measurementLine)) : null);
     }));
-    return [head, message, failure, session.canWrite ? actions : null, timeline,
+    replace(top, head, message, failure);
+    replace(rest, timeline,
       background.length ? [h('h3', null, `Background analysis ${plan.background_analysis}`),
         h('ul', {class: 'measurements', id: 'rollout-background'}, background.slice(-MEASUREMENTS_SHOWN).map(measurementLine))] : null,
-      checksTable(plan, measurements), eventList(history)];
+      checksTable(plan, measurements), eventList(history));
   }
 
   // checksTable lists every check of the analyses the plan uses with its

@@ -110,7 +110,8 @@ export function rulePage(ctx, key) {
         return;
       }
       problem.textContent = '';
-      replace(o.el, panel.render(got.data), problem);
+      panel.render(got.data);
+      if (o.el.lastChild !== problem) o.el.appendChild(problem);
       o.shown = true;
     };
     return o;
