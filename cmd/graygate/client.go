@@ -25,9 +25,11 @@ var clientCommands = map[string]func(ctx context.Context, args []string, stdout,
 	"resume": func(ctx context.Context, a []string, o, e io.Writer) error {
 		return cmdRollback(ctx, "resume", a, o, e)
 	},
+	"rollout":  cmdRollout,
 	"explain":  cmdExplain,
 	"diff":     cmdDiff,
 	"status":   cmdStatus,
+	"results":  cmdResults,
 	"register": cmdRegister,
 }
 

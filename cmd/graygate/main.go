@@ -39,6 +39,9 @@ Usage:
   graygate rules list|get|put|delete|history|revert ...
   graygate rollback | resume | explain | status | diff KEY
                                   talk to a running gateway's admin API (see graygate rules -h)
+  graygate rollout get|promote|pause|resume|abort|retry KEY [--watch] [--full]
+                                  follow and steer a rule's rollout plan (see graygate rollout)
+  graygate results KEY            an experiment's results: units, means, lift with its CI, p-values, SRM
   graygate register --store etcd://HOST:PORT/PREFIX --service NAME --addr HOST:PORT [--meta K=V]... [--ttl 10s]
                                   keep a service instance registered for discovery until stopped
 `

@@ -1,8 +1,10 @@
 // Package admin serves graygate's admin API on net/http: rules with
-// versions, history and revert, one-click rollback, explain and status.
-// Every /api route needs a bearer token; tokens are named and carry a role
-// ("admin" may write, "viewer" may only read). Errors are JSON objects that
-// list every problem with its path, as the rule and config decoders report them.
+// versions, history and revert, one-click rollback, explain, status, and
+// experiment results and events. Every /api route needs a bearer token;
+// tokens are named and carry a role ("admin" may write, "viewer" may only
+// read, "events" may only post experiment events, for application
+// backends). Errors are JSON objects that list every problem with its
+// path, as the rule and config decoders report them.
 package admin
 
 import (
@@ -18,6 +20,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/router"
@@ -34,6 +37,9 @@ const MaxBody = 1 << 20
 const (
 	RoleAdmin  = "admin"
 	RoleViewer = "viewer"
+	// RoleEvents may post experiment events (POST /api/v1/events) and
+	// nothing else: the token to give application backends.
+	RoleEvents = "events"
 )
 
 // Token is a named bearer token.
@@ -74,8 +80,13 @@ type Options struct {
 	Notify func(notify.Event)
 	// Mirrors feeds GET /api/v1/rules/{key}/diff; nil leaves it unrouted.
 	Mirrors *mirror.Set
-	Tokens  []Token
-	Logger  *slog.Logger
+	// Rollout serves the rollout routes; nil leaves them unrouted.
+	Rollout RolloutControl
+	// Experiments serves GET /api/v1/experiments/{key}/results and POST
+	// /api/v1/events; nil leaves them unrouted.
+	Experiments *experiment.Recorder
+	Tokens      []Token
+	Logger      *slog.Logger
 }
 
 // Change describes a write for Options.Commit to check before it is made.
@@ -148,6 +159,11 @@ func New(opts Options) *Server {
 	}
 	s.handle("GET /api/v1/status", RoleViewer, s.status)
 	s.handle("GET /api/v1/layers", RoleViewer, s.layers)
+	s.routeRollouts()
+	if opts.Experiments != nil {
+		s.handle("GET /api/v1/experiments/{key}/results", RoleViewer, s.experimentResults)
+		s.handle("POST /api/v1/events", RoleEvents, s.postEvents)
+	}
 	s.routeConsole()
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.authenticate(w, r); !ok {
@@ -182,13 +198,32 @@ func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.
 		if !ok {
 			return
 		}
-		if role == RoleAdmin && p.role != RoleAdmin {
-			writeError(w, http.StatusForbidden, fmt.Sprintf("token %q has role %q, which may not change anything", p.name, p.role), nil)
+		if !allowed(role, p.role) {
+			msg := fmt.Sprintf("token %q has role %q, which may not change anything", p.name, p.role)
+			if p.role == RoleEvents {
+				msg = fmt.Sprintf("token %q has role %q, which may only POST /api/v1/events", p.name, p.role)
+			}
+			writeError(w, http.StatusForbidden, msg, nil)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		h(w, r, p)
 	})
+}
+
+// allowed reports whether a token of role may use a route that needs
+// route: admin routes take admin tokens, viewer routes admin and viewer
+// tokens, the events route admin and events tokens.
+func allowed(route, role string) bool {
+	switch route {
+	case RoleAdmin:
+		return role == RoleAdmin
+	case RoleViewer:
+		return role == RoleAdmin || role == RoleViewer
+	case RoleEvents:
+		return role == RoleAdmin || role == RoleEvents
+	}
+	return false
 }
 
 // authenticate checks the bearer token in constant time against every

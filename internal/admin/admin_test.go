@@ -79,6 +79,8 @@ func FuzzDecodeRuleBody(f *testing.F) {
 	f.Add([]byte(`{"type":"gray","gray_percent":10,"targets":{"gray":"h:1","stable":"h:2"},"reason":"r"}`))
 	f.Add([]byte(`{"key":"k","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
 	f.Add([]byte(`{"rules":[{"tag":"a","operator":"gt","value":1}],"target":"h:1"}`))
+	f.Add([]byte(`{"type":"gray","gray_percent":0,"targets":{"gray":"h:1","stable":"h:2"},"rollout":{"steps":[{"percent":5},{"pause":{}}],"status":{"state":"completed","step":2,"started_at":"2026-01-01T00:00:00Z","step_started_at":"2026-01-01T00:00:00Z"}}}`))
+	f.Add([]byte(`{"type":"gray","gray_percent":0,"targets":{"gray":"h:1","stable":"h:2"},"rollout":{"steps":[{"analysis":"a"}],"analyses":{"a":{"interval":"1s","checks":[{"webhook":{"url":"http://h/x"}}]}},"status":7}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, _, err := decodeRuleBody(body, "k")
 		if err != nil {
@@ -92,5 +94,25 @@ func FuzzDecodeRuleBody(f *testing.F) {
 		if r.Key != "k" {
 			t.Fatalf("key %q, want the URL's", r.Key)
 		}
+		if r.Rollout != nil && r.Rollout.Status != nil {
+			t.Fatalf("a client's rollout.status survived decoding: %s", body)
+		}
 	})
+}
+
+func TestRoles(t *testing.T) {
+	tests := []struct {
+		route, role string
+		want        bool
+	}{
+		{RoleAdmin, RoleAdmin, true}, {RoleAdmin, RoleViewer, false}, {RoleAdmin, RoleEvents, false},
+		{RoleViewer, RoleAdmin, true}, {RoleViewer, RoleViewer, true}, {RoleViewer, RoleEvents, false},
+		{RoleEvents, RoleAdmin, true}, {RoleEvents, RoleViewer, false}, {RoleEvents, RoleEvents, true},
+		{RoleViewer, "root", false},
+	}
+	for _, tt := range tests {
+		if got := allowed(tt.route, tt.role); got != tt.want {
+			t.Errorf("allowed(route %q, token %q) = %v, want %v", tt.route, tt.role, got, tt.want)
+		}
+	}
 }

@@ -114,6 +114,11 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 	generic["key"], _ = json.Marshal(key)
 	clean, _ := json.Marshal(generic)
 	r, err := rule.Decode(clean)
+	if r.Rollout != nil {
+		// The gateway writes rollout.status; a GET body PUT back carries
+		// one, which is dropped here and replaced by the stored one.
+		r.Rollout.Status = nil
+	}
 	return r, reason, err
 }
 
@@ -161,10 +166,15 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "valid": true, "rule": view, "priority": rl.EffectivePriority()})
 		return
 	}
+	meta := store.Meta{By: p.name, Reason: changeReason(r, reason)}
 	var e store.Entry
 	err = s.opts.Commit(r.Context(), change, func(ctx context.Context) (int64, error) {
 		var err error
-		e, err = s.opts.Store.Put(ctx, key, canonical, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, reason)})
+		if rl.Rollout != nil {
+			e, err = s.putRollout(ctx, key, rl, ifVersion, meta)
+		} else {
+			e, err = s.opts.Store.Put(ctx, key, canonical, ifVersion, meta)
+		}
 		return e.Revision, err
 	})
 	if err != nil {
@@ -285,10 +295,15 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 	if reason == "" {
 		reason = fmt.Sprintf("revert to version %d", req.Version)
 	}
+	meta := store.Meta{By: p.name, Reason: reason, Op: "revert"}
 	var e store.Entry
 	err = s.opts.Commit(r.Context(), Change{Key: key, Rule: target}, func(ctx context.Context) (int64, error) {
 		var err error
-		e, err = s.opts.Store.Put(ctx, key, target, store.AnyVersion, store.Meta{By: p.name, Reason: reason, Op: "revert"})
+		if rl.Rollout != nil {
+			e, err = s.putRollout(ctx, key, rl, store.AnyVersion, meta)
+		} else {
+			e, err = s.opts.Store.Put(ctx, key, target, store.AnyVersion, meta)
+		}
 		return e.Revision, err
 	})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/graygate/graygate/internal/breaker"
@@ -193,7 +194,9 @@ type Token struct {
 	// Token is the secret; TokenEnv names an environment variable holding it instead.
 	Token    string `json:"token,omitempty"`
 	TokenEnv string `json:"token_env,omitempty"`
-	// Role is "admin" (read and write, the default) or "viewer" (read only).
+	// Role is "admin" (read and write, the default), "viewer" (read only)
+	// or "events" (may only post experiment events: for application
+	// backends).
 	Role string `json:"role,omitempty"`
 }
 
@@ -366,14 +369,53 @@ func (t *Targeting) Validate(path string) error {
 	return errors.Join(errs...)
 }
 
-// Experiments configures what every ab rule shares.
+// Experiments configures what every ab rule shares: the holdout, and how
+// exposures and conversions are recorded (package experiment).
 type Experiments struct {
 	// Holdout keeps a stable share of users out of every experiment: a
 	// held-out user is claimed by no ab rule and is served by the control
 	// group of the ab rule that would have claimed them, as group
 	// "holdout". Gray rules ignore it.
 	Holdout *Holdout `json:"holdout,omitempty"`
+	// ExposureLog, when set, is a file to which one JSON line is appended
+	// per first exposure: {"ts","unit","experiment","group","rule_version",
+	// "gateway"} (GrowthBook's trackingCallback, for warehouses).
+	ExposureLog string `json:"exposure_log,omitempty"`
+	// Store is where exposures and conversions are counted: empty for the
+	// data dir, or redis://[user:password@]host:port/db (rediss:// for
+	// TLS), shared by a fleet so that its results are fleet-wide.
+	Store string `json:"store,omitempty"`
+	// SRMAction is what a sample-ratio mismatch does besides a WARN log and
+	// "ok": false in the results: "" (nothing more, the default) or
+	// "freeze" (one-click rollback of the rule: everyone goes to control).
+	SRMAction string `json:"srm_action,omitempty"`
+	// ConversionWindow is how long after a unit's first exposure its
+	// conversions count (default 72h, as GrowthBook's).
+	ConversionWindow Duration `json:"conversion_window,omitempty"`
+	// FlushInterval is how often queued exposures and conversions are
+	// written to the store (default 1s): what a kill -9 can lose at most.
+	FlushInterval Duration `json:"flush_interval,omitempty"`
+	// MaxUnits bounds the (experiment, unit) pairs the data-dir store keeps
+	// in memory (default 5,000,000); later first exposures are dropped and
+	// counted.
+	MaxUnits int `json:"max_units,omitempty"`
+	// BufferEvents bounds the events held for a store that is unreachable
+	// (default 100,000); older ones are dropped and counted.
+	BufferEvents int `json:"buffer_events,omitempty"`
+	// Gateway names this gateway in exposure log lines (default: the host
+	// name and the data-plane port).
+	Gateway string `json:"gateway,omitempty"`
 }
+
+// Experiment defaults.
+const (
+	DefaultConversionWindow = 72 * time.Hour
+	DefaultFlushInterval    = time.Second
+	DefaultMaxUnits         = 5_000_000
+	DefaultBufferEvents     = 100_000
+	// SRMActionFreeze rolls an experiment with a sample-ratio mismatch back.
+	SRMActionFreeze = "freeze"
+)
 
 // Holdout is the global holdout: users whose xxh64(salt + ":" + uid) %
 // 10000 is below percent × 100 are held out.
@@ -385,17 +427,68 @@ type Holdout struct {
 	Salt string `json:"salt,omitempty"`
 }
 
+// defaults fills the unset experiment fields.
+func (e *Experiments) defaults() {
+	if e.ConversionWindow == 0 {
+		e.ConversionWindow = Duration(DefaultConversionWindow)
+	}
+	if e.FlushInterval == 0 {
+		e.FlushInterval = Duration(DefaultFlushInterval)
+	}
+	if e.MaxUnits == 0 {
+		e.MaxUnits = DefaultMaxUnits
+	}
+	if e.BufferEvents == 0 {
+		e.BufferEvents = DefaultBufferEvents
+	}
+}
+
 // Validate reports every problem under path.
 func (e *Experiments) Validate(path string) error {
-	if e.Holdout == nil {
-		return nil
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, strict.Errorf(strict.Join(path, field), format, args...))
 	}
-	p := strict.Join(strict.Join(path, "holdout"), "percent")
-	switch h := e.Holdout.Percent * 100; {
-	case math.IsNaN(e.Holdout.Percent) || e.Holdout.Percent < 0 || e.Holdout.Percent > 100:
-		return strict.Errorf(p, "must be 0..100, got %v", e.Holdout.Percent)
-	case math.Abs(h-math.Round(h)) > 1e-6:
-		return strict.Errorf(p, "allows at most two decimals, got %v", e.Holdout.Percent)
+	if e.Holdout != nil {
+		switch h := e.Holdout.Percent * 100; {
+		case math.IsNaN(e.Holdout.Percent) || e.Holdout.Percent < 0 || e.Holdout.Percent > 100:
+			add("holdout.percent", "must be 0..100, got %v", e.Holdout.Percent)
+		case math.Abs(h-math.Round(h)) > 1e-6:
+			add("holdout.percent", "allows at most two decimals, got %v", e.Holdout.Percent)
+		}
+	}
+	if e.Store != "" {
+		if err := checkRedisURL(e.Store); err != nil {
+			add("store", "%v", err)
+		}
+	}
+	if e.SRMAction != "" && e.SRMAction != SRMActionFreeze {
+		add("srm_action", "must be %q or empty, got %q", SRMActionFreeze, e.SRMAction)
+	}
+	if e.ConversionWindow.Std() < time.Second {
+		add("conversion_window", "must be at least 1s, got %s", e.ConversionWindow.Std())
+	}
+	if f := e.FlushInterval.Std(); f < 10*time.Millisecond || f > time.Minute {
+		add("flush_interval", "must be 10ms..1m, got %s", f)
+	}
+	if e.MaxUnits < 1 {
+		add("max_units", "must be at least 1, got %d", e.MaxUnits)
+	}
+	if e.BufferEvents < 1 {
+		add("buffer_events", "must be at least 1, got %d", e.BufferEvents)
+	}
+	return errors.Join(errs...)
+}
+
+// checkRedisURL accepts what experiments.store may name: a Redis URL that
+// go-redis can dial.
+func checkRedisURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		return fmt.Errorf("must be redis://host:port/db or rediss://host:port/db, got %q", redactURL(s))
+	}
+	if _, err := redis.ParseURL(s); err != nil {
+		return fmt.Errorf("invalid Redis URL %q: %v", redactURL(s), err)
 	}
 	return nil
 }
@@ -438,6 +531,17 @@ func (t *Tracing) Validate(path string) error {
 		add("service_name", "must not be empty")
 	}
 	return errors.Join(errs...)
+}
+
+// redactURL hides a password in a URL for error messages.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	return s
 }
 
 // Limits protect a route and its upstreams from slow, large or too many requests.
@@ -671,6 +775,7 @@ func (c *Config) Defaults() {
 	if c.Store.HistoryLimit == 0 {
 		c.Store.HistoryLimit = 100
 	}
+	c.Experiments.defaults()
 	if c.AccessLog.Path == "" {
 		c.AccessLog.Path = "stdout"
 	}
@@ -738,8 +843,8 @@ func (c *Config) Validate() error {
 		if t.TokenEnv != "" && os.Getenv(t.TokenEnv) == "" {
 			add(p+".token_env", "environment variable %s is empty or unset", t.TokenEnv)
 		}
-		if t.Role != "admin" && t.Role != "viewer" {
-			add(p+".role", "must be \"admin\" or \"viewer\", got %q", t.Role)
+		if t.Role != "admin" && t.Role != "viewer" && t.Role != "events" {
+			add(p+".role", "must be \"admin\", \"viewer\" or \"events\", got %q", t.Role)
 		}
 	}
 	if err := c.Identity.Validate("identity"); err != nil {

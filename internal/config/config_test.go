@@ -66,7 +66,7 @@ func TestParseErrors(t *testing.T) {
 		{"route problems", "routes: [{name: r, path_prefix: api, upstream: x}, {name: r}]\n",
 			[]string{`routes[0].path_prefix: must start with "/"`, "routes[0].upstream:", `routes[1].name: duplicates routes[0].name "r"`}},
 		{"token problems", "admin: {tokens: [{name: a}, {name: a, token: t, role: root}]}\n",
-			[]string{"admin.tokens[0]: set exactly one of token or token_env", `admin.tokens[1].name: duplicates`, `admin.tokens[1].role: must be "admin" or "viewer", got "root"`}},
+			[]string{"admin.tokens[0]: set exactly one of token or token_env", `admin.tokens[1].name: duplicates`, `admin.tokens[1].role: must be "admin", "viewer" or "events", got "root"`}},
 		{"bad cidr", "trusted_proxies: [10.0.0.0/40]\n", []string{`trusted_proxies[0]: invalid CIDR or address "10.0.0.0/40"`}},
 		{"bad identity", "identity: {anonymous: nope}\n", []string{`identity.anonymous: must be "cookie" or "ip"`}},
 		{"bad yaml", "listen: [\n", []string{"invalid YAML"}},
@@ -127,4 +127,61 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("valid config without defaults")
 		}
 	})
+}
+
+func TestExperimentsConfig(t *testing.T) {
+	c, err := Parse([]byte(`
+experiments:
+  exposure_log: /var/log/graygate/exposures.jsonl
+  store: redis://:pw@127.0.0.1:6379/2
+  srm_action: freeze
+  conversion_window: 24h
+  flush_interval: 250ms
+  gateway: gw-1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Experiments
+	if e.ExposureLog != "/var/log/graygate/exposures.jsonl" || e.Store != "redis://:pw@127.0.0.1:6379/2" || e.SRMAction != "freeze" ||
+		e.ConversionWindow.Std() != 24*time.Hour || e.FlushInterval.Std() != 250*time.Millisecond || e.Gateway != "gw-1" ||
+		e.MaxUnits != DefaultMaxUnits || e.BufferEvents != DefaultBufferEvents {
+		t.Errorf("experiments = %+v", e)
+	}
+	d, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Experiments.ConversionWindow.Std() != 72*time.Hour || d.Experiments.FlushInterval.Std() != time.Second || d.Experiments.SRMAction != "" || d.Experiments.Store != "" {
+		t.Errorf("experiment defaults = %+v", d.Experiments)
+	}
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"bad store scheme", "experiments: {store: 'etcd://h:1/x'}", []string{`experiments.store: must be redis://host:port/db or rediss://host:port/db, got "etcd://h:1/x"`}},
+		{"bad store db", "experiments: {store: 'redis://h:1/notadb'}", []string{`experiments.store: invalid Redis URL "redis://h:1/notadb"`}},
+		{"password redacted", "experiments: {store: 'redis://u:secret@h:1/x'}", []string{`experiments.store: invalid Redis URL "redis://u:xxxxx@h:1/x"`}},
+		{"bad action", "experiments: {srm_action: stop}", []string{`experiments.srm_action: must be "freeze" or empty, got "stop"`}},
+		{"short window", "experiments: {conversion_window: 10ms}", []string{"experiments.conversion_window: must be at least 1s, got 10ms"}},
+		{"flush too slow", "experiments: {flush_interval: 2m}", []string{"experiments.flush_interval: must be 10ms..1m, got 2m0s"}},
+		{"negative bounds", "experiments: {max_units: -1, buffer_events: -2}", []string{"experiments.max_units: must be at least 1, got -1", "experiments.buffer_events: must be at least 1, got -2"}},
+		{"unknown key", "experiments: {exposure_logs: x}", []string{"experiments.exposure_logs: unknown field"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse accepted %s", tt.yaml)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\nlacks %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error shows the password: %v", err)
+			}
+		})
+	}
 }

@@ -399,7 +399,17 @@ func TestBrowserOptionalFeatures(t *testing.T) {
 	t.Parallel()
 	t.Run("absent", func(t *testing.T) {
 		b := newTab(t)
-		e := startGateway(t, nil)
+		// A gateway without these APIs: the paths answer 404, as any
+		// unknown /api path does.
+		e := startGateway(t, func(admin http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/api/v1/experiments/") || strings.HasSuffix(r.URL.Path, "/rollout") {
+					http.NotFound(w, r)
+					return
+				}
+				admin.ServeHTTP(w, r)
+			})
+		})
 		b.login(e, adminToken)
 		b.open(e.admin + "/ui/#/rules/checkout_button")
 		b.waitText(`#history li[data-version="1"]`, "create")
@@ -435,6 +445,14 @@ func TestBrowserOptionalFeatures(t *testing.T) {
 		if n := b.count("#rollout"); n != 0 {
 			t.Errorf("a rollout section shows without the rollout API")
 		}
+	})
+	t.Run("the gateway's own results", func(t *testing.T) {
+		b := newTab(t)
+		e := startGateway(t, nil)
+		b.login(e, adminToken)
+		b.open(e.admin + "/ui/#/rules/checkout_button")
+		b.waitText("#experiment", `"experiment": "exp_checkout_202611"`)
+		b.waitText("#experiment", `"srm": {`)
 	})
 }
 

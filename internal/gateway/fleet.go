@@ -1,14 +1,22 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/metrics"
+	"github.com/graygate/graygate/internal/notify"
+	"github.com/graygate/graygate/internal/rollout"
 	"github.com/graygate/graygate/internal/store/etcdstore"
 )
 
@@ -239,4 +247,66 @@ func (g *Gateway) setDiscovered(ctx context.Context, service string, list []etcd
 	if err != nil {
 		g.log.Error("rebuild pools after discovery", "service", service, "err", err)
 	}
+}
+
+// newRollouts makes the engine that drives the rules' rollout plans: on
+// the etcd store with an election per rollout and the fleet's summed
+// counters, otherwise from this gateway's own.
+func (g *Gateway) newRollouts() error {
+	opts := rollout.Options{
+		Store: g.store,
+		Apply: g.Apply,
+		Breakers: func(ruleKey, target string) (breaker.Snapshot, bool) {
+			b, ok := g.breakers.Lookup(ruleKey + "|" + target)
+			if !ok {
+				return breaker.Snapshot{}, false
+			}
+			return b.Snapshot(), true
+		},
+		Notifier: g.opts.RolloutNotifier,
+		Logger:   g.opts.Logger,
+		Registry: g.metrics.Registry(),
+	}
+	if es, ok := g.store.(*etcdstore.Store); ok {
+		fo := g.opts.RolloutFleet
+		fo.Client, fo.Prefix, fo.Logger = es.Client, es.Prefix(), g.opts.Logger
+		if fo.ID == "" {
+			fo.ID = gatewayID(g.opts.Random)
+		}
+		f, err := rollout.NewFleet(fo)
+		if err != nil {
+			return err
+		}
+		opts.Fleet = f
+	}
+	if opts.Notifier == nil {
+		opts.Notifier = rolloutNotifier{g}
+	}
+	e, err := rollout.New(opts)
+	if err != nil {
+		return err
+	}
+	g.rollouts = e
+	return nil
+}
+
+// rolloutNotifier sends the rollout engine's events to the configured
+// webhooks.
+type rolloutNotifier struct{ g *Gateway }
+
+func (n rolloutNotifier) Notify(event, rule, text string, fields map[string]any) {
+	n.g.Notify(notify.Event{Type: event, Rule: rule, Text: text, Fields: fields})
+}
+
+// gatewayID names this process in a fleet: host, pid and a random
+// suffix, so that a restarted gateway is a new campaigner.
+func gatewayID(random io.Reader) string {
+	if random == nil {
+		random = rand.Reader
+	}
+	var b [4]byte
+	_, _ = io.ReadFull(random, b[:])
+	host, _ := os.Hostname()
+	host = strings.ReplaceAll(cmp.Or(host, "gateway"), "/", "_")
+	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b)
 }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/certs"
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/logfile"
@@ -31,6 +33,7 @@ import (
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/proxy"
+	"github.com/graygate/graygate/internal/rollout"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
@@ -64,6 +67,15 @@ type Options struct {
 	// Notify tunes how notifications are delivered (queue, attempts,
 	// timeout, backoff); zero fields take notify's defaults.
 	Notify notify.Delivery
+	// RolloutNotifier receives the rollout events (nil: none).
+	RolloutNotifier rollout.Notifier
+	// RolloutFleet tunes the election and publishing of rollouts on the
+	// etcd store (zero: the defaults; see rollout.FleetOptions). Client,
+	// Prefix and ID are filled in.
+	RolloutFleet rollout.FleetOptions
+	// OnSRM, when set, is called when an experiment's split turns
+	// mismatched (see experiment.Options.OnSRM), for notifications.
+	OnSRM func(experiment.SRMAlert)
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -78,6 +90,8 @@ type Gateway struct {
 	breakers *breaker.Set
 	limits   *limit.Set
 	notify   *notify.Sender
+	rollouts *rollout.Engine
+	exp      *experiment.Recorder
 	health   *upstream.Health
 	// certs is the TLS listener's configuration (nil without tls_listen).
 	certs   *certs.Store
@@ -149,6 +163,11 @@ type Status struct {
 	StartedAt       time.Time          `json:"started_at"`
 	Version         string             `json:"version,omitempty"`
 	UptimeS         float64            `json:"uptime_s"`
+	// Rollouts says, for every active rollout, whether this gateway is
+	// "driving" it or "following" its driver; FleetID names this gateway
+	// in a fleet's elections.
+	Rollouts map[string]string `json:"rollouts,omitempty"`
+	FleetID  string            `json:"fleet_id,omitempty"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
@@ -226,6 +245,10 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.exportStoreMetrics()
 	g.exportMirrorMetrics()
+	if err := g.newRollouts(); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	g.metrics.Pools(func() []metrics.PoolStats {
 		g.mu.Lock()
 		stats := g.reg.Stats()
@@ -258,6 +281,25 @@ func New(opts Options) (*Gateway, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	g.exp, err = experiment.New(experiment.Options{
+		Store:         cfg.Experiments.Store,
+		Dir:           filepath.Join(cfg.DataDir, "experiments"),
+		FlushInterval: cfg.Experiments.FlushInterval.Std(),
+		MaxUnits:      cfg.Experiments.MaxUnits,
+		BufferEvents:  cfg.Experiments.BufferEvents,
+		ExposureLog:   cfg.Experiments.ExposureLog,
+		Gateway:       exposureGateway(cfg),
+		OnSRM:         g.onSRM,
+		Freeze:        g.freeze,
+		Logger:        opts.Logger,
+		Now:           opts.Now,
+	})
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("experiments: %w", err)
+	}
+	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(cfg)))
+	g.metrics.Registry().MustRegister(g.exp.Collector())
 	popts, err := g.proxyOptions(cfg)
 	if err != nil {
 		_ = st.Close()
@@ -280,22 +322,60 @@ func New(opts Options) (*Gateway, error) {
 		return v[:]
 	})
 	g.admin = admin.New(admin.Options{
-		Store:   st,
-		Router:  g.router,
-		View:    g.proxy.View,
-		Compile: g.compile,
-		Commit:  g.Commit,
-		Traffic: g.traffic,
-		Mirrors: g.mirrors,
-		Status:  func() any { return g.Status() },
-		Ready:   g.ready,
-		Metrics: g.metrics.Handler(),
-		Notify:  g.Notify,
-		Tokens:  tokens(cfg, opts.AdminToken),
-		Logger:  opts.Logger,
+		Store:       st,
+		Router:      g.router,
+		View:        g.proxy.View,
+		Compile:     g.compile,
+		Status:      func() any { return g.Status() },
+		Ready:       g.ready,
+		Metrics:     g.metrics.Handler(),
+		Traffic:     g.traffic,
+		Mirrors:     g.mirrors,
+		Commit:      g.Commit,
+		Notify:      g.Notify,
+		Rollout:     g.rollouts,
+		Experiments: g.exp,
+		Tokens:      tokens(cfg, opts.AdminToken),
+		Logger:      opts.Logger,
 	})
 	built = true
 	return g, nil
+}
+
+// experimentSettings are the experiment settings that apply live.
+func experimentSettings(cfg *config.Config) experiment.Settings {
+	return experiment.Settings{Window: cfg.Experiments.ConversionWindow.Std(), Freeze: cfg.Experiments.SRMAction == config.SRMActionFreeze}
+}
+
+// exposureGateway names this gateway in exposure log lines: the config's
+// experiments.gateway, or the host name and the data-plane port.
+func exposureGateway(cfg *config.Config) string {
+	if cfg.Experiments.Gateway != "" {
+		return cfg.Experiments.Gateway
+	}
+	host, _ := os.Hostname()
+	if _, port, err := net.SplitHostPort(cfg.Listen); err == nil && port != "" {
+		return net.JoinHostPort(host, port)
+	}
+	return host
+}
+
+// freeze is experiments.srm_action: freeze: the one-click rollback of the
+// rule, recorded in its history with the reason, then applied.
+func (g *Gateway) freeze(ctx context.Context, key, reason string) error {
+	if _, err := g.store.SetRollback(ctx, key, true, store.Meta{By: "srm", Reason: reason}); err != nil {
+		return fmt.Errorf("roll back rule %q: %w", key, err)
+	}
+	return g.Apply(ctx)
+}
+
+// publish makes snap serve, with its experiments. The experiments go
+// first, so that no request decided by snap finds its rule unknown to
+// them. The caller holds g.mu.
+func (g *Gateway) publish(snap *router.Snapshot) {
+	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
+	g.syncMirrors(snap)
+	g.router.Store(snap)
 }
 
 func tokens(cfg *config.Config, flagToken string) []admin.Token {
@@ -455,6 +535,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.rollouts.Observe(st, in.Rules)
 	now := g.opts.Now()
 	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(in.Rules), st.RolledBack
 	g.status.LastReload, g.lastBuild = now, "ok"
@@ -499,9 +580,10 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 	rolled := map[string]bool{}
 	seen := make(map[string]bool, len(st.Rules))
 	revision := make(map[string]int64, len(st.Rules))
+	versions := make(map[string]int64, len(st.Rules))
 	for _, e := range st.Rules {
 		seen[e.Key] = true
-		revision[e.Key] = e.Revision
+		revision[e.Key], versions[e.Key] = e.Revision, e.Version
 		if e.RolledBack {
 			rolled[e.Key] = true
 		}
@@ -583,6 +665,7 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 		Rules:         rules,
 		RolledBackAll: st.RolledBack,
 		RolledBack:    rolled,
+		Versions:      versions,
 		TrustGrayTag:  cfg.TrustGrayTag,
 		UpstreamHost:  !*cfg.PreserveHost,
 	}
@@ -685,8 +768,7 @@ func (g *Gateway) Apply(ctx context.Context) error {
 	if cur := g.router.Load(); cur != nil && snap.Revision < cur.Revision {
 		return nil // an older state than what serves: never go back
 	}
-	g.syncMirrors(snap)
-	g.router.Store(snap)
+	g.publish(snap)
 	return nil
 }
 
@@ -703,6 +785,16 @@ func (g *Gateway) Status() Status {
 	st := g.status
 	g.mu.Unlock()
 	st.Breakers = g.breakers.Snapshots()
+	for k, driving := range g.rollouts.Driving() {
+		if st.Rollouts == nil {
+			st.Rollouts = map[string]string{}
+		}
+		st.Rollouts[k] = "following"
+		if driving {
+			st.Rollouts[k] = "driving"
+		}
+	}
+	st.FleetID = g.rollouts.ID()
 	if st.Sync = g.storeSync(); st.Sync != nil {
 		st.Stale = st.Sync.Stale || !st.Sync.Synced
 	}
@@ -804,6 +896,11 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	}()
 	go g.watchStore(ctx)
 	go g.traffic.Run(ctx)
+	rolloutsDone := make(chan struct{})
+	go func() {
+		defer close(rolloutsDone)
+		g.rollouts.Run(ctx)
+	}()
 	g.mu.Lock()
 	g.serveCtx = ctx
 	g.syncWatchers(g.cfg)
@@ -837,7 +934,12 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	defer cancel()
 	_ = adminSrv.Shutdown(sctx)
 	_ = g.proxy.Shutdown(sctx)
-	g.closeNotify(sctx) // after the last request's breaker transition
+	<-rolloutsDone // its drivers write through the store: stop them before it closes
+	// After the data plane: the last requests' exposures are flushed too.
+	if err := g.exp.Close(); err != nil {
+		g.log.Error("close the experiment store", "err", err)
+	}
+	g.closeNotify(sctx) // after the last request's breaker transition and SRM check
 	g.mu.Lock()
 	g.reg.Close()
 	g.mu.Unlock()

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/notify"
 )
 
@@ -101,6 +104,35 @@ func (g *Gateway) notifyBreaker(rule, target string, from, to breaker.State, rea
 		return
 	}
 	g.Notify(ev)
+}
+
+// onSRM tells the receivers of srm events that an experiment's split is
+// mismatched, then calls Options.OnSRM. It runs on the experiment
+// recorder's writer; Send only queues.
+func (g *Gateway) onSRM(a experiment.SRMAlert) {
+	groups := make([]string, 0, len(a.Units))
+	for name := range a.Units {
+		groups = append(groups, name)
+	}
+	slices.Sort(groups)
+	var units strings.Builder
+	for i, name := range groups {
+		if i > 0 {
+			units.WriteString(", ")
+		}
+		fmt.Fprintf(&units, "%s %d", name, a.Units[name])
+	}
+	then := "its results cannot be trusted until the cause is fixed"
+	if a.Frozen {
+		then = "the rule is rolled back (experiments.srm_action: freeze)"
+	}
+	g.Notify(notify.Event{Type: notify.SRM, Rule: a.Rule,
+		Text: fmt.Sprintf("sample ratio mismatch in experiment %s (rule %s): p = %.3g < %g with units %s; %s",
+			a.Experiment, a.Rule, a.PValue, a.Threshold, units.String(), then),
+		Fields: map[string]any{"experiment": a.Experiment, "p_value": a.PValue, "threshold": a.Threshold, "units": a.Units, "frozen": a.Frozen}})
+	if g.opts.OnSRM != nil {
+		g.opts.OnSRM(a)
+	}
 }
 
 // closeNotify delivers what is queued for up to notifyDrain within ctx.

@@ -205,18 +205,33 @@ notifications:
 		}
 	}
 
-	m := metricsText(t, e)
-	for series, want := range map[string]float64{
+	// A delivery is counted once its answer is read, which may be just
+	// after the receiver has seen it: poll the counters.
+	wantSeries := map[string]float64{
 		`graygate_notifications_sent_total{event="breaker_open",receiver="ops"}`:   1,
 		`graygate_notifications_sent_total{event="rollback",receiver="ops"}`:       2,
 		`graygate_notifications_sent_total{event="resume",receiver="ops"}`:         2,
 		`graygate_notifications_sent_total{event="srm",receiver="ops"}`:            0,
 		`graygate_notifications_failed_total{event="breaker_open",receiver="ops"}`: 0,
 		`graygate_notifications_dropped_total{receiver="ops"}`:                     0,
-	} {
-		if got := metricValue(m, series); got != want {
-			t.Errorf("%s = %v, want %v", series, got, want)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m := metricsText(t, e)
+		var wrong []string
+		for series, want := range wantSeries {
+			if got := metricValue(m, series); got != want {
+				wrong = append(wrong, fmt.Sprintf("%s = %v, want %v", series, got, want))
+			}
 		}
+		if len(wrong) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s", strings.Join(wrong, "; "))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

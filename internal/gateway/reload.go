@@ -101,8 +101,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 		}
 		return fail(err)
 	}
-	g.syncMirrors(snap)
-	g.router.Store(snap)
+	g.publish(snap)
 	g.reconfigureNotify(cfg, rcvs)
 	oldReg.Retire(g.reg)
 	if t := g.tgt.Load(); t != oldTgt {
@@ -236,10 +235,14 @@ func (g *Gateway) applyProxy(opts proxy.Options) []string {
 }
 
 // onDone is the data plane's OnDone: every finished request feeds the
-// metrics and the live traffic windows.
+// metrics, the live traffic windows, the rollouts' analysis and the
+// experiments.
 func (g *Gateway) onDone(done *proxy.Done) {
 	d := done.Decision
 	g.metrics.Observe(d, done.Status, done.Elapsed)
 	// A transport failure arrives as the 502/503/504 the proxy answered.
 	g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
+	g.rollouts.Record(d, done.Status, done.Elapsed)
+	// Only live traffic reaches OnDone: explain and dry runs expose nobody.
+	g.exp.Observe(d, done.Status, done.Method, done.Path, done.Reported, done.Start)
 }

@@ -231,6 +231,9 @@ type Done struct {
 	// Status is what the client was sent, or 499 if the client went away
 	// before the upstream answered.
 	Status int
+	// Start is when the gateway began the request, by Options.Now; with
+	// Elapsed it dates the request without another clock read.
+	Start time.Time
 	// Elapsed is the time from the request's start to now.
 	Elapsed time.Duration
 	// BytesOut counts body bytes sent to the client.

@@ -256,7 +256,7 @@ func (f *flow) finish() {
 		f.gate = nil
 	}
 	if f.opts.OnDone != nil {
-		f.done = Done{Decision: &f.d, Status: f.status, Elapsed: elapsed, BytesOut: f.bytesOut,
+		f.done = Done{Decision: &f.d, Status: f.status, Start: f.start, Elapsed: elapsed, BytesOut: f.bytesOut,
 			Method: b2s(f.method), Path: b2s(f.path), Reported: f.reported}
 		f.opts.OnDone(&f.done)
 		f.done = Done{}

@@ -70,6 +70,9 @@ type Input struct {
 	// Holdout keeps a stable share of users out of every ab rule (config
 	// experiments.holdout; nil: none).
 	Holdout *rule.Holdout
+	// Versions holds each rule's stored version, by key, for the
+	// experiments that record the rule version a unit was exposed under.
+	Versions map[string]int64
 }
 
 // Snapshot is a compiled, immutable routing table. It must not be modified
@@ -85,7 +88,12 @@ type Snapshot struct {
 	fallback      *route
 	trustTag      bool
 	rolledBackAll bool
+	rolledBack    map[string]bool
 	holdout       *rule.Holdout
+	versions      map[string]int64
+	// reports holds one Report per rule that asks for one, shared by every
+	// decision of the snapshot so that a request allocates none.
+	reports map[string]*Report
 }
 
 type route struct {
@@ -171,6 +179,8 @@ type entry struct {
 	// stable is where degraded requests go: the rule's stable target, or
 	// for a tag rule without one, the route's default upstream.
 	stable *upstream.Pool
+	// report is what the rule asks the data plane to collect (nil: nothing).
+	report *Report
 }
 
 // Build compiles an Input into a Snapshot.
@@ -183,7 +193,15 @@ func Build(in Input) (*Snapshot, error) {
 		hosts:         map[string][]*route{},
 		trustTag:      in.TrustGrayTag,
 		rolledBackAll: in.RolledBackAll,
+		rolledBack:    in.RolledBack,
 		holdout:       in.Holdout,
+		versions:      in.Versions,
+		reports:       map[string]*Report{},
+	}
+	for _, r := range in.Rules {
+		if len(r.ReportHeaders) > 0 {
+			s.reports[r.Key] = &Report{Headers: r.ReportHeaders}
+		}
 	}
 	sorted := slices.Clone(in.Rules)
 	slices.SortFunc(sorted, func(a, b *rule.Compiled) int {
@@ -193,7 +211,7 @@ func Build(in Input) (*Snapshot, error) {
 		var out []entry
 		for _, r := range sorted {
 			if r.Route == "" || r.Route == routeName {
-				e := entry{rule: r, rolledBack: in.RolledBackAll || in.RolledBack[r.Key], breaker: in.Breakers[r.Key], stable: stableOf(r)}
+				e := entry{rule: r, rolledBack: in.RolledBackAll || in.RolledBack[r.Key], breaker: in.Breakers[r.Key], stable: stableOf(r), report: s.reports[r.Key]}
 				if e.stable == nil {
 					e.stable = def
 				}
@@ -399,7 +417,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 		if d.Tag == "" {
 			d.Tag = out.Target.Tag
 		}
-		d.Stable, d.StableTag, d.Experiment = e.stable, e.stableTag(), e.experiment()
+		d.Stable, d.StableTag, d.Experiment, d.Report = e.stable, e.stableTag(), e.experiment(), e.report
 		if out.Degraded != "" && e.rule.Type != rule.TypeAB {
 			d.Intended = e.rule.Gray.Pool
 		}
@@ -485,7 +503,7 @@ func (s *Snapshot) decideColored(f *match.Facts, rt *route, tag string, d *Decis
 			continue
 		}
 		d.Rule, d.Group, d.Target = e.rule.Key, t.Group, t.Pool
-		d.Stable, d.StableTag, d.Experiment = e.stable, e.stableTag(), e.experiment()
+		d.Stable, d.StableTag, d.Experiment, d.Report = e.stable, e.stableTag(), e.experiment(), e.report
 		var rtr *rule.Trace
 		if tr != nil {
 			tr.Rules = append(tr.Rules, rule.Trace{
@@ -574,6 +592,19 @@ func stableOf(c *rule.Compiled) *upstream.Pool {
 
 // RolledBackAll reports the global rollback flag.
 func (s *Snapshot) RolledBackAll() bool { return s.rolledBackAll }
+
+// RolledBack reports whether one-click rollback is on for the rule key,
+// globally or for the rule.
+func (s *Snapshot) RolledBack(key string) bool { return s.rolledBackAll || s.rolledBack[key] }
+
+// Version returns the stored version of the rule key (0 when unknown).
+func (s *Snapshot) Version(key string) int64 { return s.versions[key] }
+
+// Report returns the Report the snapshot's decisions for rule key carry
+// (nil when the rule asks for nothing). It is the pointer Decision.Report
+// holds, so a consumer can tell a decision of this snapshot from one of an
+// older snapshot.
+func (s *Snapshot) Report(key string) *Report { return s.reports[key] }
 
 // Holdout returns the snapshot's holdout (nil: none).
 func (s *Snapshot) Holdout() *rule.Holdout { return s.holdout }

@@ -67,6 +67,12 @@ type Compiled struct {
 	Groups  []Target
 	weights []int
 	control int
+	// Metrics are an ab rule's compiled metrics, in the rule's order.
+	Metrics []CompiledMetric
+	// ReportHeaders name the response headers of the rule's from_header
+	// metrics, in the order of Metrics; the router hands them to the data
+	// plane (router.Report), which captures and strips them.
+	ReportHeaders []string
 }
 
 // Parse decodes, validates and compiles one rule, reporting every problem.
@@ -150,7 +156,13 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 			}
 		}
 		var uids []string
-		for _, w := range r.WhiteList {
+		whitelist := r.WhiteList
+		if ro := r.Rollout; ro != nil && ro.AbortWhitelist && ro.Status != nil && ro.Status.State == RolloutAborted {
+			// An aborted rollout with abort_whitelist sends nobody to
+			// gray; the list is kept in the rule for a retry.
+			whitelist = nil
+		}
+		for _, w := range whitelist {
 			e, _ := parseWhitelistEntry(w)
 			switch {
 			case e.uid != "":
@@ -186,6 +198,7 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 			}
 		}
 		c.split = bucket.NewSplitter(mode, walkSalt, c.weights)
+		c.compileMetrics(&r)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -443,6 +456,10 @@ func (c *Compiled) evalAB(uid string, rolledBack bool, ho *Holdout, tr *Trace) (
 	}
 	return Outcome{Target: t}, true
 }
+
+// Weights returns an ab rule's group weights, in the order of Groups. The
+// slice belongs to the rule and must not be modified.
+func (c *Compiled) Weights() []int { return c.weights }
 
 // ControlGroup returns the group rollback sends everyone to (ab rules).
 func (c *Compiled) ControlGroup() *Target {

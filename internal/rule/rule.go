@@ -87,6 +87,10 @@ type Rule struct {
 	// Mirror sends shadow copies of some of the requests the rule leaves
 	// on stable to a mirror target, and diffs its answers (gray).
 	Mirror *Mirror `json:"mirror,omitempty"`
+	// Rollout is a progressive delivery plan (gray): steps that raise
+	// gray_percent, pause and analyse, with an automatic abort; see
+	// rollout.go and package rollout.
+	Rollout *Rollout `json:"rollout,omitempty"`
 
 	// Rules are seed 004's tag conditions, ANDed (tag rules).
 	Rules []match.TagCond `json:"rules,omitempty"`
@@ -111,6 +115,16 @@ type Rule struct {
 	// 10000 (ab; default: the layer name). Every rule of a layer must use
 	// the same salt.
 	LayerSalt string `json:"layer_salt,omitempty"`
+	// Metrics are what the experiment measures of its units (ab; see
+	// Metric and package experiment).
+	Metrics []Metric `json:"metrics,omitempty"`
+	// Sequential makes the experiment's confidence intervals and p-values
+	// always valid, so that looking at the results often does not inflate
+	// false positives (ab).
+	Sequential bool `json:"sequential,omitempty"`
+	// SequentialTuning is the always-valid interval's tuning parameter
+	// (ab, with sequential; default 5000).
+	SequentialTuning float64 `json:"sequential_tuning,omitempty"`
 }
 
 // Targets are a gray rule's two upstreams: host:port, a URL, or an upstream name.
@@ -231,7 +245,7 @@ func (r *Rule) validateTag() []error {
 	for _, f := range []struct {
 		set  bool
 		name string
-	}{{r.GrayPercent != nil, "gray_percent"}, {r.WhiteList != nil, "white_list"}, {r.Targets != nil, "targets"}, {r.ExperimentID != "", "experiment_id"}, {r.Groups != nil, "groups"}} {
+	}{{r.GrayPercent != nil, "gray_percent"}, {r.WhiteList != nil, "white_list"}, {r.Targets != nil, "targets"}, {r.ExperimentID != "", "experiment_id"}, {r.Groups != nil, "groups"}, {r.Rollout != nil, "rollout"}} {
 		if f.set {
 			add(f.name, "is not for tag rules; use a gray rule with conditions.tags to combine tags with a percentage")
 		}
@@ -240,6 +254,7 @@ func (r *Rule) validateTag() []error {
 	if r.Mirror != nil {
 		add("mirror", "is only for gray rules: it shadows the requests a gray rule leaves on stable")
 	}
+	errs = append(errs, r.metricsOnlyForAB()...)
 	if r.Breaker != nil {
 		if err := r.Breaker.Validate("breaker"); err != nil {
 			errs = append(errs, err)
@@ -291,7 +306,26 @@ func (r *Rule) validateGray() []error {
 		add("groups", "are only for ab rules")
 	}
 	errs = append(errs, r.validateMirror()...)
+	if r.Rollout != nil {
+		errs = append(errs, r.validateRollout()...)
+	}
+	errs = append(errs, r.metricsOnlyForAB()...)
 	return append(errs, r.layerOnlyForAB()...)
+}
+
+// metricsOnlyForAB reports experiment fields on a rule that is not an ab
+// rule.
+func (r *Rule) metricsOnlyForAB() []error {
+	var errs []error
+	for _, f := range []struct {
+		set  bool
+		name string
+	}{{r.Metrics != nil, "metrics"}, {r.Sequential, "sequential"}, {r.SequentialTuning != 0, "sequential_tuning"}} {
+		if f.set {
+			errs = append(errs, strict.Errorf(f.name, "is only for ab rules: it describes an experiment's results"))
+		}
+	}
+	return errs
 }
 
 // layerOnlyForAB reports layer fields on a rule that is not an ab rule.
@@ -397,6 +431,10 @@ func (r *Rule) validateAB() []error {
 	if r.Mirror != nil {
 		add("mirror", "is only for gray rules: it shadows the requests a gray rule leaves on stable")
 	}
+	if r.Rollout != nil {
+		add("rollout", "is only for gray rules: a rollout raises gray_percent step by step")
+	}
+	errs = append(errs, r.validateMetrics()...)
 	return append(errs, r.validateLayer()...)
 }
 

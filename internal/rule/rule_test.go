@@ -320,7 +320,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","layer":"l","layer_range":[],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
 	f.Add([]byte(`{"key":"g","type":"gray","hash":"growthbook","seed":"种子","gray_percent":12.34,"targets":{"gray":"h:1","stable":"h:2"}}`))
 	f.Add([]byte(`{"key":"g","type":"gray","hash":"unleash","group_id":"AB12A","gray_percent":50,"targets":{"gray":"h:1","stable":"h:2"}}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","sequential":true,"metrics":[{"name":"p","type":"binomial","match":{"method":"POST","status":"2xx"}},{"name":"r","type":"mean","from_header":"X-R"}],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
 	f.Add([]byte(`{"key":"ab","type":"ab","hash":"unleash","experiment_id":"e","groups":[{"name":"A","weight":0,"target":"h:1"},{"name":"B","weight":100,"target":"h:2"}]}`))
+	f.Add([]byte(issueExample))
+	f.Add([]byte(`{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"h:1","stable":"h:2"},"rollout":{"steps":[{"percent":5},{"pause":{}},{"pause":"1s"},{"analysis":"a"}],"analyses":{"a":{"interval":"1s","count":2,"checks":[{"metric":"p99_ms","max":5,"min_requests":3}]}},"abort_whitelist":true,"status":{"state":"aborted","step":1,"started_at":"2026-01-01T00:00:00Z","step_started_at":"2026-01-01T00:00:00Z","pause_left":"3s","failure":{"analysis":"a","check":"p99_ms","result":"failed","value":9}}}}`))
+	f.Add([]byte(`{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"h:1","stable":"h:2"},"rollout":{"steps":[{"pause":{"x":1}},{"pause":7},{"percent":-1,"analysis":"z"}],"analyses":{"":{"interval":"-1s","checks":[{}]}},"status":{"state":"x","step":-4}}}`))
+	f.Add([]byte(`{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"h:1","stable":"h:2"},"rollout":{"steps":[{"analysis":"w"}],"analyses":{"w":{"interval":"1s","checks":[{"webhook":{"url":"http://[::1]:0/x","timeout":"0s"}},{"prometheus":{"address":"https://","query":" ","min":2,"max":1}}]}}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, testEnv())
 		if err != nil {
@@ -336,6 +341,14 @@ func FuzzDecode(f *testing.F) {
 		c.Eval(facts(req("/", "", ""), ""), true, nil, nil)
 		c.Eval(facts(req("/", "", ""), "用户😀"), false, NewHoldout(50, ""), &Trace{})
 		_ = CheckLayers([]*Compiled{c, c})
+		for _, m := range c.Metrics {
+			if m.Match != nil {
+				m.Match.Matches("POST", "/api/order", 201)
+			}
+			if m.Header >= len(c.ReportHeaders) {
+				t.Fatalf("metric %q: header index %d of %d", m.Name, m.Header, len(c.ReportHeaders))
+			}
+		}
 	})
 }
 

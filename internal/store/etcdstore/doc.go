@@ -14,6 +14,7 @@
 //
 // Under PREFIX (normalized to "/PREFIX/"):
 //
+//	fleet/rollout/...                   rollout elections and counters (package rollout), on leases
 //	history/<key>/<version, 19 digits>  one store.Change as JSON, per retained version
 //	history/_global/<version>           changes of the global rollback flag
 //	instances/<service>/<escaped addr>  an Instance as JSON, bound to its lease

@@ -316,10 +316,13 @@ func (s *Store) connect(ctx context.Context, notify bool) (*view, error) {
 		s.log.Warn("store revision went backwards: was etcd restored from a backup?",
 			"revision", snap.state.Revision, "was", old.state.Revision)
 	}
-	s.publish(snap, notify)
+	// Synced before the notification goes out: a reader woken by it (a
+	// gateway whose seeding waits for the store) must find the store
+	// writable.
 	s.noState.Store(nil)
 	s.markSynced()
 	s.stale.Store(false)
+	s.publish(snap, notify)
 	if s.cache != nil {
 		s.cache.save(snap)
 	}

@@ -1,0 +1,175 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/graygate/graygate/internal/stats"
+)
+
+// SRMAlert is one experiment whose split was found mismatched: the units
+// per group do not fit the weights (chi-square p below the threshold), so
+// its results cannot be trusted.
+type SRMAlert struct {
+	// Rule is the ab rule's key; Experiment its experiment id.
+	Rule, Experiment string
+	// PValue is the check's p-value, below Threshold.
+	PValue, Threshold float64
+	// Units are the units seen per group.
+	Units map[string]int64
+	// Frozen says the rule is being rolled back (experiments.srm_action:
+	// freeze).
+	Frozen bool
+}
+
+// checkHealth runs the SRM check of every experiment from the store's unit
+// counts (with Redis, the fleet's) and keeps the numbers for the metrics.
+// A split that turns mismatched is reported once: a WARN log naming the
+// experiment, OnSRM, and with experiments.srm_action: freeze a one-click
+// rollback of the rule, whose history records why. It runs on the writer.
+func (r *Recorder) checkHealth(ctx context.Context) {
+	cat := r.cat.Load()
+	seen := map[string]bool{}
+	for _, k := range cat.rules {
+		sp := cat.byRule[k]
+		seen[k] = true
+		c, err := r.store.counts(ctx, sp.ID)
+		if err != nil {
+			continue // the store is down; keep the last numbers
+		}
+		res, err := stats.Compute(input(sp, c, nil))
+		r.mu.Lock()
+		h := r.health[k]
+		if h == nil {
+			h = &health{}
+			r.health[k] = h
+		}
+		h.id, h.units, h.p = sp.ID, c.units, nil
+		if err != nil {
+			r.mu.Unlock()
+			continue // fewer than two groups: nothing to compare
+		}
+		h.p = res.SRM.PValue
+		mismatch := res.SRM.Judged && !res.SRM.OK
+		edge := mismatch && !h.flagged
+		if res.SRM.Judged {
+			h.flagged = mismatch
+		}
+		r.mu.Unlock()
+		if !edge {
+			continue
+		}
+		p := 0.0
+		if res.SRM.PValue != nil {
+			p = *res.SRM.PValue
+		}
+		r.log.Warn("sample ratio mismatch: the split does not match the weights, so this experiment's results cannot be trusted",
+			"experiment", sp.ID, "rule", k, "p_value", p, "threshold", res.SRM.Threshold, "units", c.units, "frozen", cat.Freeze && !sp.RolledBack)
+		if r.opts.OnSRM != nil {
+			units := make(map[string]int64, len(res.Groups))
+			for _, g := range res.Groups {
+				units[g.Name] = g.Units
+			}
+			r.opts.OnSRM(SRMAlert{Rule: k, Experiment: sp.ID, PValue: p, Threshold: res.SRM.Threshold, Units: units,
+				Frozen: cat.Freeze && !sp.RolledBack && r.opts.Freeze != nil})
+		}
+		if cat.Freeze && !sp.RolledBack && r.opts.Freeze != nil {
+			r.freeze(k, fmt.Sprintf("sample ratio mismatch in experiment %q: SRM p-value %.3g < %g (units %s); frozen by experiments.srm_action: freeze", sp.ID, p, res.SRM.Threshold, unitList(res)))
+		}
+	}
+	r.mu.Lock()
+	for k := range r.health {
+		if !seen[k] {
+			delete(r.health, k)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// unitList names each group's units, in the results' order: "A 5011, B 4473".
+func unitList(res *stats.Results) string {
+	var b strings.Builder
+	for i, g := range res.Groups {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", g.Name, g.Units)
+	}
+	return b.String()
+}
+
+// freeze rolls rule back on its own goroutine, so that the writer never
+// waits on the rule store; one freeze per rule is in flight at a time.
+func (r *Recorder) freeze(rule, reason string) {
+	if _, busy := r.freezing.LoadOrStore(rule, struct{}{}); busy {
+		return
+	}
+	go func() {
+		defer r.freezing.Delete(rule)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.opts.Freeze(ctx, rule, reason); err != nil {
+			r.log.Error("freeze an experiment with a sample ratio mismatch", "rule", rule, "err", err)
+			r.mu.Lock()
+			if h := r.health[rule]; h != nil {
+				h.flagged = false // try again at the next check
+			}
+			r.mu.Unlock()
+			return
+		}
+		r.log.Warn("experiment frozen: everyone goes to the control group", "rule", rule, "reason", reason)
+	}()
+}
+
+var (
+	descUnits = prometheus.NewDesc("graygate_experiment_units",
+		"Units exposed to an experiment, by group, as the experiment store counts them (the fleet's with Redis).", []string{"experiment", "group"}, nil)
+	descSRM = prometheus.NewDesc("graygate_experiment_srm_p_value",
+		"P-value of the sample-ratio-mismatch check (Pearson chi-squared against the weights), once every group has 8 units.", []string{"experiment"}, nil)
+	descDropped = prometheus.NewDesc("graygate_experiment_events_dropped_total",
+		"Exposures and conversions not recorded, by reason.", []string{"reason"}, nil)
+	descBacklog = prometheus.NewDesc("graygate_experiment_store_buffered_events",
+		"Events waiting for an unreachable experiment store.", nil, nil)
+	descStoreErr = prometheus.NewDesc("graygate_experiment_store_errors_total",
+		"Flushes the experiment store failed.", nil, nil)
+)
+
+// Collector returns the recorder's Prometheus collector. It reports the
+// numbers of the last health check and never calls the store.
+func (r *Recorder) Collector() prometheus.Collector { return collector{r} }
+
+type collector struct{ r *Recorder }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUnits, descSRM, descDropped, descBacklog, descStoreErr} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	r := c.r
+	r.mu.Lock()
+	done := map[string]bool{} // two rules may share an experiment id
+	for _, h := range r.health {
+		if done[h.id] {
+			continue
+		}
+		done[h.id] = true
+		for g, n := range h.units {
+			ch <- prometheus.MustNewConstMetric(descUnits, prometheus.GaugeValue, float64(n), h.id, g)
+		}
+		if h.p != nil {
+			ch <- prometheus.MustNewConstMetric(descSRM, prometheus.GaugeValue, *h.p, h.id)
+		}
+	}
+	r.mu.Unlock()
+	for i, reason := range dropReasons {
+		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(r.dropped[i].Load()), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(r.backlogLen.Load()))
+	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(r.storeErrors.Load()))
+}

@@ -1,0 +1,314 @@
+package experiment
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisStore counts a fleet's exposures and conversions in one Redis, so
+// that every gateway's results are the fleet's and a unit that hits two
+// gateways counts once: the dedup is HSETNX on the experiment's unit hash,
+// done in Redis. An experiment's keys share the prefix
+// graygate:exp:<len>:<experiment id>: (the length keeps ids containing ':'
+// apart):
+//
+//	u          hash  unit → "ts version group", its first exposure (the
+//	                 earliest time; group and version of the first recorded)
+//	n          hash  group → exposed units
+//	c:<metric> set   units that converted on a binomial metric
+//	k          hash  "<metric>\n<group>" → converted units
+//	v:<metric> hash  "<len(group)>:<group><unit>" → the unit's total, µ-units
+//	p:<unit>   list  conversions of a unit not (yet) exposed, for pendingTTL
+//	b:<id>     string  marks a batch as applied, for an hour
+//
+// One script applies a batch of one experiment's events atomically. A
+// batch carries an id unique to this gateway, so a batch whose reply was
+// lost and that is sent again is not counted twice (values are sums, so
+// counting twice would be wrong). Scripts name their keys in ARGV, not
+// KEYS: this needs a standalone Redis (or a primary behind Sentinel), not
+// Redis Cluster.
+type redisStore struct {
+	c      *redis.Client
+	script *redis.Script
+	id     string
+	seq    atomic.Uint64
+}
+
+// redisTimeout bounds one Redis call, so that an outage costs the writer
+// at most this long per flush; the request path never waits on Redis.
+const redisTimeout = 2 * time.Second
+
+// maxBatch is the most events one script call applies.
+const maxBatch = 512
+
+func openRedis(rawURL string) (*redisStore, error) {
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("experiments.store: %w", err)
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = time.Second, redisTimeout, redisTimeout
+	o.MaxRetries = -1 // the writer retries whole batches itself
+	o.PoolSize = 4
+	o.ContextTimeoutEnabled = true
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("batch id: %w", err)
+	}
+	return &redisStore{c: redis.NewClient(o), script: redis.NewScript(applyScript), id: hex.EncodeToString(id[:])}, nil
+}
+
+func (s *redisStore) kind() string { return "redis" }
+
+func prefix(exp string) string { return "graygate:exp:" + strconv.Itoa(len(exp)) + ":" + exp + ":" }
+
+// applyScript applies one batch of one experiment's events; see redisStore.
+// ARGV: window (ms), pending TTL (s), key prefix, batch id, then six fields
+// per event: kind ("e" exposure, "b" binomial, "m" mean), unit, and for an
+// exposure group, ts, version, ""; for a conversion metric, ts, value, "".
+// A conversion's kind is upper-case ("B", "M") when its request exposed the
+// unit too (Event.Exposes).
+// It returns one code per event (1 fresh or counted, 0 repeated, 2 parked,
+// 3 outside the window, 4 overflow), or {-1} for a batch applied before.
+const applyScript = `
+local W = tonumber(ARGV[1])
+local TTL = tonumber(ARGV[2])
+local P = ARGV[3]
+if ARGV[4] ~= "" then
+  if not redis.call("SET", P .. "b:" .. ARGV[4], "1", "NX", "EX", 3600) then
+    return {-1}
+  end
+end
+local function conv(unit, kind, metric, ts, val, rec)
+  local ets, ver, group = string.match(rec, "^(%-?%d+) (%d+) (.*)$")
+  ets = tonumber(ets)
+  if kind == "B" or kind == "M" then
+    -- an exposing conversion: its request exposed the unit at ts at the latest
+    if ts < ets then
+      redis.call("HSET", P .. "u", unit, ts .. " " .. ver .. " " .. group)
+      ets = ts
+    end
+    kind = string.lower(kind)
+  end
+  if ts < ets or ts - ets >= W then return 3 end
+  if kind == "b" then
+    if redis.call("SADD", P .. "c:" .. metric, unit) == 1 then
+      redis.call("HINCRBY", P .. "k", metric .. "\n" .. group, 1)
+      return 1
+    end
+    return 0
+  end
+  local field = #group .. ":" .. group .. unit
+  local r = redis.pcall("HINCRBY", P .. "v:" .. metric, field, val)
+  if type(r) == "table" and r.err then return 4 end
+  if r == 0 then redis.call("HDEL", P .. "v:" .. metric, field) end
+  return 1
+end
+local out = {}
+local i = 5
+while i + 5 <= #ARGV do
+  local kind, unit, a, b, c = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
+  i = i + 6
+  if kind == "e" then
+    local rec = b .. " " .. c .. " " .. a
+    if redis.call("HSETNX", P .. "u", unit, rec) == 1 then
+      redis.call("HINCRBY", P .. "n", a, 1)
+      local pk = P .. "p:" .. unit
+      local ps = redis.call("LRANGE", pk, 0, -1)
+      if #ps > 0 then
+        redis.call("DEL", pk)
+        for _, p in ipairs(ps) do
+          local k, m, t, v = string.match(p, "^(%a) (%S+) (%-?%d+) (%-?%d+)$")
+          if k then conv(unit, k, m, tonumber(t), v, redis.call("HGET", P .. "u", unit)) end
+        end
+      end
+      out[#out+1] = 1
+    else
+      -- The first exposure is the earliest: keep the recorded group and
+      -- version, and an earlier time that arrived later.
+      local old = redis.call("HGET", P .. "u", unit)
+      local ets, rest = string.match(old, "^(%-?%d+) (.*)$")
+      if tonumber(b) < tonumber(ets) then
+        redis.call("HSET", P .. "u", unit, b .. " " .. rest)
+      end
+      out[#out+1] = 0
+    end
+  else
+    local rec = redis.call("HGET", P .. "u", unit)
+    if rec then
+      out[#out+1] = conv(unit, kind, a, tonumber(b), c, rec)
+    else
+      local pk = P .. "p:" .. unit
+      redis.call("RPUSH", pk, kind .. " " .. a .. " " .. b .. " " .. c)
+      redis.call("LTRIM", pk, -100, -1)
+      redis.call("EXPIRE", pk, TTL)
+      out[#out+1] = 2
+    end
+  end
+end
+return out
+`
+
+func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st []status) (int, error) {
+	done := 0
+	args := make([]any, 0, 4+6*maxBatch)
+	for done < len(events) {
+		exp := events[done].Experiment
+		end := done + 1
+		for end < len(events) && end-done < maxBatch && events[end].Experiment == exp {
+			end++
+		}
+		args = append(args[:0], window, int64(pendingTTL/time.Second), prefix(exp), s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10))
+		for i := done; i < end; i++ {
+			e := &events[i]
+			if e.Kind == Exposure {
+				args = append(args, "e", e.Unit, e.Group, e.TS, e.Version, "")
+				continue
+			}
+			kind, v := "m", e.Value
+			if e.Binomial {
+				kind, v = "b", 1
+			}
+			if e.Exposes {
+				kind = strings.ToUpper(kind)
+			}
+			args = append(args, kind, e.Unit, e.Metric, e.TS, v, "")
+		}
+		codes, err := s.run(ctx, args)
+		if err != nil {
+			return done, err
+		}
+		for i := done; i < end; i++ {
+			st[i] = stNone
+			if j := i - done; j < len(codes) {
+				st[i] = decodeStatus(events[i].Kind, codes[j])
+			}
+		}
+		done = end
+	}
+	return done, nil
+}
+
+// run sends one batch; a reply lost to a timeout is retried once with the
+// same batch id, which the script recognises if the first attempt landed.
+func (s *redisStore) run(ctx context.Context, args []any) ([]int64, error) {
+	var last error
+	for range 2 {
+		cctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		codes, err := s.script.Run(cctx, s.c, nil, args...).Int64Slice()
+		cancel()
+		if err == nil {
+			if len(codes) == 1 && codes[0] == -1 {
+				return nil, nil // applied before: its statuses are unknown now
+			}
+			return codes, nil
+		}
+		last = err
+		if !isTimeout(err) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("redis: apply a batch: %w", last)
+}
+
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+func decodeStatus(k Kind, code int64) status {
+	switch code {
+	case 0:
+		return stDup
+	case 1:
+		if k == Exposure {
+			return stFresh
+		}
+		return stCounted
+	case 2:
+		return stPending
+	case 3:
+		return stOutside
+	case 4:
+		return stOverflow
+	}
+	return stNone
+}
+
+func (s *redisStore) counts(ctx context.Context, exp string) (counts, error) {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	c := counts{units: map[string]int64{}, converted: map[metricGroup]int64{}}
+	p := prefix(exp)
+	pipe := s.c.Pipeline()
+	n := pipe.HGetAll(ctx, p+"n")
+	k := pipe.HGetAll(ctx, p+"k")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return c, fmt.Errorf("redis: read the counts of experiment %q: %w", exp, err)
+	}
+	for g, v := range n.Val() {
+		x, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("redis: %sn field %q: %q is not a count", p, g, v)
+		}
+		c.units[g] = x
+	}
+	for f, v := range k.Val() {
+		m, g, ok := strings.Cut(f, "\n")
+		x, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil {
+			return c, fmt.Errorf("redis: %sk field %q: %q is not a count", p, f, v)
+		}
+		c.converted[metricGroup{m, g}] = x
+	}
+	return c, nil
+}
+
+func (s *redisStore) values(ctx context.Context, exp, metric string, fn func(group string, total int64)) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*redisTimeout)
+	defer cancel()
+	key := prefix(exp) + "v:" + metric
+	// HSCAN may return a field twice (when the hash is rehashed meanwhile);
+	// seen keeps each unit counted once.
+	seen := map[string]struct{}{}
+	var cursor uint64
+	for {
+		kv, next, err := s.c.HScan(ctx, key, cursor, "", 1000).Result()
+		if err != nil {
+			return fmt.Errorf("redis: scan %s: %w", key, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			f, v := kv[i], kv[i+1]
+			if _, dup := seen[f]; dup {
+				continue
+			}
+			seen[f] = struct{}{}
+			ls, rest, ok := strings.Cut(f, ":")
+			n, err := strconv.Atoi(ls)
+			if !ok || err != nil || n < 0 || n > len(rest) {
+				return fmt.Errorf("redis: %s field %q is not <len>:<group><unit>", key, f)
+			}
+			t, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("redis: %s field %q: %q is not a total", key, f, v)
+			}
+			if t != 0 {
+				fn(rest[:n], t)
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+func (s *redisStore) close() error { return s.c.Close() }
