@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -439,5 +440,139 @@ func TestMirrorNotThePrimary(t *testing.T) {
 	}
 	if st := gray.Stats(); st.Ejected != 0 || st.Healthy != 1 || st.InFlight != 0 {
 		t.Errorf("the mirror target's pool %+v: copies fed passive health", st)
+	}
+}
+
+// mirrorStats returns the set's totals for rule.
+func mirrorStats(set *mirror.Set, rule string) mirror.Stats {
+	for _, s := range set.Stats() {
+		if s.Rule == rule {
+			return s
+		}
+	}
+	return mirror.Stats{Rule: rule}
+}
+
+// TestMirrorSlowTargetCostsNothing: a mirror target that sleeps 2 s
+// before every answer adds nothing to the primary's latency. 64 requests,
+// 8 at a time over HTTP/1.1 and HTTP/2, are all answered by stable well
+// within the mirror's sleep (each under 1 s, on a loaded machine under
+// -race), while the copies pile up on a queue of 4 behind one worker and
+// the rest are dropped and counted. (The p99 comparison is
+// BenchmarkMirrorSlowTarget.)
+func TestMirrorSlowTargetCostsNothing(t *testing.T) {
+	stable, _, _ := shadowBackend(t, 1)
+	release := make(chan struct{})
+	var slowN atomic.Int64
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slowN.Add(1)
+		select {
+		case <-time.After(2 * time.Second):
+		case <-release:
+		}
+		_, _ = io.WriteString(w, `{"v":2}`)
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) }) // runs before slow.Close
+	set, sp := newMirror(t, "slow", poolOf("candidate", addrOf(slow)), nil, 1<<10, mirror.Options{Workers: 1, Queue: 4})
+	_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "default", Target: poolOf("stable", addrOf(stable)), Mirror: sp},
+		listener.Protocols{H2C: true})
+	clients := []*http.Client{httpClient(t), h2cClient(t)}
+	const n, conc = 64, 8
+	var (
+		next    atomic.Int64
+		worst   atomic.Int64
+		failed  atomic.Int64
+		answers sync.WaitGroup
+	)
+	for w := range conc {
+		answers.Go(func() {
+			c := clients[w%2]
+			for i := next.Add(1); i <= n; i = next.Add(1) {
+				start := time.Now()
+				resp, err := c.Get(fmt.Sprintf("http://%s/item?id=%d", addr, i))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				took := time.Since(start)
+				if err != nil || resp.StatusCode != 200 || !bytes.HasPrefix(body, []byte(`{"v":1`)) {
+					failed.Add(1)
+				}
+				for {
+					old := worst.Load()
+					if int64(took) <= old || worst.CompareAndSwap(old, int64(took)) {
+						break
+					}
+				}
+			}
+		})
+	}
+	answers.Wait()
+	if f := failed.Load(); f != 0 {
+		t.Fatalf("%d of %d primary requests failed", f, n)
+	}
+	if w := time.Duration(worst.Load()); w >= time.Second {
+		t.Errorf("the slowest primary answer took %v: the mirror's 2 s sleep leaked into the primary", w)
+	}
+	// At most one copy is in the worker's hands and four queued: the rest
+	// were dropped, and counted, at once.
+	st := mirrorStats(set, "slow")
+	if st.Dropped < n-5-uint64(slowN.Load()) || st.Dropped == 0 {
+		t.Errorf("mirror stats %+v: want the copies beyond the queue dropped", st)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for slowN.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no copy ever reached the slow mirror")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMirrorDeadTargetFailsNothing: with a mirror target that refuses
+// every connection, 60 primary requests over HTTP/1.1 and HTTP/2 all get
+// stable's answer (0 failed), and the copies are counted as failed.
+func TestMirrorDeadTargetFailsNothing(t *testing.T) {
+	stable, _, _ := shadowBackend(t, 1)
+	deadLn := listenLoopback(t)
+	dead := deadLn.Addr().String()
+	deadLn.Close()
+	set, sp := newMirror(t, "dead", poolOf("candidate", dead), nil, 1<<10, mirror.Options{})
+	_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "default", Target: poolOf("stable", addrOf(stable)), Mirror: sp},
+		listener.Protocols{H2C: true})
+	clients := []*http.Client{httpClient(t), h2cClient(t)}
+	const n = 60
+	failed := 0
+	for i := range n {
+		resp, err := clients[i%2].Get(fmt.Sprintf("http://%s/item?id=%d", addr, i))
+		if err != nil {
+			failed++
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || !bytes.HasPrefix(body, []byte(`{"v":1`)) {
+			failed++
+		}
+	}
+	if failed != 0 {
+		t.Fatalf("%d of %d primary requests failed with a dead mirror", failed, n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := mirrorStats(set, "dead")
+		if st.Failed+st.Dropped == n {
+			if st.Sent != 0 || st.Failed == 0 {
+				t.Errorf("mirror stats %+v: want the copies failed", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mirror stats %+v: want %d copies failed or dropped", st, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
