@@ -187,7 +187,7 @@ func (f *flow) begin(p *Proxy) {
 // mirrored.
 func (f *flow) decide(v attr.Request) {
 	f.keepDecision(f.p.decider.Decide(v))
-	f.keepMirror()
+	f.keepMirror(v)
 	if t := f.opts.Tracer; t != nil {
 		f.startSpan(t, v)
 	}

@@ -5,6 +5,7 @@ import (
 	"iter"
 	"net/http"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/mirror"
 )
 
@@ -20,14 +21,21 @@ const (
 	mirrorDrop        // the body is not held (over max_body, or streamed): the copy is handed over to be counted as dropped
 )
 
-// keepMirror decides, after the decision, whether the request is mirrored:
-// the decision asks for it and mirroring is on. A gRPC call is not (its
-// body is a stream of messages the gateway never waits for, and the
-// mirror's transport speaks HTTP/1.1), nor is a WebSocket handshake.
-func (f *flow) keepMirror() {
-	if f.d.Mirror != nil && f.opts.Mirrors != nil && !f.grpc && !f.upgrade {
-		f.mirror = mirrorOn
+// keepMirror decides, after the decision, whether the request seen
+// through v is mirrored: the decision asks for it and mirroring is on. A
+// gRPC call is not (its body is a stream of messages the gateway never
+// waits for, and the mirror's transport speaks HTTP/1.1), nor is a
+// WebSocket handshake, nor a request that is itself a copy (it carries
+// X-Gray-Mirror: a mirror target behind a graygate, or one pointed back
+// at it, never makes copies of copies).
+func (f *flow) keepMirror(v attr.Request) {
+	if f.d.Mirror == nil || f.opts.Mirrors == nil || f.grpc || f.upgrade {
+		return
 	}
+	if _, copied := v.Header(mirror.MirrorHeader); copied {
+		return
+	}
+	f.mirror = mirrorOn
 }
 
 // mirrorBody is the admit phase's part: whether the request body the copy

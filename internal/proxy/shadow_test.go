@@ -576,3 +576,38 @@ func TestMirrorDeadTargetFailsNothing(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestMirrorNoCopiesOfCopies: a request that is itself a copy (it carries
+// X-Gray-Mirror: 1) is served but never mirrored again, over HTTP/1.1 and
+// HTTP/2, so a mirror pointed back at a graygate cannot loop.
+func TestMirrorNoCopiesOfCopies(t *testing.T) {
+	stable, _, _ := shadowBackend(t, 1)
+	cand, _, candN := shadowBackend(t, 2)
+	set, sp := newMirror(t, "loop", poolOf("candidate", addrOf(cand)), nil, 1<<10, mirror.Options{})
+	rec := newDoneRecorder()
+	_, addr := startProxyWith(t, Options{Mirrors: set, OnDone: rec.onDone}, staticDecider{Group: "default", Target: poolOf("stable", addrOf(stable)), Mirror: sp},
+		listener.Protocols{H2C: true})
+	for _, h2 := range []bool{false, true} {
+		for _, copied := range []bool{true, false} {
+			req, _ := http.NewRequest("GET", "http://"+addr+"/item", nil)
+			if copied {
+				req.Header.Set("X-Gray-Mirror", "1")
+			}
+			resp, err := clientFor(t, h2).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			rec.next(t, 5*time.Second)
+		}
+	}
+	// Only the two requests without the marker were copied.
+	waitDiff(t, set, "loop", func(d mirror.Document) bool { return d.Requests == 2 })
+	if st := mirrorStats(set, "loop"); st.Sent != 2 || st.Dropped != 0 || candN.Load() != 2 {
+		t.Errorf("mirror stats %+v, candidate got %d: want the 2 unmarked requests copied", st, candN.Load())
+	}
+}
