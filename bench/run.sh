@@ -11,7 +11,8 @@
 # plotscaling), then runs, each phase bounded in time:
 #   1. throughput: direct, nginx, haproxy, fasthttp-min (a minimal fasthttp
 #      proxy, the floor graygate stands on), graygate-1, graygate-100,
-#      graygate-1000, interleaved for --rounds rounds, pinned and unpinned;
+#      graygate-1000, graygate-ab (an experiment with two metrics), graygate-trace
+#      (graygate-1 with tracing at sample_ratio 0.01), interleaved for --rounds rounds, pinned and unpinned;
 #   2. latency at a fixed rate (open loop: benchup pace, or vegeta) at 50% of
 #      nginx's capacity;
 #   3. a 10 s CPU profile of graygate-100 under load (profiling build);
@@ -35,7 +36,7 @@ usage: bench/run.sh [options]
   --duration S         seconds per measured wrk run (default 5)
   --warmup S           seconds of wrk warmup before each measured run (default 1)
   --arrangements LIST  "pinned unpinned" (default both)
-  --targets LIST       subset of "direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000"
+  --targets LIST       subset of "direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000 graygate-ab graygate-trace"
   --skip-install       don't apt-get install missing tools
   --latency-tool T     pace (default: bench/upstream's open-loop generator) or vegeta
   --skip-latency | --skip-profile | --skip-scaling | --skip-h2
@@ -50,7 +51,7 @@ EOF
 ROUNDS=3 DURATION=5 WARMUP=1 LAT_SECS=8 LAT_ROUNDS=3 PROF_SECS=10
 SCALING_COUNT=3 SCALING_BENCHTIME=300ms
 ARRANGEMENTS="pinned unpinned"
-TARGETS="direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000"
+TARGETS="direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000 graygate-ab graygate-trace"
 LAT_TOOL=pace NICE=-19 INSTALL=1 DO_LATENCY=1 DO_PROFILE=1 DO_SCALING=1 DO_H2=1 H2_ROUNDS=3 KEEP=0 QUICK=0 OUT=""
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -205,6 +206,10 @@ for arr in $ARRANGEMENTS; do gen_conf "$arr"; done
 "$BENCH/conf/gen-graygate.sh" 1 0 "$STABLE_ADDR" "$GRAY_ADDR" >"$CONF/graygate-1.yaml"
 "$BENCH/conf/gen-graygate.sh" 100 "$WL_SIZE" "$STABLE_ADDR" "$GRAY_ADDR" >"$CONF/graygate-100.yaml"
 "$BENCH/conf/gen-graygate.sh" 1000 "$WL_SIZE" "$STABLE_ADDR" "$GRAY_ADDR" >"$CONF/graygate-1000.yaml"
+"$BENCH/conf/gen-graygate.sh" ab 0 "$STABLE_ADDR" "$GRAY_ADDR" >"$CONF/graygate-ab.yaml"
+# graygate-1 with tracing at sample_ratio 0.01, exporting to the upstream
+# (bench/upstream answers OTLP/HTTP's /v1/traces).
+{ cat "$CONF/graygate-1.yaml"; printf 'tracing: {otlp_endpoint: "http://%s", sample_ratio: 0.01}\n' "$STABLE_ADDR"; } >"$CONF/graygate-trace.yaml"
 mkdir -p "$WORK/run"
 "$NGINX" -t -q -p "$WORK/run/" -e "$WORK/run/nginx-error.log" -c "$CONF/nginx-pinned.conf" 2>/dev/null ||
 	"$NGINX" -t -p "$WORK/run/" -e "$WORK/run/nginx-error.log" -c "$CONF/nginx-unpinned.conf"

@@ -7,6 +7,11 @@
 #   RULES=N>1: N-1 gray rules on path prefixes /svcI/ that the benchmark path
 #             (/api/x) never matches, then the matching rule "zzz_match" on
 #             /api/, which sorts last (rules of one priority go by key).
+#   RULES=ab: one ab rule (an experiment, 90/10 like the gray split) that
+#             declares two metrics: a binomial one matched on every 2xx
+#             GET under /api/, and a mean one read from a response header
+#             the upstream does not send. Every request exposes a unit
+#             (wrk's ids are random) and is matched against both.
 #   WHITELIST=W: the matching rule carries W "uid:wl-NNNNNNN" entries. They
 #             never collide with wrk's numeric user ids, so the split stays
 #             ~10% while every request pays for a whitelist lookup.
@@ -21,7 +26,17 @@ upstreams:
   gray:   {instances: [{addr: "$gray"}]}
 rules:
 YAML
-if [ "$rules" -le 1 ]; then
+if [ "$rules" = ab ]; then
+  cat <<'YAML'
+  - key: exp_bench
+    type: ab
+    experiment_id: exp_bench
+    groups: [{name: A, weight: 90, target: stable}, {name: B, weight: 10, target: gray}]
+    metrics:
+      - {name: visit, type: binomial, match: {method: GET, path_prefix: /api/, status: 2xx}}
+      - {name: revenue, type: mean, from_header: X-Gray-Metric-Revenue}
+YAML
+elif [ "$rules" -le 1 ]; then
   printf '  - key: gray_v2\n    type: gray\n    gray_percent: 10\n    targets: {gray: gray, stable: stable}\n'
 else
   awk -v n="$rules" 'BEGIN {

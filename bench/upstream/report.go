@@ -444,6 +444,19 @@ func targets(w io.Writer, runs []row, lat []row, b map[string]benchResult) {
 		num(median(col(g, "cpu_us_req")), 1), num(median(col(n, "cpu_us_req")), 1), num(cpu, 2), verdict(cpu <= 1.2, known && !math.IsNaN(cpu)))
 	fmt.Fprintf(w, "| pinned, 100 rules: p99 ≤ 1.1× nginx | %s vs %s (× %s) | %s |\n",
 		dur(median(col(g, "p99_us"))), dur(median(col(n, "p99_us"))), num(p99, 2), verdict(p99 <= 1.1, known && !math.IsNaN(p99)))
+	// The experiment and tracing arrangements, against the same run's
+	// nginx (issue 14) and graygate-1 (issue 18: < 3% fewer req/s).
+	if ab := filter(pin, "target", "graygate-ab"); len(ab) > 0 && len(n) > 0 {
+		r := median(ratios(pin, "graygate-ab", "nginx", "rps"))
+		c := median(ratios(pin, "graygate-ab", "nginx", "cpu_us_req"))
+		fmt.Fprintf(w, "| pinned, an experiment with two metrics, every request a first exposure (graygate-ab): req/s and CPU/request vs nginx | %s req/s (× %s), %s µs (× %s) | reported |\n",
+			num(median(col(ab, "rps")), 0), num(r, 2), num(median(col(ab, "cpu_us_req")), 1), num(c, 2))
+	}
+	if tr, g1 := filter(pin, "target", "graygate-trace"), filter(pin, "target", "graygate-1"); len(tr) > 0 && len(g1) > 0 {
+		r := median(ratios(pin, "graygate-trace", "graygate-1", "rps"))
+		fmt.Fprintf(w, "| pinned, tracing at sample_ratio 0.01: req/s drop < 3%% vs graygate-1 | %s vs %s req/s (× %s) | %s |\n",
+			num(median(col(tr, "rps")), 0), num(median(col(g1, "rps")), 0), num(r, 3), verdict(r >= 0.97, !math.IsNaN(r)))
+	}
 	var spread benchResult
 	var haveSpread bool
 	for k, r := range b {

@@ -47,6 +47,12 @@ func serve(args []string) error {
 			DisableHeaderNamesNormalizing: true,
 			ReadBufferSize:                8192,
 			Handler: func(ctx *fasthttp.RequestCtx) {
+				if string(ctx.Path()) == "/v1/traces" {
+					// graygate-trace exports its spans here: an empty
+					// ExportTraceServiceResponse (OTLP/HTTP) is zero bytes.
+					ctx.Response.Header.SetContentTypeBytes(protobuf)
+					return
+				}
 				ctx.Response.Header.SetContentTypeBytes(textPlain)
 				ctx.Response.SetBodyRaw(b)
 			},
@@ -72,4 +78,4 @@ func untilSignal(errc <-chan error, stop func() error) error {
 	}
 }
 
-var textPlain = []byte("text/plain")
+var textPlain, protobuf = []byte("text/plain"), []byte("application/x-protobuf")

@@ -182,7 +182,8 @@ func (g *Gateway) result(build string) string {
 }
 
 // proxyOptions builds the data plane's options from cfg: timeouts, header
-// limits, trusted proxies and the access log.
+// limits, trusted proxies, the access log, and the gateway's mirror set
+// and tracer.
 func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 	var trusted []netip.Prefix
 	for i, p := range cfg.TrustedProxies {
@@ -211,6 +212,10 @@ func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 		NoVia:                     cfg.Proxy.Via != nil && !*cfg.Proxy.Via,
 
 		OnDone: g.onDone,
+		// Both live as long as the gateway: the mirrors follow every
+		// snapshot (syncMirrors), the tracer needs a restart to change.
+		Mirrors: g.mirrors,
+		Tracer:  g.tracer,
 	}
 	if cfg.AccessLog.Enabled {
 		o.AccessLog = g.accessLog()

@@ -287,7 +287,9 @@ func TestRolloutBreakerAborts(t *testing.T) {
 	stop := load(e, 4)
 	defer stop()
 	e.mustPut("canary", fmt.Sprintf(canaryRule, "", `{"steps":[{"percent":100},{"pause":"1h"}]}`))
-	v := waitRollout(t, e, "canary", "aborted", 1, 60*time.Second)
+	// At step 0 or 1: on a loaded machine the breaker may open before the
+	// engine has moved past the first step.
+	v := waitRollout(t, e, "canary", "aborted", -1, 60*time.Second)
 	if msg := v["message"].(string); !strings.Contains(msg, "breaker opened: error rate") {
 		t.Errorf("message = %q", msg)
 	}

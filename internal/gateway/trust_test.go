@@ -2,8 +2,12 @@ package gateway
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,5 +217,60 @@ func TestABFallbackCountsInItsGroup(t *testing.T) {
 	}
 	if _, ok := metric(`graygate_requests_total\{code="2xx",group="stable",rule="exp",upstream="\w+"\}`); ok {
 		t.Errorf("an experiment's request was counted as group stable:\n%s", body)
+	}
+}
+
+// TestGrayTagInBaggage: with trust_gray_tag on, an inbound baggage
+// gray.tag from a trusted peer is honoured like X-Gray-Tag (the request
+// goes to gray and the color travels on, in X-Gray-Tag and in baggage);
+// from anyone else it is stripped. Other baggage members reach the
+// upstream untouched, byte for byte and in order, either way.
+func TestGrayTagInBaggage(t *testing.T) {
+	backend := func(name string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Backend", name)
+			w.Header().Set("X-Seen-Tag", r.Header.Get("X-Gray-Tag"))
+			w.Header().Set("X-Seen-Baggage", strings.Join(r.Header.Values("Baggage"), "|"))
+			_, _ = io.WriteString(w, name)
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	stable, gray := backend("stable"), backend("gray")
+	cfg := func(trusted string) string {
+		return fmt.Sprintf("default_upstream: stable\nupstreams:\n  stable: {instances: [{addr: %q}]}\n  gray: {instances: [{addr: %q}]}\ntrusted_proxies: [%q]\ntrust_gray_tag: true\n",
+			stable, gray, trusted)
+	}
+	rule := map[string]any{"type": "gray", "gray_percent": 0, "targets": map[string]string{"gray": "gray", "stable": "stable"}}
+	trusted, untrusted := start(t, cfg("127.0.0.1/32"), ""), start(t, cfg("10.0.0.0/8"), "")
+	for _, e := range []*env{trusted, untrusted} {
+		e.mustPut("canary", rule)
+	}
+	tests := []struct {
+		name, baggage                   string
+		e                               *env
+		backend, seenTag, wantUpBaggage string
+	}{
+		{"trusted peer", "a=1, gray.tag=gray;p=x, b=%20two", trusted, "gray", "gray", "a=1,b=%20two,gray.tag=gray"},
+		{"untrusted client", "a=1, gray.tag=gray;p=x, b=%20two", untrusted, "stable", "", "a=1,b=%20two"},
+		{"untrusted client, only the tag", "gray.tag=gray", untrusted, "stable", "", ""},
+		{"trusted peer, no tag", "k=v", trusted, "stable", "", "k=v"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", tt.e.data+"/p", nil)
+			req.Header.Set("X-User-Id", "7")
+			req.Header.Set("Baggage", tt.baggage)
+			resp, err := tt.e.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			got := []string{resp.Header.Get("X-Backend"), resp.Header.Get("X-Seen-Tag"), resp.Header.Get("X-Seen-Baggage")}
+			if want := []string{tt.backend, tt.seenTag, tt.wantUpBaggage}; !slices.Equal(got, want) {
+				t.Errorf("baggage %q: backend, upstream X-Gray-Tag, upstream baggage = %q, want %q", tt.baggage, got, want)
+			}
+		})
 	}
 }

@@ -50,12 +50,14 @@ func procStatus(t *testing.T, field string) int64 {
 // resolver and a per-identity limiter with the default bounds, as the data
 // plane does for each request, while alice, who spent her only token,
 // comes back every 10,000 requests. The process's peak resident set
-// (VmHWM, garbage included) stays under 64 MiB, the limiter's table under
-// its 16 MiB budget, and alice's bucket is never evicted.
+// (VmHWM, garbage included) stays under 80 MiB, the limiter's table under
+// its 16 MiB budget, and alice's bucket is never evicted. The peak is about
+// 51 MiB on a quiet machine; on a loaded one the collector runs later and
+// it has reached 69 MiB, hence the bound.
 func TestMemoryMillionIdentities(t *testing.T) {
 	const (
 		ids    = 1_000_000
-		rssMax = 64 << 20
+		rssMax = 80 << 20
 	)
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }

@@ -92,9 +92,12 @@ func (b *respBody) Read(p []byte) (int, error) {
 	}
 	n, err := ex.upBody.Read(p)
 	ex.bytesOut += int64(n)
+	if ex.mirror == mirrorOn {
+		ex.teeBody(p[:n])
+	}
 	switch {
 	case err == io.EOF:
-		ex.upEOF = true
+		ex.upEOF, ex.respEnded = true, true
 		ex.forwardTrailers()
 	case err != nil:
 		ex.upErr = err

@@ -16,8 +16,9 @@
 // outcome, passive health, OnDone, access log, degradation record). The
 // policy sees a codec only through small interfaces: attr.Request for the
 // decision, inHeader for the client's fields, fieldSink and fields for the
-// headers it writes, and codec for the one question only a codec can
-// answer (is a body read failure the body's own fault). So a fix to the
+// headers it writes, and codec for what only a codec knows (is a body
+// read failure the body's own fault, the client's HTTP version, the
+// request head as it went upstream, for a mirror). So a fix to the
 // policy lands once for both listeners, as Envoy's one filter chain behind
 // its HTTP/1 and HTTP/2 codecs and Pingora's phases over a per-request
 // context do.
@@ -280,6 +281,47 @@
 //
 // An HTTP/1.1 client reaches h2 and h2c pools through the same
 // transports (h1net.go); a WebSocket handshake to one is refused.
+//
+// # Shadow traffic
+//
+// A decision with a Mirror (router.Decision.Mirror: the rule's stable
+// users its mirror bucket selects, for the methods it allows) is served
+// as any other; the flow (shadow.go) also keeps what package mirror needs,
+// in memory of its own: the request body when it fits in the mirror's
+// max_body (admitted as a replay body is; a longer or streamed one makes
+// the copy a counted drop), the request head as it went upstream
+// (codec.sentRequest: the gateway's X-Forwarded-*, X-Gray-Tag, baggage,
+// X-Request-Id and Via included), the status and header fields of the
+// upstream's answer before the gateway adds its own, and up to
+// Set.MaxResponseBody bytes of its body as they pass to the client. In
+// the finish phase, after OnDone, the access log and the breaker outcome,
+// it hands the copy to Options.Mirrors, which queues or drops it and
+// returns at once: the client's answer never waits for the mirror, and
+// the copy never passes through OnDone, the access log, a breaker or
+// passive health, so experiments, rollouts, breakers and request metrics
+// never count it. Nothing is handed over when the gateway answered
+// itself (499, 502, 503, 504) or the primary's answer broke off. gRPC
+// calls and WebSocket handshakes are never mirrored.
+//
+// # Tracing
+//
+// With Options.Tracer set, the flow (trace.go) starts one server span per
+// routed request after the decision, from the client's traceparent and
+// tracestate (parent-based sampling, package tracing), records the
+// decision on it (and again after Guard or FallBack changed it), replaces
+// the client's traceparent and tracestate going upstream with graygate's
+// span as the parent, sampled or not, and ends it in the finish phase
+// with the status and, for a failure of the gateway's own, error.type
+// (failureType). With Options.Tracer nil the client's trace context
+// passes through untouched and the cost is a nil check: BenchmarkTracing/off
+// is BenchmarkProxy/plain's 0 allocations.
+//
+// Tracing on or off, the upstream request's baggage is rewritten
+// (addTraceFields, tracing.AppendBaggage): the client's members, every
+// baggage field joined into one list, in order and byte for byte, except
+// any gray.tag, followed by gray.tag=<the decision's tag>. A trusted
+// peer's gray.tag was honoured by the router (trust_gray_tag) and comes
+// back as the tag; anyone else's is dropped.
 //
 // # Lifecycle
 //

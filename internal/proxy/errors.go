@@ -67,6 +67,30 @@ func classify(err error) (status int, reason string) {
 	return fasthttp.StatusBadGateway, "failed"
 }
 
+// failureType is the short reason, for the server span's error.type, of
+// a request the gateway failed itself (a 5xx of its own): "timeout",
+// "unreachable", "no_instance", "no_free_connection", "concurrency_cap" or
+// "upstream_failed", after classify. The client's own faults and the
+// route's refusals (4xx, 499) are not failures of the gateway: "".
+func failureType(status int, err error) string {
+	var de *dialError
+	switch {
+	case status < 500:
+		return ""
+	case errors.Is(err, errGateFull):
+		return "concurrency_cap"
+	case errors.Is(err, upstream.ErrNoInstance):
+		return "no_instance"
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return "no_free_connection"
+	case isTimeout(err):
+		return "timeout"
+	case errors.As(err, &de):
+		return "unreachable"
+	}
+	return "upstream_failed"
+}
+
 // failure is the error phase: the status from classify for a request the
 // gateway could not forward, and the one-line body of its answer, naming
 // the upstream pool (never an instance address, which is for the log)
@@ -87,6 +111,7 @@ func (f *flow) failure(err error) (status int, body []byte) {
 		addr = f.inst.Addr
 	}
 	f.status = status
+	f.failType = failureType(status, err)
 	if status == StatusClientClosedRequest {
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.Debug("client went away", "upstream", addr, "rule", f.d.Rule, "request_id", b2s(f.reqID), "error", err)

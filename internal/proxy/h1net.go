@@ -101,6 +101,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 		call.arm()
 	}
 	out = out.WithContext(call.ctx)
+	ex.netOut = out
 
 	var start time.Time
 	if ex.d.Breaker != nil {
@@ -124,6 +125,9 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	ex.respStarted = true
 	nu.resp = resp
 	ex.status = resp.StatusCode
+	if ex.mirror != mirrorOff {
+		ex.keepMirrorResponse(resp.StatusCode, netFields(resp.Header))
+	}
 	ex.filterNetResponse(resp.Header, resp.StatusCode)
 	if ex.d.Breaker != nil {
 		ex.brkLatency = max(p.now().Sub(start), 0)
@@ -153,6 +157,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	}
 	if ctx.IsHead() || !hasBody(resp.StatusCode) {
 		o.SkipBody = true
+		ex.respEnded = true
 		ex.endNet()
 		return false, nil
 	}
@@ -195,9 +200,12 @@ func (b *netRespBody) Read(p []byte) (int, error) {
 	ex := b.ex
 	n, err := ex.net.resp.Body.Read(p)
 	ex.bytesOut += int64(n)
+	if ex.mirror == mirrorOn {
+		ex.teeBody(p[:n])
+	}
 	switch {
 	case err == io.EOF:
-		ex.upEOF = true
+		ex.upEOF, ex.respEnded = true, true
 		tr := ex.net.resp.Trailer
 		ex.noteGRPCStatus(tr)
 		for k, vs := range tr {

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -189,6 +190,8 @@ type stream struct {
 	deadlineBound bool
 	// bodyEnd is when the transport read the end of the request body.
 	bodyEnd atomic.Int64
+	// out is the request last sent upstream (sentRequest).
+	out *http.Request
 }
 
 func (p *Proxy) newStream() *stream {
@@ -202,6 +205,12 @@ func (p *Proxy) newStream() *stream {
 // badBody implements codec. An HTTP/2 body is framed by the protocol;
 // what fails reading it is the client.
 func (s *stream) badBody(error) bool { return false }
+
+// protocol implements codec.
+func (s *stream) protocol() (string, bool) { return "2", s.info.tls }
+
+// sentRequest implements codec: the net/http request of the last attempt.
+func (s *stream) sentRequest() mirror.Request { return sentNetRequest(s.out) }
 
 // serveH2 is the Handler of every HTTP/2 stream.
 func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
@@ -239,6 +248,7 @@ func (s *stream) resetStream() {
 	s.call, s.body, s.pending = nil, nil, nil
 	s.deadline, s.deadlineBound = time.Time{}, false
 	s.bodyEnd.Store(0)
+	s.out = nil
 }
 
 // serve runs the flow's phases for the stream. It returns true when the
@@ -357,6 +367,7 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	call := newNetCall(s.r.Context(), timeout)
 	s.call = call
 	out := s.upstreamRequest(pool, trusted, call)
+	s.out = out
 	if out.Body == nil || out.Body == http.NoBody {
 		call.arm()
 	}
@@ -378,6 +389,9 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	}
 	s.respStarted = true
 	s.status = resp.StatusCode
+	if s.mirror != mirrorOff {
+		s.keepMirrorResponse(resp.StatusCode, netFields(resp.Header))
+	}
 	s.filterNetResponse(resp.Header, resp.StatusCode)
 	if s.d.Breaker != nil {
 		// The outcome waits for the end of the body: a gRPC status comes
@@ -531,6 +545,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	s.addVia(&out)
 	w.WriteHeader(resp.StatusCode)
 	if s.r.Method == http.MethodHead {
+		s.respEnded = true
 		return false
 	}
 	flush := s.grpc || resp.ContentLength < 0 || isEventStream(s2b(resp.Header.Get("Content-Type")))
@@ -548,6 +563,9 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		}
 		n, err := resp.Body.Read(s.buf)
 		if n > 0 {
+			if s.mirror == mirrorOn {
+				s.teeBody(s.buf[:n])
+			}
 			if _, werr := w.Write(s.buf[:n]); werr != nil {
 				s.writeErr = werr
 				s.p.log.Debug("client write failed", "upstream", s.inst.Addr, "bytes", s.bytesOut, "error", werr)
@@ -559,6 +577,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 			}
 		}
 		if err == io.EOF {
+			s.respEnded = true
 			break
 		}
 		if err != nil {

@@ -97,6 +97,7 @@ func eqFold(b []byte, s string) bool { return strings.EqualFold(b2s(b), s) }
 // known size, chunked (with the client's trailer fields) otherwise.
 func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) {
 	in := &ctx.Request.Header
+	ex.netOut = nil
 	ex.setBodyKind(ctx, ws)
 	uri := ex.originForm(in.RequestURI())
 	h := append(ex.head[:0], in.Method()...)
@@ -178,8 +179,9 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 // unless it named the header in Connection, with the peer appended;
 // otherwise just the peer), X-Forwarded-Proto ("https" when the client
 // came over TLS) and X-Forwarded-Host unless a trusted peer sent them,
-// the coloring X-Gray-Tag, X-Request-Id and Via. in is the client's
-// header, host its Host (or :authority).
+// the coloring X-Gray-Tag, the baggage carrying it and the trace context
+// (addTraceFields), X-Request-Id and Via. in is the client's header, host
+// its Host (or :authority).
 func (f *flow) addForwarded(sink fieldSink, in inHeader, host []byte, tls, trusted bool) {
 	buf := f.scratch[:0]
 	if trusted && !isConnToken(hdrXForwardedFor, f.tokens) {
@@ -212,6 +214,7 @@ func (f *flow) addForwarded(sink fieldSink, in inHeader, host []byte, tls, trust
 	if f.d.Tag != "" {
 		sink.addField(s2b(hdrGrayTag), s2b(f.d.Tag))
 	}
+	f.addTraceFields(sink, in)
 	sink.addField(s2b(hdrRequestID), f.reqID)
 	if !f.opts.NoVia {
 		v := viaValue
@@ -286,7 +289,8 @@ func (ex *exchange) setBodyKind(ctx *fasthttp.RequestCtx, ws bool) {
 
 // keepRequestHeader is the decorate phase's verdict on one client header
 // field: whether it is copied to the upstream request. It notes the
-// X-Forwarded-Proto / -Host it keeps. f.tokens must hold the tokens of the
+// X-Forwarded-Proto / -Host it keeps, and a baggage field, which
+// addTraceFields rewrites. f.tokens must hold the tokens of the
 // client's Connection header.
 func (f *flow) keepRequestHeader(k []byte, trusted bool) bool {
 	switch {
@@ -315,6 +319,14 @@ func (f *flow) keepRequestHeader(k []byte, trusted bool) bool {
 		f.sawHost = true
 	case eqFold(k, hdrForwarded), eqFold(k, hdrXRealIP):
 		return trusted
+	case eqFold(k, hdrBaggage):
+		// Rebuilt by addTraceFields, without an inbound gray.tag.
+		f.sawBaggage = true
+		return false
+	case f.traced && (eqFold(k, hdrTraceparent) || eqFold(k, hdrTracestate)):
+		// Replaced by graygate's span (addTraceFields); with tracing off
+		// they pass through.
+		return false
 	}
 	return true
 }

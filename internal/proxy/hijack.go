@@ -86,6 +86,9 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 			ex.upBody = ex.resp.BodyStream()
 		}
 	}
+	if ex.mirror != mirrorOff {
+		ex.keepMirrorResponse(out.StatusCode(), out.All())
+	}
 	ex.filterResponseHeader(out)
 	ex.setDecisionHeaders(out)
 	ex.addVia(out)
@@ -114,6 +117,8 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 	switch {
 	case ex.inline >= 0:
 		b, _ := ex.br.Peek(ex.inline)
+		ex.teeBody(b)
+		ex.respEnded = true
 		n, err := c.Write(b)
 		ex.bytesOut = int64(n)
 		_, _ = ex.br.Discard(ex.inline)
@@ -122,6 +127,7 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 		}
 		return err
 	case !ex.resp.IsBodyStream() || b2s(ex.method) == fasthttp.MethodHead:
+		ex.respEnded = true
 		return nil
 	}
 	bw := bufio.NewWriterSize(c, 32<<10)

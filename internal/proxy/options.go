@@ -6,7 +6,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/tracing"
 )
 
 // Defaults applied by New to zero fields of Options.
@@ -121,6 +123,18 @@ type Options struct {
 	// points to are valid only during the call. OnDone runs on the
 	// request's goroutine and must be fast and safe for concurrent use.
 	OnDone func(*Done)
+
+	// Mirrors receives a shadow copy of every request whose decision has
+	// a Mirror (router.Decision.Mirror), with the primary's answer, once
+	// the client's answer is complete (see the package doc, "Shadow
+	// traffic"). nil turns mirroring off: decisions with a Mirror are
+	// served as if they had none.
+	Mirrors *mirror.Set
+	// Tracer starts one server span per routed request and propagates the
+	// W3C trace context upstream (see the package doc, "Tracing"). nil is
+	// tracing off, which costs a nil check. The gray color goes upstream
+	// in baggage whether or not tracing is on.
+	Tracer *tracing.Tracer
 
 	// Now is the clock that times requests: the elapsed time OnDone and the
 	// access log report, and the latency and end time of the outcomes

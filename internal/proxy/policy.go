@@ -6,7 +6,9 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/tracing"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -16,21 +18,29 @@ import (
 // one and call its phases in the same order:
 //
 //   - begin: the clock, the options, the request id (setRequestID);
-//   - decide: Decide over the codec's attr.Request view, keepDecision;
+//   - decide: Decide over the codec's attr.Request view, keepDecision,
+//     whether the request is mirrored (keepMirror), and with tracing on
+//     the server span (startSpan, spanDecided);
 //   - admit: the route's rate limit and declared body size, and whether
-//     the request could be replayed on stable (prepareReplay);
-//   - acquire: the pool's concurrency slot, then the breaker (Guard);
+//     the request could be replayed on stable or mirrored
+//     (prepareReplay, mirrorBody);
+//   - acquire: the pool's concurrency slot, then the breaker (Guard,
+//     spanDecided when it degrades);
 //   - pick: an instance of the target pool;
 //   - decorate the upstream request: which client fields go up
 //     (keepRequestHeader) and what the gateway adds (addForwarded:
-//     X-Forwarded-*, X-Gray-Tag, X-Request-Id, Via);
-//   - read the upstream response: which fields come back
-//     (dropResponseField, the reported metric fields captured and removed),
-//     then the decision headers (setDecisionHeaders) and Via;
+//     X-Forwarded-*, X-Gray-Tag, baggage, traceparent and tracestate
+//     (addTraceFields), X-Request-Id, Via);
+//   - read the upstream response: a mirrored request's copy of the
+//     upstream's answer (keepMirrorResponse, teeBody), which fields come
+//     back (dropResponseField, the reported metric fields captured and
+//     removed), then the decision headers (setDecisionHeaders) and Via;
 //   - on a failure before any response byte: fallBackOK, then fallBack to
-//     stable; otherwise failure (classify, the body of the answer);
+//     stable (spanDecided); otherwise failure (classify, the body of the
+//     answer);
 //   - finish: the breaker's outcome, passive health, the concurrency slot,
-//     OnDone, the access log line and the degradation record.
+//     OnDone, the access log line and the degradation record, then the
+//     end of the span (endSpan) and the shadow copy (sendMirror).
 //
 // The codecs own only what is theirs: parsing, framing, their connection
 // pools and their client connections. Each phase has one home here, so a
@@ -99,6 +109,32 @@ type flow struct {
 	tokens       [][]byte
 	// Inbound X-Forwarded-Proto / -Host kept from a trusted peer.
 	sawProto, sawHost bool
+
+	// Tracing (trace.go): the server span, when traced is set, and the
+	// adapters the tracer reads the request and writes the upstream
+	// request through. failType is the gateway's own failure, for the
+	// span's error.type.
+	traced   bool
+	span     tracing.Span
+	spanIn   spanHeaders
+	spanOut  spanSink
+	spanReq  tracing.ServerRequest
+	spanBuf  []byte
+	failType string
+	// The baggage rewrite (trace.go): the client sent a baggage field;
+	// bagIn joins several, bagOut is the field sent upstream.
+	sawBaggage    bool
+	bagIn, bagOut []byte
+
+	// Shadow traffic (shadow.go): the mirror state, and the copy of the
+	// primary's answer, which the mirror set owns once handed over (never
+	// pooled). upgrade says the request is a WebSocket handshake, set by
+	// the codec before decide; respEnded that the upstream's answer was
+	// read to its end.
+	mirror    uint8
+	upgrade   bool
+	respEnded bool
+	mresp     mirror.Response
 }
 
 // codec is what the policy asks of the codec a request arrived through.
@@ -107,6 +143,13 @@ type codec interface {
 	// body's own fault (malformed framing: 400) rather than the client
 	// going away (499).
 	badBody(err error) bool
+	// protocol is the client's HTTP version ("1.0", "1.1" or "2") and
+	// whether it came over TLS, for the server span.
+	protocol() (version string, tls bool)
+	// sentRequest is a copy, in memory of its own, of the request last
+	// sent upstream: request line, Host and header fields as the gateway
+	// wrote them (the body is the policy's), for the mirror.
+	sentRequest() mirror.Request
 }
 
 // inHeader is a client request header as the policy reads it.
@@ -138,9 +181,16 @@ func (f *flow) begin(p *Proxy) {
 	f.grpcStatus = -1
 }
 
-// decide routes the request seen through v and keeps the decision.
+// decide routes the request seen through v and keeps the decision; then,
+// with tracing on, it starts the server span (while v is valid: the
+// trace context is read from it), and it notes whether the request is
+// mirrored.
 func (f *flow) decide(v attr.Request) {
 	f.keepDecision(f.p.decider.Decide(v))
+	f.keepMirror(v)
+	if t := f.opts.Tracer; t != nil {
+		f.startSpan(t, v)
+	}
 }
 
 // keepDecision stores d, copying the two strings a router may take from the
@@ -184,8 +234,11 @@ func (f *flow) pick(in inHeader) error {
 
 // finish ends the flow: it reports a breaker outcome still pending,
 // passive health, releases the pool's concurrency slot, and records the
-// request (OnDone, access log, degradation log). The codec resets the flow
-// afterwards (resetFlow) and pools it.
+// request (OnDone, access log, degradation log); then it ends the server
+// span and hands a mirrored request's copy to the mirror set, which
+// returns at once. The copy never passes through OnDone, the breaker,
+// passive health or the access log. The codec resets the flow afterwards
+// (resetFlow) and pools it.
 func (f *flow) finish() {
 	p := f.p
 	if f.brkPending {
@@ -214,6 +267,8 @@ func (f *flow) finish() {
 	if f.d.Degraded != "" {
 		p.degrade.record(f, end)
 	}
+	f.endSpan()
+	f.sendMirror()
 }
 
 // reportUpstream tells the pool the picked instance's outcome, once.
@@ -251,4 +306,8 @@ func (f *flow) resetFlow() {
 	clear(f.tokens)
 	f.tokens = f.tokens[:0]
 	f.sawProto, f.sawHost = false, false
+	f.traced, f.span, f.failType = false, tracing.Span{}, ""
+	f.spanBuf = f.spanBuf[:0]
+	f.sawBaggage, f.bagIn, f.bagOut = false, f.bagIn[:0], f.bagOut[:0]
+	f.mirror, f.upgrade, f.respEnded, f.mresp = mirrorOff, false, false, mirror.Response{}
 }

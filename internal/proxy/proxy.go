@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -327,8 +329,10 @@ type exchange struct {
 	respOut *fasthttp.ResponseHeader
 	upEOF   bool
 	// net is the state of a request forwarded to an HTTP/2 pool
-	// (forwardNet), nil otherwise.
-	net *netUpstream
+	// (forwardNet), nil otherwise. netOut is the request forwardNet sent
+	// last, nil once buildRequest wrote a head (sentRequest).
+	net    *netUpstream
+	netOut *http.Request
 
 	// Client watch state. mu guards canceled and upConn between the
 	// watcher goroutine and the request goroutine.
@@ -400,13 +404,31 @@ func (ex *exchange) reset() {
 	ex.inline = -1
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
 	ex.upEOF = false
-	ex.net = nil
+	ex.net, ex.netOut = nil, nil
 	ex.upConn, ex.gone = nil, false
 }
 
 // badBody implements codec: a failure to read the body is its own fault
 // when the listener's Guard or fasthttp's chunk parser refused it.
 func (ex *exchange) badBody(err error) bool { return isBadBody(ex.ctx, err) }
+
+// protocol implements codec, while the handler runs.
+func (ex *exchange) protocol() (string, bool) {
+	v := "1.1"
+	if !ex.ctx.Request.Header.IsHTTP11() {
+		v = "1.0"
+	}
+	return v, ex.ctx.IsTLS() || isTLSConn(ex.ctx.Conn())
+}
+
+// sentRequest implements codec: the head buildRequest wrote, or the
+// request forwardNet sent to an HTTP/2 pool. Both outlive the handler.
+func (ex *exchange) sentRequest() mirror.Request {
+	if ex.netOut != nil {
+		return sentNetRequest(ex.netOut)
+	}
+	return sentHead(ex.head)
+}
 
 // Handler serves one request: validate, route, forward, answer. It is a
 // fasthttp.RequestHandler; Serve runs it in a server configured for
@@ -442,6 +464,8 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		p.reject(ctx, ex, fasthttp.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false
 	}
+	ws := isWebSocketUpgrade(in)
+	ex.upgrade = ws
 	ex.view.see(&ctx.Request, ex.peer, ex.trusted)
 	ex.decide(&ex.view)
 	ex.view.req = nil
@@ -464,7 +488,6 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		p.reject(ctx, ex, e.Status, bad(e.Status)+e.Reason)
 		return false
 	}
-	ws := isWebSocketUpgrade(in)
 	for {
 		streamed, err := p.forward(ctx, ex, trusted, ws)
 		if err == nil {
@@ -517,6 +540,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 // respBody finishes the exchange.
 func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	out := &ctx.Response
+	if ex.mirror != mirrorOff {
+		ex.keepMirrorResponse(out.Header.StatusCode(), out.Header.All())
+	}
 	ex.filterResponseHeader(&out.Header)
 	ex.setDecisionHeaders(&out.Header)
 	ex.addVia(&out.Header)
@@ -527,8 +553,10 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		// connection goes back now.
 		b, _ := ex.br.Peek(ex.inline)
 		out.SetBody(b)
+		ex.teeBody(b)
 		_, _ = ex.br.Discard(ex.inline)
 		ex.bytesOut = int64(ex.inline)
+		ex.respEnded = true
 		ex.releaseUpstream(true)
 		return false
 	}
@@ -539,6 +567,7 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 			out.Header.SetContentLength(-1)
 		}
 		out.SkipBody = true
+		ex.respEnded = true
 		ex.releaseUpstream(true)
 		return false
 	}

@@ -30,7 +30,8 @@ func (p *Proxy) admit(ctx *fasthttp.RequestCtx, ex *exchange) error {
 
 // admit applies the route's policy before anything is sent upstream: the
 // rate limit, the declared body size, the response header timeout, and,
-// for a request that may fall back to stable, the buffering of its body.
+// for a request that may fall back to stable or is mirrored, the
+// buffering of its body.
 // cl is the declared length (-1: unknown, -2 or 0: no body), inMemory the
 // length of a body the codec already holds whole (-1: it streams from
 // src). With router.NoPolicy and no fallback it is a handful of
@@ -58,8 +59,11 @@ func (f *flow) admit(cl, inMemory int64, src io.Reader) error {
 			return errBodyTooLarge
 		}
 	}
-	if f.d.Stable != nil && f.d.Stable != f.d.Target {
-		return f.prepareReplay(cl, src)
+	replay := f.d.Stable != nil && f.d.Stable != f.d.Target
+	if replay || f.mirror == mirrorOn {
+		err := f.prepareReplay(cl, src, replay)
+		f.mirrorBody(cl, inMemory)
+		return err
 	}
 	return nil
 }
@@ -72,16 +76,21 @@ func (f *flow) admit(cl, inMemory int64, src io.Reader) error {
 // gray target is contacted; or a chunked body that turns out to fit. A
 // chunked body that does not fit is streamed on, what was read first
 // included, and the request is not replayable; nor is a larger declared
-// body, which is not read here at all.
-func (f *flow) prepareReplay(cl int64, src io.Reader) error {
+// body, which is not read here at all. A mirrored request's copy needs its
+// body held the same way: the limit is then at least the mirror's max_body
+// (without replay, only that).
+func (f *flow) prepareReplay(cl int64, src io.Reader, replay bool) error {
 	if cl == 0 || cl == -2 || src == nil {
 		f.replayable = true
 		return nil
 	}
-	limit := f.pol.FallbackBodyBytes
-	if limit <= 0 {
-		limit = router.DefaultFallbackBodyBytes
+	var limit int64
+	if replay {
+		if limit = f.pol.FallbackBodyBytes; limit <= 0 {
+			limit = router.DefaultFallbackBodyBytes
+		}
 	}
+	limit = max(limit, f.mirrorBodyLimit())
 	if cl > limit {
 		return nil
 	}
@@ -188,6 +197,7 @@ func (f *flow) acquire() error {
 		return errGateFull
 	}
 	if f.d.Guard() {
+		f.spanDecided()
 		f.releaseGate()
 		if f.d.Target == nil {
 			return fmt.Errorf("the gray target's breaker is open and there is no stable target: %w", upstream.ErrNoInstance)
@@ -231,6 +241,7 @@ func (f *flow) fallBack(err error) {
 	}
 	f.reportUpstream(false)
 	f.d.FallBack()
+	f.spanDecided()
 	f.inst = nil
 	f.sent, f.respStarted = false, false
 }

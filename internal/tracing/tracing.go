@@ -233,40 +233,39 @@ var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "
 // there is one, else the root of a new trace. Its sampling is parent-based.
 func (t *Tracer) Start(in HeaderGetter, r *ServerRequest) Span {
 	ctx := t.tc.Extract(context.Background(), getCarrier{in})
-	name := r.Method
-	method := r.Method
-	known := false
+	// The name and the method are the constants of knownMethods, never
+	// r.Method itself, which may alias a request buffer.
+	name, method := "HTTP", "_OTHER"
 	for _, m := range knownMethods {
-		if m == method {
-			known = true
+		if m == r.Method {
+			name, method = m, m
 			break
 		}
 	}
-	if !known {
-		name, method = "HTTP", "_OTHER"
-	}
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
+		// A recorded span keeps its attributes until it is exported,
+		// long after the request's buffers were reused: copy them.
 		attrs := make([]attribute.KeyValue, 0, 10)
-		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method), semconv.URLPath(r.Path), semconv.URLScheme(r.Scheme),
-			semconv.NetworkProtocolName("http"))
-		if !known {
-			attrs = append(attrs, semconv.HTTPRequestMethodOriginal(r.Method))
+		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method), semconv.URLPath(strings.Clone(r.Path)),
+			semconv.URLScheme(strings.Clone(r.Scheme)), semconv.NetworkProtocolName("http"))
+		if method == "_OTHER" {
+			attrs = append(attrs, semconv.HTTPRequestMethodOriginal(strings.Clone(r.Method)))
 		}
 		if r.ServerAddress != "" {
-			attrs = append(attrs, semconv.ServerAddress(r.ServerAddress))
+			attrs = append(attrs, semconv.ServerAddress(strings.Clone(r.ServerAddress)))
 		}
 		if r.ServerPort > 0 {
 			attrs = append(attrs, semconv.ServerPort(r.ServerPort))
 		}
 		if r.ProtocolVersion != "" {
-			attrs = append(attrs, semconv.NetworkProtocolVersion(r.ProtocolVersion))
+			attrs = append(attrs, semconv.NetworkProtocolVersion(strings.Clone(r.ProtocolVersion)))
 		}
 		if r.ClientAddress != "" {
-			attrs = append(attrs, semconv.ClientAddress(r.ClientAddress))
+			attrs = append(attrs, semconv.ClientAddress(strings.Clone(r.ClientAddress)))
 		}
 		if r.UserAgent != "" {
-			attrs = append(attrs, semconv.UserAgentOriginal(r.UserAgent))
+			attrs = append(attrs, semconv.UserAgentOriginal(strings.Clone(r.UserAgent)))
 		}
 		span.SetAttributes(attrs...)
 	}
