@@ -58,7 +58,6 @@ type gw struct {
 	data   string // http://127.0.0.1:port, the data plane
 	admin  string // http://127.0.0.1:port, the admin listener (and the console)
 	client *http.Client
-	g      *gateway.Gateway
 }
 
 // startGateway runs a gateway with the demo config. wrap, if set, wraps
@@ -90,7 +89,7 @@ func startGateway(t *testing.T, wrap func(http.Handler) http.Handler) *gw {
 	}
 	dl, al := listen(t), listen(t)
 	e := &gw{t: t, data: "http://" + dl.Addr().String(), admin: "http://" + al.Addr().String(),
-		client: &http.Client{Timeout: 20 * time.Second}, g: g}
+		client: &http.Client{Timeout: 20 * time.Second}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	if wrap == nil {
