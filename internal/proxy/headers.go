@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/valyala/fasthttp"
 
@@ -466,18 +467,47 @@ func (f *flow) addVia(h fields) {
 // adds it). fasthttp only adds its own Date to a header that has not been
 // told to leave it out, which only a fresh header is, and it drops a Date
 // set by hand; so the header is moved into a fresh one through its wire
-// form. Upstreams nearly always send a Date, so this is rare.
+// form. Upstreams nearly always send a Date; for those that don't, the
+// buffers of the round trip are pooled, so it allocates nothing.
 func ensureDate(h *fasthttp.ResponseHeader) {
 	if len(h.Peek(fasthttp.HeaderDate)) > 0 {
 		return
 	}
-	var fresh fasthttp.ResponseHeader
-	raw := h.AppendBytes(nil)
-	if err := fresh.Read(bufio.NewReader(bytes.NewReader(raw))); err != nil {
-		return
+	rt := dateRoundTrips.Get().(*dateRoundTrip)
+	rt.raw = h.AppendBytes(rt.raw[:0])
+	rt.rd.Reset(rt.raw)
+	if rt.br.Size() < len(rt.raw) {
+		// The reader must hold the whole header for fasthttp to parse it.
+		rt.br = bufio.NewReaderSize(nil, len(rt.raw))
 	}
-	fresh.CopyTo(h)
+	rt.br.Reset(&rt.rd)
+	rt.fresh.Reset()
+	if err := rt.fresh.Read(rt.br); err == nil {
+		rt.fresh.CopyTo(h)
+	}
+	rt.fresh.Reset()
+	rt.br.Reset(nil)
+	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
+		dateRoundTrips.Put(rt)
+	}
 }
+
+// dateRoundTrip is what ensureDate needs to move a header through its wire
+// form: the wire bytes, a reader over them and the fresh header.
+type dateRoundTrip struct {
+	raw   []byte
+	rd    bytes.Reader
+	br    *bufio.Reader
+	fresh fasthttp.ResponseHeader
+}
+
+// maxPooledDateHeader keeps an unusually large header's buffer out of the
+// pool.
+const maxPooledDateHeader = 64 << 10
+
+var dateRoundTrips = sync.Pool{New: func() any {
+	return &dateRoundTrip{br: bufio.NewReaderSize(nil, 4096)}
+}}
 
 // setDecisionHeaders adds the decision headers to a fasthttp response
 // (see flow.decisionHeaders), with fasthttp's name normalizing off: the

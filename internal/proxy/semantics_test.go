@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
@@ -212,6 +214,10 @@ func TestDateAndVia(t *testing.T) {
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(via), via)
 				continue
 			}
+			if req.URL.Path == "/nodate-big" { // a header larger than the round trip's pooled reader
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Big: %s\r\nContent-Length: 2\r\n\r\nok", strings.Repeat("b", 6000))
+				continue
+			}
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nDate: %s\r\nVia: 1.1 app\r\nContent-Length: %d\r\n\r\n%s", upDate, len(via), via)
 		}
 	})
@@ -237,7 +243,31 @@ func TestDateAndVia(t *testing.T) {
 			if d, err := http.ParseTime(resp.Header.Get("Date")); err != nil || time.Since(d) > time.Minute {
 				t.Errorf("an upstream answer without Date got Date %q (%v), want the current time", resp.Header.Get("Date"), err)
 			}
+			resp, body = rawExchange(t, addr, "GET", "GET /nodate-big HTTP/1.1\r\nHost: a\r\n\r\n")
+			if d, err := http.ParseTime(resp.Header.Get("Date")); err != nil || time.Since(d) > time.Minute || len(resp.Header.Get("X-Big")) != 6000 || body != "ok" {
+				t.Errorf("a large answer without Date got Date %q (%v), X-Big of %d bytes, body %q", resp.Header.Get("Date"), err, len(resp.Header.Get("X-Big")), body)
+			}
 		})
+	}
+}
+
+// TestEnsureDateAllocatesNothing: the round trip that gives a Date-less
+// upstream answer its Date reuses pooled buffers.
+func TestEnsureDateAllocatesNothing(t *testing.T) {
+	var h fasthttp.ResponseHeader
+	h.DisableNormalizing()
+	if err := h.Read(bufio.NewReader(strings.NewReader("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: b\r\n\r\n"))); err != nil {
+		t.Fatal(err)
+	}
+	ensureDate(&h) // warm the pool
+	if n := testing.AllocsPerRun(100, func() { ensureDate(&h) }); n != 0 {
+		t.Errorf("ensureDate allocates %v times per call", n)
+	}
+	if got := string(h.Peek("X-A")); got != "b" || h.ContentLength() != 3 {
+		t.Errorf("after ensureDate: X-A %q, Content-Length %d", got, h.ContentLength())
+	}
+	if !bytes.Contains(h.Header(), []byte("\r\nDate: ")) {
+		t.Errorf("no Date on the wire:\n%s", h.Header())
 	}
 }
 
