@@ -29,6 +29,14 @@ func (h *spanHeaders) Get(name string) string {
 	return s
 }
 
+// Set and Keys make spanHeaders a propagation.TextMapCarrier, which the
+// tracer then uses without wrapping it (an allocation per request).
+// Extraction only reads.
+func (h *spanHeaders) Set(string, string) {}
+
+// Keys is not used by the W3C propagators.
+func (h *spanHeaders) Keys() []string { return nil }
+
 // spanSink is the decorate phase's fieldSink as the tracer writes into it
 // (tracing.HeaderSetter). It is set only while Inject runs.
 type spanSink struct{ s fieldSink }
@@ -42,6 +50,13 @@ func (h *spanSink) Set(k, v string) {
 	}
 	h.s.addField(s2b(k), s2b(v))
 }
+
+// Get and Keys make spanSink a propagation.TextMapCarrier (see
+// spanHeaders); injection only writes.
+func (h *spanSink) Get(string) string { return "" }
+
+// Keys is not used by the W3C propagators.
+func (h *spanSink) Keys() []string { return nil }
 
 // startSpan starts the request's server span, after the decision, from
 // the view v the decision was made on (valid only during the call): the

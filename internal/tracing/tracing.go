@@ -184,7 +184,9 @@ type HeaderGetter interface{ Get(name string) string }
 // HeaderSetter sets (replaces) an outgoing request header.
 type HeaderSetter interface{ Set(name, value string) }
 
-// getCarrier and setCarrier adapt them to propagation.TextMapCarrier.
+// getCarrier and setCarrier adapt them to propagation.TextMapCarrier. A
+// getter or setter that is a TextMapCarrier already (the data plane's
+// are) is used as it is: wrapping it would allocate on every request.
 type getCarrier struct{ h HeaderGetter }
 
 func (c getCarrier) Get(k string) string { return c.h.Get(k) }
@@ -224,6 +226,9 @@ type Span struct {
 	span trace.Span
 }
 
+// serverKind is the start option of every span graygate starts, made once.
+var serverKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
 // knownMethods are the methods the semantic conventions name; any other is
 // recorded as "_OTHER" with http.request.method_original.
 var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY"}
@@ -232,7 +237,13 @@ var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "
 // from in and starts the server span: a child of the inbound span when
 // there is one, else the root of a new trace. Its sampling is parent-based.
 func (t *Tracer) Start(in HeaderGetter, r *ServerRequest) Span {
-	ctx := t.tc.Extract(context.Background(), getCarrier{in})
+	var c propagation.TextMapCarrier
+	if tc, ok := in.(propagation.TextMapCarrier); ok {
+		c = tc
+	} else {
+		c = getCarrier{in}
+	}
+	ctx := t.tc.Extract(context.Background(), c)
 	// The name and the method are the constants of knownMethods, never
 	// r.Method itself, which may alias a request buffer.
 	name, method := "HTTP", "_OTHER"
@@ -242,7 +253,7 @@ func (t *Tracer) Start(in HeaderGetter, r *ServerRequest) Span {
 			break
 		}
 	}
-	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+	ctx, span := t.tracer.Start(ctx, name, serverKind...)
 	if span.IsRecording() {
 		// A recorded span keeps its attributes until it is exported,
 		// long after the request's buffers were reused: copy them.
@@ -297,6 +308,10 @@ func (s Span) Decided(rule, group, upstream, degraded string) {
 // whether it is sampled) and tracestate (the inbound one, when there was
 // one) on the outgoing request.
 func (s Span) Inject(out HeaderSetter) {
+	if c, ok := out.(propagation.TextMapCarrier); ok {
+		propagation.TraceContext{}.Inject(s.ctx, c)
+		return
+	}
 	propagation.TraceContext{}.Inject(s.ctx, setCarrier{out})
 }
 
