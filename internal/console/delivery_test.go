@@ -112,7 +112,7 @@ func (e *gw) background(t *testing.T, path string) {
 // TestBrowserRollout steers a real rollout from its rule page: the
 // timeline shows the plan with the current step, the analysis checks
 // with their last values and thresholds, and the events; Pause, Resume,
-// Promote and Abort each ask first, naming the rule, and change the
+// Promote, Abort, Retry and Promote fully each ask first, naming the rule, and change the
 // rollout the API reports and the traffic the data plane routes. A viewer
 // sees the timeline and no button.
 func TestBrowserRollout(t *testing.T) {
@@ -196,11 +196,36 @@ func TestBrowserRollout(t *testing.T) {
 	b.open(e.admin + "/ui/")
 	b.waitText(`tr[data-rule="user_center_v2"] .rollout-state`, "aborted · step 3/5")
 
+	// Retry starts the plan again from step 0; Promote fully then takes it
+	// to its last step: 50% gray.
+	b.open(e.admin + "/ui/#/rules/user_center_v2")
+	b.waitFor("Retry", `document.querySelector('#rollout-retry')`)
+	b.click("#rollout-retry")
+	b.confirm("Retry user_center_v2")
+	e.waitRollout("user_center_v2", "progressing", 1)
+	b.waitText("#rollout-percent", "gray 10%")
+	b.waitFor("Promote fully", `document.querySelector('#rollout-promote-full')`)
+	b.click("#rollout-promote-full")
+	b.confirm("user_center_v2")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, _, pct := e.rolloutState("user_center_v2")
+		if s == "completed" && pct == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Promote fully the rollout is %s at %v%%, want completed at its last step's 50%%", s, pct)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.waitFor("the completed timeline", `document.querySelector('#rollout[data-state="completed"]')`)
+	e.checkSplit(50, 200)
+
 	// A viewer sees the timeline and no control.
 	b.click("#logout")
 	b.login(e, viewerToken)
 	b.open(e.admin + "/ui/#/rules/user_center_v2")
-	b.waitFor("the rollout timeline", `document.querySelector('#rollout[data-state="aborted"] #rollout-steps')`)
+	b.waitFor("the rollout timeline", `document.querySelector('#rollout[data-state="completed"] #rollout-steps')`)
 	b.waitText("#rollout-events", "console: abort")
 	if n := b.count("#rollout-actions, #rollout button"); n != 0 {
 		t.Errorf("a viewer sees %d rollout controls", n)
