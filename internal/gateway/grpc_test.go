@@ -194,24 +194,7 @@ func startGRPC(t *testing.T, yaml string) *grpcEnv {
 		t.Fatal(err)
 	}
 	e.gw = g
-	dl, _ := net.Listen("tcp", "127.0.0.1:0")
-	tl, _ := net.Listen("tcp", "127.0.0.1:0")
-	al, _ := net.Listen("tcp", "127.0.0.1:0")
-	e.clear, e.tlsAddr = dl.Addr().String(), tl.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.ServeListeners(ctx, Listeners{Data: dl, TLS: tl, Admin: al}) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("ServeListeners: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("the gateway did not stop")
-		}
-	})
+	e.clear, e.tlsAddr, _ = serveTLS(t, g)
 	return e
 }
 

@@ -76,10 +76,17 @@ func startTLS(t *testing.T, yaml, tlsYAML string, mkCerts func(dir string, ca *c
 		t.Fatal(err)
 	}
 	e.gw = g
+	e.clear, e.tlsAddr, e.admin = serveTLS(t, g)
+	return e
+}
+
+// serveTLS serves g on three loopback listeners (cleartext data, TLS data,
+// admin) until the test ends, and returns their addresses.
+func serveTLS(t *testing.T, g *Gateway) (clear, tlsAddr, admin string) {
+	t.Helper()
 	dl, _ := net.Listen("tcp", "127.0.0.1:0")
 	tl, _ := net.Listen("tcp", "127.0.0.1:0")
 	al, _ := net.Listen("tcp", "127.0.0.1:0")
-	e.clear, e.tlsAddr, e.admin = dl.Addr().String(), tl.Addr().String(), al.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.ServeListeners(ctx, Listeners{Data: dl, TLS: tl, Admin: al}) }()
@@ -94,7 +101,7 @@ func startTLS(t *testing.T, yaml, tlsYAML string, mkCerts func(dir string, ca *c
 			t.Error("the gateway did not stop")
 		}
 	})
-	return e
+	return dl.Addr().String(), tl.Addr().String(), al.Addr().String()
 }
 
 func oneCert(dir string, ca *certstest.CA) { ca.Server("gw.pem", "gw.key", "gw.test", "127.0.0.1") }
