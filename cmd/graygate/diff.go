@@ -8,39 +8,9 @@ import (
 	"net/url"
 	"strings"
 	"text/tabwriter"
-)
 
-// diffDoc is the part of GET /api/v1/rules/{key}/diff the table shows.
-type diffDoc struct {
-	Rule                 string `json:"rule"`
-	Target               string `json:"target"`
-	Secondary            string `json:"secondary"`
-	Diff                 bool   `json:"diff"`
-	Requests             uint64 `json:"requests"`
-	Compared             uint64 `json:"compared"`
-	StatusMismatch       uint64 `json:"status_mismatch"`
-	NoiseCompared        uint64 `json:"noise_compared"`
-	SecondaryFailed      uint64 `json:"secondary_failed"`
-	Failed               uint64 `json:"failed"`
-	Dropped              uint64 `json:"dropped"`
-	UntrackedDifferences uint64 `json:"untracked_differences"`
-	Thresholds           struct {
-		Relative    float64 `json:"relative"`
-		Absolute    float64 `json:"absolute"`
-		MinCompared uint64  `json:"min_compared"`
-	} `json:"thresholds"`
-	Fields []struct {
-		Path       string  `json:"path"`
-		RawRate    float64 `json:"raw_rate"`
-		NoiseRate  float64 `json:"noise_rate"`
-		Regression bool    `json:"regression"`
-		Examples   []struct {
-			Request   string `json:"request"`
-			Primary   string `json:"primary"`
-			Candidate string `json:"candidate"`
-		} `json:"examples"`
-	} `json:"fields"`
-}
+	"github.com/graygate/graygate/internal/mirror"
+)
 
 // cmdDiff prints a rule's mirror diff: GET /api/v1/rules/{key}/diff as a
 // table of fields, regressions first.
@@ -60,7 +30,7 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		c.printJSON(raw)
 		return nil
 	}
-	var d diffDoc
+	var d mirror.Document
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return fmt.Errorf("decode the diff: %w", err)
 	}
@@ -68,7 +38,7 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-func printDiff(w io.Writer, d *diffDoc) {
+func printDiff(w io.Writer, d *mirror.Document) {
 	fmt.Fprintf(w, "rule %s mirrors to %s", d.Rule, d.Target)
 	if d.Secondary != "" {
 		fmt.Fprintf(w, ", noise from %s", d.Secondary)
