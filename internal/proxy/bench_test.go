@@ -17,7 +17,7 @@ import (
 
 // fasthttpBackend serves a small fixed response, so that the benchmarks
 // measure the request path rather than the backend.
-func fasthttpBackend(b *testing.B) string {
+func fasthttpBackend(b testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -118,7 +118,6 @@ type flow struct {
 	span     tracing.Span
 	spanIn   spanHeaders
 	spanOut  spanSink
-	spanReq  tracing.ServerRequest
 	spanBuf  []byte
 	failType string
 	// The baggage rewrite (trace.go): the client sent a baggage field;

@@ -41,14 +41,18 @@ func (h *spanHeaders) Keys() []string { return nil }
 // (tracing.HeaderSetter). It is set only while Inject runs.
 type spanSink struct{ s fieldSink }
 
-func (h *spanSink) Set(k, v string) {
+func (h *spanSink) Set(k, v string) { h.SetBytes(k, s2b(v)) }
+
+// SetBytes makes spanSink a tracing.ByteSetter: addField copies the value
+// into the head, so the tracer may format it in a buffer of its own.
+func (h *spanSink) SetBytes(k string, v []byte) {
 	switch k { // otel's names are lower case; the head's are canonical
 	case "traceparent":
 		k = hdrTraceparent
 	case "tracestate":
 		k = hdrTracestate
 	}
-	h.s.addField(s2b(k), s2b(v))
+	h.s.addField(s2b(k), v)
 }
 
 // Get and Keys make spanSink a propagation.TextMapCarrier (see
@@ -60,12 +64,23 @@ func (h *spanSink) Keys() []string { return nil }
 
 // startSpan starts the request's server span, after the decision, from
 // the view v the decision was made on (valid only during the call): the
-// inbound traceparent and tracestate, the HTTP semantic-convention
-// attributes, then the decision (spanDecided). The ServerRequest's
-// strings alias the request; the tracer copies those it records.
+// inbound traceparent and tracestate, then the decision (spanDecided).
+// The tracer asks for the HTTP semantic-convention attributes (Describe)
+// only when it records the span.
 func (f *flow) startSpan(t *tracing.Tracer, v attr.Request) {
+	f.spanIn.v = v
+	f.span = t.Start(&f.spanIn, f)
+	f.spanIn.v = nil
+	f.traced = true
+	f.spanDecided()
+}
+
+// Describe is the request as a recorded span describes it
+// (tracing.Describer), read from the view startSpan is given. Its strings
+// alias the request; the tracer copies them.
+func (f *flow) Describe(r *tracing.ServerRequest) {
+	v := f.spanIn.v
 	version, tls := f.c.protocol()
-	r := &f.spanReq
 	*r = tracing.ServerRequest{Method: v.Method(), Path: v.Path(), Scheme: "http", ProtocolVersion: version}
 	if tls {
 		r.Scheme = "https"
@@ -76,12 +91,6 @@ func (f *flow) startSpan(t *tracing.Tracer, v attr.Request) {
 		r.ClientAddress = b2s(f.spanBuf)
 	}
 	r.UserAgent, _ = v.Header("User-Agent")
-	f.spanIn.v = v
-	f.span = t.Start(&f.spanIn, r)
-	f.spanIn.v = nil
-	*r = tracing.ServerRequest{}
-	f.traced = true
-	f.spanDecided()
 }
 
 // spanDecided records the decision on the span: after Decide, and again

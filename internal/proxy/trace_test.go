@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -246,5 +248,55 @@ func TestTracingThroughTheListener(t *testing.T) {
 				t.Errorf("failed span status %v attributes %v, want Error, error.type unreachable, 502", e.Status, ea)
 			}
 		})
+	}
+}
+
+// TestUnsampledTracingAllocs: with a tracer whose new traces are never
+// sampled (the 99% of sample_ratio 0.01), a request through the real
+// listener still sends a valid traceparent upstream and costs the process
+// no allocation per request (client, proxy and backend together, as
+// BenchmarkTracing measures: a stray background allocation is tolerated
+// by the bound, a per-request one is not).
+func TestUnsampledTracingAllocs(t *testing.T) {
+	var seen sync.Map
+	ln := listenLoopback(t)
+	s := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if tp := ctx.Request.Header.Peek("Traceparent"); len(tp) > 0 {
+			if _, ok := seen.Load("tp"); !ok {
+				seen.Store("tp", string(tp))
+			}
+		}
+		ctx.SetBodyString("hello, world")
+	}}
+	go s.Serve(ln) //nolint:errcheck // returns on Shutdown
+	t.Cleanup(func() { _ = s.Shutdown() })
+	tr, err := tracing.New(tracing.Options{SampleRatio: 0, Exporter: tracetest.NewNoopExporter()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	d := staticDecider{Rule: "r1", Group: "stable", Tag: "stable", Target: poolOf("stable", ln.Addr().String())}
+	_, addr := startProxy(t, Options{Tracer: tr}, d)
+	c := &fasthttp.HostClient{Addr: addr, MaxConns: 1, ReadTimeout: 5 * time.Second}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://app.test/api/items?id=42")
+	req.Header.Set("X-User-Id", "user-42")
+	do := func() {
+		if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			t.Fatalf("status %d, %v", resp.StatusCode(), err)
+		}
+	}
+	for range 50 { // warm the pools
+		do()
+	}
+	if a := testing.AllocsPerRun(500, do); a > 0.1 && !raceEnabled {
+		t.Errorf("an unsampled traced request allocates %.2f times", a)
+	}
+	tp, _ := seen.Load("tp")
+	parts := strings.Split(fmt.Sprint(tp), "-")
+	if len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || len(parts[2]) != 16 || parts[3] != "00" {
+		t.Errorf("upstream traceparent %q, want an unsampled version 00 one", tp)
 	}
 }

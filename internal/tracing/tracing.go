@@ -21,12 +21,31 @@
 // sampled, one that says not sampled is not, and a request without one
 // starts a trace that TraceIDRatioBased(sample_ratio) samples.
 //
+// # An unsampled span costs no SDK call
+//
+// At sample_ratio 0.01, 99 requests in 100 are not recorded, yet each
+// still propagates a traceparent naming graygate's span. Start decides
+// sampling itself before it calls the SDK, with the SDK's own functions
+// and inputs: the W3C traceparent is read by propagation.TraceContext,
+// a new trace's ids come from the generator the provider is given (idGen,
+// math/rand/v2 as the SDK's default one), and the decision for a new
+// trace is sdktrace.TraceIDRatioBased's ShouldSample on that trace id. A
+// sampled span is then started through the SDK with those same ids
+// (handed to idGen in the context), so the SDK's ParentBased sampler
+// reaches the same decision; an unsampled one is only its SpanContext
+// (the parent's trace id, flags and tracestate with a new span id, as
+// the SDK's non-recording span has), and Inject formats its traceparent
+// into the span itself. A request without a traceparent costs no
+// allocation (TestUnsampledSpanAllocs), and the two paths are checked
+// against each other (TestFastPathMatchesSDK).
+//
 // # Per request (the data plane's contract)
 //
 //  1. Request phase, after the request is framed: sp := t.Start(inbound,
-//     &ServerRequest{...}). It extracts W3C traceparent and tracestate
-//     (propagation.TraceContext) and starts the server span with the HTTP
-//     semantic-convention attributes.
+//     describer). It extracts W3C traceparent and tracestate
+//     (propagation.TraceContext) and starts the server span; a span it
+//     records gets the HTTP semantic-convention attributes of the
+//     ServerRequest the describer fills in (a *ServerRequest is one).
 //  2. After the decision (and again after a fallback changed it):
 //     sp.Decided(rule, group, upstream pool, degraded).
 //  3. Upstream request filter: sp.Inject(outgoing) sets traceparent (with
@@ -55,9 +74,12 @@ package tracing
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -112,6 +134,9 @@ type Tracer struct {
 	provider *sdktrace.TracerProvider
 	tracer   trace.Tracer
 	tc       propagation.TraceContext
+	// root decides a new trace's sampling: the ratio sampler that the
+	// provider's ParentBased sampler delegates to for roots.
+	root sdktrace.Sampler
 }
 
 // New builds the tracer provider and its exporter. It does not contact the
@@ -147,12 +172,14 @@ func New(o Options) (*Tracer, error) {
 	if o.ServiceVersion != "" {
 		attrs = append(attrs, semconv.ServiceVersion(o.ServiceVersion))
 	}
+	root := sdktrace.TraceIDRatioBased(o.SampleRatio)
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.SampleRatio))),
+		sdktrace.WithSampler(sdktrace.ParentBased(root)),
+		sdktrace.WithIDGenerator(idGen{}),
 		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(o.BatchTimeout), sdktrace.WithExportTimeout(o.ExportTimeout)),
 		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, attrs...)),
 	)
-	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/graygate/graygate")}, nil
+	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/graygate/graygate"), root: root}, nil
 }
 
 // TracesURL returns where spans go for a collector base URL: the URL with
@@ -219,12 +246,31 @@ type ServerRequest struct {
 	UserAgent string
 }
 
-// Span is one request's server span. It is a small value the data plane
-// keeps for the request; the zero Span (tracing off) is never used.
+// Describer fills in the ServerRequest a span records. Start calls it
+// only for a span it records, so that describing a request costs nothing
+// for the others; a *ServerRequest describes itself.
+type Describer interface {
+	Describe(r *ServerRequest)
+}
+
+// Describe copies s into r: a ServerRequest is its own Describer.
+func (s *ServerRequest) Describe(r *ServerRequest) { *r = *s }
+
+// Span is one request's server span. It is a value the data plane keeps
+// for the request (by address: Inject writes into it); the zero Span
+// (tracing off) is never used. A recorded span has span (the SDK's) and
+// ctx; an unrecorded one only sc, its identity.
 type Span struct {
 	ctx  context.Context
 	span trace.Span
+	sc   trace.SpanContext
+	// tp holds the traceparent Inject formats for an unrecorded span.
+	tp [traceparentLen]byte
 }
+
+// traceparentLen is the length of a version 00 traceparent:
+// "00-" 32 hex "-" 16 hex "-" 2 hex.
+const traceparentLen = 55
 
 // serverKind is the start option of every span graygate starts, made once.
 var serverKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
@@ -236,14 +282,36 @@ var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "
 // Start extracts the inbound trace context (W3C traceparent, tracestate)
 // from in and starts the server span: a child of the inbound span when
 // there is one, else the root of a new trace. Its sampling is parent-based.
-func (t *Tracer) Start(in HeaderGetter, r *ServerRequest) Span {
+func (t *Tracer) Start(in HeaderGetter, d Describer) Span {
 	var c propagation.TextMapCarrier
 	if tc, ok := in.(propagation.TextMapCarrier); ok {
 		c = tc
 	} else {
 		c = getCarrier{in}
 	}
-	ctx := t.tc.Extract(context.Background(), c)
+	ctx := context.Background()
+	var psc trace.SpanContext
+	if c.Get(hdrTraceparent) != "" {
+		ctx = t.tc.Extract(ctx, c)
+		psc = trace.SpanContextFromContext(ctx)
+	}
+	if psc.IsValid() {
+		if !psc.IsSampled() {
+			// ParentBased: a parent that was not sampled makes a child
+			// that is not; the SDK's non-recording span has the parent's
+			// trace id, flags and tracestate and a span id of its own.
+			return Span{sc: psc.WithSpanID(newSpanID()).WithRemote(false)}
+		}
+	} else {
+		tid, sid := newIDs()
+		if t.root.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid}).Decision == sdktrace.Drop {
+			return Span{sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid})}
+		}
+		ctx = context.WithValue(ctx, presetKey{}, &presetIDs{tid, sid})
+	}
+	var req ServerRequest
+	r := &req
+	d.Describe(r)
 	// The name and the method are the constants of knownMethods, never
 	// r.Method itself, which may alias a request buffer.
 	name, method := "HTTP", "_OTHER"
@@ -284,18 +352,23 @@ func (t *Tracer) Start(in HeaderGetter, r *ServerRequest) Span {
 }
 
 // Recording reports whether the span is sampled and recorded; when it is
-// not, Decided and End only end it.
-func (s Span) Recording() bool { return s.span.IsRecording() }
+// not, Decided and End do nothing.
+func (s *Span) Recording() bool { return s.span != nil && s.span.IsRecording() }
 
 // SpanContext returns the span's identity (trace id, span id, flags).
-func (s Span) SpanContext() trace.SpanContext { return s.span.SpanContext() }
+func (s *Span) SpanContext() trace.SpanContext {
+	if s.span != nil {
+		return s.span.SpanContext()
+	}
+	return s.sc
+}
 
 // Decided records graygate's decision: the claiming rule ("" for none),
 // the group, the upstream pool, and the degradation ("" when the rule's
 // choice served the request). It may be called again when a fallback
 // changes the decision; the last call wins.
-func (s Span) Decided(rule, group, upstream, degraded string) {
-	if !s.span.IsRecording() {
+func (s *Span) Decided(rule, group, upstream, degraded string) {
+	if !s.Recording() {
 		return
 	}
 	s.span.SetAttributes(AttrRule.String(rule), AttrGroup.String(group), AttrUpstream.String(upstream), AttrDegraded.Bool(degraded != ""))
@@ -306,8 +379,13 @@ func (s Span) Decided(rule, group, upstream, degraded string) {
 
 // Inject sets traceparent (graygate's span as the parent; flags say
 // whether it is sampled) and tracestate (the inbound one, when there was
-// one) on the outgoing request.
-func (s Span) Inject(out HeaderSetter) {
+// one) on the outgoing request. For an unrecorded span and a ByteSetter
+// it does not allocate without a tracestate.
+func (s *Span) Inject(out HeaderSetter) {
+	if s.span == nil {
+		s.injectUnrecorded(out)
+		return
+	}
 	if c, ok := out.(propagation.TextMapCarrier); ok {
 		propagation.TraceContext{}.Inject(s.ctx, c)
 		return
@@ -315,12 +393,93 @@ func (s Span) Inject(out HeaderSetter) {
 	propagation.TraceContext{}.Inject(s.ctx, setCarrier{out})
 }
 
+// ByteSetter is a HeaderSetter that copies the value during the call,
+// as the data plane's does; Inject then hands it the traceparent it
+// formatted in the span rather than a string made for it.
+type ByteSetter interface {
+	SetBytes(name string, value []byte)
+}
+
+// injectUnrecorded is propagation.TraceContext's Inject for an
+// unrecorded span: the same fields, in the same order, with the same
+// value (TestFastPathMatchesSDK), formatted into s.tp.
+func (s *Span) injectUnrecorded(out HeaderSetter) {
+	if !s.sc.IsValid() {
+		return
+	}
+	if ts := s.sc.TraceState().String(); ts != "" {
+		out.Set(hdrTracestate, ts)
+	}
+	b := s.tp[:0]
+	b = append(b, "00-"...)
+	tid, sid := s.sc.TraceID(), s.sc.SpanID()
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, []byte{byte(s.sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	if bs, ok := out.(ByteSetter); ok {
+		bs.SetBytes(hdrTraceparent, b)
+		return
+	}
+	out.Set(hdrTraceparent, string(b))
+}
+
+// The W3C trace context headers as propagation.TraceContext names them.
+const (
+	hdrTraceparent = "traceparent"
+	hdrTracestate  = "tracestate"
+)
+
+// idGen is the provider's IDGenerator: random ids from math/rand/v2 (as
+// the SDK's default generator), except for a span Start has already
+// given ids to (presetIDs in the context), which keeps them.
+type idGen struct{}
+
+type presetKey struct{}
+
+type presetIDs struct {
+	tid trace.TraceID
+	sid trace.SpanID
+}
+
+func (idGen) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if p, ok := ctx.Value(presetKey{}).(*presetIDs); ok {
+		return p.tid, p.sid
+	}
+	return newIDs()
+}
+
+func (idGen) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return newSpanID() }
+
+// newIDs returns a random non-zero trace id and span id.
+func newIDs() (trace.TraceID, trace.SpanID) {
+	var tid trace.TraceID
+	for !tid.IsValid() {
+		binary.NativeEndian.PutUint64(tid[:8], rand.Uint64())
+		binary.NativeEndian.PutUint64(tid[8:], rand.Uint64())
+	}
+	return tid, newSpanID()
+}
+
+// newSpanID returns a random non-zero span id.
+func newSpanID() trace.SpanID {
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		binary.NativeEndian.PutUint64(sid[:], rand.Uint64())
+	}
+	return sid
+}
+
 // End ends the span with the status code sent to the client. A 5xx, or a
 // failure of the gateway's own (a short reason such as "timeout"), makes
 // the span's status Error with error.type set (the reason, else the status
 // code), as the HTTP semantic conventions say for server spans; a 4xx
 // leaves it unset.
-func (s Span) End(status int, failure string) {
+func (s *Span) End(status int, failure string) {
+	if s.span == nil {
+		return
+	}
 	if s.span.IsRecording() {
 		if status > 0 {
 			s.span.SetAttributes(semconv.HTTPResponseStatusCode(status))
