@@ -52,6 +52,25 @@ func benchRequests(b *testing.B, addr string) {
 	}
 }
 
+// itemsRequester returns a function that sends the benchmarks' request
+// (GET /api/items?id=42 as user-42) to addr over one connection and
+// fails tb unless the answer is a 200.
+func itemsRequester(tb testing.TB, addr string) func() {
+	c := &fasthttp.HostClient{Addr: addr, MaxConns: 1, ReadTimeout: 5 * time.Second}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	tb.Cleanup(func() {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	})
+	req.SetRequestURI("http://app.test/api/items?id=42")
+	req.Header.Set("X-User-Id", "user-42")
+	return func() {
+		if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+			tb.Fatalf("status %d, %v", resp.StatusCode(), err)
+		}
+	}
+}
+
 // BenchmarkProxy measures the whole path: fasthttp client → Proxy
 // (validate, route, build the upstream request, pooled upstream connection,
 // stream the response back, OnDone) → fasthttp backend, on loopback. The

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/graygate/graygate/internal/mirror"
@@ -67,19 +66,12 @@ func BenchmarkMirrorSlowTarget(b *testing.B) {
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			_, addr := startProxy(b, Options{Mirrors: set}, tt.d)
-			c := &fasthttp.HostClient{Addr: addr, MaxConns: 1, ReadTimeout: 5 * time.Second}
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://app.test/api/items?id=42")
-			req.Header.Set("X-User-Id", "user-42")
+			do := itemsRequester(b, addr)
 			var lat []time.Duration
 			b.ReportAllocs()
 			for b.Loop() {
 				start := time.Now()
-				if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-					b.Fatalf("status %d: %v", resp.StatusCode(), err)
-				}
+				do()
 				lat = append(lat, time.Since(start))
 			}
 			slices.Sort(lat)

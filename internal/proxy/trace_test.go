@@ -277,17 +277,7 @@ func TestUnsampledTracingAllocs(t *testing.T) {
 	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
 	d := staticDecider{Rule: "r1", Group: "stable", Tag: "stable", Target: poolOf("stable", ln.Addr().String())}
 	_, addr := startProxy(t, Options{Tracer: tr}, d)
-	c := &fasthttp.HostClient{Addr: addr, MaxConns: 1, ReadTimeout: 5 * time.Second}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://app.test/api/items?id=42")
-	req.Header.Set("X-User-Id", "user-42")
-	do := func() {
-		if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-			t.Fatalf("status %d, %v", resp.StatusCode(), err)
-		}
-	}
+	do := itemsRequester(t, addr)
 	for range 50 { // warm the pools
 		do()
 	}
