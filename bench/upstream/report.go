@@ -453,9 +453,16 @@ func targets(w io.Writer, runs []row, lat []row, b map[string]benchResult) {
 			num(median(col(ab, "rps")), 0), num(r, 2), num(median(col(ab, "cpu_us_req")), 1), num(c, 2))
 	}
 	if tr, g1 := filter(pin, "target", "graygate-trace"), filter(pin, "target", "graygate-1"); len(tr) > 0 && len(g1) > 0 {
-		r := median(ratios(pin, "graygate-trace", "graygate-1", "rps"))
-		fmt.Fprintf(w, "| pinned, tracing at sample_ratio 0.01: req/s drop < 3%% vs graygate-1 | %s vs %s req/s (× %s) | %s |\n",
-			num(median(col(tr, "rps")), 0), num(median(col(g1, "rps")), 0), num(r, 3), verdict(r >= 0.97, !math.IsNaN(r)))
+		rs := ratios(pin, "graygate-trace", "graygate-1", "rps")
+		r := median(rs)
+		// The spread says how far one run's median can be trusted: on a
+		// noisy machine it is far wider than the 3% the goal allows.
+		lo, hi := math.NaN(), math.NaN()
+		if len(rs) > 0 {
+			lo, hi = slices.Min(rs), slices.Max(rs)
+		}
+		fmt.Fprintf(w, "| pinned, tracing at sample_ratio 0.01: req/s drop < 3%% vs graygate-1 | %s vs %s req/s (× %s, rounds %s–%s) | %s |\n",
+			num(median(col(tr, "rps")), 0), num(median(col(g1, "rps")), 0), num(r, 3), num(lo, 2), num(hi, 2), verdict(r >= 0.97, !math.IsNaN(r)))
 	}
 	var spread benchResult
 	var haveSpread bool
