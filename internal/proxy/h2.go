@@ -376,7 +376,13 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		start = s.p.now()
 	}
 	s.sent = true
-	resp, err := s.p.netTransport(pool).RoundTrip(out)
+	var resp *http.Response
+	var err error
+	if fastH1(pool, out) {
+		resp, err = s.roundTripH1(out, call)
+	} else {
+		resp, err = s.p.netTransport(pool).RoundTrip(out)
+	}
 	call.answered()
 	if s.body != nil {
 		s.body.collect(&s.flow)

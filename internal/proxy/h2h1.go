@@ -1,0 +1,239 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// An HTTP/2 client's request without a body to an http1 pool (the common
+// GET) does not go through net/http's Transport, whose two goroutines per
+// connection and channel hand-offs were about a third of the HTTP/2
+// codec's CPU. It goes over the HTTP/1.1 codec's pooled connections to the
+// instance (Proxy.client: the same pools, the same check of an idle
+// connection before it is reused, the same bound on stale ones), and is
+// written and read on the stream's own goroutine with net/http's
+// Request.Write and ReadResponse. A request with a body keeps the
+// Transport, which sends the body while it waits for the answer (an
+// upstream may answer before it has read the body), as does a request
+// that declares trailers.
+//
+// The deadlines are the call's, as for the Transport: the header timer
+// and the client's cancellation end the call's context, and ending it
+// sets a past deadline on the connection (context.AfterFunc), which stops
+// a blocked write or read. The body's idle timeout (readIdle) ends the
+// context the same way. A connection goes back to the pool only when its
+// body was read to the end, it may be kept (no Connection: close) and
+// nothing followed the response; else it is closed.
+
+// fastH1 reports whether out goes over roundTripH1.
+func fastH1(pool *upstream.Pool, out *http.Request) bool {
+	return pool.Protocol == upstream.HTTP1 && out.Body == nil && out.Trailer == nil
+}
+
+// roundTripH1 sends out (without a body) on a pooled connection of the
+// instance and reads the response header. A reused connection that turns
+// out to be stale (closed or reset before any answer) is dropped and the
+// request, if its method is safe, goes on another one, as in the HTTP/1.1
+// codec's send.
+func (s *stream) roundTripH1(out *http.Request, call *netCall) (*http.Response, error) {
+	uc := s.p.client(s.inst, s.p.now())
+	safe := safeMethod(s2b(out.Method))
+	stale := 0
+	for {
+		c, err := uc.conns.get()
+		if err != nil {
+			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, err)
+		}
+		reused := c.Reused()
+		conn := c.Conn()
+		if up, ok := conn.(*upstreamTCP); ok && reused {
+			if perr := up.peekIdle(); perr != nil {
+				c.Release(false)
+				if errors.Is(perr, errStrayBytes) {
+					s.p.violation(violationIdleBytes)
+				}
+				if stale++; stale <= maxStaleConns {
+					continue // nothing was sent on it
+				}
+				return nil, fmt.Errorf("connecting to %s: %w", uc.addr, perr)
+			}
+		}
+		resp, err := s.sendH1(uc, c, conn, out, call)
+		if err == nil {
+			return resp, nil
+		}
+		var se *staleError
+		if reused && safe && errors.As(err, &se) && call.ctx.Err() == nil {
+			if stale++; stale <= maxStaleConns {
+				continue
+			}
+		}
+		return nil, err
+	}
+}
+
+// sendH1 is one attempt of roundTripH1 on the connection c.
+func (s *stream) sendH1(uc *upstreamClient, c upstreamConn, conn net.Conn, out *http.Request, call *netCall) (*http.Response, error) {
+	stop := context.AfterFunc(call.ctx, func() { _ = conn.SetDeadline(aLongTimeAgo) })
+	var br *bufio.Reader
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		if br != nil {
+			uc.hc.ReleaseReader(br)
+		}
+		c.Release(false)
+		return nil, err
+	}
+	var wdl time.Time
+	if d := s.opts.UpstreamWriteTimeout; d > 0 {
+		wdl = time.Now().Add(d)
+	}
+	// The HTTP/1.1 codec sets its own deadlines on every exchange; these
+	// are this one's: the write's bound, and no read deadline but the
+	// call's.
+	if err := conn.SetWriteDeadline(wdl); err != nil {
+		return fail(fmt.Errorf("sending request to %s: %w", uc.addr, err))
+	}
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+		return fail(fmt.Errorf("sending request to %s: %w", uc.addr, err))
+	}
+	bw := uc.hc.AcquireWriter(conn)
+	err := out.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	uc.hc.ReleaseWriter(bw)
+	if err != nil {
+		if isTimeout(err) && call.ctx.Err() == nil {
+			s.timeout = timeoutUpstreamWrite
+			return fail(fmt.Errorf("sending request to %s: %w", uc.addr, err))
+		}
+		return fail(&staleError{fmt.Errorf("sending request to %s: %w", uc.addr, err)})
+	}
+	br = uc.hc.AcquireReader(conn)
+	if _, err := br.Peek(1); err != nil {
+		// No answer at all: closed or reset (stale, on a reused
+		// connection), or the call ended (netError tells which).
+		return fail(&staleError{fmt.Errorf("reading response header from %s: %w", uc.addr, err)})
+	}
+	resp, err := readResponseH1(br, out)
+	if err != nil {
+		return fail(fmt.Errorf("reading response header from %s: %w", uc.addr, err))
+	}
+	b := &h1Body{r: resp.Body, br: br, c: c, uc: uc, stop: stop, keep: !resp.Close}
+	if resp.Body == http.NoBody {
+		b.finish(true) // nothing more on the wire: the connection goes back now
+		return resp, nil
+	}
+	resp.Body = b
+	return resp, nil
+}
+
+// errResponseHeaderTooLarge is an upstream response header that does not
+// fit in the connection's reader (MaxResponseHeaderBytes).
+var errResponseHeaderTooLarge = errors.New("upstream response header too large")
+
+// errSwitchedProtocols is a 101 answer to a request that asked for no
+// upgrade (an HTTP/2 client cannot).
+var errSwitchedProtocols = errors.New("upstream switched protocols unasked")
+
+// readResponseH1 reads the final response to req from br: interim (1xx)
+// responses are skipped, as net/http's Transport skips them, up to
+// maxInterimResponses; each header must fit in br (headerFits).
+func readResponseH1(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for i := 0; ; i++ {
+		if err := headerFits(br); err != nil {
+			return nil, err
+		}
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			_ = resp.Body.Close()
+			return nil, errSwitchedProtocols
+		case resp.StatusCode >= 200 || resp.StatusCode < 100:
+			return resp, nil
+		}
+		if i >= maxInterimResponses {
+			return nil, errTooManyInterim
+		}
+	}
+}
+
+// headerFits waits until br holds the end of a response header (an empty
+// line, CRLF or bare LF) and fails when the header would not fit in br's
+// buffer, the bound net/http's Transport puts on it with
+// MaxResponseHeaderBytes. Each byte is scanned once.
+func headerFits(br *bufio.Reader) error {
+	scanned := 0
+	for {
+		b, _ := br.Peek(br.Buffered())
+		rest := b[max(scanned-2, 0):]
+		if bytes.Contains(rest, []byte("\n\r\n")) || bytes.Contains(rest, []byte("\n\n")) {
+			return nil
+		}
+		scanned = len(b)
+		if len(b) >= br.Size() {
+			return errResponseHeaderTooLarge
+		}
+		if _, err := br.Peek(len(b) + 1); err != nil { // more, or the end
+			return err
+		}
+	}
+}
+
+// h1Body is the response body of roundTripH1: net/http's reader of the
+// body, and the connection it reads from, released at the end.
+type h1Body struct {
+	r    io.ReadCloser
+	br   *bufio.Reader
+	c    upstreamConn
+	uc   *upstreamClient
+	stop func() bool
+	keep bool
+	done bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.finish(true)
+	}
+	return n, err
+}
+
+// Close ends a body that was not read to its end: its connection is
+// closed.
+func (b *h1Body) Close() error {
+	if !b.done {
+		b.finish(false)
+	}
+	return nil
+}
+
+// finish releases the connection: back to the pool after the whole body,
+// when it may be kept, nothing followed the response and the call's
+// cancellation did not touch it (stop reports it never ran); else closed.
+func (b *h1Body) finish(eof bool) {
+	b.done = true
+	reuse := eof && b.keep && b.br.Buffered() == 0 && b.stop()
+	if !reuse {
+		b.stop()
+	}
+	b.uc.hc.ReleaseReader(b.br)
+	b.c.Release(reuse)
+}

@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/listener"
+)
+
+// TestH2ToHTTP1WithoutBody: HTTP/2 requests without a body to an http1
+// pool (roundTripH1) reach the upstream with the policy's fields, come
+// back with the body, status and trailers, and share a pooled connection:
+// twenty sequential requests of every shape (GET, HEAD, a 204, a chunked
+// body with a trailer) use one upstream connection.
+func TestH2ToHTTP1WithoutBody(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Proto", r.Proto)
+		w.Header().Set("X-Seen-Tag", r.Header.Get("X-Gray-Tag"))
+		w.Header().Set("X-Seen-XFF", r.Header.Get("X-Forwarded-For"))
+		switch r.URL.Path {
+		case "/empty":
+			w.WriteHeader(http.StatusNoContent)
+		case "/trailer":
+			w.Header().Set("Trailer", "X-Sum")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush() // chunked
+			_, _ = io.WriteString(w, "chunked body")
+			w.Header().Set("X-Sum", "12")
+		default:
+			_, _ = io.WriteString(w, r.Method+" "+r.RequestURI)
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	d := staticDecider{Rule: "r", Group: "gray", Tag: "gray-tag", Target: poolOf("h1", addrOf(srv))}
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	c := h2cClient(t)
+	for i := range 20 {
+		var path, method string
+		switch i % 4 {
+		case 0:
+			method, path = "GET", fmt.Sprintf("/get?i=%d", i)
+		case 1:
+			method, path = "HEAD", "/head"
+		case 2:
+			method, path = "GET", "/empty"
+		case 3:
+			method, path = "GET", "/trailer"
+		}
+		req, _ := http.NewRequest(method, "http://"+addr+path, nil)
+		req.Header.Set("X-Gray-Tag", "forged")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s %s: body: %v", method, path, err)
+		}
+		if resp.Header.Get("X-Proto") != "HTTP/1.1" || resp.Header.Get("X-Seen-Tag") != "gray-tag" || resp.Header.Get("X-Seen-XFF") != "127.0.0.1" {
+			t.Errorf("%s %s: upstream saw proto %q tag %q XFF %q", method, path, resp.Header.Get("X-Proto"), resp.Header.Get("X-Seen-Tag"), resp.Header.Get("X-Seen-XFF"))
+		}
+		if resp.Header.Get("X-Gray-Group") != "gray" {
+			t.Errorf("%s %s: X-Gray-Group %q", method, path, resp.Header.Get("X-Gray-Group"))
+		}
+		want := map[int]string{0: "GET " + path, 1: "", 2: "", 3: "chunked body"}[i%4]
+		wantStatus := map[int]int{2: 204}[i%4]
+		if wantStatus == 0 {
+			wantStatus = 200
+		}
+		if resp.StatusCode != wantStatus || string(body) != want {
+			t.Errorf("%s %s: %d %q, want %d %q", method, path, resp.StatusCode, body, wantStatus, want)
+		}
+		if i%4 == 3 && resp.Trailer.Get("X-Sum") != "12" {
+			t.Errorf("trailer X-Sum = %q, want 12", resp.Trailer.Get("X-Sum"))
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("20 sequential requests opened %d upstream connections, want 1", n)
+	}
+}
+
+// rawUpstream is an HTTP/1.1 upstream that answers each request with the
+// bytes its path names, for the shapes a well-behaved server never sends.
+// after, when set for a path, says to close the connection after the
+// answer.
+type rawUpstream struct {
+	ln      net.Listener
+	accepts atomic.Int32
+	answers map[string]string
+	closing map[string]bool
+	mu      sync.Mutex
+	stall   chan struct{}
+}
+
+func newRawUpstream(t *testing.T, answers map[string]string, closing map[string]bool) *rawUpstream {
+	u := &rawUpstream{ln: listenLoopback(t), answers: answers, closing: closing, stall: make(chan struct{})}
+	t.Cleanup(func() { close(u.stall); _ = u.ln.Close() })
+	go func() {
+		for {
+			c, err := u.ln.Accept()
+			if err != nil {
+				return
+			}
+			u.accepts.Add(1)
+			go u.serve(c)
+		}
+	}()
+	return u
+}
+
+func (u *rawUpstream) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		ans, ok := u.answers[req.URL.Path]
+		if !ok { // "/stall": no answer until the test ends
+			select {
+			case <-u.stall:
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		if _, err := io.WriteString(c, ans); err != nil || u.closing[req.URL.Path] {
+			return
+		}
+	}
+}
+
+// TestH2ToHTTP1Shapes: roundTripH1 against the answers the HTTP/1.1
+// codec's tests also throw at it: an upstream that closes every
+// connection after its answer without saying so (the next request finds
+// the pooled connection stale and goes on a new one), interim 1xx
+// answers (skipped), bytes after the answer (the connection is not used
+// again), a header larger than the limit (502) and no answer (504 at the
+// header timeout).
+func TestH2ToHTTP1Shapes(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	u := newRawUpstream(t, map[string]string{
+		"/closes": ok,
+		"/early":  "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n" + ok,
+		"/junk":   ok + "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nforged",
+		"/huge":   "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\nContent-Length: 2\r\n\r\nok",
+		"/lf":     "HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+		"/ok":     ok,
+	}, map[string]bool{"/closes": true})
+	d := staticDecider{Rule: "r", Group: "gray", Target: poolOf("raw", u.ln.Addr().String())}
+	_, addr := startProxyWith(t, Options{ResponseHeaderTimeout: 300 * time.Millisecond}, d, listener.Protocols{H2C: true})
+	c := h2cClient(t)
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := c.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i := range 5 {
+		if st, b := get("/closes"); st != 200 || b != "ok" {
+			t.Fatalf("request %d to an upstream that closes after each answer: %d %q", i, st, b)
+		}
+	}
+	if n := u.accepts.Load(); n != 5 {
+		t.Errorf("5 answers that each closed their connection took %d connections", n)
+	}
+	for _, tt := range []struct {
+		path   string
+		status int
+		body   string
+	}{
+		{"/early", 200, "ok"},
+		{"/lf", 200, "ok"},
+		{"/huge", 502, ""},
+		{"/stall", 504, ""},
+	} {
+		if st, b := get(tt.path); st != tt.status || (tt.body != "" && b != tt.body) {
+			t.Errorf("GET %s: %d %q, want %d %q", tt.path, st, b, tt.status, tt.body)
+		}
+	}
+	before := u.accepts.Load()
+	if st, b := get("/junk"); st != 200 || b != "ok" {
+		t.Fatalf("GET /junk: %d %q", st, b)
+	}
+	if st, b := get("/ok"); st != 200 || b != "ok" {
+		t.Fatalf("GET /ok after the junk: %d %q, want the upstream's own answer", st, b)
+	}
+	if n := u.accepts.Load() - before; n != 2 {
+		t.Errorf("a connection with bytes after its answer was used again (%d new connections for 2 requests)", n)
+	}
+}
