@@ -23,8 +23,8 @@ import (
 // written and read on the stream's own goroutine with net/http's
 // Request.Write and ReadResponse. A request with a body keeps the
 // Transport, which sends the body while it waits for the answer (an
-// upstream may answer before it has read the body), as does a request
-// that declares trailers.
+// upstream may answer before it has read the body), as do a request that
+// declares trailers and CONNECT.
 //
 // The deadlines are the call's, as for the Transport: the header timer
 // and the client's cancellation end the call's context, and ending it
@@ -36,7 +36,7 @@ import (
 
 // fastH1 reports whether out goes over roundTripH1.
 func fastH1(pool *upstream.Pool, out *http.Request) bool {
-	return pool.Protocol == upstream.HTTP1 && out.Body == nil && out.Trailer == nil
+	return pool.Protocol == upstream.HTTP1 && out.Body == nil && out.Trailer == nil && out.Method != http.MethodConnect
 }
 
 // roundTripH1 sends out (without a body) on a pooled connection of the
@@ -49,25 +49,12 @@ func (s *stream) roundTripH1(out *http.Request, call *netCall) (*http.Response, 
 	safe := safeMethod(s2b(out.Method))
 	stale := 0
 	for {
-		c, err := uc.conns.get()
+		c, err := s.p.getChecked(uc, &stale)
 		if err != nil {
-			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, err)
+			return nil, err
 		}
 		reused := c.Reused()
-		conn := c.Conn()
-		if up, ok := conn.(*upstreamTCP); ok && reused {
-			if perr := up.peekIdle(); perr != nil {
-				c.Release(false)
-				if errors.Is(perr, errStrayBytes) {
-					s.p.violation(violationIdleBytes)
-				}
-				if stale++; stale <= maxStaleConns {
-					continue // nothing was sent on it
-				}
-				return nil, fmt.Errorf("connecting to %s: %w", uc.addr, perr)
-			}
-		}
-		resp, err := s.sendH1(uc, c, conn, out, call)
+		resp, err := s.sendH1(uc, c, c.Conn(), out, call)
 		if err == nil {
 			return resp, nil
 		}

@@ -18,15 +18,18 @@ import (
 )
 
 // The net/http upstream transports. The HTTP/2 codec forwards every
-// request through one of them, whatever the upstream speaks, and the
-// HTTP/1.1 codec forwards to h2 and h2c pools through them:
+// request through one of them, whatever the upstream speaks, but for a
+// request without a body to an http1 pool (h2h1.go), and the HTTP/1.1
+// codec forwards to h2 and h2c pools through them:
 //
 //   - h2c: an http2.Transport with prior knowledge over plain TCP, one
 //     for every h2c pool;
 //   - h2: an http2.Transport over TLS, one per TLS setting (a pool's
 //     ca_file and server_name), shared by the pools that have the same;
-//   - http1, for HTTP/2 clients: a net/http Transport limited to HTTP/1.1
-//     (https:// instances with Options.UpstreamTLS).
+//   - http1, for HTTP/2 clients' requests with a body: a net/http
+//     Transport limited to HTTP/1.1 (https:// instances with
+//     Options.UpstreamTLS). Those without one go over the HTTP/1.1
+//     codec's own pooled connections instead (h2h1.go).
 //
 // Why net/http's Transport and not the fasthttp-based one the HTTP/1.1
 // codec drives for http1 pools: that transport reads the upstream's
@@ -37,7 +40,11 @@ import (
 // response is a net/http ResponseWriter. net/http's Transport gives the
 // HTTP/2 codec the same guarantees on net/http's own types (streaming both
 // ways, trailers, 100-continue, pooled connections), so the HTTP/2 codec
-// has one forwarding path for every upstream protocol. What stays one is
+// has one forwarding path for every upstream protocol, with one shortcut:
+// a request without a body to an http1 pool has none of those needs, and
+// goes on the HTTP/1.1 codec's pooled connections, written and read with
+// net/http's Request.Write and ReadResponse on the stream's goroutine
+// (h2h1.go), which saves the Transport's goroutine hand-offs. What stays one is
 // the policy around it (policy.go), and the dialer: every transport dials
 // through Proxy.dial, so a failure to connect is a dialError and counts,
 // for the fallback, as nothing sent.

@@ -363,28 +363,13 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	timeBody := ex.d.Breaker != nil && streamed
 	stale := 0
 	for attempt := 0; ; attempt++ {
-		c, err := uc.conns.get()
+		c, err := p.getChecked(uc, &stale)
 		if err != nil {
-			return fmt.Errorf("connecting to %s: %w", uc.addr, err)
+			return err
 		}
 		reused := c.Reused()
 		conn := c.Conn()
 		up, _ := conn.(*upstreamTCP)
-		if reused && up != nil {
-			if perr := up.peekIdle(); perr != nil {
-				c.Release(false)
-				if errors.Is(perr, errStrayBytes) {
-					p.violation(violationIdleBytes)
-				}
-				// Nothing was sent: any request may go on another
-				// connection. Bounded, in case every pooled one is bad.
-				if stale++; stale <= maxStaleConns {
-					attempt--
-					continue
-				}
-				return fmt.Errorf("connecting to %s: %w", uc.addr, perr)
-			}
-		}
 		ex.upWDL = 0
 		bw := uc.hc.AcquireWriter(conn)
 		ex.sent = true
@@ -500,6 +485,37 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			continue
 		}
 		return err
+	}
+}
+
+// getChecked takes a connection to uc's instance from its pool. A reused
+// one is first checked for bytes or a close that arrived while it sat in
+// the pool (peekIdle): a connection with stray bytes is a protocol
+// violation, and either kind is closed. Nothing was sent on it, so any
+// request may go on another one; *stale counts the connections a request
+// has dropped so (a dropped stale one included), up to maxStaleConns, in
+// case every pooled one is bad.
+func (p *Proxy) getChecked(uc *upstreamClient, stale *int) (upstreamConn, error) {
+	for {
+		c, err := uc.conns.get()
+		if err != nil {
+			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, err)
+		}
+		up, ok := c.Conn().(*upstreamTCP)
+		if !c.Reused() || !ok {
+			return c, nil
+		}
+		perr := up.peekIdle()
+		if perr == nil {
+			return c, nil
+		}
+		c.Release(false)
+		if errors.Is(perr, errStrayBytes) {
+			p.violation(violationIdleBytes)
+		}
+		if *stale++; *stale > maxStaleConns {
+			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, perr)
+		}
 	}
 }
 
