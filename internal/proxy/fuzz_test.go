@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
+	"io"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -58,5 +61,30 @@ func FuzzClientIP(f *testing.F) {
 			}
 		}
 		t.Fatalf("clientIP(%s, %q) = %s, which is neither the peer nor in the header", peer, xff, got)
+	})
+}
+
+// FuzzReadResponseH1: whatever an upstream sends, the HTTP/2 codec's
+// HTTP/1.1 response reader (h2h1.go) never panics or hangs and answers a
+// final response only (no 1xx); TestH2ToHTTP1Shapes checks the header
+// bound through the real listener.
+func FuzzReadResponseH1(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+	f.Add([]byte("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"))
+	f.Add([]byte("HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\r\nok\r\n0\r\nX: y\r\n\r\n"))
+	f.Add([]byte("HTTP/1.1 101 Switching Protocols\r\n\r\n"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", 600) + "\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(in), 512)
+		req, _ := http.NewRequest("GET", "http://up.test/", nil)
+		resp, err := readResponseH1(br, req)
+		if err != nil {
+			return
+		}
+		if resp.StatusCode < 200 && resp.StatusCode >= 100 {
+			t.Fatalf("an interim %d taken for the answer", resp.StatusCode)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
 	})
 }
