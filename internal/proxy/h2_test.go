@@ -80,7 +80,13 @@ func h2Client(t testing.TB, pool *x509.CertPool) *http.Client {
 
 // h2cBackend is an echo backend that speaks HTTP/1.1 and h2c.
 func h2cBackend(t testing.TB, name string) *httptest.Server {
-	srv := httptest.NewUnstartedServer(echoHandler(name))
+	return h2cServer(t, echoHandler(name))
+}
+
+// h2cServer serves h on loopback over HTTP/1.1 and h2c (prior knowledge)
+// until the test ends.
+func h2cServer(t testing.TB, h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)

@@ -39,7 +39,7 @@ func shadowBackend(t testing.TB, version int) (*httptest.Server, <-chan seenReq,
 	t.Helper()
 	seen := make(chan seenReq, 256)
 	var n atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
 		body, _ := io.ReadAll(r.Body)
 		select {
@@ -59,11 +59,6 @@ func shadowBackend(t testing.TB, version int) (*httptest.Server, <-chan seenReq,
 		w.(http.Flusher).Flush()
 		_, _ = io.WriteString(w, doc[len(doc)/2:])
 	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
 	return srv, seen, &n
 }
 

@@ -105,18 +105,12 @@ func spanAttrs(kvs []*commonpb.KeyValue) map[string]any {
 // traceBackend answers 200 and reports the trace context and baggage it
 // was sent in X-Seen-* response headers.
 func traceBackend(t testing.TB) *httptest.Server {
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Seen-Traceparent", strings.Join(r.Header.Values("Traceparent"), "|"))
 		w.Header().Set("X-Seen-Tracestate", strings.Join(r.Header.Values("Tracestate"), "|"))
 		w.Header().Set("X-Seen-Baggage", strings.Join(r.Header.Values("Baggage"), "|"))
 		_, _ = io.WriteString(w, "ok")
 	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
 }
 
 // TestTracingThroughTheListener: through the real listener, over HTTP/1.1

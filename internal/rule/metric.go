@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -123,7 +124,7 @@ func (r *Rule) validateMetrics() []error {
 		if h := m.FromHeader; h != "" {
 			lower := strings.ToLower(h)
 			switch {
-			case !validToken(h):
+			case !attr.ValidToken(h):
 				add(p+".from_header", "must be a header name (letters, digits and !#$%%&'*+-.^_`|~), got %q", h)
 			case strings.HasPrefix(lower, "x-gray-rule") || strings.HasPrefix(lower, "x-gray-group") || strings.HasPrefix(lower, "x-gray-degraded") || reservedHeader[lower]:
 				add(p+".from_header", "%q is a header graygate or HTTP itself manages; name another one, such as X-Gray-Metric-%s", h, m.Name)
@@ -215,23 +216,6 @@ func (c *Compiled) compileMetrics(r *Rule) {
 // validMetricName is the form of a metric name: a rule key of at most 64
 // bytes, so that it is safe in paths, Redis keys and Prometheus labels.
 func validMetricName(s string) bool { return len(s) <= 64 && ValidKey(s) }
-
-// validToken reports whether s is an RFC 9110 token (a field name).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
 
 // validMethod reports whether s is an upper-case token, as methods are
 // written in practice (they are case-sensitive, RFC 9110 section 9.1).
