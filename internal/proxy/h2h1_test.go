@@ -141,19 +141,42 @@ func (u *rawUpstream) serve(c net.Conn) {
 			}
 			return
 		}
+		if req.URL.Path == "/split" {
+			// A slow peer: the answer in pieces, the header cut mid-line
+			// and between its CR and LF.
+			for _, piece := range splitPieces(ans) {
+				if _, err := io.WriteString(c, piece); err != nil {
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			continue
+		}
 		if _, err := io.WriteString(c, ans); err != nil || u.closing[req.URL.Path] {
 			return
 		}
 	}
 }
 
+// splitPieces cuts s into pieces of 1, 2, 3, ... bytes.
+func splitPieces(s string) []string {
+	var out []string
+	for n := 1; s != ""; n++ {
+		k := min(n, len(s))
+		out = append(out, s[:k])
+		s = s[k:]
+	}
+	return out
+}
+
 // TestH2ToHTTP1Shapes: roundTripH1 against the answers the HTTP/1.1
 // codec's tests also throw at it: an upstream that closes every
 // connection after its answer without saying so (the next request finds
 // the pooled connection stale and goes on a new one), interim 1xx
-// answers (skipped), bytes after the answer (the connection is not used
-// again), a header larger than the limit (502) and no answer (504 at the
-// header timeout).
+// answers (skipped), bare LF line ends, an answer written in pieces of a
+// few bytes (a slow peer), a body delimited by the close, bytes after the
+// answer (the connection is not used again), a header larger than the
+// limit (502) and no answer (504 at the header timeout).
 func TestH2ToHTTP1Shapes(t *testing.T) {
 	ok := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	u := newRawUpstream(t, map[string]string{
@@ -163,7 +186,9 @@ func TestH2ToHTTP1Shapes(t *testing.T) {
 		"/huge":   "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\nContent-Length: 2\r\n\r\nok",
 		"/lf":     "HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
 		"/ok":     ok,
-	}, map[string]bool{"/closes": true})
+		"/split":  "HTTP/1.1 200 OK\r\nX-Slow: yes\r\nContent-Length: 5\r\n\r\nsplit",
+		"/eof":    "HTTP/1.1 200 OK\r\n\r\nuntil the close",
+	}, map[string]bool{"/closes": true, "/eof": true})
 	d := staticDecider{Rule: "r", Group: "gray", Target: poolOf("raw", u.ln.Addr().String())}
 	_, addr := startProxyWith(t, Options{ResponseHeaderTimeout: 300 * time.Millisecond}, d, listener.Protocols{H2C: true})
 	c := h2cClient(t)
@@ -191,6 +216,8 @@ func TestH2ToHTTP1Shapes(t *testing.T) {
 		body   string
 	}{
 		{"/early", 200, "ok"},
+		{"/split", 200, "split"},
+		{"/eof", 200, "until the close"}, // a body delimited by the close
 		{"/lf", 200, "ok"},
 		{"/huge", 502, ""},
 		{"/stall", 504, ""},
@@ -208,5 +235,45 @@ func TestH2ToHTTP1Shapes(t *testing.T) {
 	}
 	if n := u.accepts.Load() - before; n != 2 {
 		t.Errorf("a connection with bytes after its answer was used again (%d new connections for 2 requests)", n)
+	}
+}
+
+// TestH2ToHTTP1Concurrent: many streams at once on one HTTP/2 connection
+// share the http1 pool's connections, and every answer is its own
+// request's (none crosses to another stream).
+func TestH2ToHTTP1Concurrent(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond)
+		_, _ = io.WriteString(w, r.URL.RawQuery)
+	}))
+	t.Cleanup(srv.Close)
+	d := staticDecider{Rule: "r", Group: "gray", Target: poolOf("h1", addrOf(srv))}
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	c := h2cClient(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*25)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				q := fmt.Sprintf("g=%d&i=%d", g, i)
+				resp, err := c.Get("http://" + addr + "/?" + q)
+				if err != nil {
+					errs <- err
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != 200 || string(b) != q {
+					errs <- fmt.Errorf("request %s answered %d %q", q, resp.StatusCode, b)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
