@@ -117,10 +117,10 @@ func printResults(w io.Writer, r *experiment.Results) {
 	case !s.Judged:
 		fmt.Fprintf(w, "SRM: not judged yet (%s)\n", s.Reason)
 	case s.OK:
-		fmt.Fprintf(w, "SRM: ok (p = %s ≥ %g, χ² = %s, df %d)\n", num(s.PValue), s.Threshold, num(s.Chi2), s.DF)
+		fmt.Fprintf(w, "SRM: ok (p = %s ≥ %g, χ² = %s, df %d; sequential p = %s)\n", num(s.PValue), s.Threshold, num(s.Chi2), s.DF, num(s.SequentialPValue))
 	default:
-		fmt.Fprintf(w, "SRM: MISMATCH (p = %s < %g, χ² = %s, df %d): the split does not match the weights; do not trust these results\n",
-			num(s.PValue), s.Threshold, num(s.Chi2), s.DF)
+		fmt.Fprintf(w, "SRM: MISMATCH (p = %s < %g, χ² = %s, df %d; sequential p = %s): the split does not match the weights; do not trust these results\n",
+			num(s.PValue), s.Threshold, num(s.Chi2), s.DF, num(s.SequentialPValue))
 	}
 }
 

@@ -98,7 +98,7 @@ rules:
 		t.Fatalf("graygate results: %d\n%s", code, out)
 	}
 	t.Logf("graygate results checkout:\n%s", out)
-	for _, want := range []string{"experiment exp_cli (rule checkout, version 1, control A, store file", "GROUP", "UNITS", "PURCHASE", "LIFT (95% CI)", "P-VALUE", "(control)", "SRM: ok (p = "} {
+	for _, want := range []string{"experiment exp_cli (rule checkout, version 1, control A, store file", "GROUP", "UNITS", "PURCHASE", "LIFT (95% CI)", "P-VALUE", "(control)", "SRM: ok (p = ", "; sequential p = "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("graygate results lacks %q:\n%s", want, out)
 		}

@@ -295,6 +295,7 @@ func TestBrowserExperimentResults(t *testing.T) {
 	b.waitFor("the p-value", fmt.Sprintf(`/^\d/.test(document.querySelector(%s).textContent)`, js(pval)))
 	b.waitFor("a healthy split", `document.querySelector('#srm[data-srm="ok"]')`)
 	b.waitText("#srm-verdict", "≥ 0.001")
+	b.waitText("#srm-verdict", "sequential p = ")
 
 	// The page shows what the API computed.
 	_, res := e.api("GET", "/api/v1/experiments/checkout_button/results", nil)

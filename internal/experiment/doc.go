@@ -61,9 +61,13 @@
 //
 // After each flush (at most every 250 ms) the writer runs the
 // sample-ratio-mismatch check of every experiment (package stats) from the
-// store's unit counts and exports graygate_experiment_units and
-// graygate_experiment_srm_p_value. A split that turns mismatched logs a
-// WARN naming the experiment, calls Options.OnSRM, and with
-// experiments.srm_action: freeze rolls the rule back through
-// Options.Freeze, the one-click rollback, with the reason in its history.
+// store's unit counts and exports graygate_experiment_units,
+// graygate_experiment_srm_p_value and its anytime-valid sibling
+// graygate_experiment_srm_sequential_p_value. A split that turns
+// mismatched (stats.SRM.Alert: both p-values below the threshold, so that
+// checking four times a second does not flag clean splits) logs a WARN
+// naming the experiment, calls Options.OnSRM, and with
+// experiments.srm_action: freeze rolls the judged rule version back
+// through Options.Freeze, the one-click rollback, with the reason in its
+// history.
 package experiment

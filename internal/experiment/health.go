@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,8 +18,9 @@ import (
 type SRMAlert struct {
 	// Rule is the ab rule's key; Experiment its experiment id.
 	Rule, Experiment string
-	// PValue is the check's p-value, below Threshold.
-	PValue, Threshold float64
+	// PValue is the χ² p-value and SequentialPValue the anytime-valid one,
+	// both below Threshold.
+	PValue, SequentialPValue, Threshold float64
 	// Units are the units seen per group.
 	Units map[string]int64
 	// Frozen says the rule is being rolled back (experiments.srm_action:
@@ -28,9 +30,12 @@ type SRMAlert struct {
 
 // checkHealth runs the SRM check of every experiment from the store's unit
 // counts (with Redis, the fleet's) and keeps the numbers for the metrics.
-// A split that turns mismatched is reported once: a WARN log naming the
-// experiment, OnSRM, and with experiments.srm_action: freeze a one-click
-// rollback of the rule, whose history records why. It runs on the writer.
+// A split that turns mismatched (stats.SRM.Alert: the χ² and the
+// anytime-valid p-values both below the threshold, since this check reads
+// every experiment several times a second) is reported once: a WARN log
+// naming the experiment, OnSRM, and with experiments.srm_action: freeze a
+// one-click rollback of the rule version that was judged, whose history
+// records why. It runs on the writer.
 func (r *Recorder) checkHealth(ctx context.Context) {
 	cat := r.cat.Load()
 	seen := map[string]bool{}
@@ -48,13 +53,13 @@ func (r *Recorder) checkHealth(ctx context.Context) {
 			h = &health{}
 			r.health[k] = h
 		}
-		h.id, h.units, h.p = sp.ID, c.units, nil
+		h.id, h.units, h.p, h.seqP = sp.ID, c.units, nil, nil
 		if err != nil {
 			r.mu.Unlock()
 			continue // fewer than two groups: nothing to compare
 		}
-		h.p = res.SRM.PValue
-		mismatch := res.SRM.Judged && !res.SRM.OK
+		h.p, h.seqP = res.SRM.PValue, res.SRM.SequentialPValue
+		mismatch := res.SRM.Judged && res.SRM.Alert
 		edge := mismatch && !h.flagged
 		if res.SRM.Judged {
 			h.flagged = mismatch
@@ -63,22 +68,25 @@ func (r *Recorder) checkHealth(ctx context.Context) {
 		if !edge {
 			continue
 		}
-		p := 0.0
+		p, seqP := 0.0, 0.0
 		if res.SRM.PValue != nil {
 			p = *res.SRM.PValue
 		}
+		if res.SRM.SequentialPValue != nil {
+			seqP = *res.SRM.SequentialPValue
+		}
 		r.log.Warn("sample ratio mismatch: the split does not match the weights, so this experiment's results cannot be trusted",
-			"experiment", sp.ID, "rule", k, "p_value", p, "threshold", res.SRM.Threshold, "units", c.units, "frozen", cat.Freeze && !sp.RolledBack)
+			"experiment", sp.ID, "rule", k, "p_value", p, "sequential_p_value", seqP, "threshold", res.SRM.Threshold, "units", c.units, "frozen", cat.Freeze && !sp.RolledBack)
 		if r.opts.OnSRM != nil {
 			units := make(map[string]int64, len(res.Groups))
 			for _, g := range res.Groups {
 				units[g.Name] = g.Units
 			}
-			r.opts.OnSRM(SRMAlert{Rule: k, Experiment: sp.ID, PValue: p, Threshold: res.SRM.Threshold, Units: units,
+			r.opts.OnSRM(SRMAlert{Rule: k, Experiment: sp.ID, PValue: p, SequentialPValue: seqP, Threshold: res.SRM.Threshold, Units: units,
 				Frozen: cat.Freeze && !sp.RolledBack && r.opts.Freeze != nil})
 		}
 		if cat.Freeze && !sp.RolledBack && r.opts.Freeze != nil {
-			r.freeze(k, fmt.Sprintf("sample ratio mismatch in experiment %q: SRM p-value %.3g < %g (units %s); frozen by experiments.srm_action: freeze", sp.ID, p, res.SRM.Threshold, unitList(res)))
+			r.freeze(k, sp.Version, fmt.Sprintf("sample ratio mismatch in experiment %q: SRM p-value %.3g < %g, sequential p-value %.3g (units %s); frozen by experiments.srm_action: freeze", sp.ID, p, res.SRM.Threshold, seqP, unitList(res)))
 		}
 	}
 	r.mu.Lock()
@@ -102,9 +110,11 @@ func unitList(res *stats.Results) string {
 	return b.String()
 }
 
-// freeze rolls rule back on its own goroutine, so that the writer never
-// waits on the rule store; one freeze per rule is in flight at a time.
-func (r *Recorder) freeze(rule, reason string) {
+// freeze rolls version of rule back on its own goroutine, so that the
+// writer never waits on the rule store; one freeze per rule is in flight at
+// a time. A rule changed since the check (ErrRuleChanged) is not frozen:
+// its next check judges the new version.
+func (r *Recorder) freeze(rule string, version int64, reason string) {
 	if _, busy := r.freezing.LoadOrStore(rule, struct{}{}); busy {
 		return
 	}
@@ -112,8 +122,12 @@ func (r *Recorder) freeze(rule, reason string) {
 		defer r.freezing.Delete(rule)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := r.opts.Freeze(ctx, rule, reason); err != nil {
-			r.log.Error("freeze an experiment with a sample ratio mismatch", "rule", rule, "err", err)
+		if err := r.opts.Freeze(ctx, rule, version, reason); err != nil {
+			if errors.Is(err, ErrRuleChanged) {
+				r.log.Info("not frozen: the rule changed after its sample ratio mismatch was found", "rule", rule, "version", version, "err", err)
+			} else {
+				r.log.Error("freeze an experiment with a sample ratio mismatch", "rule", rule, "err", err)
+			}
 			r.mu.Lock()
 			if h := r.health[rule]; h != nil {
 				h.flagged = false // try again at the next check
@@ -130,6 +144,8 @@ var (
 		"Units exposed to an experiment, by group, as the experiment store counts them (the fleet's with Redis).", []string{"experiment", "group"}, nil)
 	descSRM = prometheus.NewDesc("graygate_experiment_srm_p_value",
 		"P-value of the sample-ratio-mismatch check (Pearson chi-squared against the weights), once every group has 8 units.", []string{"experiment"}, nil)
+	descSeqSRM = prometheus.NewDesc("graygate_experiment_srm_sequential_p_value",
+		"Anytime-valid p-value of the sample-ratio-mismatch check (Lindon and Malek's Dirichlet-multinomial test), valid however often it is read; once every group has 8 units.", []string{"experiment"}, nil)
 	descDropped = prometheus.NewDesc("graygate_experiment_events_dropped_total",
 		"Exposures and conversions not recorded, by reason.", []string{"reason"}, nil)
 	descBacklog = prometheus.NewDesc("graygate_experiment_store_buffered_events",
@@ -145,7 +161,7 @@ func (r *Recorder) Collector() prometheus.Collector { return collector{r} }
 type collector struct{ r *Recorder }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUnits, descSRM, descDropped, descBacklog, descStoreErr} {
+	for _, d := range []*prometheus.Desc{descUnits, descSRM, descSeqSRM, descDropped, descBacklog, descStoreErr} {
 		ch <- d
 	}
 }
@@ -164,6 +180,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if h.p != nil {
 			ch <- prometheus.MustNewConstMetric(descSRM, prometheus.GaugeValue, *h.p, h.id)
+		}
+		if h.seqP != nil {
+			ch <- prometheus.MustNewConstMetric(descSeqSRM, prometheus.GaugeValue, *h.seqP, h.id)
 		}
 	}
 	r.mu.Unlock()

@@ -65,13 +65,15 @@ type Options struct {
 	// name).
 	Gateway string
 	// OnSRM, when set, is called once each time an experiment's split is
-	// found mismatched (p below the threshold). It runs on the writer's
+	// found mismatched (stats.SRM.Alert). It runs on the writer's
 	// goroutine and must not block.
 	OnSRM func(SRMAlert)
 	// Freeze rolls rule back (one-click rollback) with reason recorded in
-	// its history; the recorder calls it on a mismatch when the catalog
-	// says so (experiments.srm_action: freeze), on a goroutine of its own.
-	Freeze func(ctx context.Context, rule, reason string) error
+	// its history, if the rule's stored version is still version, and
+	// otherwise fails with ErrRuleChanged; the recorder calls it on a
+	// mismatch when the catalog says so (experiments.srm_action: freeze),
+	// on a goroutine of its own.
+	Freeze func(ctx context.Context, rule string, version int64, reason string) error
 	Logger *slog.Logger
 	// Now dates posted events that carry no ts and times how long a
 	// conversion waits for its exposure; requests are dated by their start
@@ -119,10 +121,14 @@ type Recorder struct {
 }
 
 // health is the last SRM check of one experiment.
+// ErrRuleChanged is Freeze's error for a rule whose version is no longer
+// the one whose split was judged.
+var ErrRuleChanged = errors.New("the rule changed since its split was judged")
+
 type health struct {
 	id      string
 	units   map[string]int64
-	p       *float64
+	p, seqP *float64
 	flagged bool
 }
 

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,13 +270,17 @@ func TestSRMFlagsOnce(t *testing.T) {
 			mu.Lock()
 			srm = append(srm, a.Experiment)
 			mu.Unlock()
-			if a.PValue >= a.Threshold || a.Threshold != 0.001 || a.Rule != "checkout" || !a.Frozen || a.Units["A"] == 0 || a.Units["B"] == 0 {
+			if a.PValue >= a.Threshold || a.SequentialPValue >= a.Threshold || a.Threshold != 0.001 || a.Rule != "checkout" || !a.Frozen || a.Units["A"] == 0 || a.Units["B"] == 0 {
 				t.Errorf("OnSRM(%+v)", a)
 			}
 		},
-		Freeze: func(_ context.Context, rule, reason string) error { frozen <- rule + ": " + reason; return nil },
+		Freeze: func(_ context.Context, rule string, version int64, reason string) error {
+			frozen <- fmt.Sprintf("%s v%d: %s", rule, version, reason)
+			return nil
+		},
 	})
 	snap := snapshot(t, router.Input{}, checkoutRule)
+	version := snap.Version("checkout")
 	r.SetCatalog(NewCatalog(snap, Settings{Freeze: true}))
 	for i := range 3000 {
 		u := "s" + strconv.Itoa(i)
@@ -288,7 +294,7 @@ func TestSRMFlagsOnce(t *testing.T) {
 	flush(t, r)
 	select {
 	case got := <-frozen:
-		if !strings.HasPrefix(got, `checkout: sample ratio mismatch in experiment "exp_checkout": SRM p-value`) {
+		if want := fmt.Sprintf(`checkout v%d: sample ratio mismatch in experiment "exp_checkout": SRM p-value`, version); !strings.HasPrefix(got, want) || !strings.Contains(got, "sequential p-value") {
 			t.Errorf("freeze reason %q", got)
 		}
 	case <-time.After(10 * time.Second):
@@ -305,6 +311,48 @@ func TestSRMFlagsOnce(t *testing.T) {
 	mu.Unlock()
 	if len(frozen) != 0 {
 		t.Errorf("frozen twice")
+	}
+}
+
+// TestSRMFreezeOfAChangedRule: a Freeze that finds the rule changed since
+// its check (ErrRuleChanged) freezes nothing, and the next check, which
+// judges what serves then, may flag and freeze again.
+func TestSRMFreezeOfAChangedRule(t *testing.T) {
+	calls := make(chan int64, 4)
+	var n atomic.Int32
+	r := newRecorder(t, Options{
+		FlushInterval: time.Millisecond, // a health check every 250 ms
+		Freeze: func(_ context.Context, rule string, version int64, reason string) error {
+			calls <- version
+			if n.Add(1) == 1 {
+				return fmt.Errorf("rule %q is at version %d: %w", rule, version+1, ErrRuleChanged)
+			}
+			return nil
+		},
+	})
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	r.SetCatalog(NewCatalog(snap, Settings{Freeze: true}))
+	for i := range 3000 {
+		u := "c" + strconv.Itoa(i)
+		d := snap.Decide(request("/shop/", "GET", u), nil)
+		if d.Group == "B" && i%5 == 0 {
+			continue
+		}
+		r.Observe(&d, 200, "GET", "/shop/", nil, start)
+	}
+	for want := range 2 {
+		deadline := time.After(10 * time.Second)
+		for len(calls) == 0 {
+			flush(t, r)
+			select {
+			case <-deadline:
+				t.Fatalf("freeze %d was not called", want+1)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if v := <-calls; v != snap.Version("checkout") {
+			t.Errorf("freeze %d of version %d, want %d", want+1, v, snap.Version("checkout"))
+		}
 	}
 }
 

@@ -361,8 +361,18 @@ func exposureGateway(cfg *config.Config) string {
 }
 
 // freeze is experiments.srm_action: freeze: the one-click rollback of the
-// rule, recorded in its history with the reason, then applied.
-func (g *Gateway) freeze(ctx context.Context, key, reason string) error {
+// rule, recorded in its history with the reason, then applied. The rule
+// must still be the version whose split was judged: an operator who has
+// since changed it (a new experiment, new weights) gets a new check, not a
+// rollback of a rule that was never judged.
+func (g *Gateway) freeze(ctx context.Context, key string, version int64, reason string) error {
+	e, err := g.store.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("read rule %q: %w", key, err)
+	}
+	if e.Version != version {
+		return fmt.Errorf("rule %q is at version %d, its split was judged at version %d: %w", key, e.Version, version, experiment.ErrRuleChanged)
+	}
 	if _, err := g.store.SetRollback(ctx, key, true, store.Meta{By: "srm", Reason: reason}); err != nil {
 		return fmt.Errorf("roll back rule %q: %w", key, err)
 	}

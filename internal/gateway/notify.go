@@ -127,9 +127,9 @@ func (g *Gateway) onSRM(a experiment.SRMAlert) {
 		then = "the rule is rolled back (experiments.srm_action: freeze)"
 	}
 	g.Notify(notify.Event{Type: notify.SRM, Rule: a.Rule,
-		Text: fmt.Sprintf("sample ratio mismatch in experiment %s (rule %s): p = %.3g < %g with units %s; %s",
-			a.Experiment, a.Rule, a.PValue, a.Threshold, units.String(), then),
-		Fields: map[string]any{"experiment": a.Experiment, "p_value": a.PValue, "threshold": a.Threshold, "units": a.Units, "frozen": a.Frozen}})
+		Text: fmt.Sprintf("sample ratio mismatch in experiment %s (rule %s): p = %.3g < %g (sequential p = %.3g) with units %s; %s",
+			a.Experiment, a.Rule, a.PValue, a.Threshold, a.SequentialPValue, units.String(), then),
+		Fields: map[string]any{"experiment": a.Experiment, "p_value": a.PValue, "sequential_p_value": a.SequentialPValue, "threshold": a.Threshold, "units": a.Units, "frozen": a.Frozen}})
 	if g.opts.OnSRM != nil {
 		g.opts.OnSRM(a)
 	}

@@ -58,6 +58,11 @@
 //     of freedom and p = P(χ²_df > χ²) (utils.py L70–84, check_srm). It is
 //     judged only when every group with a positive weight has at least
 //     SRMMinUnits units; ok is false when p < threshold (default 0.001).
+//     sequential_p_value is the anytime-valid p-value of the split: 1/BF
+//     of a Dirichlet(C·θ)-multinomial mixture against the multinomial of
+//     the weights θ (Lindon and Malek 2022, Optimizely's ssrm), C =
+//     SRMSequentialConcentration. alert is true when both are below the
+//     threshold: what a caller that reads the split continually acts on.
 //
 // The Student t, normal and χ² distributions are gonum's (stat/distuv).
 // gonum's Student t loses about log10(ν) digits at large ν (it evaluates the

@@ -64,6 +64,13 @@ func FuzzCompute(f *testing.F) {
 		if !res.SRM.OK && !res.SRM.Judged {
 			t.Fatal("srm not ok but not judged")
 		}
+		prob("srm.sequential_p_value", res.SRM.SequentialPValue)
+		if res.SRM.Judged && res.SRM.SequentialPValue == nil {
+			t.Fatal("srm judged without a sequential p-value")
+		}
+		if res.SRM.Alert && (res.SRM.OK || !res.SRM.Judged) {
+			t.Fatalf("srm alerts but is ok or not judged: %+v", res.SRM)
+		}
 		for _, c := range res.Comparisons {
 			prob("p_value", c.PValue)
 			prob("welch_p_value", c.WelchPValue)

@@ -26,8 +26,8 @@ func checkSRM(groups []Group, threshold float64) SRM {
 	s.DF = max(k-1, 0)
 	for _, g := range groups {
 		if g.Weight == 0 && g.Units > 0 {
-			s.Judged, s.OK = true, false
-			s.PValue = finite(0)
+			s.Judged, s.OK, s.Alert = true, false, true
+			s.PValue, s.SequentialPValue = finite(0), finite(0)
 			s.Reason = fmt.Sprintf("group %q has weight 0 but %d units", g.Name, g.Units)
 			return s
 		}
@@ -55,13 +55,63 @@ func checkSRM(groups []Group, threshold float64) SRM {
 	if math.IsInf(chi2, 0) {
 		// An expected count so small it underflows to 0, yet units came:
 		// as certain a mismatch as a weight of 0.
-		s.OK = false
-		s.PValue = finite(0)
+		s.OK, s.Alert = false, true
+		s.PValue, s.SequentialPValue = finite(0), finite(0)
 		s.Reason = "an expected unit count underflows to 0 but the group has units"
 		return s
 	}
 	p := distuv.ChiSquared{K: float64(s.DF)}.Survival(chi2)
 	s.Chi2, s.PValue = finite(chi2), finite(p)
 	s.OK = p >= threshold
+	sp := sequentialSRM(groups, weights)
+	s.SequentialPValue = finite(sp)
+	s.Alert = !s.OK && sp < threshold
 	return s
+}
+
+// sequentialSRM is the anytime-valid p-value of the split (Lindon and
+// Malek, "Anytime-Valid Inference for Multinomial Count Data", NeurIPS
+// 2022; Optimizely's ssrm): 1/BF, where BF is the Bayes factor of a
+// Dirichlet(C·θ) mixture of multinomials against the multinomial of the
+// configured shares θ, with C = SRMSequentialConcentration:
+//
+//	log BF = log Γ(C) − log Γ(C + n) + Σ [log Γ(Cθᵢ + xᵢ) − log Γ(Cθᵢ) − xᵢ log θᵢ]
+//
+// Under a correct split BF is a nonnegative martingale with mean 1, so by
+// Ville's inequality it ever exceeds 1/α with probability at most α: the
+// p-value may be read after every unit and a clean split is still flagged
+// at most α of the time. It depends only on the cumulative counts. Groups
+// of weight 0 take no part (checkSRM has already flagged any with units).
+func sequentialSRM(groups []Group, weights float64) float64 {
+	var x, theta, prior []float64
+	for _, g := range groups {
+		if g.Weight == 0 {
+			continue
+		}
+		x = append(x, float64(g.Units))
+		theta = append(theta, g.Weight/weights)
+		prior = append(prior, g.Weight/weights*SRMSequentialConcentration)
+	}
+	logBF := logBayesFactor(x, theta, prior)
+	if logBF <= 0 {
+		return 1
+	}
+	return math.Exp(-logBF)
+}
+
+// logBayesFactor is log BF of counts x: the Dirichlet(alpha) mixture of
+// multinomials against the multinomial of shares theta.
+func logBayesFactor(x, theta, alpha []float64) float64 {
+	n, sumAlpha, l := 0.0, 0.0, 0.0
+	for i := range x {
+		l += lgamma(alpha[i]+x[i]) - lgamma(alpha[i]) - x[i]*math.Log(theta[i])
+		n += x[i]
+		sumAlpha += alpha[i]
+	}
+	return l + lgamma(sumAlpha) - lgamma(sumAlpha+n)
+}
+
+func lgamma(x float64) float64 {
+	v, _ := math.Lgamma(x)
+	return v
 }

@@ -31,6 +31,13 @@ const (
 	// SRMMinUnits is the number of units every group needs before the
 	// χ² test is judged: with fewer, the χ² approximation is too coarse.
 	SRMMinUnits = 8
+	// SRMSequentialConcentration is C, the concentration of the Dirichlet
+	// prior of the sequential SRM test around the configured shares: the
+	// test is most powerful for mismatches that show after about C units.
+	// Optimizely's ssrm defaults to 10,000; a gateway's experiments are often
+	// smaller, and at 1,000 a 10% drop of one of two groups is flagged
+	// within 10,000 units (issue 14's planted SRM).
+	SRMSequentialConcentration = 1000
 	// alpha is the level of ci95 and of the sequential interval.
 	alpha = 0.05
 )
@@ -145,6 +152,16 @@ type SRM struct {
 	Threshold float64  `json:"threshold"`
 	// OK is false only when the split was judged and PValue < Threshold.
 	OK bool `json:"ok"`
+	// SequentialPValue is the anytime-valid p-value of the split
+	// (sequentialSRM): unlike PValue, it stays valid however often it is
+	// read. nil when not judged.
+	SequentialPValue *float64 `json:"sequential_p_value"`
+	// Alert is what the gateway acts on while it watches an experiment
+	// (the WARN, the srm notification, srm_action: freeze): the split is
+	// judged and both PValue and SequentialPValue are below Threshold. The
+	// gateway checks every experiment several times a second; χ² alone,
+	// read that often, would flag a clean split sooner or later.
+	Alert bool `json:"alert"`
 	// Judged is false while some weighted group has fewer than SRMMinUnits
 	// units; Reason then says which.
 	Judged bool   `json:"judged"`

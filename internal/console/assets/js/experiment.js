@@ -74,7 +74,7 @@ function srmCard(res) {
     ok: [pill('✓ split healthy', 'ok'), ` p = ${fmtNum(srm.p_value)} ≥ ${srm.threshold}`],
     mismatch: [pill('✖ sample ratio mismatch', 'bad'), ` p = ${fmtNum(srm.p_value)} < ${srm.threshold}: the groups did not get the shares their weights ask for, so the results cannot be trusted`],
   }[state];
-  const chi = srm.judged && srm.chi2 !== null && srm.chi2 !== undefined ? h('span', {class: 'muted'}, ` (χ² = ${fmtNum(srm.chi2)}, df ${srm.df})`) : null;
+  const chi = srm.judged && srm.chi2 !== null && srm.chi2 !== undefined ? h('span', {class: 'muted'}, ` (χ² = ${fmtNum(srm.chi2)}, df ${srm.df}; sequential p = ${fmtNum(srm.sequential_p_value)})`) : null;
   return h('div', {class: ['srm', state], id: 'srm', 'data-srm': state},
     h('h3', null, 'Sample ratio'),
     h('p', {id: 'srm-verdict'}, head, chi),
