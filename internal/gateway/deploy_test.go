@@ -138,12 +138,17 @@ func TestShippedFilesUseExportedMetrics(t *testing.T) {
 	e.mustPut("canary", `{"type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"rollout":{"abort_on_breaker":false,
 		"steps":[{"percent":100},{"analysis":"a"}],"analyses":{"a":{"interval":"1s","count":5,"failure_limit":2,"checks":[{"metric":"error_rate","max":0.05}]}}}}`)
 	// An experiment with units enough in each group to be judged, for the
-	// SRM gauges the alerts use.
-	e.mustPut("shop", `{"type":"ab","experiment_id":"exp_deploy","conditions":{"path_prefix":["/shop/"]},
+	// SRM gauges the alerts use; it goes before the canary, which claims
+	// its gray users on every path.
+	e.mustPut("shop", `{"type":"ab","priority":50,"experiment_id":"exp_deploy","conditions":{"path_prefix":["/shop/"]},
 		"groups":[{"name":"A","weight":50,"target":"a"},{"name":"B","weight":50,"target":"b"}]}`)
+	waitFor(t, "the experiment to serve", 20*time.Second, func() bool {
+		a, err := e.get("/shop/item", "X-User-Id", "deploy-probe")
+		return err == nil && a.rule == "shop"
+	})
 	for i := range 60 {
-		if _, err := e.get("/shop/item", "X-User-Id", fmt.Sprintf("deploy-%d", i)); err != nil {
-			t.Fatal(err)
+		if a, err := e.get("/shop/item", "X-User-Id", fmt.Sprintf("deploy-%d", i)); err != nil || a.rule != "shop" {
+			t.Fatalf("unit %d of the experiment: %+v %v", i, a, err)
 		}
 	}
 
