@@ -117,6 +117,10 @@ type Conn struct {
 	err     error       // the Guard's refusal (*Error), returned by every later Read
 	tunnel  atomic.Bool // a WebSocket or CONNECT tunnel was opened
 	pending []byte      // tunnel bytes read together with its head
+	// bodyDue mirrors guard.InBody() after every Read, for Close, which
+	// may run on another goroutine.
+	bodyDue atomic.Bool
+	closing atomic.Bool // Close began a lingering close
 	// Deadlines last set, in Unix nanoseconds (0: none).
 	rdl, wdl atomic.Int64
 }
@@ -183,6 +187,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.read(p)
 	if n > 0 {
 		good, gerr := c.guard.Scan(p[:n])
+		if due := c.guard.InBody(); due != c.bodyDue.Load() {
+			c.bodyDue.Store(due)
+		}
 		switch {
 		case gerr != nil:
 			c.err = gerr
@@ -204,6 +211,47 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Close closes the connection. One closed while the client may still be
+// sending a request body (the answer came before the body was read: a
+// refused Expect: 100-continue, an early 401 or 413) closes lingering, as
+// nginx's lingering_close and Go's net/http do. Closing a socket with
+// unread bytes makes the kernel send a reset, which can destroy the answer
+// before the client reads it; so the write side is shut down first (the
+// answer, then FIN), and what the client still sends is read and dropped
+// until it closes, for at most LingerTime and LingerBytes, on a goroutine
+// of its own. At most maxLingering connections linger at once; beyond
+// that, Close closes at once.
+func (c *Conn) Close() error {
+	if !c.bodyDue.Load() || c.tunnel.Load() || !c.closing.CompareAndSwap(false, true) {
+		return c.Conn.Close()
+	}
+	select {
+	case lingering <- struct{}{}:
+	default:
+		return c.Conn.Close()
+	}
+	if err := c.tcp.CloseWrite(); err != nil {
+		<-lingering
+		return c.Conn.Close()
+	}
+	go func() {
+		defer func() { <-lingering }()
+		_ = c.tcp.SetReadDeadline(time.Now().Add(LingerTime))
+		_, _ = io.CopyN(io.Discard, c.tcp, LingerBytes)
+		_ = c.Conn.Close()
+	}()
+	return nil
+}
+
+// The bounds of a lingering close (see Conn.Close).
+const (
+	LingerTime   = 2 * time.Second
+	LingerBytes  = 8 << 20
+	maxLingering = 512
+)
+
+var lingering = make(chan struct{}, maxLingering)
 
 func (c *Conn) Write(p []byte) (int, error) {
 	if d := c.config().WriteTimeout; d > 0 {
