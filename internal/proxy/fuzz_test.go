@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 // FuzzCookie: the cookie lookup never panics, aliases values with nothing
@@ -86,5 +88,38 @@ func FuzzReadResponseH1(f *testing.F) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
+	})
+}
+
+// FuzzHeaderWithoutDate: headerWithoutDate may only say "no Date" of a
+// buffered upstream header that fasthttp parses as a final response
+// without a Date (or refuses); anything else must be left to ensureDate.
+func FuzzHeaderWithoutDate(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT\r\n\r\n",
+		"HTTP/1.1 200 OK\r\ndAtE: x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nDate : x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX-Date: x\r\nDates: y\r\n\r\n",
+		"HTTP/1.1 200 OK\nContent-Length: 0\n\n",
+		"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\r\n date: folded\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(b), 4096)
+		_, _ = br.Peek(min(len(b), 4096))
+		if !headerWithoutDate(br) {
+			return
+		}
+		var h fasthttp.ResponseHeader
+		if err := h.Read(bufio.NewReader(bytes.NewReader(b))); err != nil {
+			return
+		}
+		if d := h.Peek(fasthttp.HeaderDate); len(d) > 0 || isInterim(h.StatusCode()) {
+			t.Fatalf("headerWithoutDate(%q) is true, but fasthttp reads status %d with Date %q", b, h.StatusCode(), d)
+		}
 	})
 }

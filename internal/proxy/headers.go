@@ -482,6 +482,8 @@ func ensureDate(h *fasthttp.ResponseHeader) {
 	}
 	rt.br.Reset(&rt.rd)
 	rt.fresh.Reset()
+	// A fresh header would add a default Content-Type too.
+	rt.fresh.SetNoDefaultContentType(true)
 	if err := rt.fresh.Read(rt.br); err == nil {
 		rt.fresh.CopyTo(h)
 	}
@@ -490,6 +492,32 @@ func ensureDate(h *fasthttp.ResponseHeader) {
 	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
 		dateRoundTrips.Put(rt)
 	}
+}
+
+// headerWithoutDate reports whether br holds a whole response header whose
+// status is final (not 1xx) and that has no Date field. It errs towards
+// false: a header that is not all buffered, or a line that might be a Date
+// (any case, whitespace before the colon), is left to ensureDate.
+func headerWithoutDate(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	if len(b) < len("HTTP/1.1 200\r\n\r\n") || b[9] == '1' {
+		return false
+	}
+	i := bytes.IndexByte(b, '\n')
+	for i >= 0 {
+		b = b[i+1:]
+		switch {
+		case len(b) == 0:
+			return false // the rest of the header has not arrived
+		case b[0] == '\n' || (b[0] == '\r' && len(b) > 1 && b[1] == '\n'):
+			return true // the end of the header
+		case len(b) >= 5 && b[0]|0x20 == 'd' && b[1]|0x20 == 'a' && b[2]|0x20 == 't' && b[3]|0x20 == 'e' &&
+			(b[4] == ':' || b[4] == ' ' || b[4] == '\t'):
+			return false
+		}
+		i = bytes.IndexByte(b, '\n')
+	}
+	return false
 }
 
 // dateRoundTrip is what ensureDate needs to move a header through its wire

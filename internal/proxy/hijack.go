@@ -92,7 +92,9 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 	ex.filterResponseHeader(out)
 	ex.setDecisionHeaders(out)
 	ex.addVia(out)
-	ensureDate(out)
+	if !ex.dated {
+		ensureDate(out)
+	}
 	out.SetConnectionClose()
 	chunked := false
 	switch {

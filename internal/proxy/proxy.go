@@ -318,7 +318,10 @@ type exchange struct {
 	upClose  bool  // the upstream asked to close its connection
 	noReuse  bool  // the upstream connection must not go back to the pool
 
-	inline    int  // the length of a body left in br for respond to copy, or -1
+	inline int // the length of a body left in br for respond to copy, or -1
+	// dated: the client's header was reset before the upstream's was read
+	// into it, so fasthttp writes its own Date (the upstream sent none).
+	dated     bool
 	streaming bool // respBody, a tunnel or a hijacked response owns the exchange
 	hijacked  bool // the response is written by respondHijacked
 	interim   []byte
@@ -401,7 +404,7 @@ func (ex *exchange) reset() {
 	ex.resp.Reset()
 	ex.head, ex.bodyKind, ex.sendBody, ex.expect, ex.upWDL = ex.head[:0], bodyNone, nil, false, 0
 	ex.up, ex.br, ex.upBody, ex.upRDL, ex.upClose, ex.noReuse = nil, nil, nil, 0, false, false
-	ex.inline = -1
+	ex.inline, ex.dated = -1, false
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
 	ex.upEOF = false
 	ex.net, ex.netOut = nil, nil
@@ -546,7 +549,9 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	ex.filterResponseHeader(&out.Header)
 	ex.setDecisionHeaders(&out.Header)
 	ex.addVia(&out.Header)
-	ensureDate(&out.Header)
+	if !ex.dated {
+		ensureDate(&out.Header)
+	}
 
 	if ex.inline >= 0 {
 		// A small body that came with the header: copied, and the upstream

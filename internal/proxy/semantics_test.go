@@ -214,6 +214,12 @@ func TestDateAndVia(t *testing.T) {
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(via), via)
 				continue
 			}
+			if req.URL.Path == "/nodate-split" { // a header that is not all there when it is first read
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nX-A: 1\r\n")
+				time.Sleep(30 * time.Millisecond)
+				fmt.Fprint(c, "Content-Length: 2\r\n\r\nok")
+				continue
+			}
 			if req.URL.Path == "/nodate-big" { // a header larger than the round trip's pooled reader
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Big: %s\r\nContent-Length: 2\r\n\r\nok", strings.Repeat("b", 6000))
 				continue
@@ -243,11 +249,52 @@ func TestDateAndVia(t *testing.T) {
 			if d, err := http.ParseTime(resp.Header.Get("Date")); err != nil || time.Since(d) > time.Minute {
 				t.Errorf("an upstream answer without Date got Date %q (%v), want the current time", resp.Header.Get("Date"), err)
 			}
+			if ct, ok := resp.Header["Content-Type"]; ok {
+				t.Errorf("an upstream answer without Date or Content-Type got Content-Type %q", ct)
+			}
+			resp, body = rawExchange(t, addr, "GET", "GET /nodate-split HTTP/1.1\r\nHost: a\r\n\r\n")
+			if d, err := http.ParseTime(resp.Header.Get("Date")); err != nil || time.Since(d) > time.Minute || resp.Header.Get("X-A") != "1" || body != "ok" {
+				t.Errorf("an answer without Date, its header in two pieces, got Date %q (%v), X-A %q, body %q", resp.Header.Get("Date"), err, resp.Header.Get("X-A"), body)
+			}
+			if ct, ok := resp.Header["Content-Type"]; ok {
+				t.Errorf("an answer without Date or Content-Type, its header in two pieces, got Content-Type %q", ct)
+			}
 			resp, body = rawExchange(t, addr, "GET", "GET /nodate-big HTTP/1.1\r\nHost: a\r\n\r\n")
 			if d, err := http.ParseTime(resp.Header.Get("Date")); err != nil || time.Since(d) > time.Minute || len(resp.Header.Get("X-Big")) != 6000 || body != "ok" {
 				t.Errorf("a large answer without Date got Date %q (%v), X-Big of %d bytes, body %q", resp.Header.Get("Date"), err, len(resp.Header.Get("X-Big")), body)
 			}
+			if ct, ok := resp.Header["Content-Type"]; ok {
+				t.Errorf("a large answer without Date or Content-Type got Content-Type %q", ct)
+			}
 		})
+	}
+}
+
+// TestHeaderWithoutDate: the shapes whose Date fasthttp may write itself
+// (a whole, final, Date-less header in the buffer) and those left to
+// ensureDate.
+func TestHeaderWithoutDate(t *testing.T) {
+	tests := []struct {
+		raw  string
+		want bool
+	}{
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true},
+		{"HTTP/1.1 404 Not Found\nContent-Length: 0\n\n", true},
+		{"HTTP/1.1 200 OK\r\nX-Date: a\r\nDates: b\r\nX: c\r\n date: folded\r\n\r\n", true},
+		{"HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nX: a\r\ndATE: b\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nDate : b\r\n\r\n", false},
+		{"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n", false}, // the rest has not arrived
+		{"HTTP/1.1 200 OK\r\n\r", false},
+		{"HTTP/1.1", false},
+	}
+	for _, tt := range tests {
+		br := bufio.NewReader(strings.NewReader(tt.raw))
+		_, _ = br.Peek(len(tt.raw))
+		if got := headerWithoutDate(br); got != tt.want {
+			t.Errorf("headerWithoutDate(%q) = %v, want %v", tt.raw, got, tt.want)
+		}
 	}
 }
 

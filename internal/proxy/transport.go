@@ -752,8 +752,20 @@ var errTooManyInterim = errors.New("too many 1xx informational responses")
 // HEAD; 1xx, 204, 304) has none. A body with a Content-Length of at most
 // maxInlineBody bytes that is already in br is left there for respond to
 // copy (ex.inline). Any other body becomes a stream on br.
+//
+// When br holds a whole final header without a Date, the client's header
+// is reset first, which makes fasthttp write its own Date (RFC 9110
+// section 6.6.1) without ensureDate's round trip; a reset header would also
+// get a default Content-Type, which is turned off again. (A header read
+// again for the same request, after an attempt that failed within its
+// header, keeps the reset: fasthttp's Date then replaces the upstream's.)
 func (ex *exchange) readResponse(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
 	out := &ctx.Response.Header
+	if !ex.dated && headerWithoutDate(br) {
+		out.Reset()
+		out.SetNoDefaultContentType(true)
+		ex.dated = true
+	}
 	if err := out.Read(br); err != nil {
 		return err
 	}
