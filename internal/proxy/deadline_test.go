@@ -70,3 +70,46 @@ func TestArmHeaderDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamWriteDeadlineIsKeptPerConnection: a pooled upstream
+// connection remembers its write deadline across exchanges, so a busy
+// connection re-arms it only when it falls an eighth of
+// UpstreamWriteTimeout behind; a deadline set by anyone else (a cancel
+// that sets one in the past) is seen, and the next exchange re-arms.
+func TestUpstreamWriteDeadlineIsKeptPerConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	up := &upstreamTCP{TCPConn: c.(*net.TCPConn)}
+	opts := &Options{UpstreamWriteTimeout: 30 * time.Second}
+	exchange := func() *exchange {
+		ex := &exchange{}
+		ex.opts = opts
+		return ex
+	}
+	if err := exchange().keepUpstreamWriteDeadline(up); err != nil {
+		t.Fatal(err)
+	}
+	first := up.wdl.Load()
+	if d := time.Until(time.Unix(0, first)); d < 29*time.Second || d > 30*time.Second {
+		t.Fatalf("write deadline in %v, want 30s", d)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := exchange().keepUpstreamWriteDeadline(up); err != nil || up.wdl.Load() != first {
+		t.Errorf("the next exchange re-armed the deadline (%v → %v, %v)", first, up.wdl.Load(), err)
+	}
+	_ = up.SetDeadline(aLongTimeAgo)
+	if err := exchange().keepUpstreamWriteDeadline(up); err != nil || time.Until(time.Unix(0, up.wdl.Load())) < 29*time.Second {
+		t.Errorf("after a deadline in the past the next exchange kept it: %v, %v", time.Unix(0, up.wdl.Load()), err)
+	}
+	if _, err := up.Write([]byte("x")); err != nil {
+		t.Errorf("write after re-arming: %v", err)
+	}
+}

@@ -186,10 +186,34 @@ type upstreamTCP struct {
 	// armed is the read deadline armHeaderDeadline last set, zero when
 	// unknown. Only the exchange holding the connection touches it.
 	armed time.Time
+	// wdl is the write deadline last set, in Unix nanoseconds (0: none),
+	// so that keepUpstreamWriteDeadline re-arms it only when it must, on
+	// the connection's later requests too. SetWriteDeadline and SetDeadline
+	// keep it, from any goroutine.
+	wdl atomic.Int64
 	// peekIdle's state.
 	peekFn  func(uintptr)
 	peekErr error
 	peekBuf [1]byte
+}
+
+// SetWriteDeadline records t and sets it.
+func (u *upstreamTCP) SetWriteDeadline(t time.Time) error {
+	u.wdl.Store(deadlineNano(t))
+	return u.TCPConn.SetWriteDeadline(t)
+}
+
+// SetDeadline records t as the write deadline and sets both.
+func (u *upstreamTCP) SetDeadline(t time.Time) error {
+	u.wdl.Store(deadlineNano(t))
+	return u.TCPConn.SetDeadline(t)
+}
+
+func deadlineNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // dialError marks a failure to connect (or to finish the TLS handshake), as
@@ -528,9 +552,13 @@ const maxStaleConns = 8
 // an eighth of the timeout.
 func (ex *exchange) keepUpstreamWriteDeadline(conn net.Conn) error {
 	d := ex.opts.UpstreamWriteTimeout
-	now := time.Now()
-	want := now.Add(d).UnixNano()
-	if cur := ex.upWDL; cur != 0 && cur <= want && want-cur <= int64(d/8) {
+	want := time.Now().Add(d).UnixNano()
+	cur := ex.upWDL
+	up, tcp := conn.(*upstreamTCP)
+	if tcp {
+		cur = up.wdl.Load()
+	}
+	if cur != 0 && cur <= want && want-cur <= int64(d/8) {
 		return nil
 	}
 	ex.upWDL = want
