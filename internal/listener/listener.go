@@ -277,24 +277,25 @@ func (c *Conn) keepDeadline(at *atomic.Int64, d time.Duration, set func(time.Tim
 // SetReadDeadline records t, so that the body deadline is re-armed
 // correctly, and sets it.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	c.rdl.Store(unixNano(t))
+	c.rdl.Store(UnixNano(t))
 	return c.Conn.SetReadDeadline(t)
 }
 
 // SetWriteDeadline records t and sets it.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	c.wdl.Store(unixNano(t))
+	c.wdl.Store(UnixNano(t))
 	return c.Conn.SetWriteDeadline(t)
 }
 
 // SetDeadline records t for both directions and sets it.
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.rdl.Store(unixNano(t))
-	c.wdl.Store(unixNano(t))
+	c.rdl.Store(UnixNano(t))
+	c.wdl.Store(UnixNano(t))
 	return c.Conn.SetDeadline(t)
 }
 
-func unixNano(t time.Time) int64 {
+// UnixNano is t in Unix nanoseconds, 0 for the zero time (no deadline).
+func UnixNano(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -199,21 +200,14 @@ type upstreamTCP struct {
 
 // SetWriteDeadline records t and sets it.
 func (u *upstreamTCP) SetWriteDeadline(t time.Time) error {
-	u.wdl.Store(deadlineNano(t))
+	u.wdl.Store(listener.UnixNano(t))
 	return u.TCPConn.SetWriteDeadline(t)
 }
 
 // SetDeadline records t as the write deadline and sets both.
 func (u *upstreamTCP) SetDeadline(t time.Time) error {
-	u.wdl.Store(deadlineNano(t))
+	u.wdl.Store(listener.UnixNano(t))
 	return u.TCPConn.SetDeadline(t)
-}
-
-func deadlineNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
 }
 
 // dialError marks a failure to connect (or to finish the TLS handshake), as
