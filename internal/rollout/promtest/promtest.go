@@ -13,7 +13,6 @@ package promtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // startTimeout bounds how long the server may take to become ready.
@@ -170,12 +171,12 @@ func (s *Server) Stop() {
 	}
 }
 
+// freePort is a port that stays usable across a restart (see testport).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testport.Pick()
 	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // SkipEnv names the environment variable that skips Redis tests when "1".
@@ -151,14 +153,8 @@ func ping(addr string) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a port that stays usable across Restart (see testport).
+func freePort() (int, error) { return testport.Pick() }
 
 func tail(path string) string {
 	b, err := os.ReadFile(path)

@@ -17,7 +17,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +29,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // startTimeout bounds how long a start or restart may take to become
@@ -93,17 +94,27 @@ func Start(t testing.TB) *Server {
 func StartConfig(t testing.TB, cfg Config) *Server {
 	t.Helper()
 	s := &Server{
-		t:          t,
-		cfg:        cfg,
-		bin:        Binary(t),
-		dataDir:    filepath.Join(t.TempDir(), "etcd"),
-		clientPort: freePort(t),
-		peerPort:   freePort(t),
+		t:       t,
+		cfg:     cfg,
+		bin:     Binary(t),
+		dataDir: filepath.Join(t.TempDir(), "etcd"),
 	}
 	s.logPath = s.dataDir + ".log"
 	t.Cleanup(s.kill)
-	s.start()
-	return s
+	// A free port can be taken between its probe and etcd binding it; the
+	// first start tries fresh ports a few times (a restart must keep them).
+	var err error
+	for range 3 {
+		s.clientPort, s.peerPort = freePort(t), freePort(t)
+		if err = s.tryStart(); err == nil {
+			return s
+		}
+		if err := os.RemoveAll(s.dataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
 // Endpoint is the client address, "127.0.0.1:PORT".
@@ -166,6 +177,13 @@ func (s *Server) Log() string {
 
 func (s *Server) start() {
 	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// tryStart starts the server and waits until it is healthy.
+func (s *Server) tryStart() error {
 	peer := fmt.Sprintf("http://127.0.0.1:%d", s.peerPort)
 	client := s.scheme() + s.Endpoint()
 	args := []string{
@@ -193,7 +211,7 @@ func (s *Server) start() {
 	}
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		s.t.Fatalf("etcd log: %v", err)
+		return fmt.Errorf("etcd log: %w", err)
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "\n=== %s %s\n", s.bin, strings.Join(args, " "))
@@ -202,7 +220,7 @@ func (s *Server) start() {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start %s: %v", s.bin, err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -214,8 +232,9 @@ func (s *Server) start() {
 	s.mu.Unlock()
 	if err := s.waitHealthy(exited); err != nil {
 		s.kill()
-		s.t.Fatalf("etcd on %s: %v\n--- etcd log (tail) ---\n%s", s.Endpoint(), err, tail(s.Log(), 40))
+		return fmt.Errorf("etcd on %s: %v\n--- etcd log (tail) ---\n%s", s.Endpoint(), err, tail(s.Log(), 40))
 	}
+	return nil
 }
 
 // env is the test's environment without ETCD_* settings, which etcd reads
@@ -285,14 +304,14 @@ func (s *Server) kill() {
 	}
 }
 
+// freePort is a port that stays usable across Restart (see testport).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testport.Pick()
 	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 func tail(s string, n int) string {
