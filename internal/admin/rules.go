@@ -352,7 +352,7 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 	}
 	err := s.opts.Commit(r.Context(), Change{Key: key, RolledBack: &on}, func(ctx context.Context) (int64, error) {
 		var err error
-		st, err = s.opts.Store.SetRollback(ctx, key, on, store.Meta{By: p.name, Reason: reason})
+		st, err = s.opts.Store.SetRollback(ctx, key, on, store.AnyVersion, store.Meta{By: p.name, Reason: reason})
 		return st.Revision, err
 	})
 	if err != nil {

@@ -130,8 +130,8 @@ func (s *failingStore) Delete(ctx context.Context, key string, ifVersion int64, 
 	return c, err
 }
 
-func (s *failingStore) SetRollback(ctx context.Context, key string, on bool, m store.Meta) (store.State, error) {
-	st, err := s.Store.SetRollback(ctx, key, on, m)
+func (s *failingStore) SetRollback(ctx context.Context, key string, on bool, ifVersion int64, m store.Meta) (store.State, error) {
+	st, err := s.Store.SetRollback(ctx, key, on, ifVersion, m)
 	s.wrote()
 	return st, err
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -499,5 +500,38 @@ func TestExperimentFleetAgrees(t *testing.T) {
 		if n != 1 {
 			t.Errorf("unit %s logged %d times across the fleet", u, n)
 		}
+	}
+}
+
+// TestFreezeRollsBackOnlyTheJudgedVersion: srm_action: freeze rolls back
+// the rule version whose split was judged; a rule changed since (here, a
+// new experiment) is left serving, with experiment.ErrRuleChanged, and
+// nothing is recorded in its history.
+func TestFreezeRollsBackOnlyTheJudgedVersion(t *testing.T) {
+	e, _, _ := startShop(t, "  srm_action: freeze")
+	_, r := e.api("GET", "/api/v1/rules/checkout", nil)
+	judged, _ := r["version"].(float64)
+	rule := map[string]any{"key": "checkout", "type": "ab", "experiment_id": "exp_next", "conditions": map[string]any{"path_prefix": []string{"/shop/"}},
+		"groups": []map[string]any{{"name": "A", "weight": 50, "target": "ga"}, {"name": "B", "weight": 50, "target": "gb"}}}
+	e.mustPut("checkout", rule)
+	err := e.gw.freeze(t.Context(), "checkout", int64(judged), "sample ratio mismatch in experiment \"exp_checkout_2026\"")
+	if !errors.Is(err, experiment.ErrRuleChanged) {
+		t.Fatalf("freeze of version %v after a change: %v, want ErrRuleChanged", judged, err)
+	}
+	_, r = e.api("GET", "/api/v1/rules/checkout", nil)
+	if r["rolled_back"] != false {
+		t.Fatalf("the changed rule was rolled back: %v", r)
+	}
+	current, _ := r["version"].(float64)
+	if err := e.gw.freeze(t.Context(), "checkout", int64(current), "sample ratio mismatch in experiment \"exp_next\""); err != nil {
+		t.Fatalf("freeze of the current version %v: %v", current, err)
+	}
+	_, r = e.api("GET", "/api/v1/rules/checkout", nil)
+	if r["rolled_back"] != true {
+		t.Errorf("the judged version was not rolled back: %v", r)
+	}
+	_, hist := e.api("GET", "/api/v1/rules/checkout/history", nil)
+	if h, _ := json.Marshal(hist); strings.Count(string(h), `"op":"rollback"`) != 1 || !strings.Contains(string(h), `exp_next`) {
+		t.Errorf("history should hold one rollback, of exp_next: %s", h)
 	}
 }

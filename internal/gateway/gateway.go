@@ -366,14 +366,10 @@ func exposureGateway(cfg *config.Config) string {
 // since changed it (a new experiment, new weights) gets a new check, not a
 // rollback of a rule that was never judged.
 func (g *Gateway) freeze(ctx context.Context, key string, version int64, reason string) error {
-	e, err := g.store.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("read rule %q: %w", key, err)
-	}
-	if e.Version != version {
-		return fmt.Errorf("rule %q is at version %d, its split was judged at version %d: %w", key, e.Version, version, experiment.ErrRuleChanged)
-	}
-	if _, err := g.store.SetRollback(ctx, key, true, store.Meta{By: "srm", Reason: reason}); err != nil {
+	if _, err := g.store.SetRollback(ctx, key, true, version, store.Meta{By: "srm", Reason: reason}); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("roll back rule %q judged at version %d: %w (%w)", key, version, experiment.ErrRuleChanged, err)
+		}
 		return fmt.Errorf("roll back rule %q: %w", key, err)
 	}
 	return g.Apply(ctx)

@@ -506,7 +506,7 @@ func (s *FileStore) Delete(ctx context.Context, key string, ifVersion int64, m M
 }
 
 // SetRollback sets the global (key "") or a rule's rollback flag; see Store.
-func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, m Meta) (State, error) {
+func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, ifVersion int64, m Meta) (State, error) {
 	op := OpResume
 	if on {
 		op = OpRollback
@@ -527,6 +527,9 @@ func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, m Meta
 	if m.Op != "" && m.Op != op {
 		return fail(fmt.Errorf("op %q is not %q: %w", m.Op, op, ErrInvalid))
 	}
+	if err := CheckRollbackVersion(key, ifVersion); err != nil {
+		return fail(err)
+	}
 
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -536,6 +539,11 @@ func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, m Meta
 	ks := s.st.lookup(hkey)
 	if key != "" && (ks == nil || ks.rule == nil) {
 		return State{}, NotFound(key)
+	}
+	if key != "" {
+		if err := CheckVersion(key, ks.version, true, ifVersion, false); err != nil {
+			return fail(err)
+		}
 	}
 	if ks.rolledBack == on {
 		return s.st.snapshot(), nil

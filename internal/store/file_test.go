@@ -67,12 +67,12 @@ func writeMix(t testing.TB, s Store, n int) {
 				err = nil
 			}
 		case 5:
-			_, err = s.SetRollback(ctx, k, i%2 == 1, m)
+			_, err = s.SetRollback(ctx, k, i%2 == 1, AnyVersion, m)
 			if errors.Is(err, ErrNotFound) {
 				err = nil
 			}
 		case 7:
-			_, err = s.SetRollback(ctx, "", i%3 == 1, m)
+			_, err = s.SetRollback(ctx, "", i%3 == 1, AnyVersion, m)
 		case 9:
 			m.Op = OpRevert
 			_, err = s.Put(ctx, k, raw(fmt.Sprintf(`{"reverted": %d}`, i)), AnyVersion, m)

@@ -52,7 +52,7 @@ func FuzzOpen(f *testing.F) {
 			return
 		}
 		defer s.Close()
-		if _, err := s.SetRollback(t.Context(), "", true, Meta{By: "fuzz"}); err != nil {
+		if _, err := s.SetRollback(t.Context(), "", true, AnyVersion, Meta{By: "fuzz"}); err != nil {
 			t.Fatalf("SetRollback on an opened store = %v", err)
 		}
 		want := dumpStore(t, s)

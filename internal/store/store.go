@@ -139,8 +139,12 @@ type Store interface {
 	// SetRollback sets a rollback flag and returns the resulting state.
 	// Key "" sets the global flag; any other key sets that rule's flag,
 	// which bumps the rule's version. Setting a flag to the value it
-	// already has changes nothing and records nothing.
-	SetRollback(ctx context.Context, key string, on bool, m Meta) (State, error)
+	// already has changes nothing and records nothing. ifVersion
+	// AnyVersion sets it whatever the rule's version; N > 0 requires that
+	// the rule's current version is N, and otherwise fails with
+	// ErrConflict (the SRM freeze rolls back only the version it judged).
+	// The global flag takes AnyVersion only.
+	SetRollback(ctx context.Context, key string, on bool, ifVersion int64, m Meta) (State, error)
 	// Changes returns a channel that receives the new revision after every
 	// committed change. It is buffered and coalescing: a slow reader finds
 	// the latest revision and writers never block on it. Every call returns
@@ -181,6 +185,21 @@ func CheckVersion(key string, version int64, exists bool, ifVersion int64, forPu
 		return fmt.Errorf("rule %q: does not exist, If-Match wanted %d: %w", key, ifVersion, ErrConflict)
 	case version != ifVersion:
 		return fmt.Errorf("rule %q: version is %d, If-Match wanted %d: %w", key, version, ifVersion, ErrConflict)
+	}
+	return nil
+}
+
+// CheckRollbackVersion checks SetRollback's ifVersion before the store is
+// read: AnyVersion or a positive version for a rule, AnyVersion for the
+// global flag.
+func CheckRollbackVersion(key string, ifVersion int64) error {
+	switch {
+	case ifVersion == AnyVersion:
+		return nil
+	case key == "":
+		return fmt.Errorf("if_version %d: the global rollback flag has no version: %w", ifVersion, ErrInvalid)
+	case ifVersion <= 0:
+		return fmt.Errorf("if_version %d: must be a version (> 0) or AnyVersion: %w", ifVersion, ErrInvalid)
 	}
 	return nil
 }

@@ -154,7 +154,7 @@ func TestChangesAcrossStores(t *testing.T) {
 	if lag := b.PropagationLag(); lag <= 0 || lag > 5*time.Second {
 		t.Errorf("PropagationLag() = %v, want a positive lag below 5s", lag)
 	}
-	if _, err := b.SetRollback(ctx, "", true, store.Meta{}); err != nil {
+	if _, err := b.SetRollback(ctx, "", true, store.AnyVersion, store.Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	if rev := nextChange(t, a.Changes(), 5*time.Second); rev != e.Revision+1 {
@@ -328,7 +328,7 @@ func TestOutage(t *testing.T) {
 	if took > s.opts.WriteTimeout+time.Second {
 		t.Errorf("Put during the outage took %v, want it bounded by WriteTimeout %v", took, s.opts.WriteTimeout)
 	}
-	if _, err := s.SetRollback(ctx, "", true, store.Meta{}); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := s.SetRollback(ctx, "", true, store.AnyVersion, store.Meta{}); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("SetRollback during the outage = %v, want ErrUnavailable", err)
 	}
 	if _, err := s.History(ctx, "a"); !errors.Is(err, store.ErrUnavailable) {

@@ -104,12 +104,12 @@ func writeMix(t testing.TB, s store.Store, n int) {
 				err = nil
 			}
 		case 5:
-			_, err = s.SetRollback(ctx, k, i%2 == 1, m)
+			_, err = s.SetRollback(ctx, k, i%2 == 1, store.AnyVersion, m)
 			if errors.Is(err, ErrNotFound) {
 				err = nil
 			}
 		case 7:
-			_, err = s.SetRollback(ctx, "", i%3 == 1, m)
+			_, err = s.SetRollback(ctx, "", i%3 == 1, store.AnyVersion, m)
 		case 9:
 			m.Op = store.OpRevert
 			_, err = s.Put(ctx, k, raw(fmt.Sprintf(`{"reverted": %d}`, i)), AnyVersion, m)

@@ -353,7 +353,7 @@ func (s *Store) Delete(ctx context.Context, key string, ifVersion int64, m store
 
 // SetRollback sets the global (key "") or a rule's rollback flag; see
 // store.Store. It returns the published state once it includes the change.
-func (s *Store) SetRollback(ctx context.Context, key string, on bool, m store.Meta) (store.State, error) {
+func (s *Store) SetRollback(ctx context.Context, key string, on bool, ifVersion int64, m store.Meta) (store.State, error) {
 	op := store.OpResume
 	if on {
 		op = store.OpRollback
@@ -374,6 +374,9 @@ func (s *Store) SetRollback(ctx context.Context, key string, on bool, m store.Me
 	if m.Op != "" && m.Op != op {
 		return fail(fmt.Errorf("op %q is not %q: %w", m.Op, op, store.ErrInvalid))
 	}
+	if err := store.CheckRollbackVersion(key, ifVersion); err != nil {
+		return fail(err)
+	}
 	err := s.write(ctx, hkey, func(cur current) (*plan, error) {
 		if key == "" {
 			if cur.global.RolledBack == on {
@@ -390,6 +393,9 @@ func (s *Store) SetRollback(ctx context.Context, key string, on bool, m store.Me
 		}
 		if cur.entry == nil {
 			return nil, store.NotFound(key)
+		}
+		if err := store.CheckVersion(key, cur.version, true, ifVersion, false); err != nil {
+			return nil, err
 		}
 		if cur.entry.RolledBack == on {
 			return nil, nil

@@ -77,7 +77,11 @@ func (st step) run(ctx context.Context, s store.Store) (ver, rev int64, err erro
 		c, err := s.Delete(ctx, st.key, st.ifVersion, m)
 		return c.Version, c.Revision, err
 	case "rollback", "resume":
-		state, err := s.SetRollback(ctx, st.key, st.do == "rollback", m)
+		iv := st.ifVersion // a step's 0 is unconditional here
+		if iv == 0 {
+			iv = store.AnyVersion
+		}
+		state, err := s.SetRollback(ctx, st.key, st.do == "rollback", iv, m)
 		if err != nil || st.key == "" {
 			return 0, state.Revision, err
 		}
@@ -193,6 +197,20 @@ func Semantics(t *testing.T, impl Harness) {
 				{do: "put", key: "a", rule: `{"v":2}`, ifVersion: 2, wantVer: 3, wantRev: 3},
 				{do: "resume", key: "a", wantVer: 4, wantRev: 4},
 				{do: "resume", key: "a", wantVer: 4, wantRev: 4},
+			},
+			wantRule: `{"v":2}`,
+		},
+		{
+			name: "a conditional rollback needs the current version",
+			steps: []step{
+				{do: "put", key: "a", rule: `{}`, ifVersion: 0, wantVer: 1, wantRev: 1},
+				{do: "put", key: "a", rule: `{"v":2}`, ifVersion: 1, wantVer: 2, wantRev: 2},
+				{do: "rollback", key: "a", ifVersion: 1, wantErr: store.ErrConflict},
+				{do: "rollback", key: "a", ifVersion: -7, wantErr: store.ErrInvalid},
+				{do: "rollback", key: "", ifVersion: 2, wantErr: store.ErrInvalid},
+				{do: "rollback", key: "a", ifVersion: 2, wantVer: 3, wantRev: 3},
+				{do: "resume", key: "a", ifVersion: 2, wantErr: store.ErrConflict},
+				{do: "resume", key: "a", ifVersion: 3, wantVer: 4, wantRev: 4},
 			},
 			wantRule: `{"v":2}`,
 		},
@@ -320,17 +338,20 @@ func EntryAndHistory(t *testing.T, impl Harness) {
 			return err
 		},
 		func() error {
-			_, err := s.SetRollback(ctx, "r", true, store.Meta{By: "ops", Reason: "bad"})
+			_, err := s.SetRollback(ctx, "r", true, store.AnyVersion, store.Meta{By: "ops", Reason: "bad"})
 			return err
 		},
-		func() error { _, err := s.SetRollback(ctx, "", true, store.Meta{By: "ops", Reason: "all"}); return err },
+		func() error {
+			_, err := s.SetRollback(ctx, "", true, store.AnyVersion, store.Meta{By: "ops", Reason: "all"})
+			return err
+		},
 		func() error { _, err := s.Delete(ctx, "r", 3, store.Meta{By: "ann"}); return err },
 		func() error {
 			_, err := s.Put(ctx, "r", raw(`{"v":1}`), 0, store.Meta{By: "ann", Op: store.OpRevert})
 			return err
 		},
 		func() error {
-			_, err := s.SetRollback(ctx, "", false, store.Meta{By: "ops", Op: store.OpResume})
+			_, err := s.SetRollback(ctx, "", false, store.AnyVersion, store.Meta{By: "ops", Op: store.OpResume})
 			return err
 		},
 	}
@@ -414,7 +435,7 @@ func MetaOp(t *testing.T, impl Harness) {
 			return err
 		}},
 		{"rollback with resume", func() error {
-			_, err := s.SetRollback(ctx, "a", true, store.Meta{Op: store.OpResume})
+			_, err := s.SetRollback(ctx, "a", true, store.AnyVersion, store.Meta{Op: store.OpResume})
 			return err
 		}},
 	}
@@ -443,7 +464,7 @@ func HistoryPruning(t *testing.T, impl Harness) {
 				t.Fatal(err)
 			}
 			if i%2 == 0 {
-				if _, err := s.SetRollback(ctx, "", i%4 == 2, store.Meta{}); err != nil {
+				if _, err := s.SetRollback(ctx, "", i%4 == 2, store.AnyVersion, store.Meta{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -593,7 +614,7 @@ func Closed(t *testing.T, impl Harness) {
 		{"History", func() error { _, err := s.History(ctx, "a"); return err }},
 		{"Put", func() error { _, err := s.Put(ctx, "a", raw(`{}`), 0, store.Meta{}); return err }},
 		{"Delete", func() error { _, err := s.Delete(ctx, "a", store.AnyVersion, store.Meta{}); return err }},
-		{"SetRollback", func() error { _, err := s.SetRollback(ctx, "", true, store.Meta{}); return err }},
+		{"SetRollback", func() error { _, err := s.SetRollback(ctx, "", true, store.AnyVersion, store.Meta{}); return err }},
 	}
 	for _, tt := range tests {
 		if err := tt.call(); !errors.Is(err, store.ErrClosed) {
@@ -647,7 +668,7 @@ func Changes(t *testing.T, impl Harness) {
 				return
 			}
 		}
-		_, err := s.SetRollback(ctx, "", true, store.Meta{})
+		_, err := s.SetRollback(ctx, "", true, store.AnyVersion, store.Meta{})
 		done <- err
 	}()
 	select {
@@ -667,7 +688,7 @@ func Changes(t *testing.T, impl Harness) {
 	default:
 	}
 	// A change that changes nothing notifies nothing.
-	if _, err := s.SetRollback(ctx, "", true, store.Meta{}); err != nil {
+	if _, err := s.SetRollback(ctx, "", true, store.AnyVersion, store.Meta{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
