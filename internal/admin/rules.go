@@ -327,6 +327,16 @@ func (s *Server) rollbackAll(on bool) func(http.ResponseWriter, *http.Request, p
 }
 
 func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal, key string, on bool) {
+	// If-Match makes a rule's rollback or resume conditional on its version,
+	// as for PUT; the global flag has no version.
+	ifVersion, err := parseIfMatch(r)
+	if err == nil && key == "" && ifVersion != store.AnyVersion {
+		err = fmt.Errorf("If-Match: the global rollback flag has no version, got %q", r.Header.Get("If-Match"))
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
 	body, ok := readBody(w, r)
 	if !ok {
 		return
@@ -350,9 +360,9 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 	if key != "" {
 		what += fmt.Sprintf(" of rule %q", key)
 	}
-	err := s.opts.Commit(r.Context(), Change{Key: key, RolledBack: &on}, func(ctx context.Context) (int64, error) {
+	err = s.opts.Commit(r.Context(), Change{Key: key, RolledBack: &on}, func(ctx context.Context) (int64, error) {
 		var err error
-		st, err = s.opts.Store.SetRollback(ctx, key, on, store.AnyVersion, store.Meta{By: p.name, Reason: reason})
+		st, err = s.opts.Store.SetRollback(ctx, key, on, ifVersion, store.Meta{By: p.name, Reason: reason})
 		return st.Revision, err
 	})
 	if err != nil {

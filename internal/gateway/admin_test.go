@@ -182,6 +182,38 @@ func TestRollbackUnderLoad(t *testing.T) {
 	}
 }
 
+// TestRollbackIfMatch: a rule's rollback and resume take If-Match as PUT
+// does: a stale version is 409 and changes nothing, the current one
+// applies; the global flag, which has no version, refuses one with 400.
+func TestRollbackIfMatch(t *testing.T) {
+	e := start(t, baseConfig, t.TempDir())
+	e.mustPut("canary", grayRule(100))
+	e.mustPut("canary", grayRule(50))
+	_, r := e.api("GET", "/api/v1/rules/canary", nil)
+	v, _ := r["version"].(float64)
+	if code, out := e.api("POST", "/api/v1/rules/canary/rollback", nil, "If-Match", fmt.Sprint(v-1)); code != 409 {
+		t.Errorf("rollback with a stale If-Match: %d %v, want 409", code, out)
+	}
+	if _, r = e.api("GET", "/api/v1/rules/canary", nil); r["rolled_back"] != false || r["version"] != v {
+		t.Errorf("a refused rollback changed the rule: %v", r)
+	}
+	if code, out := e.api("POST", "/api/v1/rules/canary/rollback", nil, "If-Match", fmt.Sprintf("%q", fmt.Sprint(v))); code != 200 || out["rolled_back"] != true {
+		t.Errorf("rollback with the current If-Match: %d %v", code, out)
+	}
+	if a, _ := e.get("/api/x", "X-User-Id", "vip"); a.degraded != "rollback" {
+		t.Errorf("after the conditional rollback: %+v", a)
+	}
+	if code, out := e.api("POST", "/api/v1/rules/canary/resume", nil, "If-Match", fmt.Sprint(v)); code != 409 {
+		t.Errorf("resume with the version before the rollback: %d %v, want 409", code, out)
+	}
+	if code, out := e.api("POST", "/api/v1/rollback", nil, "If-Match", "3"); code != 400 || !strings.Contains(fmt.Sprint(out), "global rollback flag has no version") {
+		t.Errorf("global rollback with If-Match: %d %v, want 400", code, out)
+	}
+	if code, _ := e.api("POST", "/api/v1/rollback", nil, "If-Match", "*"); code != 200 {
+		t.Errorf("global rollback with If-Match: * = %d", code)
+	}
+}
+
 // TestRollbackSurvivesRestart checks that the rollback state and the rules
 // are persisted in the data dir.
 func TestRollbackSurvivesRestart(t *testing.T) {
