@@ -21,8 +21,8 @@ func TestArmHeaderDeadline(t *testing.T) {
 	start := time.Now()
 	tests := []struct {
 		name    string
-		plain   bool          // a plain TCP connection (armed is tracked)
-		armed   time.Duration // its deadline relative to start; 0 = unknown
+		plain   bool          // a plain TCP connection (its deadline is tracked)
+		armed   time.Duration // its deadline relative to start; 0 = none
 		timeout time.Duration
 		want    time.Duration // the deadline set, relative to start; 0 = kept
 	}{
@@ -44,7 +44,7 @@ func TestArmHeaderDeadline(t *testing.T) {
 			if tt.plain {
 				up = &upstreamTCP{}
 				if tt.armed != 0 {
-					up.armed = start.Add(tt.armed)
+					up.rdl.Store(start.Add(tt.armed).UnixNano())
 				}
 			}
 			if err := armHeaderDeadline(c, up, start, tt.timeout); err != nil {
@@ -56,18 +56,38 @@ func TestArmHeaderDeadline(t *testing.T) {
 			case tt.want != 0 && (len(c.set) != 1 || !c.set[0].Equal(start.Add(tt.want))):
 				t.Fatalf("set %v, want one deadline at start+%v", c.set, tt.want)
 			}
-			if up == nil {
-				return
-			}
-			// What armed says must be the deadline the connection has, or
-			// unknown.
-			switch {
-			case tt.want == 0 && !up.armed.Equal(start.Add(tt.armed)):
-				t.Errorf("armed changed to %v", up.armed.Sub(start))
-			case tt.want != 0 && !up.armed.IsZero() && !up.armed.Equal(c.set[0]):
-				t.Errorf("armed says %v, the deadline is %v", up.armed.Sub(start), c.set[0].Sub(start))
-			}
 		})
+	}
+}
+
+// TestUpstreamDeadlinesAreRecorded: whoever sets a deadline on an upstream
+// connection, what armHeaderDeadline and keepUpstreamWriteDeadline read is
+// the deadline it has.
+func TestUpstreamDeadlinesAreRecorded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	up := &upstreamTCP{TCPConn: c.(*net.TCPConn)}
+	r, w := time.Now().Add(time.Second), time.Now().Add(2*time.Second)
+	_ = up.SetReadDeadline(r)
+	_ = up.SetWriteDeadline(w)
+	if up.rdl.Load() != r.UnixNano() || up.wdl.Load() != w.UnixNano() {
+		t.Errorf("recorded %d/%d, set %d/%d", up.rdl.Load(), up.wdl.Load(), r.UnixNano(), w.UnixNano())
+	}
+	_ = up.SetDeadline(time.Time{})
+	if up.rdl.Load() != 0 || up.wdl.Load() != 0 {
+		t.Errorf("after SetDeadline(zero) recorded %d/%d", up.rdl.Load(), up.wdl.Load())
+	}
+	start := time.Now()
+	if err := armHeaderDeadline(up, up, start, time.Second); err != nil || up.rdl.Load() != start.Add(watchDelay).UnixNano() {
+		t.Errorf("armHeaderDeadline recorded %v, want start+%v (%v)", time.Unix(0, up.rdl.Load()).Sub(start), watchDelay, err)
 	}
 }
 

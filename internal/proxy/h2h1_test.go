@@ -277,3 +277,61 @@ func TestH2ToHTTP1Concurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestHeaderTimeoutAfterH2Shares: a pooled connection the HTTP/2 codec
+// used in between (roundTripH1, which clears its read deadline) still
+// gets the header timeout when the HTTP/1.1 codec takes it back within a
+// few milliseconds of its previous header wait, whose deadline the codec
+// may otherwise keep instead of re-arming it: a stalled answer is a 504,
+// not a hang.
+func TestHeaderTimeoutAfterH2Shares(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/stall" {
+				_, _ = io.Copy(io.Discard, br) // never answers
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	d := staticDecider{Group: "stable", Target: poolOf("h1", up)}
+	_, addr := startProxyWith(t, Options{ResponseHeaderTimeout: 300 * time.Millisecond}, d, listener.Protocols{H2C: true})
+	h2 := h2cClient(t)
+	for i := range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		get := func(path string) (*http.Response, error) {
+			if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", path); err != nil {
+				return nil, err
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}
+			return resp, err
+		}
+		if resp, err := get("/fast"); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("try %d: HTTP/1.1 /fast: %v %v", i, resp, err)
+		}
+		resp, err := h2.Get("http://" + addr + "/fast")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("try %d: HTTP/2 /fast: %v %v", i, resp, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		begin := time.Now()
+		resp, err = get("/stall")
+		if err != nil || resp.StatusCode != http.StatusGatewayTimeout {
+			t.Fatalf("try %d: a stalled answer after %v: %v %v, want 504 after the 300ms header timeout", i, time.Since(begin), resp, err)
+		}
+		c.Close()
+	}
+}

@@ -184,18 +184,22 @@ func (p *Proxy) tlsConfigFor(addr string) *tls.Config {
 type upstreamTCP struct {
 	*net.TCPConn
 	raw syscall.RawConn
-	// armed is the read deadline armHeaderDeadline last set, zero when
-	// unknown. Only the exchange holding the connection touches it.
-	armed time.Time
-	// wdl is the write deadline last set, in Unix nanoseconds (0: none),
-	// so that keepUpstreamWriteDeadline re-arms it only when it must, on
-	// the connection's later requests too. SetWriteDeadline and SetDeadline
-	// keep it, from any goroutine.
-	wdl atomic.Int64
+	// rdl and wdl are the read and write deadlines last set, in Unix
+	// nanoseconds (0: none), whoever set them (either codec, a cancel), so
+	// that armHeaderDeadline and keepUpstreamWriteDeadline re-arm a
+	// deadline only when it must be moved, on the connection's later
+	// requests too. The Set*Deadline methods keep them, from any goroutine.
+	rdl, wdl atomic.Int64
 	// peekIdle's state.
 	peekFn  func(uintptr)
 	peekErr error
 	peekBuf [1]byte
+}
+
+// SetReadDeadline records t and sets it.
+func (u *upstreamTCP) SetReadDeadline(t time.Time) error {
+	u.rdl.Store(listener.UnixNano(t))
+	return u.TCPConn.SetReadDeadline(t)
 }
 
 // SetWriteDeadline records t and sets it.
@@ -204,8 +208,9 @@ func (u *upstreamTCP) SetWriteDeadline(t time.Time) error {
 	return u.TCPConn.SetWriteDeadline(t)
 }
 
-// SetDeadline records t as the write deadline and sets both.
+// SetDeadline records t for both directions and sets it.
 func (u *upstreamTCP) SetDeadline(t time.Time) error {
+	u.rdl.Store(listener.UnixNano(t))
 	u.wdl.Store(listener.UnixNano(t))
 	return u.TCPConn.SetDeadline(t)
 }
@@ -641,9 +646,6 @@ func (ex *exchange) copyBuf() []byte {
 // must not be sent. A 100, or no answer in time, means: send the body.
 func (p *Proxy) awaitContinue(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader) (bool, error) {
 	ex.br = br
-	if up, ok := conn.(*upstreamTCP); ok {
-		up.armed = time.Time{}
-	}
 	if err := conn.SetReadDeadline(time.Now().Add(ex.opts.ExpectContinueTimeout)); err != nil {
 		return false, err
 	}
@@ -692,9 +694,6 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	watching := false
 	if err != nil && watchDelay < timeout && isTimeout(err) {
 		watching = ex.watch(ctx, conn)
-		if up != nil {
-			up.armed = time.Time{}
-		}
 		if err = ex.setUpstreamReadDeadline(conn, start.Add(timeout)); err == nil {
 			_, err = br.Peek(1)
 		}
@@ -722,33 +721,27 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 		// first (or keeps it, see armHeaderDeadline).
 		return nil
 	}
-	if up != nil {
-		up.armed = time.Time{}
-	}
 	return conn.SetReadDeadline(time.Time{})
 }
 
 // armHeaderDeadline sets the deadline of the first wait for the response
 // header: start+watchDelay, or start+timeout when that is sooner. On a plain
-// TCP connection, the deadline an earlier request armed is kept when it
-// falls between start+watchDelay/2 and start+watchDelay. The first wait
+// TCP connection, the read deadline it has (whoever set it: an earlier
+// request, most often) is kept when it falls between start+watchDelay/2
+// and start+watchDelay. The first wait
 // then ends at most watchDelay/2 early, which only starts the client
 // watcher sooner (the full timeout is then armed from start), and busy
 // connections skip re-arming a runtime timer, and two clock reads, on
 // nearly every request.
 func armHeaderDeadline(conn net.Conn, up *upstreamTCP, start time.Time, timeout time.Duration) error {
 	if timeout <= watchDelay {
-		if up != nil {
-			up.armed = time.Time{}
-		}
 		return conn.SetReadDeadline(start.Add(timeout))
 	}
 	d := start.Add(watchDelay)
 	if up != nil {
-		if a := up.armed; !a.After(d) && a.Sub(start) >= watchDelay/2 {
+		if a := up.rdl.Load(); a <= d.UnixNano() && a-start.UnixNano() >= int64(watchDelay/2) {
 			return nil
 		}
-		up.armed = d
 	}
 	return conn.SetReadDeadline(d)
 }
