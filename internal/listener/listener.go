@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -91,6 +92,9 @@ func (l *wrapped) Accept() (net.Conn, error) {
 func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte) *Conn {
 	cc := &Conn{Conn: c, tcp: tc, config: config, pre: pre}
 	_, cc.tls = c.(*tls.Conn)
+	if a, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
+		cc.peer = a.AddrPort().Addr().Unmap()
+	}
 	cc.guard.Reset(config().MaxHeaderBytes)
 	return cc
 }
@@ -103,6 +107,17 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte) *Co
 // would otherwise be off by more than an eighth of the timeout, so a busy
 // connection rarely re-arms a timer.
 //
+// A read deadline in the future is armed lazily: SetReadDeadline records
+// it, and the next Read arms it before it reads, unless the deadline armed
+// already falls within an eighth of the asked time before it (it may end
+// the wait that much early, never late). The HTTP/1.1 codec sets two read
+// deadlines per request (the keep-alive wait, then the head), and only
+// ever reads on the goroutine that sets them, so on a busy connection
+// neither re-arms a runtime timer. A deadline that is cleared (zero) or in
+// the past is armed at once: that is how a blocked Read, or a watcher
+// reading through SyscallConn, is released or unbounded from another
+// goroutine.
+//
 // A Conn carries a plain TCP connection or a TLS one; either way the Guard
 // sees the decrypted bytes. One goroutine reads and one writes, as
 // net.Conn allows.
@@ -110,7 +125,8 @@ type Conn struct {
 	net.Conn
 	tcp    *net.TCPConn // the TCP connection under Conn
 	tls    bool
-	pre    []byte // bytes read before the Conn was made, handed out first
+	peer   netip.Addr // the client's address, unmapped
+	pre    []byte     // bytes read before the Conn was made, handed out first
 	config func() *Config
 
 	guard   Guard
@@ -121,8 +137,12 @@ type Conn struct {
 	// may run on another goroutine.
 	bodyDue atomic.Bool
 	closing atomic.Bool // Close began a lingering close
-	// Deadlines last set, in Unix nanoseconds (0: none).
+	// Deadlines armed on the connection, in Unix nanoseconds (0: none).
 	rdl, wdl atomic.Int64
+	// The read deadline asked for (0: none), and how much earlier than it
+	// the armed one may fall (see armRead).
+	rwant, rtol atomic.Int64
+	arms        atomic.Uint64 // read deadlines armed, for tests
 }
 
 // BodyRefused returns the Guard's refusal of the body of the n-th request
@@ -145,6 +165,10 @@ func (c *Conn) BodyRefused(n uint64) *Error {
 // request is read as another request.
 func (c *Conn) OpenTunnel() { c.tunnel.Store(true) }
 
+// Peer is the client's IP address (an IPv4-mapped one unmapped), read
+// once when the connection was accepted.
+func (c *Conn) Peer() netip.Addr { return c.peer }
+
 // TLS reports whether the connection terminated TLS.
 func (c *Conn) TLS() bool { return c.tls }
 
@@ -152,14 +176,50 @@ func (c *Conn) TLS() bool { return c.tls }
 // data plane can watch it for a hang-up without reading from it.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.tcp.SyscallConn() }
 
-// read reads from the connection, the bytes read before it was made first.
+// read reads from the connection, the bytes read before it was made first,
+// under the read deadline asked for.
 func (c *Conn) read(p []byte) (int, error) {
 	if len(c.pre) > 0 {
 		n := copy(p, c.pre)
 		c.pre = c.pre[n:]
 		return n, nil
 	}
+	if err := c.armRead(); err != nil {
+		return 0, err
+	}
 	return c.Conn.Read(p)
+}
+
+// armRead arms the read deadline asked for, unless the one armed is no
+// later than it and no more than its tolerance earlier. A deadline armed
+// at once by another goroutine while it runs (a cancel) wins: it arms
+// again until what it armed is still what is asked.
+func (c *Conn) armRead() error {
+	for {
+		want, armed := c.rwant.Load(), c.rdl.Load()
+		if armed == want || (want != 0 && armed != 0 && armed < want && want-armed <= c.rtol.Load()) {
+			return nil
+		}
+		var t time.Time
+		if want != 0 {
+			t = time.Unix(0, want)
+		}
+		c.arms.Add(1)
+		if err := c.Conn.SetReadDeadline(t); err != nil {
+			return err
+		}
+		c.rdl.Store(want)
+		if c.rwant.Load() == want {
+			return nil
+		}
+	}
+}
+
+// askRead records want as the read deadline, with tolerance tol, for the
+// next read to arm (see armRead).
+func (c *Conn) askRead(want, tol int64) {
+	c.rtol.Store(tol)
+	c.rwant.Store(want)
 }
 
 func (c *Conn) Read(p []byte) (int, error) {
@@ -179,9 +239,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	if c.guard.InBody() {
 		if d := c.config().BodyReadTimeout; d > 0 {
-			if err := c.keepDeadline(&c.rdl, d, c.Conn.SetReadDeadline); err != nil {
-				return 0, err
-			}
+			c.askRead(time.Now().Add(d).UnixNano(), int64(d/8))
 		}
 	}
 	n, err := c.read(p)
@@ -274,10 +332,19 @@ func (c *Conn) keepDeadline(at *atomic.Int64, d time.Duration, set func(time.Tim
 	return set(time.Unix(0, want))
 }
 
-// SetReadDeadline records t, so that the body deadline is re-armed
-// correctly, and sets it.
+// SetReadDeadline asks for t as the read deadline. One in the future is
+// armed by the next Read (see Conn); a zero or past one at once.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	c.rdl.Store(UnixNano(t))
+	want := UnixNano(t)
+	if want != 0 {
+		if now := time.Now().UnixNano(); want > now {
+			c.askRead(want, (want-now)/8)
+			return nil
+		}
+	}
+	c.askRead(want, 0)
+	c.arms.Add(1)
+	c.rdl.Store(want)
 	return c.Conn.SetReadDeadline(t)
 }
 
@@ -287,11 +354,13 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// SetDeadline records t for both directions and sets it.
+// SetDeadline sets t as the write deadline and asks for it as the read
+// deadline (see SetReadDeadline).
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.rdl.Store(UnixNano(t))
-	c.wdl.Store(UnixNano(t))
-	return c.Conn.SetDeadline(t)
+	if err := c.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
 }
 
 // UnixNano is t in Unix nanoseconds, 0 for the zero time (no deadline).

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/listener"
 )
 
 // view is the attr.Request over a fasthttp request: the one way a request
@@ -177,6 +178,9 @@ func unhex(c byte) (byte, bool) {
 
 // peerAddr is the TCP peer of ctx, unmapped; invalid for non-IP transports.
 func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	if c, ok := ctx.Conn().(*listener.Conn); ok {
+		return c.Peer()
+	}
 	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
 		return a.AddrPort().Addr().Unmap()
 	}

@@ -1,0 +1,211 @@
+package listener
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// connPair accepts one loopback connection through Wrap and returns the
+// server side (a *Conn) and the client side.
+func connPair(t *testing.T, cfg *Config) (*Conn, net.Conn) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ln := Wrap(raw, func() *Config { return cfg })
+	client, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*Conn), client
+}
+
+// readErr reads once from c and reports how long the read took and its
+// error.
+func readErr(c net.Conn) (time.Duration, error) {
+	start := time.Now()
+	var b [64]byte
+	_, err := c.Read(b[:])
+	return time.Since(start), err
+}
+
+func TestLazyReadDeadline(t *testing.T) {
+	const d = 150 * time.Millisecond
+	tests := []struct {
+		name string
+		run  func(t *testing.T, c *Conn, client net.Conn)
+	}{
+		{"a future deadline is armed by the read that waits", func(t *testing.T, c *Conn, _ net.Conn) {
+			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
+				t.Fatal(err)
+			}
+			if n := c.arms.Load(); n != 0 {
+				t.Fatalf("SetReadDeadline armed %d timers before any read", n)
+			}
+			took, err := readErr(c)
+			if !errors.Is(err, os.ErrDeadlineExceeded) || took < d*7/8 || took > 10*d {
+				t.Fatalf("read ended after %v with %v; want a timeout after about %v", took, err, d)
+			}
+		}},
+		{"renewing within an eighth keeps the armed timer", func(t *testing.T, c *Conn, client net.Conn) {
+			long := time.Minute
+			for i := range 50 {
+				if err := c.SetReadDeadline(time.Now().Add(long)); err != nil {
+					t.Fatal(err)
+				}
+				// The head deadline the codec sets after the first byte
+				// is never armed when no read waits under it.
+				if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.SetReadDeadline(time.Now().Add(long)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := client.Write([]byte("x")); err != nil {
+					t.Fatal(err)
+				}
+				var b [1]byte
+				if _, err := c.Read(b[:]); err != nil {
+					t.Fatalf("read %d: %v", i, err)
+				}
+			}
+			if n := c.arms.Load(); n != 1 {
+				t.Fatalf("%d timers armed for 50 renewals of a one-minute deadline; want 1", n)
+			}
+		}},
+		{"a sooner deadline is armed, never kept late", func(t *testing.T, c *Conn, _ net.Conn) {
+			if err := c.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.armRead(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
+				t.Fatal(err)
+			}
+			took, err := readErr(c)
+			if !errors.Is(err, os.ErrDeadlineExceeded) || took > 10*d {
+				t.Fatalf("read ended after %v with %v; want a timeout after about %v", took, err, d)
+			}
+		}},
+		{"a later deadline beyond the tolerance is armed", func(t *testing.T, c *Conn, client net.Conn) {
+			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.armRead(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetReadDeadline(time.Now().Add(4 * d)); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(2 * d)
+				_, _ = client.Write([]byte("late"))
+			}()
+			if took, err := readErr(c); err != nil {
+				t.Fatalf("read failed after %v with %v; the deadline was moved to %v", took, err, 4*d)
+			}
+		}},
+		{"a past deadline set from another goroutine ends a blocked read", func(t *testing.T, c *Conn, _ net.Conn) {
+			if err := c.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(d)
+				_ = c.SetReadDeadline(time.Unix(1, 0))
+			}()
+			took, err := readErr(c)
+			if !errors.Is(err, os.ErrDeadlineExceeded) || took > 10*d {
+				t.Fatalf("read ended after %v with %v; want a timeout soon after the cancel", took, err)
+			}
+		}},
+		{"a cancel racing the read that arms wins", func(t *testing.T, c *Conn, _ net.Conn) {
+			for i := range 200 {
+				if err := c.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+				go func() { _ = c.SetDeadline(time.Unix(1, 0)) }()
+				took, err := readErr(c)
+				if !errors.Is(err, os.ErrDeadlineExceeded) || took > 5*time.Second {
+					t.Fatalf("try %d: read ended after %v with %v; want the cancel's timeout", i, took, err)
+				}
+			}
+		}},
+		{"clearing the deadline applies at once to a raw reader", func(t *testing.T, c *Conn, client net.Conn) {
+			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.armRead(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetReadDeadline(time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			rc, err := c.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(3 * d)
+				_, _ = client.Write([]byte("x"))
+			}()
+			var rerr error
+			err = rc.Read(func(fd uintptr) bool {
+				var b [1]byte
+				_, _, e := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+				if e == syscall.EAGAIN {
+					return false
+				}
+				rerr = e
+				return true
+			})
+			if err != nil || rerr != nil {
+				t.Fatalf("raw wait: %v, %v; the cleared deadline still cut it", err, rerr)
+			}
+		}},
+		{"the body deadline is kept from the config", func(t *testing.T, c *Conn, client net.Conn) {
+			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nab"
+			if _, err := client.Write([]byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			var b [256]byte
+			for got := 0; got < len(msg); {
+				n, err := c.Read(b[:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+			took, err := readErr(c)
+			if !errors.Is(err, os.ErrDeadlineExceeded) || took < d*7/8 || took > 10*d {
+				t.Fatalf("body read ended after %v with %v; want the %v body timeout", took, err, d)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, client := connPair(t, &Config{MaxHeaderBytes: 8 << 10, BodyReadTimeout: d})
+			tt.run(t, c, client)
+		})
+	}
+}
+
+func TestConnPeer(t *testing.T) {
+	c, client := connPair(t, &Config{MaxHeaderBytes: 8 << 10})
+	want := client.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
+	if got := c.Peer(); got != want {
+		t.Fatalf("Peer() = %v, want %v", got, want)
+	}
+}
