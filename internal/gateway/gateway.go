@@ -80,19 +80,22 @@ type Options struct {
 
 // Gateway is one running graygate process's worth of parts.
 type Gateway struct {
-	opts     Options
-	log      *slog.Logger
-	store    store.Store
-	router   *router.Router
-	proxy    *proxy.Proxy
-	admin    *admin.Server
-	metrics  *metrics.Metrics
-	breakers *breaker.Set
-	limits   *limit.Set
-	notify   *notify.Sender
-	rollouts *rollout.Engine
-	exp      *experiment.Recorder
-	health   *upstream.Health
+	opts Options
+	// fakeClock: Options.Now was given (tests), so the proxy is handed
+	// it too; otherwise the proxy reads the real clock itself.
+	fakeClock bool
+	log       *slog.Logger
+	store     store.Store
+	router    *router.Router
+	proxy     *proxy.Proxy
+	admin     *admin.Server
+	metrics   *metrics.Metrics
+	breakers  *breaker.Set
+	limits    *limit.Set
+	notify    *notify.Sender
+	rollouts  *rollout.Engine
+	exp       *experiment.Recorder
+	health    *upstream.Health
 	// certs is the TLS listener's configuration (nil without tls_listen).
 	certs   *certs.Store
 	traffic *traffic.Set    // live per-rule, per-group windows for /api/v1/stats and rollouts
@@ -177,11 +180,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	fakeClock := opts.Now != nil
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	cfg := opts.Config
-	g := &Gateway{opts: opts, log: opts.Logger.With("component", "gateway"), cfg: cfg, boot: cfg, cache: map[string]cached{}, metrics: metrics.New()}
+	g := &Gateway{opts: opts, fakeClock: fakeClock, log: opts.Logger.With("component", "gateway"), cfg: cfg, boot: cfg, cache: map[string]cached{}, metrics: metrics.New()}
 	g.status.StartedAt = opts.Now()
 	g.status.RestartRequired = []string{}
 	g.status.Version = opts.Version

@@ -194,7 +194,6 @@ func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 		trusted = append(trusted, pr)
 	}
 	o := proxy.Options{
-		Now:                   g.opts.Now,
 		TrustedProxies:        trusted,
 		DialTimeout:           cfg.Proxy.DialTimeout.Std(),
 		ResponseHeaderTimeout: cfg.Proxy.ResponseHeaderTimeout.Std(),
@@ -216,6 +215,11 @@ func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 		// snapshot (syncMirrors), the tracer needs a restart to change.
 		Mirrors: g.mirrors,
 		Tracer:  g.tracer,
+	}
+	if g.fakeClock {
+		// Left unset, the proxy knows it runs on the real clock and
+		// reuses the request's start time for its network deadlines.
+		o.Now = g.opts.Now
 	}
 	if cfg.AccessLog.Enabled {
 		o.AccessLog = g.accessLog()

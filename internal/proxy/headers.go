@@ -84,7 +84,7 @@ func isConnToken(k string, tokens [][]byte) bool {
 
 var slash = []byte("/")
 
-func eqFold(b []byte, s string) bool { return strings.EqualFold(b2s(b), s) }
+func eqFold(b []byte, s string) bool { return len(b) == len(s) && strings.EqualFold(b2s(b), s) }
 
 // buildRequest prepares the request sent upstream from the client's: its
 // head, as bytes in ex.head, and how its body is sent (ex.bodyKind). The
