@@ -315,3 +315,34 @@ func writeSecret(t *testing.T, dir string) string {
 	}
 	return p
 }
+
+// TestProxyClock: the data plane reads the real clock itself unless the
+// gateway was given a clock, which it then hands on (tests drive both
+// with one fake clock). On the real clock the proxy reuses a request's
+// start time for its network deadlines instead of reading the clock again.
+func TestProxyClock(t *testing.T) {
+	fake := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tt := range []struct {
+		name string
+		now  func() time.Time
+	}{{"real clock", nil}, {"fake clock", func() time.Time { return fake }}} {
+		t.Run(tt.name, func(t *testing.T) {
+			y := strings.NewReplacer("{{stable}}", "127.0.0.1:1", "{{gray}}", "127.0.0.1:2", "{{a}}", "127.0.0.1:3", "{{b}}", "127.0.0.1:4").Replace(baseConfig)
+			cfg, err := config.Parse([]byte(y))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DataDir = t.TempDir()
+			g, err := New(Options{Config: cfg, Now: tt.now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch got := g.popts.Now; {
+			case tt.now == nil && got != nil:
+				t.Error("the proxy was handed a clock though none was given")
+			case tt.now != nil && (got == nil || !got().Equal(fake)):
+				t.Error("the proxy was not handed the gateway's fake clock")
+			}
+		})
+	}
+}
