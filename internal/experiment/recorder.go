@@ -120,11 +120,11 @@ type Recorder struct {
 	health map[string]*health // by rule key, for metrics and SRM edges
 }
 
-// health is the last SRM check of one experiment.
 // ErrRuleChanged is Freeze's error for a rule whose version is no longer
 // the one whose split was judged.
 var ErrRuleChanged = errors.New("the rule changed since its split was judged")
 
+// health is the last SRM check of one experiment.
 type health struct {
 	id      string
 	units   map[string]int64

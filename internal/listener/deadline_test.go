@@ -209,3 +209,24 @@ func TestConnPeer(t *testing.T) {
 		t.Fatalf("Peer() = %v, want %v", got, want)
 	}
 }
+
+func TestKeeps(t *testing.T) {
+	const want, tol = 1000, 100
+	for _, tt := range []struct {
+		armed int64
+		keep  bool
+	}{
+		{0, false},         // nothing armed
+		{want, true},       // exactly what is asked
+		{want - tol, true}, // the earliest it may be
+		{want - tol - 1, false},
+		{want + 1, false}, // later than asked: never kept
+	} {
+		if got := Keeps(tt.armed, want, tol); got != tt.keep {
+			t.Errorf("Keeps(%d, %d, %d) = %v, want %v", tt.armed, want, tol, got, tt.keep)
+		}
+	}
+	if Keeps(want, 0, tol) {
+		t.Error("an armed deadline was kept where none is asked")
+	}
+}

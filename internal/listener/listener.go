@@ -197,7 +197,7 @@ func (c *Conn) read(p []byte) (int, error) {
 func (c *Conn) armRead() error {
 	for {
 		want, armed := c.rwant.Load(), c.rdl.Load()
-		if armed == want || (want != 0 && armed != 0 && armed < want && want-armed <= c.rtol.Load()) {
+		if armed == want || Keeps(armed, want, c.rtol.Load()) {
 			return nil
 		}
 		var t time.Time
@@ -323,9 +323,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 // keepDeadline sets the deadline *at to now+d unless it is already within
 // [now+7d/8, now+d].
 func (c *Conn) keepDeadline(at *atomic.Int64, d time.Duration, set func(time.Time) error) error {
-	now := time.Now()
-	want := now.Add(d).UnixNano()
-	if cur := at.Load(); cur != 0 && cur <= want && want-cur <= int64(d/8) {
+	want := time.Now().Add(d).UnixNano()
+	if Keeps(at.Load(), want, int64(d/8)) {
 		return nil
 	}
 	at.Store(want)
@@ -343,9 +342,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 		}
 	}
 	c.askRead(want, 0)
-	c.arms.Add(1)
-	c.rdl.Store(want)
-	return c.Conn.SetReadDeadline(t)
+	return c.armRead()
 }
 
 // SetWriteDeadline records t and sets it.
@@ -361,6 +358,14 @@ func (c *Conn) SetDeadline(t time.Time) error {
 		return err
 	}
 	return c.SetReadDeadline(t)
+}
+
+// Keeps reports whether a deadline already armed at armed may stay for
+// one asked at want (both Unix nanoseconds, 0: none): it is no later, and
+// at most tol earlier. A wait under it then ends at most tol early, never
+// late, and a busy connection does not re-arm a runtime timer each time.
+func Keeps(armed, want, tol int64) bool {
+	return armed != 0 && armed <= want && want-armed <= tol
 }
 
 // UnixNano is t in Unix nanoseconds, 0 for the zero time (no deadline).

@@ -113,9 +113,8 @@ func (b *respBody) Read(p []byte) (int, error) {
 // by more than an eighth of the timeout.
 func (ex *exchange) keepUpstreamReadDeadline() error {
 	d := ex.opts.UpstreamReadTimeout
-	now := time.Now()
-	want := now.Add(d).UnixNano()
-	if cur := ex.upRDL; cur != 0 && cur <= want && want-cur <= int64(d/8) {
+	want := time.Now().Add(d).UnixNano()
+	if listener.Keeps(ex.upRDL, want, int64(d/8)) {
 		return nil
 	}
 	ex.upRDL = want

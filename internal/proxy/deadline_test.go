@@ -64,17 +64,7 @@ func TestArmHeaderDeadline(t *testing.T) {
 // connection, what armHeaderDeadline and keepUpstreamWriteDeadline read is
 // the deadline it has.
 func TestUpstreamDeadlinesAreRecorded(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	up := &upstreamTCP{TCPConn: c.(*net.TCPConn)}
+	up := loopbackUpstream(t)
 	r, w := time.Now().Add(time.Second), time.Now().Add(2*time.Second)
 	_ = up.SetReadDeadline(r)
 	_ = up.SetWriteDeadline(w)
@@ -97,17 +87,7 @@ func TestUpstreamDeadlinesAreRecorded(t *testing.T) {
 // UpstreamWriteTimeout behind; a deadline set by anyone else (a cancel
 // that sets one in the past) is seen, and the next exchange re-arms.
 func TestUpstreamWriteDeadlineIsKeptPerConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	up := &upstreamTCP{TCPConn: c.(*net.TCPConn)}
+	up := loopbackUpstream(t)
 	opts := &Options{UpstreamWriteTimeout: 30 * time.Second}
 	exchange := func() *exchange {
 		ex := &exchange{}
@@ -132,4 +112,21 @@ func TestUpstreamWriteDeadlineIsKeptPerConnection(t *testing.T) {
 	if _, err := up.Write([]byte("x")); err != nil {
 		t.Errorf("write after re-arming: %v", err)
 	}
+}
+
+// loopbackUpstream dials a loopback listener and wraps the connection as
+// a pooled upstream connection is wrapped.
+func loopbackUpstream(t *testing.T) *upstreamTCP {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &upstreamTCP{TCPConn: c.(*net.TCPConn)}
 }

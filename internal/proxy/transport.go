@@ -557,7 +557,7 @@ func (ex *exchange) keepUpstreamWriteDeadline(conn net.Conn) error {
 	if tcp {
 		cur = up.wdl.Load()
 	}
-	if cur != 0 && cur <= want && want-cur <= int64(d/8) {
+	if listener.Keeps(cur, want, int64(d/8)) {
 		return nil
 	}
 	ex.upWDL = want
@@ -739,7 +739,7 @@ func armHeaderDeadline(conn net.Conn, up *upstreamTCP, start time.Time, timeout 
 	}
 	d := start.Add(watchDelay)
 	if up != nil {
-		if a := up.rdl.Load(); a <= d.UnixNano() && a-start.UnixNano() >= int64(watchDelay/2) {
+		if listener.Keeps(up.rdl.Load(), d.UnixNano(), int64(watchDelay/2)) {
 			return nil
 		}
 	}
