@@ -91,6 +91,49 @@ func TestReadTimeouts(t *testing.T) {
 			t.Errorf("OnDone status %d, want 408", d.status)
 		}
 	})
+	// The listener arms client read deadlines lazily (listener.Conn): on a
+	// keep-alive connection the head's deadline must still replace the
+	// longer idle one, and the idle one the head's.
+	t.Run("keep-alive: the head and idle deadlines replace each other", func(t *testing.T) {
+		const header, idle = 150 * time.Millisecond, 3 * time.Second
+		_, addr := startProxy(t, Options{ReadHeaderTimeout: header, IdleTimeout: idle},
+			staticDecider{Group: "stable", Target: target})
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := newReader(c)
+		for i := range 3 {
+			// A new connection's first byte is due within the head's
+			// timeout (fasthttp's ReadTimeout); after that, the keep-alive
+			// waits are longer than it: they are bounded by the idle
+			// timeout, not by the head deadline armed before.
+			if i > 0 {
+				time.Sleep(3 * header)
+			}
+			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("request %d after %v idle: %v", i+1, 3*header, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("request %d: status %d", i+1, resp.StatusCode)
+			}
+		}
+		start := time.Now()
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n") // and never finish
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); resp.StatusCode != http.StatusRequestTimeout || took > idle/2 {
+			t.Errorf("slow head on a keep-alive connection: status %d after %v, want 408 after about %v", resp.StatusCode, took, header)
+		}
+	})
 }
 
 // TestMaxConnsPerHost: with every connection to an instance busy, a request
