@@ -213,6 +213,51 @@ func TestBrowserRollback(t *testing.T) {
 	}
 }
 
+// TestBrowserOverviewKeepsItsRows checks that the overview's refreshes
+// update a rule's row in place: the link a user is about to click stays
+// the same element while its figures change, a new rule gets a row, and
+// a deleted rule loses its row.
+func TestBrowserOverviewKeepsItsRows(t *testing.T) {
+	b := newTab(t)
+	e := startGateway(t, nil)
+	b.login(e, adminToken)
+	b.waitText(`tr[data-rule="checkout_button"] .split`, "A 50 · B 50")
+	eval[bool](b, `(window.keptLinks = [...document.querySelectorAll('#overview a.rule-key')]).length > 0`)
+
+	for i := range 20 {
+		e.get("/shop/cart", fmt.Sprint(i))
+	}
+	b.waitFor("rates for both experiment groups", `['A', 'B'].every((g) => {
+		const el = document.querySelector('tr[data-rule="checkout_button"] tr[data-group="' + g + '"] [data-stat="rps"]');
+		return el && el.textContent !== '0/s';
+	})`)
+	rows := `#overview table.rules > tbody > tr`
+	before := b.count(rows)
+	code, out := e.api("PUT", "/api/v1/rules/new_rule", map[string]any{
+		"type": "gray", "gray_percent": 5,
+		"conditions": map[string]any{"path_prefix": []string{"/new/"}}, "targets": map[string]any{"gray": "gray", "stable": "stable"},
+	})
+	if code != 201 {
+		t.Fatalf("PUT new_rule = %d %v", code, out)
+	}
+	b.waitText(`tr[data-rule="new_rule"] .split`, "5% gray")
+	kept := `window.keptLinks.every((a) => a.isConnected && document.querySelector('#overview tr[data-rule="' + a.textContent + '"] a.rule-key') === a)`
+	if !eval[bool](b, kept) {
+		t.Fatal("a refresh replaced a rule's link: a click that starts before a refresh and ends after it would be lost")
+	}
+
+	if code, out := e.api("DELETE", "/api/v1/rules/new_rule", nil); code != 200 {
+		t.Fatalf("DELETE new_rule = %d %v", code, out)
+	}
+	b.waitFor("the deleted rule's row to go", `!document.querySelector('tr[data-rule="new_rule"]')`)
+	if !eval[bool](b, kept) {
+		t.Fatal("after a rule was deleted, the other rules' links were replaced")
+	}
+	if n := b.count(rows); n != before {
+		t.Errorf("the overview has %d rows after the delete, want the %d it had before the PUT", n, before)
+	}
+}
+
 // writeControlsJS counts write controls in the page: anything marked as
 // one, and any button or input a viewer must not have.
 const writeControlsJS = `(() => {

@@ -4,7 +4,9 @@
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
-function append(el, children) {
+// append adds children (nodes, strings, arrays of them; null is skipped)
+// to el.
+export function append(el, children) {
   for (const c of children) {
     if (c === null || c === undefined || c === false) continue;
     if (Array.isArray(c)) append(el, c);
@@ -54,6 +56,16 @@ export function replace(el, ...children) {
   el.replaceChildren();
   append(el, children);
   return el;
+}
+
+// place makes nodes el's children, in order, moving only the ones out of
+// place: a node that stays where it was is never detached, so a pointer
+// on it keeps its click.
+export function place(el, nodes) {
+  nodes.forEach((n, i) => {
+    if (el.children[i] !== n) el.insertBefore(n, el.children[i] || null);
+  });
+  while (el.children.length > nodes.length) el.lastElementChild.remove();
 }
 
 export function fmtRate(rps) {

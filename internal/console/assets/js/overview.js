@@ -1,7 +1,7 @@
 // The overview: every rule with its split, breaker, rollback and rollout
 // state, and live per-group traffic refreshed every few seconds; Rollback
 // all and Resume for admins.
-import {confirmDialog, fmtMs, fmtPercent, fmtRate, fmtTime, h, pill, replace, sparkline, toast} from './dom.js';
+import {append, confirmDialog, fmtMs, fmtPercent, fmtRate, fmtTime, h, pill, place, replace, sparkline, toast} from './dom.js';
 import {enc, get, post, probe} from './api.js';
 
 export const REFRESH_MS = 3000;
@@ -92,6 +92,12 @@ export function overview(ctx) {
   const problem = h('p', {class: 'error', role: 'alert'});
   replace(main, h('div', {class: 'titlebar'}, h('h1', null, 'Rules'), updated), problem, body);
   let timer = null, alive = true, hasStats = true;
+  const thead = h('thead'), tbody = h('tbody');
+  const table = h('table', {class: 'rules'}, thead, tbody);
+  const empty = h('p', {class: 'muted'}, 'No rules yet. PUT one with the admin API or graygate rules put.');
+  const footer = h('p', {class: 'muted small'});
+  const rowsByKey = new Map();
+  let headShape = '';
 
   async function load() {
     try {
@@ -129,35 +135,56 @@ export function overview(ctx) {
       ? 'Global rollback is ON: gray rules send everyone to stable, experiments to their control group.'
       : `Global rollback is off. Revision ${list.revision}, ${rules.length} rule(s).`;
     const anyRollout = rules.some((r) => r.rollout);
-    const head = h('tr', null, ['Rule', 'Type', 'Split', 'Breaker', 'Rolled back'].map((t) => h('th', null, t)),
-      anyRollout ? h('th', null, 'Rollout') : null,
-      hasStats ? h('th', {class: 'live-head'}, 'Live, last 10 s: group · rate · errors · p99') : null);
+    const shape = `${anyRollout} ${hasStats}`;
+    if (shape !== headShape) {
+      headShape = shape;
+      replace(thead, h('tr', null, ['Rule', 'Type', 'Split', 'Breaker', 'Rolled back'].map((t) => h('th', null, t)),
+        anyRollout ? h('th', null, 'Rollout') : null,
+        hasStats ? h('th', {class: 'live-head'}, 'Live, last 10 s: group · rate · errors · p99') : null));
+    }
     const rows = rules.map((r) => {
       const groups = definedGroups(r);
       const seen = stats.get(r.key) || new Map();
       for (const g of seen.keys()) if (!groups.includes(g)) groups.push(g);
-      return h('tr', {'data-rule': r.key},
-        h('td', null,
-          h('a', {href: '#/rules/' + enc(r.key), class: 'rule-key'}, r.key),
-          r.rule_name ? h('div', {class: 'rule-name'}, r.rule_name) : null),
+      return keptRow(r.key, r.rule_name || '', () => h('td', null,
+        h('a', {href: '#/rules/' + enc(r.key), class: 'rule-key'}, r.key),
+        r.rule_name ? h('div', {class: 'rule-name'}, r.rule_name) : null), [
         h('td', null, pill(r.type, r.type)),
         h('td', {class: 'split'}, split(r)),
         h('td', {class: 'breaker'}, breakerPill(r, statusDoc)),
         h('td', {class: 'rollback'}, rollbackPill(r)),
         anyRollout ? h('td', {class: 'rollout-state'}, rolloutPill(r)) : null,
-        hasStats ? h('td', null, liveTable(groups, seen)) : null);
+        hasStats ? h('td', null, liveTable(groups, seen)) : null]);
     });
     const unclaimed = stats.get('');
     if (hasStats && unclaimed) {
-      rows.push(h('tr', {'data-rule': ''},
-        h('td', {class: 'muted'}, 'no rule claimed'), h('td'), h('td', {class: 'split muted'}, 'default upstream'), h('td'), h('td'),
+      rows.push(keptRow('', '', () => h('td', {class: 'muted'}, 'no rule claimed'), [
+        h('td'), h('td', {class: 'split muted'}, 'default upstream'), h('td'), h('td'),
         anyRollout ? h('td') : null,
-        h('td', null, liveTable([...unclaimed.keys()], unclaimed))));
+        h('td', null, liveTable([...unclaimed.keys()], unclaimed))]));
     }
-    replace(tableSlot,
-      rules.length ? h('table', {class: 'rules'}, h('thead', null, head), h('tbody', null, rows))
-        : h('p', {class: 'muted'}, 'No rules yet. PUT one with the admin API or graygate rules put.'),
-      h('p', {class: 'muted small'}, `Store ${storeKind(statusDoc)}, last reload ${statusDoc.last_reload_result || '—'} at ${fmtTime(statusDoc.last_reload)}.`));
+    const keep = new Set(rows);
+    for (const [key, kept] of rowsByKey) if (!keep.has(kept.row)) rowsByKey.delete(key);
+    place(tbody, rows);
+    footer.textContent = `Store ${storeKind(statusDoc)}, last reload ${statusDoc.last_reload_result || '—'} at ${fmtTime(statusDoc.last_reload)}.`;
+    const want = rules.length ? table : empty;
+    if (tableSlot.firstChild !== want) replace(tableSlot, want, footer);
+  }
+
+  // keptRow returns the table row of one rule, made once and kept across
+  // refreshes with its first cell (the rule's link) in place; only the
+  // cells after it are made anew. A refresh that replaced the link between
+  // a press and its release would swallow the click.
+  function keptRow(key, name, firstCell, cells) {
+    let kept = rowsByKey.get(key);
+    if (!kept || kept.name !== name) {
+      kept = {name, row: h('tr', {'data-rule': key}, firstCell())};
+      rowsByKey.set(key, kept);
+    }
+    const row = kept.row;
+    while (row.children.length > 1) row.lastElementChild.remove();
+    append(row, cells);
+    return row;
   }
 
   async function rollbackAll() {
