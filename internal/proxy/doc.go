@@ -138,7 +138,7 @@
 // # Lifetime
 //
 // Per-request state lives in a pooled exchange. The attr.Request view aliases
-// fasthttp's buffers and is only used during Decide. It is the one
+// fasthttp's buffers and is only used during DecideInto. It is the one
 // implementation of how a request is seen (path, cookies, query, trust and
 // the client address behind trusted proxies): explain uses it too, through
 // View, so that an explained request is decided as a live one. The exchange outlives

@@ -22,11 +22,11 @@ import (
 // staticDecider always returns the same decision.
 type staticDecider router.Decision
 
-func (s staticDecider) Decide(attr.Request) router.Decision { return router.Decision(s) }
+func (s staticDecider) DecideInto(_ attr.Request, d *router.Decision) { *d = router.Decision(s) }
 
 type deciderFunc func(attr.Request) router.Decision
 
-func (f deciderFunc) Decide(r attr.Request) router.Decision { return f(r) }
+func (f deciderFunc) DecideInto(r attr.Request, d *router.Decision) { *d = f(r) }
 
 // echo is what echoBackend answers: the request as the backend saw it.
 type echo struct {

@@ -185,22 +185,24 @@ func (f *flow) begin(p *Proxy) {
 // trace context is read from it), and it notes whether the request is
 // mirrored.
 func (f *flow) decide(v attr.Request) {
-	f.keepDecision(f.p.decider.Decide(v))
+	f.p.decider.DecideInto(v, &f.d)
+	f.keepDecision()
 	f.keepMirror(v)
 	if t := f.opts.Tracer; t != nil {
 		f.startSpan(t, v)
 	}
 }
 
-// keepDecision stores d, copying the two strings a router may take from the
-// request (the identity value and the coloring tag) into the flow, so
-// the decision stays valid after the codec reuses the request buffers.
-func (f *flow) keepDecision(d router.Decision) {
+// keepDecision copies the two strings of the decision a router may take
+// from the request (the identity value and the coloring tag) into the
+// flow, so the decision stays valid after the codec reuses the request
+// buffers.
+func (f *flow) keepDecision() {
+	d := &f.d
 	f.idVal = append(f.idVal[:0], d.Identity.Value...)
 	d.Identity.Value = b2s(f.idVal)
 	f.tag = append(f.tag[:0], d.Tag...)
 	d.Tag = b2s(f.tag)
-	f.d = d
 }
 
 // trusted reports whether a is one of Options.TrustedProxies.

@@ -22,9 +22,9 @@ import (
 	"github.com/graygate/graygate/internal/upstream"
 )
 
-// Decider routes one request. Decide is called exactly once for every
+// Decider routes one request. DecideInto is called exactly once for every
 // request that passes validation, from many goroutines at once. The
-// attr.Request is valid only during the call; the returned Decision's
+// attr.Request is valid only during the call; the Decision's
 // Identity.Value and Tag may keep strings from it, which the Proxy copies
 // before the request's buffers are reused. Its other strings (Rule, Group,
 // Identity.Source, pool names) must not alias the request: they are logged
@@ -33,7 +33,10 @@ import (
 // limits and taken its pool's concurrency slot, and reports the outcome of
 // every request it let through (see the package doc).
 type Decider interface {
-	Decide(req attr.Request) router.Decision
+	// DecideInto writes the decision for req into *d, overwriting it
+	// whole (the request's flow holds d, so the decision is not copied
+	// through the call).
+	DecideInto(req attr.Request, d *router.Decision)
 }
 
 // Proxy is the gateway's data plane. It is safe for concurrent use.

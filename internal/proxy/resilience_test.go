@@ -47,8 +47,8 @@ type grayRoute struct {
 	pol          *router.Policy
 }
 
-func (g *grayRoute) Decide(attr.Request) router.Decision {
-	return router.Decision{
+func (g *grayRoute) DecideInto(_ attr.Request, d *router.Decision) {
+	*d = router.Decision{
 		Rule: "r1", Group: router.GroupGray, Tag: "v2", Target: g.gray, Stable: g.stable, StableTag: "v1", Policy: g.pol,
 		Breaker: g.b, Identity: identity.ID{Value: "u1", Source: "header:X-User-Id"},
 	}

@@ -144,7 +144,8 @@ func TestKeepDecisionCopies(t *testing.T) {
 		Identity: identity.ID{Value: b2s(buf[:6]), Source: "header:X-User-Id"},
 	}
 	ex := (&Proxy{}).newExchange()
-	ex.keepDecision(d)
+	ex.d = d
+	ex.keepDecision()
 	copy(buf, "XXXXXXXXXXXX")
 	if ex.d.Identity.Value != "user-1" || ex.d.Tag != "tag-1" || ex.d.Rule != "r" {
 		t.Errorf("kept decision = %+v after the source buffer changed", ex.d)

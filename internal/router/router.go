@@ -349,11 +349,20 @@ type Trace struct {
 // carries its Breaker, and the data plane calls Decision.Guard once the
 // request has passed its own limits.
 func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
+	var d Decision
+	s.DecideInto(req, tr, &d)
+	return d
+}
+
+// DecideInto is Decide writing the decision into *d, which it overwrites
+// whole. The data plane decides into the request's own Decision, so the
+// decision (some 300 bytes) is not copied through the call chain.
+func (s *Snapshot) DecideInto(req attr.Request, tr *Trace, d *Decision) {
 	f := match.NewFacts(req, "", s.sources)
 	id := s.resolveIdentity(req, &f)
 	f.UID = id.Value
 	rt := s.route(req.Host(), req.Path())
-	d := Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader}
+	*d = Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader}
 	if tr != nil {
 		tr.Identity, tr.Route, tr.PeerTrusted = id, rt.name, req.PeerTrusted()
 		if ip := req.ClientIP(); ip.IsValid() {
@@ -365,7 +374,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 		if tr != nil {
 			tr.Reason = "refused before any rule (400): " + id.Refused.Message
 		}
-		return d
+		return
 	}
 	// An inbound color is believed only from a trusted hop: anyone else
 	// could name gray and skip the whitelist and the bucket.
@@ -380,8 +389,8 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 				if tr != nil {
 					tr.Colored = tag
 				}
-				if s.decideColored(&f, rt, tag, &d, tr) {
-					return d
+				if s.decideColored(&f, rt, tag, d, tr) {
+					return
 				}
 			}
 		}
@@ -422,7 +431,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 			d.Intended = e.rule.Gray.Pool
 		}
 		if out.Target == &e.rule.Gray {
-			guard(e, &d, rtr)
+			guard(e, d, rtr)
 		}
 		if tr != nil {
 			tr.Reason = fmt.Sprintf("rule %q claimed the request: group %q → %s", e.rule.Key, d.Group, d.Target.Name)
@@ -430,15 +439,14 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 				tr.Reason = fmt.Sprintf("held out of every experiment: rule %q answers with its control target → %s", e.rule.Key, d.Target.Name)
 			}
 		}
-		mirrorTo(shadow, req, &d, tr)
-		return d
+		mirrorTo(shadow, req, d, tr)
+		return
 	}
 	d.Group, d.Target = GroupDefault, rt.def
 	if tr != nil {
 		tr.Reason = fmt.Sprintf("no rule claimed the request: default upstream %s", rt.def.Name)
 	}
-	mirrorTo(shadow, req, &d, tr)
-	return d
+	mirrorTo(shadow, req, d, tr)
 }
 
 // mirrorTo sets d.Mirror when the gray rule e (which had the request in
@@ -640,3 +648,7 @@ func (r *Router) Store(s *Snapshot) { r.snap.Store(s) }
 
 // Decide routes req against the current snapshot.
 func (r *Router) Decide(req attr.Request) Decision { return r.snap.Load().Decide(req, nil) }
+
+// DecideInto is Decide writing the decision into *d (see
+// Snapshot.DecideInto).
+func (r *Router) DecideInto(req attr.Request, d *Decision) { r.snap.Load().DecideInto(req, nil, d) }

@@ -305,12 +305,15 @@ func TestSwapRace(t *testing.T) {
 	}
 }
 
+// BenchmarkDecide100Rules decides as the data plane does, into the
+// request's own Decision (DecideInto).
 func BenchmarkDecide100Rules(b *testing.B) {
 	s := build(b, Input{Rules: manyRules(b, 100)})
 	r := get("/api/user/1", "X-User-Id", "12345")
+	var d Decision
 	b.ReportAllocs()
 	for b.Loop() {
-		s.Decide(r, nil)
+		s.DecideInto(r, nil, &d)
 	}
 }
 
@@ -328,6 +331,9 @@ func TestIndexAgreesWithFullScan(t *testing.T) {
 	}
 	s := build(t, Input{Rules: rules})
 	paths := []string{"/", "/api", "/api/", "/api/user/1", "/apiary/x", "/ap", "/shop/cart", "/shop", "/other/x", ""}
+	// reused is decided into again and again, as the data plane's flow is:
+	// nothing of an earlier decision may survive into a later one.
+	var reused Decision
 	for _, p := range paths {
 		for u := 0; u < 200; u++ {
 			r := get(p, "X-User-Id", strconv.Itoa(u))
@@ -336,6 +342,9 @@ func TestIndexAgreesWithFullScan(t *testing.T) {
 			fast := s.Decide(r, nil)
 			if full != fast {
 				t.Fatalf("path %q user %d: indexed %+v, full scan %+v", p, u, fast, full)
+			}
+			if s.DecideInto(r, nil, &reused); reused != fast {
+				t.Fatalf("path %q user %d: DecideInto over an earlier decision gave %+v, Decide %+v", p, u, reused, fast)
 			}
 		}
 	}
