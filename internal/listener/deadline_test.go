@@ -41,6 +41,24 @@ func readErr(c net.Conn) (time.Duration, error) {
 	return time.Since(start), err
 }
 
+// setRead asks c for the read deadline at.
+func setRead(t *testing.T, c *Conn, at time.Time) {
+	t.Helper()
+	if err := c.SetReadDeadline(at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// armIn asks c for a read deadline after from now and arms it, as a read
+// that waits under it would.
+func armIn(t *testing.T, c *Conn, after time.Duration) {
+	t.Helper()
+	setRead(t, c, time.Now().Add(after))
+	if err := c.armRead(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestLazyReadDeadline(t *testing.T) {
 	const d = 150 * time.Millisecond
 	tests := []struct {
@@ -48,9 +66,7 @@ func TestLazyReadDeadline(t *testing.T) {
 		run  func(t *testing.T, c *Conn, client net.Conn)
 	}{
 		{"a future deadline is armed by the read that waits", func(t *testing.T, c *Conn, _ net.Conn) {
-			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
-				t.Fatal(err)
-			}
+			setRead(t, c, time.Now().Add(d))
 			if n := c.arms.Load(); n != 0 {
 				t.Fatalf("SetReadDeadline armed %d timers before any read", n)
 			}
@@ -62,17 +78,11 @@ func TestLazyReadDeadline(t *testing.T) {
 		{"renewing within an eighth keeps the armed timer", func(t *testing.T, c *Conn, client net.Conn) {
 			long := time.Minute
 			for i := range 50 {
-				if err := c.SetReadDeadline(time.Now().Add(long)); err != nil {
-					t.Fatal(err)
-				}
+				setRead(t, c, time.Now().Add(long))
 				// The head deadline the codec sets after the first byte
 				// is never armed when no read waits under it.
-				if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
-					t.Fatal(err)
-				}
-				if err := c.SetReadDeadline(time.Now().Add(long)); err != nil {
-					t.Fatal(err)
-				}
+				setRead(t, c, time.Now().Add(d))
+				setRead(t, c, time.Now().Add(long))
 				if _, err := client.Write([]byte("x")); err != nil {
 					t.Fatal(err)
 				}
@@ -86,30 +96,16 @@ func TestLazyReadDeadline(t *testing.T) {
 			}
 		}},
 		{"a sooner deadline is armed, never kept late", func(t *testing.T, c *Conn, _ net.Conn) {
-			if err := c.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.armRead(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
-				t.Fatal(err)
-			}
+			armIn(t, c, time.Minute)
+			setRead(t, c, time.Now().Add(d))
 			took, err := readErr(c)
 			if !errors.Is(err, os.ErrDeadlineExceeded) || took > 10*d {
 				t.Fatalf("read ended after %v with %v; want a timeout after about %v", took, err, d)
 			}
 		}},
 		{"a later deadline beyond the tolerance is armed", func(t *testing.T, c *Conn, client net.Conn) {
-			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.armRead(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.SetReadDeadline(time.Now().Add(4 * d)); err != nil {
-				t.Fatal(err)
-			}
+			armIn(t, c, d)
+			setRead(t, c, time.Now().Add(4*d))
 			go func() {
 				time.Sleep(2 * d)
 				_, _ = client.Write([]byte("late"))
@@ -119,9 +115,7 @@ func TestLazyReadDeadline(t *testing.T) {
 			}
 		}},
 		{"a past deadline set from another goroutine ends a blocked read", func(t *testing.T, c *Conn, _ net.Conn) {
-			if err := c.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
-				t.Fatal(err)
-			}
+			setRead(t, c, time.Now().Add(time.Minute))
 			go func() {
 				time.Sleep(d)
 				_ = c.SetReadDeadline(time.Unix(1, 0))
@@ -133,9 +127,7 @@ func TestLazyReadDeadline(t *testing.T) {
 		}},
 		{"a cancel racing the read that arms wins", func(t *testing.T, c *Conn, _ net.Conn) {
 			for i := range 200 {
-				if err := c.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
-					t.Fatal(err)
-				}
+				setRead(t, c, time.Now().Add(time.Minute))
 				go func() { _ = c.SetDeadline(time.Unix(1, 0)) }()
 				took, err := readErr(c)
 				if !errors.Is(err, os.ErrDeadlineExceeded) || took > 5*time.Second {
@@ -144,15 +136,8 @@ func TestLazyReadDeadline(t *testing.T) {
 			}
 		}},
 		{"clearing the deadline applies at once to a raw reader", func(t *testing.T, c *Conn, client net.Conn) {
-			if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.armRead(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.SetReadDeadline(time.Time{}); err != nil {
-				t.Fatal(err)
-			}
+			armIn(t, c, d)
+			setRead(t, c, time.Time{})
 			rc, err := c.SyscallConn()
 			if err != nil {
 				t.Fatal(err)

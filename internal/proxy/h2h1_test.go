@@ -302,11 +302,7 @@ func TestHeaderTimeoutAfterH2Shares(t *testing.T) {
 	_, addr := startProxyWith(t, Options{ResponseHeaderTimeout: 300 * time.Millisecond}, d, listener.Protocols{H2C: true})
 	h2 := h2cClient(t)
 	for i := range 3 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		c := dialBounded(t, addr, 5*time.Second)
 		br := bufio.NewReader(c)
 		get := func(path string) (*http.Response, error) {
 			if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", path); err != nil {

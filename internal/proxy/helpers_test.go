@@ -148,6 +148,19 @@ func getEcho(t testing.TB, c *http.Client, req *http.Request) (*http.Response, e
 
 func newReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
 
+// dialBounded opens a raw client connection to addr whose reads and
+// writes give up after within, so a test that hangs fails instead. The
+// caller closes it.
+func dialBounded(t testing.TB, addr string, within time.Duration) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(within))
+	return c
+}
+
 // rawExchange writes raw bytes to addr and reads one response. method tells
 // http.ReadResponse whether a body follows (HEAD has none).
 func rawExchange(t testing.TB, addr, method, raw string) (*http.Response, string) {

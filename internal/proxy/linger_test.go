@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -27,11 +26,7 @@ func TestEarlyAnswerSurvivesTheUnreadBody(t *testing.T) {
 	const size = 4 << 20
 	piece := bytes.Repeat([]byte("b"), 16<<10)
 	for i := range 10 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		c := dialBounded(t, addr, 10*time.Second)
 		if _, err := fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", size); err != nil {
 			t.Fatal(err)
 		}

@@ -318,12 +318,8 @@ func TestSlowUploadIsAnswered(t *testing.T) {
 		{"with a length", "Content-Length: 11", "hello", " world"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := dialBounded(t, addr, 10*time.Second)
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 			fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: a\r\n%s\r\n\r\n%s", tt.head, tt.first)
 			time.Sleep(4 * watchDelay)
 			fmt.Fprint(c, tt.rest)

@@ -20,12 +20,8 @@ import (
 // bytes trickling in over about total.
 func slowBody(t *testing.T, addr string, head int, total time.Duration) (*http.Response, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialBounded(t, addr, 10*time.Second)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	const parts = 6
 	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", head+parts, strings.Repeat("h", head))
 	for range parts {
@@ -73,12 +69,8 @@ func TestReadTimeouts(t *testing.T) {
 		rec := newDoneRecorder()
 		_, addr := startProxy(t, Options{ReadHeaderTimeout: 150 * time.Millisecond, OnDone: rec.onDone},
 			staticDecider{Group: "stable", Target: target})
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dialBounded(t, addr, 5*time.Second)
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n") // and never finish
 		resp, err := http.ReadResponse(newReader(c), nil)
 		if err != nil {
@@ -98,12 +90,8 @@ func TestReadTimeouts(t *testing.T) {
 		const header, idle = 150 * time.Millisecond, 3 * time.Second
 		_, addr := startProxy(t, Options{ReadHeaderTimeout: header, IdleTimeout: idle},
 			staticDecider{Group: "stable", Target: target})
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dialBounded(t, addr, 10*time.Second)
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		br := newReader(c)
 		for i := range 3 {
 			// A new connection's first byte is due within the head's
