@@ -175,9 +175,13 @@ func TestRolloutFleetTakeover(t *testing.T) {
 	for range 3 {
 		gws = append(gws, startServe(t, "--store", srv.URL("/graygate"), "--data-dir", t.TempDir(), "--default-upstream", stable))
 	}
+	// Each measurement needs 20 gray requests. Under CI's load (other
+	// packages' tests with -race beside it) the four client loops below
+	// have sent as few as 13 gray requests a second, so the interval is
+	// 3 s: a measurement is inconclusive only if the fleet is slower still.
 	body := fmt.Sprintf(`{"type":"gray","gray_percent":0,"targets":{"gray":%q,"stable":%q},"breaker":{"p99_latency":"30s"},
 		"rollout":{"steps":[{"pause":{}},{"percent":20},{"analysis":"a"},{"pause":"6s"},{"analysis":"a"},{"percent":100}],
-		"analyses":{"a":{"interval":"1s","count":3,"inconclusive_limit":3,"checks":[{"metric":"error_rate","max":0.05,"min_requests":20}]}}}}`, gray, stable)
+		"analyses":{"a":{"interval":"3s","count":3,"inconclusive_limit":3,"checks":[{"metric":"error_rate","max":0.05,"min_requests":20}]}}}}`, gray, stable)
 	if code, out, err := put(gws[0].admin, "canary", body); err != nil || code != 201 {
 		t.Fatalf("PUT = %d %v %v", code, out, err)
 	}
