@@ -74,7 +74,8 @@ func (e *gw) waitRollout(key, state string, step int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("rollout of %s is %s at step %d, want %s at step %d", key, s, st, state, step)
+			_, v := e.api("GET", "/api/v1/rules/"+key+"/rollout", nil)
+			e.t.Fatalf("rollout of %s is %s at step %d, want %s at step %d (message %q)", key, s, st, state, step, v["message"])
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
