@@ -362,18 +362,20 @@
 //
 // A keep-alive request costs the gateway, on the client side, the read of
 // the request, one read that finds nothing more (EAGAIN) before the poller
-// waits, and the write of the answer; on the upstream side, a peek at a
-// reused connection (peekIdle, which finds stray bytes or a close that
-// arrived while it was idle), the write and the read. The upstream read
-// needs no failed attempt: a request the gateway holds whole is flushed
-// from inside a syscall.RawConn read callback, which arms the wait before
-// the write, so an answer arriving at once is not missed (flushAndWait;
-// nothing can be in the socket before the request, since peekIdle just
-// looked). An earlier trick did the same on the client side, holding back
-// the response write until fasthttp's next read; it lost the readiness of
-// a pipelined request that arrived while the handler ran, and hung it, so
-// it is gone: a client's next request may already be there, and only a
-// read can tell.
+// waits, and the write of the answer; on the upstream side, the write and
+// the read, and a peek (peekIdle, which finds stray bytes or a close that
+// arrived while it was idle) at a pooled connection that sat idle for
+// longer than peekAfter (10 ms; under load the LIFO pool hands out one that
+// answered microseconds ago, when a peek has nothing to find). The
+// upstream read needs no failed attempt: a request the gateway holds whole
+// is flushed from inside a syscall.RawConn read callback, which arms the
+// wait before the write, so an answer arriving at once is not missed
+// (flushAndWait; the answer's arrival wakes the wait, whatever was in the
+// socket before the request). An earlier trick did the same on the client
+// side, holding back the response write until fasthttp's next read; it
+// lost the readiness of a pipelined request that arrived while the handler
+// ran, and hung it, so it is gone: a client's next request may already be
+// there, and only a read can tell.
 //
 // # Access log
 //

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -311,6 +312,58 @@ func TestStaleConnectionRetry(t *testing.T) {
 	}
 }
 
+// TestIdleCloseFoundBeforePOST: a pooled connection that sat idle for
+// longer than peekAfter is peeked before it carries a request, so one the
+// upstream closed meanwhile (without saying so) is dropped before anything
+// is sent on it, and even a POST, which is never sent twice, goes out on a
+// new connection instead of failing.
+func TestIdleCloseFoundBeforePOST(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				body, _ := io.ReadAll(req.Body)
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			}()
+		}
+	}()
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", ln.Addr().String())})
+	c := httpClient(t)
+	for i := range 4 {
+		want := fmt.Sprintf("order-%d", i)
+		resp, err := c.Post("http://"+addr+"/", "text/plain", strings.NewReader(want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != want {
+			t.Fatalf("POST %d: %d %q, want 200 %q", i, resp.StatusCode, body, want)
+		}
+		// Longer than peekAfter: the upstream's close has landed, and
+		// the pooled connection is peeked before the next POST.
+		time.Sleep(peekAfter + 40*time.Millisecond)
+	}
+	if n := accepted.Load(); n != 4 {
+		t.Errorf("the upstream accepted %d connections, want one per POST (4)", n)
+	}
+}
+
 // TestShutdownInFlight: Shutdown lets a request in flight finish.
 func TestShutdownInFlight(t *testing.T) {
 	release := make(chan struct{})
@@ -349,7 +402,7 @@ func TestShutdownInFlight(t *testing.T) {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- p.Shutdown(ctx) }()
-	time.Sleep(50 * time.Millisecond) // let Shutdown start waiting; the test holds either way
+	time.Sleep(peekAfter + 40*time.Millisecond) // let Shutdown start waiting; the test holds either way
 	close(release)
 	if err := <-shut; err != nil {
 		t.Errorf("Shutdown: %v", err)

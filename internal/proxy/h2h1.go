@@ -45,11 +45,12 @@ func fastH1(pool *upstream.Pool, out *http.Request) bool {
 // request, if its method is safe, goes on another one, as in the HTTP/1.1
 // codec's send.
 func (s *stream) roundTripH1(out *http.Request, call *netCall) (*http.Response, error) {
-	uc := s.p.client(s.inst, s.p.now())
+	now := s.wallStart()
+	uc := s.p.client(s.inst, now)
 	safe := safeMethod(s2b(out.Method))
 	stale := 0
 	for {
-		c, err := s.p.getChecked(uc, &stale)
+		c, err := s.p.getChecked(uc, &stale, now)
 		if err != nil {
 			return nil, err
 		}

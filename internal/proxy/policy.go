@@ -180,6 +180,16 @@ func (f *flow) begin(p *Proxy) {
 	f.grpcStatus = -1
 }
 
+// wallStart returns the real clock's time at the request's start: start
+// itself unless a test gave the proxy its own clock. It is what fasthttp's
+// time stamps (a pooled connection's last use) compare with.
+func (f *flow) wallStart() time.Time {
+	if f.p.realClock {
+		return f.start
+	}
+	return time.Now()
+}
+
 // decide routes the request seen through v and keeps the decision; then,
 // with tracing on, it starts the server span (while v is valid: the
 // trace context is read from it), and it notes whether the request is

@@ -521,11 +521,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	if ex.d.Target.Protocol != upstream.HTTP1 {
 		return p.forwardNet(ctx, ex, trusted, ws)
 	}
-	now := ex.start
-	if !p.realClock {
-		now = time.Now()
-	}
-	ex.uc = p.client(ex.inst, now)
+	ex.uc = p.client(ex.inst, ex.wallStart())
 	p.buildRequest(ctx, ex, trusted, ws)
 	if ws {
 		return p.serveUpgrade(ctx, ex)

@@ -107,9 +107,14 @@ func (p *Proxy) newClient(k clientKey) *upstreamClient {
 			}
 			return c, nil
 		},
-		MaxConns:                 o.MaxConnsPerHost,
-		MaxConnWaitTimeout:       o.DialTimeout,
-		MaxIdleConnDuration:      o.IdleConnTimeout,
+		MaxConns:            o.MaxConnsPerHost,
+		MaxConnWaitTimeout:  o.DialTimeout,
+		MaxIdleConnDuration: o.IdleConnTimeout,
+		// LIFO, as nginx's keep-alive cache: the connection that answered
+		// last goes out first, so under load the busy ones stay warm and
+		// within peekAfter, and the rest sit until MaxIdleConnDuration
+		// closes them.
+		ConnPoolStrategy:         fasthttp.LIFO,
 		ReadBufferSize:           o.MaxResponseHeaderBytes,
 		NoDefaultUserAgentHeader: true,
 		DisablePathNormalizing:   true,
@@ -259,6 +264,9 @@ type upstreamConn interface {
 	// which case a failure before any response byte may just mean the
 	// upstream closed it while it sat idle.
 	Reused() bool
+	// Idle returns how long a reused connection sat in the pool before
+	// this request took it, as of now (0 for a new one).
+	Idle(now time.Time) time.Duration
 	// Release returns the connection to the pool, or closes it if reuse is
 	// false. The upstreamConn must not be used afterwards.
 	Release(reuse bool)
@@ -312,6 +320,14 @@ func (h *heldConn[C]) Conn() net.Conn { return h.cc.Conn() }
 // Reused relies on fasthttp setting a connection's last use time only when
 // it goes back to the pool.
 func (h *heldConn[C]) Reused() bool { return !h.cc.LastUseTime().IsZero() }
+
+func (h *heldConn[C]) Idle(now time.Time) time.Duration {
+	t := h.cc.LastUseTime()
+	if t.IsZero() {
+		return 0
+	}
+	return max(now.Sub(t), 0)
+}
 
 func (h *heldConn[C]) Release(reuse bool) {
 	if reuse {
@@ -385,8 +401,9 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	// upstream's latency; it is left out of the breaker's measurement.
 	timeBody := ex.d.Breaker != nil && streamed
 	stale := 0
+	now := ex.wallStart()
 	for attempt := 0; ; attempt++ {
-		c, err := p.getChecked(uc, &stale)
+		c, err := p.getChecked(uc, &stale, now)
 		if err != nil {
 			return err
 		}
@@ -512,20 +529,21 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 }
 
 // getChecked takes a connection to uc's instance from its pool. A reused
-// one is first checked for bytes or a close that arrived while it sat in
-// the pool (peekIdle): a connection with stray bytes is a protocol
-// violation, and either kind is closed. Nothing was sent on it, so any
-// request may go on another one; *stale counts the connections a request
-// has dropped so (a dropped stale one included), up to maxStaleConns, in
-// case every pooled one is bad.
-func (p *Proxy) getChecked(uc *upstreamClient, stale *int) (upstreamConn, error) {
+// one that sat idle for at least peekAfter is first checked for bytes or a
+// close that arrived meanwhile (peekIdle): a connection with stray bytes
+// is a protocol violation, and either kind is closed. Nothing was sent on
+// it, so any request may go on another one; *stale counts the connections
+// a request has dropped so (a dropped stale one included), up to
+// maxStaleConns, in case every pooled one is bad. now is the real clock
+// (fasthttp stamps a connection's release with it), read by the caller.
+func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time) (upstreamConn, error) {
 	for {
 		c, err := uc.conns.get()
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, err)
 		}
 		up, ok := c.Conn().(*upstreamTCP)
-		if !c.Reused() || !ok {
+		if !c.Reused() || !ok || c.Idle(now) < peekAfter {
 			return c, nil
 		}
 		perr := up.peekIdle()
@@ -541,6 +559,23 @@ func (p *Proxy) getChecked(uc *upstreamClient, stale *int) (upstreamConn, error)
 		}
 	}
 }
+
+// peekAfter is how long a pooled connection must have sat idle before
+// getChecked peeks at it. The peek is a system call, as costly as the
+// request's own read, and under load a connection goes back to work
+// within microseconds of its last answer (the pool is LIFO), when there is
+// nothing for a peek to find: an upstream closes a connection for idleness
+// after seconds (its keep-alive timeout), and a misbehaving one sends its
+// stray bytes with or right after its answer, where releaseUpstream finds
+// those already read (violationExtraBytes) and no peek could promise to
+// see the others first. A connection taken back sooner goes unpeeked:
+// then a close is found by the request (a stale connection: a safe method
+// is sent again on another, as after a close the peek missed), and stray
+// bytes by the next answer's framing, or not at all, as when they arrive
+// just after a peek. flushAndWait never hangs on such a connection: a
+// close makes the request's write fail or be reset, and an answer wakes
+// the wait whatever came before it.
+const peekAfter = 10 * time.Millisecond
 
 // maxStaleConns bounds how many pooled connections a request discards
 // because they were closed or sent stray bytes while idle.
@@ -863,11 +898,14 @@ func (e *writeError) Unwrap() error { return e.err }
 // wait is armed (RawConn.Read resets the poller's readiness before calling
 // back) before the request is written, so an answer that comes at once is
 // not missed, and the read that follows finds it. Bytes that were already
-// in the socket before the readiness reset would not wake the wait; there
-// can be none: an answer only comes after the request, and bytes or a
-// close that arrived while the connection was idle were looked for by
-// peekIdle just before, in the same way. A write error is returned as a
-// *writeError; a wait error (the deadline) as it is.
+// in the socket before the readiness reset do not wake the wait, and need
+// not: an answer only comes after the request, and its arrival wakes the
+// wait whatever came before it. Stray bytes or a close that arrived while
+// the connection was idle were looked for by peekIdle when it sat for
+// long (peekAfter); on a connection taken back sooner, a close makes the
+// write fail or the upstream reset the connection, which wakes the wait
+// too, and stray bytes are read with the answer. A write error is
+// returned as a *writeError; a wait error (the deadline) as it is.
 func (ex *exchange) flushAndWait(raw syscall.RawConn, bw *bufio.Writer) error {
 	ex.flushBW, ex.flushed, ex.flushErr = bw, false, nil
 	err := raw.Read(ex.flushFn)
