@@ -332,12 +332,14 @@ func (c *Conn) keepDeadline(at *atomic.Int64, d time.Duration, set func(time.Tim
 }
 
 // SetReadDeadline asks for t as the read deadline. One in the future is
-// armed by the next Read (see Conn); a zero or past one at once.
+// armed by the next Read (see Conn); a zero or past one at once. A t with
+// a monotonic reading (fasthttp's time.Now().Add) is compared on the
+// monotonic clock alone, one clock read where time.Now takes two.
 func (c *Conn) SetReadDeadline(t time.Time) error {
 	want := UnixNano(t)
 	if want != 0 {
-		if now := time.Now().UnixNano(); want > now {
-			c.askRead(want, (want-now)/8)
+		if d := time.Until(t); d > 0 {
+			c.askRead(want, int64(d/8))
 			return nil
 		}
 	}
