@@ -350,7 +350,8 @@ type exchange struct {
 	peekFn    func(uintptr) bool
 
 	// flushAndWait state.
-	flushBW  *bufio.Writer
+	headOut  headWriter
+	flushBW  flusher
 	flushed  bool
 	flushErr error
 	flushFn  func(uintptr) bool

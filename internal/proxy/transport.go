@@ -411,15 +411,22 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		conn := c.Conn()
 		up, _ := conn.(*upstreamTCP)
 		ex.upWDL = 0
-		bw := uc.hc.AcquireWriter(conn)
+		// A bodyless request on a plain TCP connection is written by
+		// flushAndWait from ex.head itself; anything else goes through a
+		// buffered writer.
+		var bw *bufio.Writer
+		direct := up != nil && ex.bodyKind == bodyNone
+		if !direct {
+			bw = uc.hc.AcquireWriter(conn)
+		}
 		ex.sent = true
-		if err = ex.keepUpstreamWriteDeadline(conn); err == nil {
+		if err = ex.keepUpstreamWriteDeadline(conn); err == nil && !direct {
 			_, err = bw.Write(ex.head)
 			if err == nil && ex.bodyKind == bodyBuffered {
 				_, err = bw.Write(ex.sendBody)
 			}
 		}
-		var flush *bufio.Writer
+		var flush flusher
 		final := false
 		if streamed && err == nil {
 			if ex.expect {
@@ -447,9 +454,13 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			// A request whose body the gateway holds is flushed by
 			// readHeader, which then waits for the answer without a read
 			// attempt (see flushAndWait), on a plain TCP connection.
-			if up != nil {
+			switch {
+			case direct:
+				ex.headOut = headWriter{conn: conn, head: ex.head}
+				flush = &ex.headOut
+			case up != nil:
 				flush = bw
-			} else {
+			default:
 				err = bw.Flush()
 			}
 		}
@@ -480,8 +491,11 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			} else {
 				err = p.readHeader(ctx, ex, conn, br, start, up, flush)
 			}
+			ex.headOut = headWriter{}
 			if err == nil {
-				uc.hc.ReleaseWriter(bw)
+				if bw != nil {
+					uc.hc.ReleaseWriter(bw)
+				}
 				ex.up, ex.br = c, br
 				if final {
 					// The upstream answered without the body, which the
@@ -506,7 +520,9 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 				err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
 			}
 		}
-		uc.hc.ReleaseWriter(bw)
+		if bw != nil {
+			uc.hc.ReleaseWriter(bw)
+		}
 		c.Release(false)
 		var stale *staleError
 		switch {
@@ -714,7 +730,7 @@ func (p *Proxy) awaitContinue(ctx *fasthttp.RequestCtx, ex *exchange, conn net.C
 // connection is watched so that a client hanging up aborts the wait (499)
 // instead of holding an upstream connection. A failure to flush is returned
 // as a *writeError.
-func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader, start time.Time, up *upstreamTCP, flush *bufio.Writer) error {
+func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, br *bufio.Reader, start time.Time, up *upstreamTCP, flush flusher) error {
 	timeout := ex.headerTimeout
 	if err := armHeaderDeadline(conn, up, start, timeout); err != nil {
 		return err
@@ -891,8 +907,27 @@ type writeError struct{ err error }
 func (e *writeError) Error() string { return e.err.Error() }
 func (e *writeError) Unwrap() error { return e.err }
 
-// flushAndWait writes out what bw holds of the request and waits until the
-// upstream connection is readable, under its read deadline. A plain read
+// flusher is what flushAndWait writes the rest of a request with: the
+// bufio.Writer that holds it, or a headWriter.
+type flusher interface{ Flush() error }
+
+// headWriter writes a bodyless request's head, which the exchange already
+// holds whole, straight to the connection: no buffered writer to take from
+// a pool and copy the head into.
+type headWriter struct {
+	conn net.Conn
+	head []byte
+}
+
+// Flush writes the head.
+func (w *headWriter) Flush() error {
+	_, err := w.conn.Write(w.head)
+	return err
+}
+
+// flushAndWait writes out the rest of the request (bw: a buffered writer
+// holding it, or the head itself) and waits until the upstream connection
+// is readable, under its read deadline. A plain read
 // would first try the socket, find nothing (the answer cannot be there yet)
 // and only then wait: one failed read system call per request. Here the
 // wait is armed (RawConn.Read resets the poller's readiness before calling
@@ -906,7 +941,7 @@ func (e *writeError) Unwrap() error { return e.err }
 // write fail or the upstream reset the connection, which wakes the wait
 // too, and stray bytes are read with the answer. A write error is
 // returned as a *writeError; a wait error (the deadline) as it is.
-func (ex *exchange) flushAndWait(raw syscall.RawConn, bw *bufio.Writer) error {
+func (ex *exchange) flushAndWait(raw syscall.RawConn, bw flusher) error {
 	ex.flushBW, ex.flushed, ex.flushErr = bw, false, nil
 	err := raw.Read(ex.flushFn)
 	if !ex.flushed {
