@@ -190,6 +190,16 @@ func (f *flow) wallStart() time.Time {
 	return time.Now()
 }
 
+// end returns the time the request ends: on the real clock, its start plus
+// the time since on the monotonic clock, one clock read where time.Now
+// takes two (the wall clock is read only at the start).
+func (f *flow) end() time.Time {
+	if f.p.realClock {
+		return f.start.Add(time.Since(f.start))
+	}
+	return f.p.now()
+}
+
 // decide routes the request seen through v and keeps the decision; then,
 // with tracing on, it starts the server span (while v is valid: the
 // trace context is read from it), and it notes whether the request is
@@ -260,7 +270,7 @@ func (f *flow) finish() {
 	// gateway answered with 502/504, counts against the instance; a client
 	// that left or was refused does not.
 	f.reportUpstream(f.status < 500 && f.upErr == nil)
-	end := p.now()
+	end := f.end()
 	elapsed := end.Sub(f.start)
 	if f.gate != nil {
 		f.gate.Release()
