@@ -50,7 +50,7 @@ func (s *stream) roundTripH1(out *http.Request, call *netCall) (*http.Response, 
 	safe := safeMethod(s2b(out.Method))
 	stale := 0
 	for {
-		c, err := s.p.getChecked(uc, &stale, now)
+		c, err := s.p.getChecked(uc, &stale, now, !safe || stale > 0)
 		if err != nil {
 			return nil, err
 		}

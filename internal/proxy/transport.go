@@ -403,7 +403,7 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	stale := 0
 	now := ex.wallStart()
 	for attempt := 0; ; attempt++ {
-		c, err := p.getChecked(uc, &stale, now)
+		c, err := p.getChecked(uc, &stale, now, !replayable || attempt > 0)
 		if err != nil {
 			return err
 		}
@@ -545,21 +545,24 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 }
 
 // getChecked takes a connection to uc's instance from its pool. A reused
-// one that sat idle for at least peekAfter is first checked for bytes or a
-// close that arrived meanwhile (peekIdle): a connection with stray bytes
-// is a protocol violation, and either kind is closed. Nothing was sent on
-// it, so any request may go on another one; *stale counts the connections
-// a request has dropped so (a dropped stale one included), up to
+// one is first checked for bytes or a close that arrived while it sat in
+// the pool (peekIdle) if it sat there for at least peekAfter, or, with
+// always, whatever the time: for a request that may not be sent twice, and
+// for one whose first connection turned out stale (when an upstream
+// restarts, every pooled connection is). A connection with stray bytes is
+// a protocol violation, and either kind is closed. Nothing was sent on it,
+// so any request may go on another one; *stale counts the connections a
+// request has dropped so (a dropped stale one included), up to
 // maxStaleConns, in case every pooled one is bad. now is the real clock
 // (fasthttp stamps a connection's release with it), read by the caller.
-func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time) (upstreamConn, error) {
+func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time, always bool) (upstreamConn, error) {
 	for {
 		c, err := uc.conns.get()
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, err)
 		}
 		up, ok := c.Conn().(*upstreamTCP)
-		if !c.Reused() || !ok || c.Idle(now) < peekAfter {
+		if !c.Reused() || !ok || (!always && c.Idle(now) < peekAfter) {
 			return c, nil
 		}
 		perr := up.peekIdle()
@@ -584,11 +587,12 @@ func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time) (upstr
 // after seconds (its keep-alive timeout), and a misbehaving one sends its
 // stray bytes with or right after its answer, where releaseUpstream finds
 // those already read (violationExtraBytes) and no peek could promise to
-// see the others first. A connection taken back sooner goes unpeeked:
-// then a close is found by the request (a stale connection: a safe method
-// is sent again on another, as after a close the peek missed), and stray
-// bytes by the next answer's framing, or not at all, as when they arrive
-// just after a peek. flushAndWait never hangs on such a connection: a
+// see the others first. A connection taken back sooner goes unpeeked,
+// unless its request may not be sent twice (getChecked's always): then a
+// close is found by the request (a stale connection: a safe method is sent
+// again, on a connection that is peeked, as after a close the peek
+// missed), and stray bytes by the next answer's framing, or not at all, as
+// when they arrive just after a peek. flushAndWait never hangs on such a connection: a
 // close makes the request's write fail or be reset, and an answer wakes
 // the wait whatever came before it.
 const peekAfter = 10 * time.Millisecond
