@@ -366,7 +366,8 @@
 // the read, and a peek (peekIdle, which finds stray bytes or a close that
 // arrived while it was idle) at a pooled connection that sat idle for
 // longer than peekAfter (10 ms; under load the LIFO pool hands out one that
-// answered microseconds ago, when a peek has nothing to find). The
+// answered microseconds ago, when a peek has nothing to find), or that
+// carries a request that may not be sent twice (see getChecked). The
 // upstream read needs no failed attempt: a request the gateway holds whole
 // is flushed from inside a syscall.RawConn read callback, which arms the
 // wait before the write, so an answer arriving at once is not missed
