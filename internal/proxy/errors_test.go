@@ -400,15 +400,19 @@ func testUpstreamRestart(t *testing.T, method string) {
 				arrived <- struct{}{}
 				<-release
 			case "/restart":
-				// Answer, then close every connection, this one
-				// included, without saying so.
-				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nrestart")
+				// Close every other connection without saying so,
+				// then answer on this one and close it too. On
+				// loopback the closes have landed by the time the
+				// answer has.
 				mu.Lock()
 				for _, cc := range conns {
-					cc.Close()
+					if cc != c {
+						cc.Close()
+					}
 				}
 				conns = nil
 				mu.Unlock()
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 7\r\n\r\nrestart")
 				return
 			}
 			answer := req.Method + " " + req.URL.Path + " " + string(body)
