@@ -94,7 +94,7 @@ func TestUpstreamWriteDeadlineIsKeptPerConnection(t *testing.T) {
 		ex.opts = opts
 		return ex
 	}
-	if err := exchange().keepUpstreamWriteDeadline(up); err != nil {
+	if err := exchange().keepUpstreamWriteDeadline(up, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	first := up.wdl.Load()
@@ -102,11 +102,11 @@ func TestUpstreamWriteDeadlineIsKeptPerConnection(t *testing.T) {
 		t.Fatalf("write deadline in %v, want 30s", d)
 	}
 	time.Sleep(5 * time.Millisecond)
-	if err := exchange().keepUpstreamWriteDeadline(up); err != nil || up.wdl.Load() != first {
+	if err := exchange().keepUpstreamWriteDeadline(up, time.Now()); err != nil || up.wdl.Load() != first {
 		t.Errorf("the next exchange re-armed the deadline (%v → %v, %v)", first, up.wdl.Load(), err)
 	}
 	_ = up.SetDeadline(aLongTimeAgo)
-	if err := exchange().keepUpstreamWriteDeadline(up); err != nil || time.Until(time.Unix(0, up.wdl.Load())) < 29*time.Second {
+	if err := exchange().keepUpstreamWriteDeadline(up, time.Now()); err != nil || time.Until(time.Unix(0, up.wdl.Load())) < 29*time.Second {
 		t.Errorf("after a deadline in the past the next exchange kept it: %v, %v", time.Unix(0, up.wdl.Load()), err)
 	}
 	if _, err := up.Write([]byte("x")); err != nil {

@@ -190,12 +190,21 @@ func (f *flow) wallStart() time.Time {
 	return time.Now()
 }
 
-// end returns the time the request ends: on the real clock, its start plus
-// the time since on the monotonic clock, one clock read where time.Now
-// takes two (the wall clock is read only at the start).
-func (f *flow) end() time.Time {
+// realNow returns the real clock's time: on a proxy that runs on it, the
+// request's start plus the time since on the monotonic clock, one clock
+// read where time.Now takes two (the wall clock is read only at the
+// start).
+func (f *flow) realNow() time.Time {
 	if f.p.realClock {
 		return f.start.Add(time.Since(f.start))
+	}
+	return time.Now()
+}
+
+// end returns the time the request ends, on the proxy's clock.
+func (f *flow) end() time.Time {
+	if f.p.realClock {
+		return f.realNow()
 	}
 	return f.p.now()
 }

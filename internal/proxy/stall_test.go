@@ -395,3 +395,44 @@ func smallReadBuffer(_, _ string, c syscall.RawConn) error {
 	}
 	return serr
 }
+
+// TestHeaderTimeoutStartsWhenSent: ResponseHeaderTimeout counts from when
+// the request went upstream, not from when it arrived: a request that
+// first waited for a free connection (MaxConnsPerHost) still gets the
+// whole timeout for its answer.
+func TestHeaderTimeoutStartsWhenSent(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			// Each answer takes 400 ms: the second request waits that
+			// long for the one connection, then as long again for its
+			// answer, 800 ms after it arrived.
+			time.Sleep(400 * time.Millisecond)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	opts := Options{MaxConnsPerHost: 1, ResponseHeaderTimeout: 700 * time.Millisecond, DialTimeout: 2 * time.Second}
+	_, addr := startProxy(t, opts, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	c := httpClient(t)
+	codes := make(chan string, 2)
+	for _, path := range []string{"/first", "/second"} {
+		go func() {
+			resp, err := c.Get("http://" + addr + path)
+			if err != nil {
+				codes <- fmt.Sprintf("%s: %v", path, err)
+				return
+			}
+			resp.Body.Close()
+			codes <- fmt.Sprintf("%s: %d", path, resp.StatusCode)
+		}()
+		time.Sleep(50 * time.Millisecond) // the first takes the connection
+	}
+	for range 2 {
+		if got := <-codes; !strings.HasSuffix(got, ": 200") {
+			t.Errorf("%s, want 200 (each answer came within the header timeout of its request being sent)", got)
+		}
+	}
+}

@@ -420,7 +420,11 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			bw = uc.hc.AcquireWriter(conn)
 		}
 		ex.sent = true
-		if err = ex.keepUpstreamWriteDeadline(conn); err == nil && !direct {
+		// The request goes out now: the write deadline and, for a request
+		// without a streamed body, the header timeout count from here,
+		// not from its arrival, which may have waited for a connection.
+		sentAt := ex.realNow()
+		if err = ex.keepUpstreamWriteDeadline(conn, sentAt); err == nil && !direct {
 			_, err = bw.Write(ex.head)
 			if err == nil && ex.bodyKind == bodyBuffered {
 				_, err = bw.Write(ex.sendBody)
@@ -479,11 +483,9 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 				br = uc.hc.AcquireReader(conn)
 			}
 			// The header timeout runs from when the request has been
-			// written. For the first attempt of a request without a body
-			// that is, within microseconds, when the request began, a
-			// clock reading the exchange already has.
-			start := ex.start
-			if !p.realClock || attempt > 0 || ex.fellBack || streamed {
+			// written: sentAt, or, after a streamed body, now.
+			start := sentAt
+			if streamed {
 				start = time.Now()
 			}
 			if final {
@@ -602,11 +604,11 @@ const peekAfter = 10 * time.Millisecond
 const maxStaleConns = 8
 
 // keepUpstreamWriteDeadline keeps the upstream write deadline at
-// UpstreamWriteTimeout from now, moving it only when it is off by more than
-// an eighth of the timeout.
-func (ex *exchange) keepUpstreamWriteDeadline(conn net.Conn) error {
+// UpstreamWriteTimeout from now (the caller's reading of the real clock),
+// moving it only when it is off by more than an eighth of the timeout.
+func (ex *exchange) keepUpstreamWriteDeadline(conn net.Conn, now time.Time) error {
 	d := ex.opts.UpstreamWriteTimeout
-	want := time.Now().Add(d).UnixNano()
+	want := now.Add(d).UnixNano()
 	cur := ex.upWDL
 	up, tcp := conn.(*upstreamTCP)
 	if tcp {
@@ -627,7 +629,7 @@ func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn n
 	for {
 		n, rerr := ex.reqBody.Read(buf)
 		if n > 0 {
-			if err := ex.keepUpstreamWriteDeadline(conn); err != nil {
+			if err := ex.keepUpstreamWriteDeadline(conn, time.Now()); err != nil {
 				return err
 			}
 			if ex.bodyKind == bodyChunked {
@@ -656,7 +658,7 @@ func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn n
 	if ex.bodyKind != bodyChunked {
 		return nil
 	}
-	if err := ex.keepUpstreamWriteDeadline(conn); err != nil {
+	if err := ex.keepUpstreamWriteDeadline(conn, time.Now()); err != nil {
 		return err
 	}
 	if _, err := bw.WriteString("0\r\n"); err != nil {
