@@ -319,31 +319,18 @@ func TestStaleConnectionRetry(t *testing.T) {
 // is sent on it, and even a POST, which is never sent twice, goes out on a
 // new connection instead of failing.
 func TestIdleCloseFoundBeforePOST(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				body, _ := io.ReadAll(req.Body)
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-			}()
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		accepted.Add(1)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
 		}
-	}()
-	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", ln.Addr().String())})
+		body, _ := io.ReadAll(req.Body)
+		// One answer, then the connection closes without saying so.
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	})
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
 	c := httpClient(t)
 	for i := range 4 {
 		want := fmt.Sprintf("order-%d", i)
