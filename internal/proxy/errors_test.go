@@ -409,14 +409,7 @@ func testUpstreamRestart(t *testing.T, method string) {
 	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
 	c := httpClient(t)
 	do := func(method, path, body string) (int, string) {
-		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, c, method, "http://"+addr+path, body)
 	}
 	// Four connections in the pool, released together.
 	var wg sync.WaitGroup

@@ -194,13 +194,7 @@ func TestH2ToHTTP1Shapes(t *testing.T) {
 	c := h2cClient(t)
 	get := func(path string) (int, string) {
 		t.Helper()
-		resp, err := c.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, c, "GET", "http://"+addr+path, "")
 	}
 	for i := range 5 {
 		if st, b := get("/closes"); st != 200 || b != "ok" {

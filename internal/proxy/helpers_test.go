@@ -126,6 +126,27 @@ func httpClient(t testing.TB) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
+// fetch sends method url on c, with body unless it is "", and returns the
+// status and the whole body; a transport error fails the test.
+func fetch(t testing.TB, c *http.Client, method, url, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func getEcho(t testing.TB, c *http.Client, req *http.Request) (*http.Response, echo) {
 	t.Helper()
 	resp, err := c.Do(req)

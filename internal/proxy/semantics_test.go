@@ -352,14 +352,7 @@ func TestProtocolViolationsCloseTheConnection(t *testing.T) {
 	p, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
 	cl := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
 	get := func(method, path string) (int, string) {
-		req, _ := http.NewRequest(method, "http://"+addr+path, nil)
-		resp, err := cl.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return fetch(t, cl, method, "http://"+addr+path, "")
 	}
 	total := func() uint64 {
 		var n uint64
