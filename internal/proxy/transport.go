@@ -594,9 +594,9 @@ func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time, always
 // close is found by the request (a stale connection: a safe method is sent
 // again, on a connection that is peeked, as after a close the peek
 // missed), and stray bytes by the next answer's framing, or not at all, as
-// when they arrive just after a peek. flushAndWait never hangs on such a connection: a
-// close makes the request's write fail or be reset, and an answer wakes
-// the wait whatever came before it.
+// when they arrive just after a peek. flushAndWait never hangs on such a
+// connection: a close makes the request's write fail or be reset, and an
+// answer wakes the wait whatever came before it.
 const peekAfter = 10 * time.Millisecond
 
 // maxStaleConns bounds how many pooled connections a request discards
