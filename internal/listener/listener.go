@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/graygate/graygate/internal/rawio"
 )
 
 // Config is what a listener enforces on its connections. It is read for
@@ -92,6 +94,9 @@ func (l *wrapped) Accept() (net.Conn, error) {
 func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte) *Conn {
 	cc := &Conn{Conn: c, tcp: tc, config: config, pre: pre}
 	_, cc.tls = c.(*tls.Conn)
+	if !cc.tls {
+		cc.sock = rawio.New(tc)
+	}
 	if a, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
 		cc.peer = a.AddrPort().Addr().Unmap()
 	}
@@ -124,6 +129,7 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte) *Co
 type Conn struct {
 	net.Conn
 	tcp    *net.TCPConn // the TCP connection under Conn
+	sock   *rawio.Conn  // tcp's reads and writes, for a plain one (nil: use Conn)
 	tls    bool
 	peer   netip.Addr // the client's address, unmapped
 	pre    []byte     // bytes read before the Conn was made, handed out first
@@ -186,6 +192,9 @@ func (c *Conn) read(p []byte) (int, error) {
 	}
 	if err := c.armRead(); err != nil {
 		return 0, err
+	}
+	if c.sock != nil {
+		return c.sock.Read(p)
 	}
 	return c.Conn.Read(p)
 }
@@ -316,6 +325,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 		if err := c.keepDeadline(&c.wdl, d, c.Conn.SetWriteDeadline); err != nil {
 			return 0, err
 		}
+	}
+	if c.sock != nil {
+		return c.sock.Write(p)
 	}
 	return c.Conn.Write(p)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/rawio"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -102,7 +103,7 @@ func (p *Proxy) newClient(k clientKey) *upstreamClient {
 			}
 			if tc, ok := c.(*net.TCPConn); ok {
 				if raw, err := tc.SyscallConn(); err == nil {
-					return &upstreamTCP{TCPConn: tc, raw: raw}, nil
+					return &upstreamTCP{TCPConn: tc, raw: raw, sock: rawio.New(tc)}, nil
 				}
 			}
 			return c, nil
@@ -188,7 +189,8 @@ func (p *Proxy) tlsConfigFor(addr string) *tls.Config {
 // deadline it has, for armHeaderDeadline.
 type upstreamTCP struct {
 	*net.TCPConn
-	raw syscall.RawConn
+	raw  syscall.RawConn
+	sock *rawio.Conn // the connection's reads and writes (nil: TCPConn's)
 	// rdl and wdl are the read and write deadlines last set, in Unix
 	// nanoseconds (0: none), whoever set them (either codec, a cancel), so
 	// that armHeaderDeadline and keepUpstreamWriteDeadline re-arm a
@@ -199,6 +201,22 @@ type upstreamTCP struct {
 	peekFn  func(uintptr)
 	peekErr error
 	peekBuf [1]byte
+}
+
+// Read reads through sock where there is one.
+func (u *upstreamTCP) Read(p []byte) (int, error) {
+	if u.sock != nil {
+		return u.sock.Read(p)
+	}
+	return u.TCPConn.Read(p)
+}
+
+// Write writes through sock where there is one.
+func (u *upstreamTCP) Write(p []byte) (int, error) {
+	if u.sock != nil {
+		return u.sock.Write(p)
+	}
+	return u.TCPConn.Write(p)
 }
 
 // SetReadDeadline records t and sets it.
