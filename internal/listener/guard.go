@@ -161,6 +161,13 @@ func (g *Guard) InBody() bool {
 // requests (a WebSocket handshake or CONNECT was read).
 func (g *Guard) Tunnel() bool { return g.state == stTunnel }
 
+// Between reports whether the Guard has read one or more whole requests
+// and nothing of the next: the connection is waiting for its client's next
+// request.
+func (g *Guard) Between() bool {
+	return g.state == stStart && g.requests > 0 && len(g.carry) == 0
+}
+
 // Requests returns how many request heads have been read completely.
 func (g *Guard) Requests() uint64 { return g.requests }
 

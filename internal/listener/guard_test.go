@@ -258,3 +258,37 @@ func FuzzGuardFraming(f *testing.F) {
 		}
 	})
 }
+
+// TestGuardBetween checks that Between holds only when whole requests have
+// been read and nothing of the next, whatever the framing of the last.
+func TestGuardBetween(t *testing.T) {
+	get := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	tests := []struct {
+		name string
+		in   string
+		want bool
+	}{
+		{"nothing read yet", "", false},
+		{"half a request line", "GET / HT", false},
+		{"a head without its end", "GET / HTTP/1.1\r\nHost: a\r\n", false},
+		{"one whole GET", get, true},
+		{"two whole GETs", get + get, true},
+		{"a GET and part of the next", get + "GET /b", false},
+		{"a POST before its body", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", false},
+		{"a POST with part of its body", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nab", false},
+		{"a whole POST", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", true},
+		{"a chunked POST before its last chunk", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", false},
+		{"a whole chunked POST", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true},
+		{"a WebSocket handshake (a tunnel follows)", "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false},
+		{"a refused request", "GET / HTTP/1.1\nHost: a\r\n\r\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewGuard(16 << 10)
+			g.Scan([]byte(tt.in))
+			if got := g.Between(); got != tt.want {
+				t.Fatalf("after %q: Between() = %v, want %v", tt.in, got, tt.want)
+			}
+		})
+	}
+}

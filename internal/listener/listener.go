@@ -24,6 +24,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -122,6 +123,16 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte) *Co
 // the past is armed at once: that is how a blocked Read, or a watcher
 // reading through SyscallConn, is released or unbounded from another
 // goroutine.
+//
+// Between requests (the Guard has read whole requests and nothing of the
+// next), Read first lets the other runnable goroutines run: the answer has
+// just been written and a client that does not pipeline has not sent its
+// next request yet, so a read at once would mostly fail and park. Under
+// load the request arrives meanwhile and the read finds it; an idle
+// connection loses nothing but the yield.
+//
+// A plain TCP connection is read and written through rawio, a TLS one
+// through crypto/tls.
 //
 // A Conn carries a plain TCP connection or a TLS one; either way the Guard
 // sees the decrypted bytes. One goroutine reads and one writes, as
@@ -250,6 +261,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if d := c.config().BodyReadTimeout; d > 0 {
 			c.askRead(time.Now().Add(d).UnixNano(), int64(d/8))
 		}
+	} else if c.guard.Between() {
+		// The answer to the last request has just been written, and the
+		// client's next request cannot have come yet unless it pipelines.
+		// A read now would mostly find nothing (a failed system call) and
+		// park in the poller; letting the goroutines already runnable go
+		// first gives the request time to arrive, so that under load the
+		// read finds it. The read itself is unchanged: bytes already
+		// queued are read at once, and nothing is skipped.
+		runtime.Gosched()
 	}
 	n, err := c.read(p)
 	if n > 0 {
