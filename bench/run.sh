@@ -9,8 +9,10 @@
 # It installs wrk, nginx-light and haproxy from Debian when missing, builds
 # graygate, the upstream (bench/upstream) and the tools (bench/tools: vegeta,
 # plotscaling), then runs, each phase bounded in time:
-#   1. throughput: direct, nginx, haproxy, fasthttp-min (a minimal fasthttp
-#      proxy, the floor graygate stands on), graygate-1, graygate-100,
+#   1. throughput: direct, nginx, nginx-headers (nginx adding the request
+#      headers graygate adds: X-Forwarded-For/-Proto/-Host, X-Request-Id and
+#      Via, and X-Request-Id and Via on the answer), haproxy, fasthttp-min
+#      (a minimal fasthttp proxy, the floor graygate stands on), graygate-1, graygate-100,
 #      graygate-1000, graygate-ab (an experiment with two metrics), graygate-trace
 #      (graygate-1 with tracing at sample_ratio 0.01), interleaved for --rounds rounds, pinned and unpinned;
 #   2. latency at a fixed rate (open loop: benchup pace, or vegeta) at 50% of
@@ -36,7 +38,7 @@ usage: bench/run.sh [options]
   --duration S         seconds per measured wrk run (default 5)
   --warmup S           seconds of wrk warmup before each measured run (default 1)
   --arrangements LIST  "pinned unpinned" (default both)
-  --targets LIST       subset of "direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000 graygate-ab graygate-trace"
+  --targets LIST       subset of "direct nginx nginx-headers haproxy fasthttp-min graygate-1 graygate-100 graygate-1000 graygate-ab graygate-trace"
   --skip-install       don't apt-get install missing tools
   --latency-tool T     pace (default: bench/upstream's open-loop generator) or vegeta
   --skip-latency | --skip-profile | --skip-scaling | --skip-h2
@@ -51,7 +53,7 @@ EOF
 ROUNDS=3 DURATION=5 WARMUP=1 LAT_SECS=8 LAT_ROUNDS=3 PROF_SECS=10
 SCALING_COUNT=3 SCALING_BENCHTIME=300ms
 ARRANGEMENTS="pinned unpinned"
-TARGETS="direct nginx haproxy fasthttp-min graygate-1 graygate-100 graygate-1000 graygate-ab graygate-trace"
+TARGETS="direct nginx nginx-headers haproxy fasthttp-min graygate-1 graygate-100 graygate-1000 graygate-ab graygate-trace"
 LAT_TOOL=pace NICE=-19 INSTALL=1 DO_LATENCY=1 DO_PROFILE=1 DO_SCALING=1 DO_H2=1 H2_ROUNDS=3 KEEP=0 QUICK=0 OUT=""
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -198,6 +200,17 @@ gen_conf() { # gen_conf ARR → nginx/haproxy configs for that arrangement
 	sed -e "s|@WORKERS@|$workers|g" -e "s|@RUN@|$WORK/run|g" -e "s|@LISTEN@|127.0.0.1:$PROXY_PORT|g" \
 		-e "s|@STABLE@|$STABLE_ADDR|g" -e "s|@GRAY@|$GRAY_ADDR|g" -e "s|@ACCESS_LOG@|$WORK/run/access.log|g" \
 		"$BENCH/conf/nginx.conf.tmpl" >"$CONF/nginx-$arr.conf"
+	# nginx-headers: the same, adding the headers graygate adds by default.
+	awk '{ print } /add_header X-Gray-Group/ {
+		print "            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;"
+		print "            proxy_set_header X-Forwarded-Proto $scheme;"
+		print "            proxy_set_header X-Forwarded-Host $http_host;"
+		print "            proxy_set_header X-Request-Id $request_id;"
+		print "            proxy_set_header Via \"1.1 graygate\";"
+		print "            add_header X-Request-Id $request_id;"
+		print "            add_header Via \"1.1 graygate\";"
+	}' "$CONF/nginx-$arr.conf" >"$CONF/nginx-headers-$arr.conf"
+	grep -q 'proxy_set_header Via' "$CONF/nginx-headers-$arr.conf"
 	sed -e "s|@WORKERS@|$workers|g" -e "s|@LISTEN@|127.0.0.1:$PROXY_PORT|g" \
 		-e "s|@STABLE@|$STABLE_ADDR|g" -e "s|@GRAY@|$GRAY_ADDR|g" \
 		"$BENCH/conf/haproxy.cfg.tmpl" >"$CONF/haproxy-$arr.cfg"
@@ -388,8 +401,8 @@ start_target() {
 	direct)
 		URL=http://$STABLE_ADDR$BENCH_PATH
 		;;
-	nginx)
-		start_bg "${PROXY_PIN[@]}" "$NGINX" -p "$WORK/run/" -e "$WORK/run/nginx-error.log" -c "$CONF/nginx-$arr.conf" -g 'daemon off;' >"$WORK/run/proxy.log" 2>&1
+	nginx | nginx-headers)
+		start_bg "${PROXY_PIN[@]}" "$NGINX" -p "$WORK/run/" -e "$WORK/run/nginx-error.log" -c "$CONF/$t-$arr.conf" -g 'daemon off;' >"$WORK/run/proxy.log" 2>&1
 		PROXY_MAIN=$LAST_PID
 		;;
 	nginx-h2 | nginx-h2c)

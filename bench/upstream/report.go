@@ -444,6 +444,15 @@ func targets(w io.Writer, runs []row, lat []row, b map[string]benchResult) {
 		num(median(col(g, "cpu_us_req")), 1), num(median(col(n, "cpu_us_req")), 1), num(cpu, 2), verdict(cpu <= 1.2, known && !math.IsNaN(cpu)))
 	fmt.Fprintf(w, "| pinned, 100 rules: p99 ≤ 1.1× nginx | %s vs %s (× %s) | %s |\n",
 		dur(median(col(g, "p99_us"))), dur(median(col(n, "p99_us"))), num(p99, 2), verdict(p99 <= 1.1, known && !math.IsNaN(p99)))
+	// nginx doing the header work graygate does by default: the goal is
+	// against plain nginx; this row says how much of the gap is that work.
+	if nh := filter(pin, "target", "nginx-headers"); len(nh) > 0 && len(g) > 0 {
+		r := median(ratios(pin, "graygate-100", "nginx-headers", "rps"))
+		c := median(ratios(pin, "graygate-100", "nginx-headers", "cpu_us_req"))
+		fmt.Fprintf(w, "| pinned, 100 rules vs nginx adding the same forwarding headers (nginx-headers): req/s and CPU/request | %s req/s vs %s (× %s), %s µs vs %s µs (× %s) | reported |\n",
+			num(median(col(g, "rps")), 0), num(median(col(nh, "rps")), 0), num(r, 2),
+			num(median(col(g, "cpu_us_req")), 1), num(median(col(nh, "cpu_us_req")), 1), num(c, 2))
+	}
 	// The experiment and tracing arrangements, against the same run's
 	// nginx (issue 14) and graygate-1 (issue 18: < 3% fewer req/s).
 	if ab := filter(pin, "target", "graygate-ab"); len(ab) > 0 && len(n) > 0 {
