@@ -376,7 +376,14 @@
 // side, holding back the response write until fasthttp's next read; it
 // lost the readiness of a pipelined request that arrived while the handler
 // ran, and hung it, so it is gone: a client's next request may already be
-// there, and only a read can tell.
+// there, and only a read can tell. What the listener does instead is let
+// the other runnable goroutines go first (listener.Conn.Read, between
+// requests), so that under load the next request has arrived by the time
+// it reads, and that read does not fail.
+//
+// Every one of these calls on a plain TCP connection goes through rawio,
+// which makes it without the runtime's system-call bookkeeping (the socket
+// is non-blocking; the wait is the poller's).
 //
 // # Access log
 //
