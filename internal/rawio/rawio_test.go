@@ -33,21 +33,20 @@ func tcpPair(tb testing.TB) (*net.TCPConn, *net.TCPConn) {
 	return a.(*net.TCPConn), z.(*net.TCPConn)
 }
 
-// endpoint is what a case reads and writes through: the TCPConn itself or
-// a Conn over it. Every case runs on both, and must see the same thing.
-type endpoint interface {
-	io.ReadWriter
-}
-
+// impls are what the tests and benchmarks read and write through: the
+// TCPConn itself, and a Conn over it. Every case runs on both, and must
+// see the same thing.
 var impls = []struct {
 	name string
-	wrap func(*net.TCPConn) endpoint
+	wrap func(*net.TCPConn) io.ReadWriter
 }{
-	{"TCPConn", func(c *net.TCPConn) endpoint { return c }},
-	{"rawio", func(c *net.TCPConn) endpoint { return New(c) }},
+	{"TCPConn", func(c *net.TCPConn) io.ReadWriter { return c }},
+	{"rawio", func(c *net.TCPConn) io.ReadWriter { return New(c) }},
 }
 
-func TestNewOnLinux(t *testing.T) {
+// TestNewWhereSupported checks that New gives a Conn exactly where raw
+// socket calls are supported.
+func TestNewWhereSupported(t *testing.T) {
 	a, _ := tcpPair(t)
 	if c := New(a); (c != nil) != supported {
 		t.Fatalf("New = %v, supported = %v", c, supported)
@@ -63,9 +62,9 @@ func TestSameAsTCPConn(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		run  func(t *testing.T, c endpoint, tc, peer *net.TCPConn)
+		run  func(t *testing.T, c io.ReadWriter, tc, peer *net.TCPConn)
 	}{
-		{"read what the peer wrote, then EOF", func(t *testing.T, c endpoint, _, peer *net.TCPConn) {
+		{"read what the peer wrote, then EOF", func(t *testing.T, c io.ReadWriter, _, peer *net.TCPConn) {
 			if _, err := peer.Write([]byte("hello")); err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +77,7 @@ func TestSameAsTCPConn(t *testing.T) {
 				t.Fatalf("Read after EOF = %d, %v; want 0, io.EOF", n, err)
 			}
 		}},
-		{"a read waits for bytes that come later", func(t *testing.T, c endpoint, _, peer *net.TCPConn) {
+		{"a read waits for bytes that come later", func(t *testing.T, c io.ReadWriter, _, peer *net.TCPConn) {
 			go func() {
 				time.Sleep(20 * time.Millisecond)
 				peer.Write([]byte("late"))
@@ -89,12 +88,12 @@ func TestSameAsTCPConn(t *testing.T) {
 				t.Fatalf("Read = %q, %v; want \"late\", nil", buf[:n], err)
 			}
 		}},
-		{"an empty read reads nothing", func(t *testing.T, c endpoint, _, _ *net.TCPConn) {
+		{"an empty read reads nothing", func(t *testing.T, c io.ReadWriter, _, _ *net.TCPConn) {
 			if n, err := c.Read(nil); n != 0 || err != nil {
 				t.Fatalf("Read(nil) = %d, %v; want 0, nil", n, err)
 			}
 		}},
-		{"read deadline", func(t *testing.T, c endpoint, tc, _ *net.TCPConn) {
+		{"read deadline", func(t *testing.T, c io.ReadWriter, tc, _ *net.TCPConn) {
 			tc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 			n, err := c.Read(make([]byte, 8))
 			wantOpError(t, "read", n, err, os.ErrDeadlineExceeded)
@@ -103,19 +102,19 @@ func TestSameAsTCPConn(t *testing.T) {
 				t.Fatalf("Read error %v is not a net.Error timeout", err)
 			}
 		}},
-		{"read on a closed connection", func(t *testing.T, c endpoint, tc, _ *net.TCPConn) {
+		{"read on a closed connection", func(t *testing.T, c io.ReadWriter, tc, _ *net.TCPConn) {
 			tc.Close()
 			n, err := c.Read(make([]byte, 8))
 			wantOpError(t, "read", n, err, net.ErrClosed)
 		}},
-		{"read after the peer reset", func(t *testing.T, c endpoint, _, peer *net.TCPConn) {
+		{"read after the peer reset", func(t *testing.T, c io.ReadWriter, _, peer *net.TCPConn) {
 			peer.SetLinger(0)
 			peer.Close()
 			time.Sleep(20 * time.Millisecond)
 			n, err := c.Read(make([]byte, 8))
 			wantOpError(t, "read", n, err, syscall.ECONNRESET)
 		}},
-		{"a write larger than the socket buffers waits and writes it all", func(t *testing.T, c endpoint, tc, peer *net.TCPConn) {
+		{"a write larger than the socket buffers waits and writes it all", func(t *testing.T, c io.ReadWriter, tc, peer *net.TCPConn) {
 			// More than a loopback socket's send and receive buffers
 			// hold, so the write meets EAGAIN and waits.
 			big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB
@@ -132,7 +131,7 @@ func TestSameAsTCPConn(t *testing.T) {
 				t.Fatalf("the peer read %d bytes, not the %d written", len(b), len(big))
 			}
 		}},
-		{"write deadline while the peer does not read", func(t *testing.T, c endpoint, tc, _ *net.TCPConn) {
+		{"write deadline while the peer does not read", func(t *testing.T, c io.ReadWriter, tc, _ *net.TCPConn) {
 			big := make([]byte, 64<<20)
 			tc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 			n, err := c.Write(big)
@@ -141,7 +140,7 @@ func TestSameAsTCPConn(t *testing.T) {
 			}
 			wantOpError(t, "write", 0, err, os.ErrDeadlineExceeded)
 		}},
-		{"write after the peer reset", func(t *testing.T, c endpoint, _, peer *net.TCPConn) {
+		{"write after the peer reset", func(t *testing.T, c io.ReadWriter, _, peer *net.TCPConn) {
 			peer.SetLinger(0)
 			peer.Close()
 			time.Sleep(20 * time.Millisecond)
@@ -155,12 +154,12 @@ func TestSameAsTCPConn(t *testing.T) {
 			}
 			wantOpError(t, "write", 0, err, se.Err)
 		}},
-		{"an empty write writes nothing", func(t *testing.T, c endpoint, _, _ *net.TCPConn) {
+		{"an empty write writes nothing", func(t *testing.T, c io.ReadWriter, _, _ *net.TCPConn) {
 			if n, err := c.Write(nil); n != 0 || err != nil {
 				t.Fatalf("Write(nil) = %d, %v; want 0, nil", n, err)
 			}
 		}},
-		{"one goroutine reads while another writes", func(t *testing.T, c endpoint, _, peer *net.TCPConn) {
+		{"one goroutine reads while another writes", func(t *testing.T, c io.ReadWriter, _, peer *net.TCPConn) {
 			const rounds = 200
 			go io.Copy(peer, peer) // echo
 			done := make(chan error, 1)
