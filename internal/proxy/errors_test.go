@@ -358,14 +358,24 @@ func TestIdleCloseFoundBeforePOST(t *testing.T) {
 // whose connection turns out stale is sent again on a peeked one, so it
 // skips every other stale connection instead of failing on the second; a
 // POST, which is never sent twice, is only sent on a peeked connection.
+// The pool may hold more stale connections than a request is sent again
+// (maxStaleConns): 20 warm connections, with the next requests sent at
+// once or after every connection has sat past peekAfter (an upstream whose
+// keep-alive timeout ran out after a burst), are all skipped too.
 func TestUpstreamRestartUnderLoad(t *testing.T) {
-	for _, method := range []string{"GET", "POST"} {
-		t.Run(method, func(t *testing.T) { testUpstreamRestart(t, method) })
+	for _, tt := range []struct {
+		warm int
+		wait time.Duration
+	}{{4, 0}, {20, 0}, {20, 3 * peekAfter}} {
+		for _, method := range []string{"GET", "POST"} {
+			t.Run(fmt.Sprintf("%s/warm=%d/wait=%v", method, tt.warm, tt.wait), func(t *testing.T) {
+				testUpstreamRestart(t, method, tt.warm, tt.wait)
+			})
+		}
 	}
 }
 
-func testUpstreamRestart(t *testing.T, method string) {
-	const warm = 4
+func testUpstreamRestart(t *testing.T, method string, warm int, wait time.Duration) {
 	var (
 		mu      sync.Mutex
 		conns   []net.Conn
@@ -428,6 +438,7 @@ func testUpstreamRestart(t *testing.T, method string) {
 	if code, _ := do("GET", "/restart", ""); code != 200 {
 		t.Fatalf("GET /restart: %d", code)
 	}
+	time.Sleep(wait)
 	body := ""
 	if method == "POST" {
 		body = "order"

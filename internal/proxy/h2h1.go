@@ -48,7 +48,7 @@ func (s *stream) roundTripH1(out *http.Request, call *netCall) (*http.Response, 
 	now := s.wallStart()
 	uc := s.p.client(s.inst, now)
 	safe := safeMethod(s2b(out.Method))
-	stale := 0
+	stale, retries := 0, 0
 	for {
 		c, err := s.p.getChecked(uc, &stale, now, !safe || stale > 0)
 		if err != nil {
@@ -61,7 +61,8 @@ func (s *stream) roundTripH1(out *http.Request, call *netCall) (*http.Response, 
 		}
 		var se *staleError
 		if reused && safe && errors.As(err, &se) && call.ctx.Err() == nil {
-			if stale++; stale <= maxStaleConns {
+			if retries++; retries <= maxStaleConns {
+				stale++
 				continue
 			}
 		}

@@ -45,6 +45,8 @@ type upstreamClient struct {
 	lastUse atomic.Int64
 	conns   connSource
 	addr    string
+	// maxPooled is the most connections the pool holds (its MaxConns).
+	maxPooled int
 	// tls is the TLS configuration for the instance, nil for plain HTTP.
 	// WebSocket tunnels dial with it too.
 	tls *tls.Config
@@ -120,11 +122,16 @@ func (p *Proxy) newClient(k clientKey) *upstreamClient {
 		NoDefaultUserAgentHeader: true,
 		DisablePathNormalizing:   true,
 	}
+	maxPooled := o.MaxConnsPerHost
+	if maxPooled <= 0 {
+		maxPooled = fasthttp.DefaultMaxConnsPerHost
+	}
 	return &upstreamClient{
-		hc:    hc,
-		conns: newConnPool(hc.AcquireConn, hc.ReleaseConn, hc.CloseConn),
-		addr:  k.addr,
-		tls:   tlsConf,
+		hc:        hc,
+		conns:     newConnPool(hc.AcquireConn, hc.ReleaseConn, hc.CloseConn),
+		addr:      k.addr,
+		tls:       tlsConf,
+		maxPooled: maxPooled,
 	}
 }
 
@@ -572,11 +579,14 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 // restarts, every pooled connection is). A connection with stray bytes is
 // a protocol violation, and either kind is closed. Nothing was sent on it,
 // so any request may go on another one; *stale counts the connections a
-// request has dropped so (a dropped stale one included), up to
-// maxStaleConns, in case every pooled one is bad. now is the real clock
-// (fasthttp stamps a connection's release with it), read by the caller.
+// request has dropped. Every pooled connection may be bad (an upstream
+// whose keep-alive timeout is shorter than the pool's idle timeout closes
+// them all after a burst), so the dropping goes on until a good one or a
+// new one comes out: each dropped connection has left the pool for good,
+// and the pool holds at most maxPooled. now is the real clock (fasthttp
+// stamps a connection's release with it), read by the caller.
 func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time, always bool) (upstreamConn, error) {
-	for {
+	for dropped := 0; ; {
 		c, err := uc.conns.get()
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, err)
@@ -593,7 +603,10 @@ func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time, always
 		if errors.Is(perr, errStrayBytes) {
 			p.violation(violationIdleBytes)
 		}
-		if *stale++; *stale > maxStaleConns {
+		*stale++
+		// The bound only stops a pool refilled with bad connections as
+		// fast as they are dropped.
+		if dropped++; dropped > uc.maxPooled {
 			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, perr)
 		}
 	}
@@ -617,8 +630,9 @@ func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time, always
 // answer wakes the wait whatever came before it.
 const peekAfter = 10 * time.Millisecond
 
-// maxStaleConns bounds how many pooled connections a request discards
-// because they were closed or sent stray bytes while idle.
+// maxStaleConns bounds how many times a safe request is sent again after
+// its connection turned out stale when used (closed or reset before any
+// answer), not how many pooled connections getChecked drops unused.
 const maxStaleConns = 8
 
 // keepUpstreamWriteDeadline keeps the upstream write deadline at
