@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/netip"
@@ -120,6 +121,56 @@ func FuzzHeaderWithoutDate(f *testing.F) {
 		}
 		if d := h.Peek(fasthttp.HeaderDate); len(d) > 0 || isInterim(h.StatusCode()) {
 			t.Fatalf("headerWithoutDate(%q) is true, but fasthttp reads status %d with Date %q", b, h.StatusCode(), d)
+		}
+	})
+}
+
+// errMoreWanted is what moreReader returns once its bytes are read.
+var errMoreWanted = errors.New("read past the buffered bytes")
+
+// moreReader yields b, then errMoreWanted, as an upstream connection whose
+// next bytes have not arrived (its read deadline) would.
+type moreReader struct{ b []byte }
+
+func (r *moreReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, errMoreWanted
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// FuzzFinalHeadBuffered: finalHeadBuffered may only say a buffered
+// upstream header is whole and final when fasthttp reads it without asking
+// for more bytes, and finds no interim status (or refuses it); anything
+// else is read under the full header timeout.
+func FuzzFinalHeadBuffered(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Le",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+		"HTTP/1.1 200 OK\nContent-Length: 0\n\n",
+		"HTTP/1.1 200 OK\r\nX: a\r\n\r\n\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		br := bufio.NewReaderSize(&moreReader{b: b}, 4096)
+		_, _ = br.Peek(min(len(b), 4096))
+		if !finalHeadBuffered(br) {
+			return
+		}
+		var h fasthttp.ResponseHeader
+		err := h.Read(bufio.NewReader(&moreReader{b: b[:br.Buffered()]}))
+		if err != nil && strings.Contains(err.Error(), errMoreWanted.Error()) {
+			t.Fatalf("finalHeadBuffered(%q) is true, but fasthttp wants more: %v", b, err)
+		}
+		if err == nil && isInterim(h.StatusCode()) {
+			t.Fatalf("finalHeadBuffered(%q) is true, but fasthttp reads interim status %d", b, h.StatusCode())
 		}
 	})
 }

@@ -436,3 +436,75 @@ func TestHeaderTimeoutStartsWhenSent(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseHeaderInParts: the response header timeout bounds the whole
+// header, however it is split. A header whose first bytes come at once and
+// the rest a while later (a status line flushed early, a large header over
+// a slow link, an interim response and then the final one) is waited for
+// up to ResponseHeaderTimeout, not cut at the first wait's end (watchDelay);
+// a header that stops in the middle gets 504 after the timeout, and one
+// whose upstream closes in the middle gets 502.
+func TestResponseHeaderInParts(t *testing.T) {
+	const gap, timeout = 3 * watchDelay, 12 * watchDelay
+	final := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	parts := map[string][]string{
+		"/status-line":   {"HTTP/1.1 200 OK\r\n", final[len("HTTP/1.1 200 OK\r\n"):]},
+		"/mid-field":     {final[:25], final[25:]},
+		"/continue":      {"HTTP/1.1 100 Continue\r\n\r\n", final},
+		"/early-hints":   {"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n", final},
+		"/two-gaps":      {final[:10], final[10:30], final[30:]},
+		"/stop-then-eof": {"HTTP/1.1 200 OK\r\nContent-Le"},
+		"/stop":          {"HTTP/1.1 200 OK\r\nContent-Le"},
+	}
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			for i, p := range parts[req.URL.Path] {
+				if i > 0 {
+					time.Sleep(gap)
+				}
+				if _, err := io.WriteString(c, p); err != nil {
+					return
+				}
+			}
+			switch req.URL.Path {
+			case "/stop-then-eof":
+				time.Sleep(gap)
+				c.Close()
+				return
+			case "/stop":
+				time.Sleep(2 * timeout) // silent past the header timeout
+				return
+			}
+		}
+	})
+	_, addr := startProxy(t, Options{ResponseHeaderTimeout: timeout}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	for _, tt := range []struct {
+		path string
+		code int
+		body string
+	}{
+		{"/status-line", 200, "ok"},
+		{"/mid-field", 200, "ok"},
+		{"/continue", 200, "ok"},
+		{"/early-hints", 200, "ok"},
+		{"/two-gaps", 200, "ok"},
+		{"/stop-then-eof", 502, ""},
+		{"/stop", 504, ""},
+	} {
+		t.Run(tt.path[1:], func(t *testing.T) {
+			start := time.Now()
+			resp, body := rawExchange(t, addr, "GET", "GET "+tt.path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+			took := time.Since(start)
+			if resp.StatusCode != tt.code || (tt.code == 200 && body != tt.body) {
+				t.Errorf("%d %q after %v, want %d %q", resp.StatusCode, body, took, tt.code, tt.body)
+			}
+			if tt.code == 504 && took < timeout {
+				t.Errorf("504 after %v, before the %v header timeout", took, timeout)
+			}
+		})
+	}
+}

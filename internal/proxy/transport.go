@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -781,7 +782,10 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 		_, err = br.Peek(1)
 	}
 	watching := false
-	if err != nil && watchDelay < timeout && isTimeout(err) {
+	if watchDelay < timeout && (err == nil && !finalHeadBuffered(br) || err != nil && isTimeout(err)) {
+		// The upstream is slow to answer, or its header came in part (or
+		// after an interim response): the rest of it is read under the
+		// full timeout, not the first wait's.
 		watching = ex.watch(ctx, conn)
 		if err = ex.setUpstreamReadDeadline(conn, start.Add(timeout)); err == nil {
 			_, err = br.Peek(1)
@@ -834,6 +838,21 @@ func armHeaderDeadline(conn net.Conn, up *upstreamTCP, start time.Time, timeout 
 	}
 	return conn.SetReadDeadline(d)
 }
+
+// finalHeadBuffered reports whether br holds a whole response header that
+// is not an interim (1xx) one: what readResponse can read without waiting.
+// A header whose lines end in a bare LF, or that does not start with
+// "HTTP/", counts as incomplete, which only means it is read under the
+// full header timeout.
+func finalHeadBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return len(b) > len("HTTP/1.1 ") && bytes.HasPrefix(b, httpSlash) && b[len("HTTP/1.1 ")] != '1' &&
+		bytes.Contains(b, crlfCRLF)
+}
+
+var httpSlash = []byte("HTTP/")
+
+var crlfCRLF = []byte("\r\n\r\n")
 
 // maxInlineBody is the largest response body that is copied into the
 // client's response, when it has arrived together with its header, instead
