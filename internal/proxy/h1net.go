@@ -110,6 +110,9 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	ex.sent = true
 	resp, err := p.netTransport(pool).RoundTrip(out)
 	call.answered()
+	if err == nil {
+		err = unrelayableStatus(resp)
+	}
 	if nu.body != nil {
 		nu.body.collect(&ex.flow)
 	}

@@ -384,6 +384,9 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		resp, err = s.p.netTransport(pool).RoundTrip(out)
 	}
 	call.answered()
+	if err == nil {
+		err = unrelayableStatus(resp)
+	}
 	if s.body != nil {
 		s.body.collect(&s.flow)
 	}

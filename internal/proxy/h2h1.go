@@ -135,6 +135,24 @@ var errResponseHeaderTooLarge = errors.New("upstream response header too large")
 // upgrade (an HTTP/2 client cannot).
 var errSwitchedProtocols = errors.New("upstream switched protocols unasked")
 
+// unrelayableStatus returns the error for a response that no client may
+// be given, and closes its body: a status below 100 (errInvalidStatus), or
+// 101 (errSwitchedProtocols) on a path that carries no upgrade. It returns
+// nil for any other.
+func unrelayableStatus(resp *http.Response) error {
+	var err error
+	switch {
+	case resp.StatusCode < 100:
+		err = fmt.Errorf("%w %03d", errInvalidStatus, resp.StatusCode)
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		err = errSwitchedProtocols
+	default:
+		return nil
+	}
+	_ = resp.Body.Close()
+	return err
+}
+
 // readResponseH1 reads the final response to req from br: interim (1xx)
 // responses are skipped, as net/http's Transport skips them, up to
 // maxInterimResponses; each header must fit in br (headerFits).
@@ -148,10 +166,9 @@ func readResponseH1(br *bufio.Reader, req *http.Request) (*http.Response, error)
 			return nil, err
 		}
 		switch {
-		case resp.StatusCode == http.StatusSwitchingProtocols:
-			_ = resp.Body.Close()
-			return nil, errSwitchedProtocols
-		case resp.StatusCode >= 200 || resp.StatusCode < 100:
+		case resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode < 100:
+			return nil, unrelayableStatus(resp)
+		case resp.StatusCode >= 200:
 			return resp, nil
 		}
 		if i >= maxInterimResponses {

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -477,5 +478,47 @@ func TestReportedHeaders(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("no OnDone")
 		}
+	}
+}
+
+// TestUnrelayableStatus: an upstream status below 100 ("099", which would
+// go out as the two-digit "99") and a 101 to a request that asked for no
+// upgrade (after which the upstream no longer speaks HTTP) are 502s, with
+// the upstream connection closed, on every path: HTTP/1.1 and HTTP/2
+// clients, with and without a body, and an upgrade answered 099. The next
+// request is answered normally.
+func TestUnrelayableStatus(t *testing.T) {
+	u := newRawUpstream(t, map[string]string{
+		"/s099": "HTTP/1.1 099 OK\r\nContent-Length: 2\r\n\r\nok",
+		"/s101": "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nRAW",
+		"/ok":   "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+	}, nil)
+	d := staticDecider{Rule: "r", Group: "stable", Target: poolOf("raw", u.ln.Addr().String())}
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	h1, h2 := httpClient(t), h2cClient(t)
+	for _, path := range []string{"/s099", "/s101"} {
+		for _, tt := range []struct {
+			name   string
+			c      *http.Client
+			method string
+			body   string
+		}{
+			{"h1 GET", h1, "GET", ""},
+			{"h1 POST", h1, "POST", "order"},
+			{"h2 GET", h2, "GET", ""},
+			{"h2 POST", h2, "POST", "order"},
+		} {
+			if st, b := fetch(t, tt.c, tt.method, "http://"+addr+path, tt.body); st != http.StatusBadGateway {
+				t.Errorf("%s %s: %d %q, want 502", tt.name, path, st, b)
+			}
+			if st, b := fetch(t, tt.c, tt.method, "http://"+addr+"/ok", tt.body); st != 200 || b != "ok" {
+				t.Errorf("%s /ok after %s: %d %q, want 200 \"ok\"", tt.name, path, st, b)
+			}
+		}
+	}
+	resp, _ := rawExchange(t, addr, "GET", "GET /s099 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("an upgrade answered 099: %d, want 502", resp.StatusCode)
 	}
 }

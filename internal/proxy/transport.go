@@ -930,6 +930,14 @@ func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, br *bufio.Reader) err
 func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
 	out := &ctx.Response.Header
 	status := out.StatusCode()
+	switch {
+	case status < 100:
+		return fmt.Errorf("%w %03d", errInvalidStatus, status)
+	case status == fasthttp.StatusSwitchingProtocols:
+		// This path carries no upgrade (serveUpgrade does): what follows
+		// a 101 is not HTTP, and the client asked for nothing else.
+		return errSwitchedProtocols
+	}
 	ex.status = status
 	if b2s(ex.method) == fasthttp.MethodHead || !hasBody(status) {
 		return nil
@@ -945,6 +953,10 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) erro
 	r.StreamBody = true
 	return r.ReadBody(br, 0)
 }
+
+// errInvalidStatus is a response status below 100 ("099"), which RFC 9110
+// section 15 calls invalid and which would go out as a two-digit status.
+var errInvalidStatus = errors.New("upstream sent invalid status")
 
 // isInterim reports whether a response status is informational, other than
 // 101 Switching Protocols, which is final.

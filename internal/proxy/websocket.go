@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -68,6 +69,9 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 	}
 	status := out.Header.StatusCode()
 	ex.status = status
+	if err == nil && status < 100 {
+		err = fmt.Errorf("%w %03d", errInvalidStatus, status)
+	}
 	if err == nil && status != fasthttp.StatusSwitchingProtocols && b2s(ex.method) != fasthttp.MethodHead && hasBody(status) {
 		ex.resp.Header.SetStatusCode(status)
 		ex.resp.Header.SetContentLength(out.Header.ContentLength())
