@@ -86,15 +86,7 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 			ex.upBody = ex.resp.BodyStream()
 		}
 	}
-	if ex.mirror != mirrorOff {
-		ex.keepMirrorResponse(out.StatusCode(), out.All())
-	}
-	ex.filterResponseHeader(out)
-	ex.setDecisionHeaders(out)
-	ex.addVia(out)
-	if !ex.dated {
-		ensureDate(out)
-	}
+	ex.completeHeader(out)
 	out.SetConnectionClose()
 	chunked := false
 	switch {

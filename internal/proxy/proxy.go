@@ -327,6 +327,7 @@ type exchange struct {
 	dated     bool
 	streaming bool // respBody, a tunnel or a hijacked response owns the exchange
 	hijacked  bool // the response is written by respondHijacked
+	completed bool // completeHeader has run
 	interim   []byte
 	// hijackedConn is the client connection respondHijacked writes to.
 	hijackedConn net.Conn
@@ -408,7 +409,7 @@ func (ex *exchange) reset() {
 	ex.resp.Reset()
 	ex.head, ex.bodyKind, ex.sendBody, ex.expect, ex.upWDL = ex.head[:0], bodyNone, nil, false, 0
 	ex.up, ex.br, ex.upBody, ex.upRDL, ex.upClose, ex.noReuse = nil, nil, nil, 0, false, false
-	ex.inline, ex.dated = -1, false
+	ex.inline, ex.dated, ex.completed = -1, false, false
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
 	ex.upEOF = false
 	ex.net, ex.netOut = nil, nil
@@ -537,22 +538,33 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	return p.respond(ctx, ex), nil
 }
 
+// completeHeader does to the final response header read from the upstream
+// what the gateway owes the client (the fields it must not pass on
+// removed, the decision headers, Via and a Date added), once per exchange:
+// respond and the hijacked writer both call it.
+func (ex *exchange) completeHeader(out *fasthttp.ResponseHeader) {
+	if ex.completed {
+		return
+	}
+	ex.completed = true
+	if ex.mirror != mirrorOff {
+		ex.keepMirrorResponse(out.StatusCode(), out.All())
+	}
+	ex.filterResponseHeader(out)
+	ex.setDecisionHeaders(out)
+	ex.addVia(out)
+	if !ex.dated {
+		ensureDate(out)
+	}
+}
+
 // respond completes the response header read from the upstream and hands
 // the body to fasthttp: copied when it came with the header, streamed
 // otherwise. It returns true when the body is streamed, in which case
 // respBody finishes the exchange.
 func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	out := &ctx.Response
-	if ex.mirror != mirrorOff {
-		ex.keepMirrorResponse(out.Header.StatusCode(), out.Header.All())
-	}
-	ex.filterResponseHeader(&out.Header)
-	ex.setDecisionHeaders(&out.Header)
-	ex.addVia(&out.Header)
-	if !ex.dated {
-		ensureDate(&out.Header)
-	}
-
+	ex.completeHeader(&out.Header)
 	if ex.inline >= 0 {
 		// A small body that came with the header: copied, and the upstream
 		// connection goes back now.
@@ -567,9 +579,15 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	}
 	if !ex.resp.IsBodyStream() {
 		// HEAD, 1xx, 204 and 304 have no body; the header keeps the length
-		// (or chunked coding) the upstream announced for it.
+		// (or chunked coding) the upstream announced for it, but an
+		// HTTP/1.0 client is never sent Transfer-Encoding (RFC 9112
+		// section 6.1).
 		if out.Header.ContentLength() == -1 {
-			out.Header.SetContentLength(-1)
+			if ctx.Request.Header.IsHTTP11() {
+				out.Header.SetContentLength(-1)
+			} else {
+				out.Header.SetContentLength(-2)
+			}
 		}
 		out.SkipBody = true
 		ex.respEnded = true

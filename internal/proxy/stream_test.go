@@ -288,6 +288,29 @@ func TestChunked(t *testing.T) {
 		if len(resp.TransferEncoding) != 0 || !strings.HasSuffix(body, ";end") {
 			t.Errorf("Transfer-Encoding %q body %q, want no coding and the whole body", resp.TransferEncoding, body)
 		}
+		// The gateway's own fields once each (the hijacked writer that
+		// delimits the body by the close added them a second time).
+		for _, k := range []string{"Via", "X-Request-Id", "X-Gray-Group", "Date"} {
+			if v := resp.Header.Values(k); len(v) != 1 {
+				t.Errorf("%s: %q, want one", k, v)
+			}
+		}
+	})
+	t.Run("HTTP/1.0 HEAD gets no Transfer-Encoding", func(t *testing.T) {
+		// An upstream that answers HEAD with the chunked coding its GET
+		// would have.
+		u := newRawUpstream(t, map[string]string{"/": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"}, nil)
+		_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("raw", u.ln.Addr().String())})
+		for _, version := range []string{"1.0", "1.1"} {
+			c := dialBounded(t, addr, 10*time.Second)
+			fmt.Fprintf(c, "HEAD / HTTP/%s\r\nHost: a\r\nConnection: close\r\n\r\n", version)
+			head, _ := io.ReadAll(c) // the answer, then the close
+			c.Close()
+			te := strings.Contains(strings.ToLower(string(head)), "transfer-encoding: chunked")
+			if !strings.HasPrefix(string(head), "HTTP/1.1 200 ") || te != (version == "1.1") {
+				t.Errorf("answer to an HTTP/%s HEAD:\n%s\nwant 200, with the upstream's chunked coding only for HTTP/1.1 (RFC 9112 section 6.1)", version, head)
+			}
+		}
 	})
 	t.Run("streamed body of unknown length", func(t *testing.T) {
 		const n = 3 << 20
