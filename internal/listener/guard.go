@@ -157,6 +157,19 @@ func (g *Guard) InBody() bool {
 	return false
 }
 
+// MidRequest reports whether part of a request has been read and not all
+// of it: its head or its body is still to come, or the Guard refused it
+// (the client may still be sending what follows). Tunnels are not.
+func (g *Guard) MidRequest() bool {
+	switch g.state {
+	case stStart:
+		return len(g.carry) > 0
+	case stTunnel:
+		return false
+	}
+	return true
+}
+
 // Tunnel reports whether the connection has stopped carrying HTTP/1.1
 // requests (a WebSocket handshake or CONNECT was read).
 func (g *Guard) Tunnel() bool { return g.state == stTunnel }

@@ -260,27 +260,30 @@ func FuzzGuardFraming(f *testing.F) {
 }
 
 // TestGuardBetween checks that Between holds only when whole requests have
-// been read and nothing of the next, whatever the framing of the last.
+// been read and nothing of the next, whatever the framing of the last, and
+// that MidRequest (a close must linger) holds when part of a request has
+// been read, or a refused one may still be arriving, and not in a tunnel.
 func TestGuardBetween(t *testing.T) {
 	get := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
 	tests := []struct {
-		name string
-		in   string
-		want bool
+		name      string
+		in        string
+		want, mid bool
 	}{
-		{"nothing read yet", "", false},
-		{"half a request line", "GET / HT", false},
-		{"a head without its end", "GET / HTTP/1.1\r\nHost: a\r\n", false},
-		{"one whole GET", get, true},
-		{"two whole GETs", get + get, true},
-		{"a GET and part of the next", get + "GET /b", false},
-		{"a POST before its body", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", false},
-		{"a POST with part of its body", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nab", false},
-		{"a whole POST", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", true},
-		{"a chunked POST before its last chunk", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", false},
-		{"a whole chunked POST", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true},
-		{"a WebSocket handshake (a tunnel follows)", "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false},
-		{"a refused request", "GET / HTTP/1.1\nHost: a\r\n\r\n", false},
+		{"nothing read yet", "", false, false},
+		{"half a request line", "GET / HT", false, true},
+		{"a head without its end", "GET / HTTP/1.1\r\nHost: a\r\n", false, true},
+		{"one whole GET", get, true, false},
+		{"two whole GETs", get + get, true, false},
+		{"a GET and part of the next", get + "GET /b", false, true},
+		{"a POST before its body", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", false, true},
+		{"a POST with part of its body", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nab", false, true},
+		{"a whole POST", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", true, false},
+		{"a chunked POST before its last chunk", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", false, true},
+		{"a whole chunked POST", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true, false},
+		{"a WebSocket handshake (a tunnel follows)", "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false, false},
+		{"a refused request", "GET / HTTP/1.1\nHost: a\r\n\r\n", false, true},
+		{"a refused version", "POST / HTTP/2.0\r\nHost: a\r\nContent-Length: 3\r\n\r\n", false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,6 +291,9 @@ func TestGuardBetween(t *testing.T) {
 			g.Scan([]byte(tt.in))
 			if got := g.Between(); got != tt.want {
 				t.Fatalf("after %q: Between() = %v, want %v", tt.in, got, tt.want)
+			}
+			if got := g.MidRequest(); got != tt.mid {
+				t.Fatalf("after %q: MidRequest() = %v, want %v", tt.in, got, tt.mid)
 			}
 		})
 	}

@@ -150,9 +150,9 @@ type Conn struct {
 	err     error       // the Guard's refusal (*Error), returned by every later Read
 	tunnel  atomic.Bool // a WebSocket or CONNECT tunnel was opened
 	pending []byte      // tunnel bytes read together with its head
-	// bodyDue mirrors guard.InBody() after every Read, for Close, which
-	// may run on another goroutine.
-	bodyDue atomic.Bool
+	// midRequest mirrors guard.MidRequest() after every Read, for Close,
+	// which may run on another goroutine.
+	midRequest atomic.Bool
 	closing atomic.Bool // Close began a lingering close
 	// Deadlines armed on the connection, in Unix nanoseconds (0: none).
 	rdl, wdl atomic.Int64
@@ -274,8 +274,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.read(p)
 	if n > 0 {
 		good, gerr := c.guard.Scan(p[:n])
-		if due := c.guard.InBody(); due != c.bodyDue.Load() {
-			c.bodyDue.Store(due)
+		if mid := c.guard.MidRequest(); mid != c.midRequest.Load() {
+			c.midRequest.Store(mid)
 		}
 		switch {
 		case gerr != nil:
@@ -300,9 +300,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 // Close closes the connection. One closed while the client may still be
-// sending a request body (the answer came before the body was read: a
-// refused Expect: 100-continue, an early 401 or 413) closes lingering, as
-// nginx's lingering_close and Go's net/http do. Closing a socket with
+// sending a request (the answer came before the body was read: a refused
+// Expect: 100-continue, an early 401 or 413; a head refused with 400, 431
+// or 505 while its body or the rest of it is on its way; the next
+// pipelined request's first bytes after a Connection: close) closes
+// lingering, as nginx's lingering_close and Go's net/http do. Closing a socket with
 // unread bytes makes the kernel send a reset, which can destroy the answer
 // before the client reads it; so the write side is shut down first (the
 // answer, then FIN), and what the client still sends is read and dropped
@@ -310,7 +312,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 // of its own. At most maxLingering connections linger at once; beyond
 // that, Close closes at once.
 func (c *Conn) Close() error {
-	if !c.bodyDue.Load() || c.tunnel.Load() || !c.closing.CompareAndSwap(false, true) {
+	if !c.midRequest.Load() || c.tunnel.Load() || !c.closing.CompareAndSwap(false, true) {
 		return c.Conn.Close()
 	}
 	select {
