@@ -153,7 +153,7 @@ type Conn struct {
 	// midRequest mirrors guard.MidRequest() after every Read, for Close,
 	// which may run on another goroutine.
 	midRequest atomic.Bool
-	closing atomic.Bool // Close began a lingering close
+	closing    atomic.Bool // Close began a lingering close
 	// Deadlines armed on the connection, in Unix nanoseconds (0: none).
 	rdl, wdl atomic.Int64
 	// The read deadline asked for (0: none), and how much earlier than it
