@@ -304,13 +304,13 @@ func (c *Conn) Read(p []byte) (int, error) {
 // Expect: 100-continue, an early 401 or 413; a head refused with 400, 431
 // or 505 while its body or the rest of it is on its way; the next
 // pipelined request's first bytes after a Connection: close) closes
-// lingering, as nginx's lingering_close and Go's net/http do. Closing a socket with
-// unread bytes makes the kernel send a reset, which can destroy the answer
-// before the client reads it; so the write side is shut down first (the
-// answer, then FIN), and what the client still sends is read and dropped
-// until it closes, for at most LingerTime and LingerBytes, on a goroutine
-// of its own. At most maxLingering connections linger at once; beyond
-// that, Close closes at once.
+// lingering, as nginx's lingering_close and Go's net/http do. Closing a
+// socket with unread bytes makes the kernel send a reset, which can
+// destroy the answer before the client reads it; so the write side is
+// shut down first (the answer, then FIN), and what the client still sends
+// is read and dropped until it closes, for at most LingerTime and
+// LingerBytes, on a goroutine of its own. At most maxLingering connections
+// linger at once; beyond that, Close closes at once.
 func (c *Conn) Close() error {
 	if !c.midRequest.Load() || c.tunnel.Load() || !c.closing.CompareAndSwap(false, true) {
 		return c.Conn.Close()
