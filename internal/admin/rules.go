@@ -122,6 +122,23 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 	return r, reason, err
 }
 
+// parseDryRun reads the dry_run query parameter: absent is false, and a
+// present one must be a boolean ("1", "true", "0", "false", ...). Any other
+// value is an error rather than a write: an operator who meant a dry run
+// must never change what is served by a typo.
+func parseDryRun(r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	if !q.Has("dry_run") {
+		return false, nil
+	}
+	v := q.Get("dry_run")
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, strict.Errorf("dry_run", "must be true or false (1 or 0), got %q", v)
+	}
+	return b, nil
+}
+
 func changeReason(r *http.Request, bodyReason string) string {
 	if h := r.Header.Get("X-Change-Reason"); h != "" {
 		return h
@@ -140,6 +157,11 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
 		return
 	}
+	dryRun, err := parseDryRun(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid query; rule %q was not changed", key), strict.Fields(err))
+		return
+	}
 	body, ok := readBody(w, r)
 	if !ok {
 		return
@@ -156,7 +178,7 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	canonical, _ := json.Marshal(rl)
 	change := Change{Key: key, Rule: canonical}
-	if dry := r.URL.Query().Get("dry_run"); dry == "1" || dry == "true" {
+	if dryRun {
 		if err := s.opts.Commit(r.Context(), change, nil); err != nil {
 			s.commitError(w, fmt.Sprintf("rule %q", key), "", err)
 			return

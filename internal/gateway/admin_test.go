@@ -107,6 +107,24 @@ func TestDryRunAndLimits(t *testing.T) {
 	if a, _ := e.get("/", "X-User-Id", "1"); a.group != "default" {
 		t.Errorf("dry run applied the rule: %+v", a)
 	}
+	// A dry_run that is not a boolean is refused, never taken for a write.
+	for _, v := range []string{"yes", "on", ""} {
+		code, out := e.api("PUT", "/api/v1/rules/k?dry_run="+v, grayRule(100))
+		if code != 400 || !strings.Contains(fmt.Sprint(out["details"]), "dry_run") || !strings.Contains(fmt.Sprint(out["details"]), fmt.Sprintf("%q", v)) {
+			t.Errorf("dry_run=%s: %d %v, want 400 naming dry_run and the value", v, code, out)
+		}
+	}
+	if code, _ := e.api("GET", "/api/v1/rules/k", nil); code != 404 {
+		t.Errorf("a refused dry_run stored the rule")
+	}
+	// A tag that would break the X-Gray-Tag header is refused by path.
+	code, out = e.api("PUT", "/api/v1/rules/k", `{"type":"gray","gray_percent":100,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"a\r\nX-Evil: 1"}}`)
+	if code != 400 || !strings.Contains(fmt.Sprint(out["details"]), "target_tags.gray") {
+		t.Errorf("a tag with CR LF: %d %v, want 400 naming target_tags.gray", code, out)
+	}
+	if a, _ := e.get("/", "X-User-Id", "1"); a.group != "default" {
+		t.Errorf("a refused rule is served: %+v", a)
+	}
 	big := `{"type":"gray","gray_percent":1,"targets":{"gray":"gray","stable":"stable"},"rule_name":"` + strings.Repeat("x", 1<<20) + `"}`
 	if code, _ := e.api("PUT", "/api/v1/rules/k", big); code != 413 {
 		t.Errorf("1 MiB body = %d, want 413", code)

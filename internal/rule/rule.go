@@ -133,6 +133,28 @@ type Targets struct {
 	Stable string `json:"stable"`
 }
 
+// headerValue checks a value the gateway writes into a header (a group
+// name goes out in X-Gray-Group and, by default, X-Gray-Tag; a tag in
+// X-Gray-Tag): at most 256 bytes of visible characters and inner spaces
+// (RFC 9110 section 5.5), so that no control character (CR, LF, NUL) can
+// end the field early or inject another one, and no space at either end
+// is trimmed away by the reader. An empty v is left to the caller.
+func headerValue(path, v string) error {
+	const maxLen = 256
+	if len(v) > maxLen {
+		return strict.Errorf(path, "is %d bytes; at most %d are allowed", len(v), maxLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return strict.Errorf(path, "must not contain control characters (it goes out in a header), got %q", v)
+		}
+	}
+	if v != "" && (v[0] == ' ' || v[len(v)-1] == ' ') {
+		return strict.Errorf(path, "must not start or end with a space (it goes out in a header), got %q", v)
+	}
+	return nil
+}
+
 // TargetTags are a gray rule's coloring values.
 type TargetTags struct {
 	Gray   string `json:"gray,omitempty"`
@@ -299,6 +321,13 @@ func (r *Rule) validateGray() []error {
 			errs = append(errs, err)
 		}
 	}
+	if t := r.TargetTags; t != nil {
+		for _, f := range []struct{ path, v string }{{"target_tags.gray", t.Gray}, {"target_tags.stable", t.Stable}} {
+			if err := headerValue(f.path, f.v); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	if r.ExperimentID != "" {
 		add("experiment_id", "is only for ab rules")
 	}
@@ -391,10 +420,15 @@ func (r *Rule) validateAB() []error {
 		p := strict.Index("groups", i)
 		if g.Name == "" {
 			add(p+".name", "is required")
+		} else if err := headerValue(p+".name", g.Name); err != nil {
+			errs = append(errs, err)
 		} else if j, dup := seen[g.Name]; dup {
 			add(p+".name", "duplicates groups[%d].name %q", j, g.Name)
 		} else {
 			seen[g.Name] = i
+		}
+		if err := headerValue(p+".tag", g.Tag); err != nil {
+			errs = append(errs, err)
 		}
 		if g.Weight < 0 || g.Weight > 100 {
 			add(p+".weight", "must be 0..100, got %d", g.Weight)

@@ -134,6 +134,11 @@ func TestValidationErrors(t *testing.T) {
 			[]string{"layer: must match"}},
 		{"layer on a gray rule", `{"key":"a","type":"gray","layer":"checkout","layer_range":[0,10],"gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
 			[]string{"layer: is only for ab rules", "layer_range: is only for ab rules"}},
+		{"tags that would break a header", `{"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"},"target_tags":{"gray":"a\r\nX-Evil: 1","stable":" v1"}}`,
+			[]string{`target_tags.gray: must not contain control characters (it goes out in a header), got "a\r\nX-Evil: 1"`,
+				`target_tags.stable: must not start or end with a space (it goes out in a header), got " v1"`}},
+		{"group name and tag that would break a header", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A\nX: 1","weight":50,"target":"h:1"},{"name":"B","tag":"t\u0000","weight":50,"target":"h:2"}]}`,
+			[]string{`groups[0].name: must not contain control characters`, `groups[1].tag: must not contain control characters`}},
 		{"bad conditions", `{"key":"a","type":"gray","gray_percent":1,"conditions":{"path_prefix":["api"],"ua_contains":[""]},"targets":{"gray":"h:1","stable":"h:2"}}`,
 			[]string{`conditions.path_prefix[0]: must start with "/"`, "conditions.ua_contains[0]: must not be empty"}},
 	}
