@@ -8,6 +8,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -274,7 +275,7 @@ type Proxy struct {
 	// for its next request (default 75s).
 	ClientIdleTimeout *Duration `json:"client_idle_timeout,omitempty"`
 	// MaxHeaderBytes bounds a request line plus header, and a trailer
-	// section (default 16384); larger gets 431.
+	// section (default 16384, at most MaxHeaderBytes); larger gets 431.
 	MaxHeaderBytes  int `json:"max_header_bytes,omitempty"`
 	MaxConnsPerHost int `json:"max_conns_per_host,omitempty"`
 	// AllowUnderscoresInHeaders forwards request header fields whose
@@ -284,6 +285,13 @@ type Proxy struct {
 	// (default true).
 	Via *bool `json:"via,omitempty"`
 }
+
+// The bounds of proxy.max_header_bytes: every client connection gets a
+// read buffer of that size.
+const (
+	MinHeaderBytes = 1 << 10
+	MaxHeaderBytes = 1 << 20
+)
 
 // AccessLog configures the JSON access log.
 type AccessLog struct {
@@ -827,7 +835,7 @@ func (c *Config) Validate() error {
 			add(strict.Index("trusted_proxies", i), "%v", err)
 		}
 	}
-	names := map[string]int{}
+	names, secrets := map[string]int{}, map[string]int{}
 	for i, t := range c.Admin.Tokens {
 		p := strict.Index("admin.tokens", i)
 		if t.Name == "" {
@@ -846,12 +854,23 @@ func (c *Config) Validate() error {
 		if t.Role != "admin" && t.Role != "viewer" && t.Role != "events" {
 			add(p+".role", "must be \"admin\", \"viewer\" or \"events\", got %q", t.Role)
 		}
+		// Two entries with one secret: a request would carry the first
+		// one's name and role, and the second would never apply. The
+		// secret itself is not echoed.
+		if v := cmp.Or(t.Token, os.Getenv(t.TokenEnv)); v != "" {
+			if j, dup := secrets[v]; dup {
+				add(p, "has the same secret as admin.tokens[%d] (%q); each token must be distinct", j, c.Admin.Tokens[j].Name)
+			} else {
+				secrets[v] = i
+			}
+		}
 	}
 	if err := c.Identity.Validate("identity"); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Proxy.MaxHeaderBytes < 0 {
-		add("proxy.max_header_bytes", "must not be negative, got %d", c.Proxy.MaxHeaderBytes)
+	if n := c.Proxy.MaxHeaderBytes; n != 0 && (n < MinHeaderBytes || n > MaxHeaderBytes) {
+		// Each client connection gets a read buffer of this size.
+		add("proxy.max_header_bytes", "must be %d..%d (1 KiB..1 MiB; 0 is the default, 16384), got %d", MinHeaderBytes, MaxHeaderBytes, n)
 	}
 	if c.Proxy.MaxConnsPerHost < 0 {
 		add("proxy.max_conns_per_host", "must not be negative, got %d", c.Proxy.MaxConnsPerHost)

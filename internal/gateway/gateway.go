@@ -37,6 +37,7 @@ import (
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/tracing"
 	"github.com/graygate/graygate/internal/traffic"
 	"github.com/graygate/graygate/internal/upstream"
@@ -410,7 +411,13 @@ func tokens(cfg *config.Config, flagToken string) []admin.Token {
 // next change or resync. The caller holds g.mu, or is New.
 func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
 	keys := make([]string, len(cfg.Rules))
-	others := g.servingRules()
+	others, held := g.servingRules(), g.servingRule
+	if g.router == nil && len(cfg.Rules) > 0 {
+		// At start nothing serves yet: the rules to check against are
+		// the ones the store holds, which the first snapshot will serve.
+		others, held = g.storedRules(ctx, cfg)
+	}
+	first := map[string]int{}
 	for i, raw := range cfg.Rules {
 		r, err := rule.Decode(raw)
 		var c *rule.Compiled
@@ -420,9 +427,13 @@ func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
 		if err != nil {
 			return fmt.Errorf("config rules[%d]: %w", i, err)
 		}
+		if j, dup := first[r.Key]; dup {
+			return strict.Errorf(strict.Join(strict.Index("rules", i), "key"), "duplicates rules[%d].key %q", j, r.Key)
+		}
+		first[r.Key] = i
 		// A rule that would overlap a serving rule (or an earlier rule of
 		// the file) in a layer is refused, so the store never holds one.
-		if _, served := g.servingRule(r.Key); !served {
+		if _, served := held(r.Key); !served {
 			if err := rule.LayerConflicts(c, others); err != nil {
 				return fmt.Errorf("config rules[%d]: %w", i, err)
 			}
@@ -498,6 +509,31 @@ func (g *Gateway) servingRules() []*rule.Compiled {
 		out = append(out, c)
 	}
 	return out
+}
+
+// storedRules compiles the rules the store holds under cfg, skipping those
+// that do not compile (the first snapshot disables them), for seed before
+// anything serves; and a lookup by key over them.
+func (g *Gateway) storedRules(ctx context.Context, cfg *config.Config) ([]*rule.Compiled, func(string) (*rule.Compiled, bool)) {
+	st, err := g.load(ctx)
+	if err != nil {
+		return nil, func(string) (*rule.Compiled, bool) { return nil, false }
+	}
+	byKey := make(map[string]*rule.Compiled, len(st.Rules))
+	var out []*rule.Compiled
+	for _, e := range st.Rules {
+		r, err := rule.Decode(e.Rule)
+		if err != nil {
+			continue
+		}
+		c, err := g.compileWith(cfg, g.reg, r)
+		if err != nil {
+			continue
+		}
+		byKey[e.Key] = c
+		out = append(out, c)
+	}
+	return out, func(k string) (*rule.Compiled, bool) { c, ok := byKey[k]; return c, ok }
 }
 
 // servingRule returns the serving snapshot's rule with that key.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -399,5 +400,56 @@ rules:
 	}
 	if msg := err.Error(); !strings.Contains(msg, "config rules[1]: layer_range: [5000, 10000] overlaps [0, 6000] of rule \"one\"") {
 		t.Errorf("New = %v", err)
+	}
+}
+
+// TestSeedRefusals: the config file's rules are refused at start, as on a
+// reload, when they would overlap a stored rule in a layer (at start
+// nothing serves yet, and the check is against what the store holds) or
+// repeat a key; nothing of theirs is written to the store.
+func TestSeedRefusals(t *testing.T) {
+	dir := t.TempDir()
+	e := start(t, baseConfig, dir)
+	e.mustPut("cb", `{"type":"ab","experiment_id":"e1","layer":"l","layer_range":[0,5000],"groups":[{"name":"A","weight":100,"target":"a"}]}`)
+	cfg := e.gw.cfg
+	e.shutdown()
+	withRules := func(rules string) *config.Config {
+		y := baseConfig + "rules:\n" + rules
+		for name, addr := range e.backends {
+			y = strings.ReplaceAll(y, "{{"+name+"}}", addr)
+		}
+		c, err := config.Parse([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.DataDir = dir
+		return c
+	}
+	for _, tt := range []struct{ name, rules, want string }{
+		{"overlap with a stored rule", "  - {key: cc, type: ab, experiment_id: e2, layer: l, layer_range: [4000, 6000], groups: [{name: B, weight: 100, target: b}]}\n",
+			`layer_range`},
+		{"a repeated key", "  - {key: n1, type: gray, gray_percent: 0, targets: {gray: gray, stable: stable}}\n" +
+			"  - {key: n1, type: gray, gray_percent: 100, targets: {gray: gray, stable: stable}}\n",
+			`rules[1].key: duplicates rules[0].key "n1"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(Options{Config: withRules(tt.rules), AdminToken: token, Logger: slog.New(slog.DiscardHandler)})
+			if err == nil {
+				t.Fatalf("New accepted the rules; want an error with %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want %q", err, tt.want)
+			}
+		})
+	}
+	e.restart(cfg)
+	for _, key := range []string{"cc", "n1"} {
+		if code, _ := e.api("GET", "/api/v1/rules/"+key, nil); code != 404 {
+			t.Errorf("refused seed rule %q was stored: GET = %d", key, code)
+		}
+	}
+	_, st := e.api("GET", "/api/v1/status", nil)
+	if broken, _ := st["broken_rules"].(map[string]any); len(broken) != 0 {
+		t.Errorf("broken rules after the refused seeds: %v", broken)
 	}
 }
