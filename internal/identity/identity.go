@@ -36,7 +36,8 @@ type Source struct {
 
 // Config is the identity section of the config file.
 type Config struct {
-	// Sources are tried in order; the first non-empty value wins.
+	// Sources are tried in order; the first non-empty value wins. Unset
+	// means DefaultSources; an empty list means none (always anonymous).
 	Sources []Source `json:"sources,omitempty"`
 	// Anonymous is the fallback: "cookie" (default) or "ip".
 	Anonymous string `json:"anonymous,omitempty"`
@@ -135,7 +136,9 @@ func NewResolver(c Config, random io.Reader) *Resolver {
 		random = rand.Reader
 	}
 	srcs := c.Sources
-	if len(srcs) == 0 {
+	if srcs == nil {
+		// Unset: seed 000's order. An explicit empty list means none:
+		// every request is anonymous (no client-supplied id is believed).
 		srcs = DefaultSources
 	}
 	r := &Resolver{anonIP: c.Anonymous == "ip", cookie: c.AnonymousCookie, random: random, JWT: c.JWT, maxLen: c.MaxLength}

@@ -12,6 +12,7 @@ import (
 func TestResolveOrder(t *testing.T) {
 	def := NewResolver(Config{}, bytes.NewReader(bytes.Repeat([]byte{0xab}, 64)))
 	custom := NewResolver(Config{Sources: []Source{{Query: "uid"}, {Header: "x-account"}}, Anonymous: "ip"}, nil)
+	none := NewResolver(Config{Sources: []Source{}, Anonymous: "ip"}, nil)
 	ip := netip.MustParseAddr("203.0.113.9")
 	tests := []struct {
 		name                string
@@ -29,6 +30,7 @@ func TestResolveOrder(t *testing.T) {
 		{"new anonymous", def, nil, nil, nil, strings.Repeat("ab", 16), SourceAnonymousCookie, true},
 		{"custom order", custom, map[string]string{"X-Account": "acct", "X-User-Id": "ignored"}, nil, map[string]string{"uid": ""}, "acct", "header:X-Account", false},
 		{"ip fallback", custom, nil, nil, nil, "ip_203.0.113.9", SourceAnonymousIP, false},
+		{"no sources (sources: [])", none, map[string]string{"X-User-Id": "h"}, map[string]string{"user_id": "c"}, map[string]string{"user_id": "q"}, "ip_203.0.113.9", SourceAnonymousIP, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
