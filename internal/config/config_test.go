@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/graygate/graygate/internal/strict"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,18 @@ experiments:
 				t.Errorf("error shows the password: %v", err)
 			}
 		})
+	}
+}
+
+// TestOneBadValueOnly: a value its type's decoder refuses (a Duration)
+// does not stop the fields after it from being decoded and checked, so
+// nothing else is reported: upstreams is decoded after proxy, and
+// default_upstream names one of them.
+func TestOneBadValueOnly(t *testing.T) {
+	for _, bad := range []string{"proxy: {read_timeout: -1s}", "lifecycle: {drain_delay: soon}", "limits: {timeout: -2s}"} {
+		_, err := Parse([]byte("default_upstream: stable\nupstreams: {stable: {instances: [{addr: 'h:1'}]}}\n" + bad + "\n"))
+		if fields := strict.Fields(err); len(fields) != 1 {
+			t.Errorf("%s: %v, want exactly one problem", bad, err)
+		}
 	}
 }

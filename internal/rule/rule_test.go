@@ -389,3 +389,19 @@ func TestSeed004TagRuleVerbatim(t *testing.T) {
 		}
 	}
 }
+
+// TestOneBadValueOnly: a value its type's decoder refuses does not stop
+// the fields after it from being decoded: only that field is reported,
+// not the key, type or targets that follow it in the JSON.
+func TestOneBadValueOnly(t *testing.T) {
+	for _, tt := range []struct{ js, path string }{
+		{`{"breaker":{"window":"-1s"},"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, "breaker.window"},
+		{`{"mirror":{"percent":1,"max_body":"lots"},"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, "mirror.max_body"},
+	} {
+		_, err := Parse([]byte(tt.js), testEnv())
+		fields := strict.Fields(err)
+		if len(fields) != 1 || fields[0].Path != tt.path {
+			t.Errorf("Parse(%s) = %v, want one problem at %s", tt.js, err, tt.path)
+		}
+	}
+}

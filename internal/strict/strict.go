@@ -113,8 +113,14 @@ func Decode(data []byte, v any) error {
 	check(generic, reflect.TypeOf(v), "", &errs)
 	if len(errs) > 0 {
 		// Fill in what can be decoded, so that callers may validate the
-		// rest and report every problem at once (see Merge).
-		_ = json.Unmarshal(data, v)
+		// rest and report every problem at once (see Merge). check has
+		// dropped the bad values from generic: decoding data itself
+		// would stop at the first one a custom decoder refuses, and leave
+		// every field after it unset, which validation would then report
+		// as missing.
+		if clean, err := json.Marshal(generic); err == nil {
+			_ = json.Unmarshal(clean, v)
+		}
 		return errors.Join(errs...)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
@@ -178,43 +184,49 @@ func describe(v any) string {
 	return fmt.Sprintf("%v", v)
 }
 
-func check(v any, t reflect.Type, path string, errs *[]error) {
+// check reports every problem of v, decoded generically, as a t at path.
+// It returns true when v itself cannot be decoded as a t, for the caller
+// to drop it; bad values inside v (object members, array elements) are
+// dropped by check itself, so that what is left decodes.
+func check(v any, t reflect.Type, path string, errs *[]error) (bad bool) {
 	for t.Kind() == reflect.Pointer {
 		if v == nil {
-			return
+			return false
 		}
 		t = t.Elem()
 	}
 	if t == rawMessage {
-		return
+		return false
 	}
 	if reflect.PointerTo(t).Implements(jsonUnmarshaler) {
 		raw, _ := json.Marshal(v)
 		if err := reflect.New(t).Interface().(json.Unmarshaler).UnmarshalJSON(raw); err != nil {
 			*errs = append(*errs, Prefix(path, asField(err)))
+			return true
 		}
-		return
+		return false
 	}
 	if v == nil {
-		return // null leaves the zero value, as encoding/json does
+		return false // null leaves the zero value, as encoding/json does
 	}
 	if reflect.PointerTo(t).Implements(textUnmarshaler) {
 		s, ok := v.(string)
 		if !ok {
 			*errs = append(*errs, Errorf(path, "expected a string, got %s", describe(v)))
-			return
+			return true
 		}
 		if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
 			*errs = append(*errs, Errorf(path, "%v", err))
+			return true
 		}
-		return
+		return false
 	}
 	switch t.Kind() {
 	case reflect.Struct:
 		m, ok := v.(map[string]any)
 		if !ok {
 			*errs = append(*errs, Errorf(path, "expected an object, got %s", describe(v)))
-			return
+			return true
 		}
 		fields := structFields(t)
 		keys := make([]string, 0, len(m))
@@ -226,24 +238,29 @@ func check(v any, t reflect.Type, path string, errs *[]error) {
 			f, ok := fields[k]
 			if !ok {
 				*errs = append(*errs, Errorf(Join(path, k), "unknown field"))
+				delete(m, k)
 				continue
 			}
-			check(m[k], f, Join(path, k), errs)
+			if check(m[k], f, Join(path, k), errs) {
+				delete(m, k)
+			}
 		}
 	case reflect.Slice, reflect.Array:
 		a, ok := v.([]any)
 		if !ok {
 			*errs = append(*errs, Errorf(path, "expected an array, got %s", describe(v)))
-			return
+			return true
 		}
 		for i, e := range a {
-			check(e, t.Elem(), Index(path, i), errs)
+			if check(e, t.Elem(), Index(path, i), errs) {
+				a[i] = nil
+			}
 		}
 	case reflect.Map:
 		m, ok := v.(map[string]any)
 		if !ok {
 			*errs = append(*errs, Errorf(path, "expected an object, got %s", describe(v)))
-			return
+			return true
 		}
 		keys := make([]string, 0, len(m))
 		for k := range m {
@@ -251,48 +268,56 @@ func check(v any, t reflect.Type, path string, errs *[]error) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			check(m[k], t.Elem(), Join(path, k), errs)
+			if check(m[k], t.Elem(), Join(path, k), errs) {
+				delete(m, k)
+			}
 		}
 	case reflect.String:
 		if _, ok := v.(string); !ok {
 			*errs = append(*errs, Errorf(path, "expected a string, got %s", describe(v)))
+			return true
 		}
 	case reflect.Bool:
 		if _, ok := v.(bool); !ok {
 			*errs = append(*errs, Errorf(path, "expected true or false, got %s", describe(v)))
+			return true
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, ok := v.(json.Number)
 		if !ok {
 			*errs = append(*errs, Errorf(path, "expected an integer, got %s", describe(v)))
-			return
+			return true
 		}
 		i, err := strconv.ParseInt(n.String(), 10, 64)
 		if err != nil || reflect.Zero(t).OverflowInt(i) {
 			*errs = append(*errs, Errorf(path, "expected an integer, got %s", n))
+			return true
 		}
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		n, ok := v.(json.Number)
 		if !ok {
 			*errs = append(*errs, Errorf(path, "expected a non-negative integer, got %s", describe(v)))
-			return
+			return true
 		}
 		u, err := strconv.ParseUint(n.String(), 10, 64)
 		if err != nil || reflect.Zero(t).OverflowUint(u) {
 			*errs = append(*errs, Errorf(path, "expected a non-negative integer, got %s", n))
+			return true
 		}
 	case reflect.Float32, reflect.Float64:
 		n, ok := v.(json.Number)
 		if !ok {
 			*errs = append(*errs, Errorf(path, "expected a number, got %s", describe(v)))
-			return
+			return true
 		}
 		if _, err := strconv.ParseFloat(n.String(), 64); err != nil {
 			*errs = append(*errs, Errorf(path, "expected a number, got %s", n))
+			return true
 		}
 	case reflect.Interface:
 		// any value is accepted
 	}
+	return false
 }
 
 func asField(err error) error {
