@@ -644,6 +644,9 @@ func (s *stream) fail(err error) {
 		return
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
+	// body shares s.scratch, which errorFields reuses (the cookie,
+	// Retry-After): it is copied first, as the HTTP/1.1 codec's fail does.
+	body = append([]byte(nil), body...)
 	s.errorFields(&netOut{h}, status)
 	s.w.WriteHeader(status)
 	n, _ := s.w.Write(body)

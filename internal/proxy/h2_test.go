@@ -19,6 +19,7 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/certs/certstest"
+	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
@@ -246,6 +247,10 @@ func TestH2FallBack(t *testing.T) {
 		dec := router.Decision{Rule: "g", Group: "gray", Target: gray, Tag: "gray", StableTag: "stable"}
 		if fallback {
 			dec.Stable = st
+		} else {
+			// An anonymous visitor: the answer also sets the id's cookie,
+			// which is built where the error body was (scratch).
+			dec.Identity = identity.ID{Value: "0123456789abcdef0123456789abcdef", Source: identity.SourceAnonymousCookie, Issued: true, Cookie: "gg_uid"}
 		}
 		return dec
 	})
@@ -270,8 +275,9 @@ func TestH2FallBack(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 502 || !strings.Contains(string(body), `upstream "gray" unreachable`) {
-		t.Errorf("no fallback: %d %q, want 502 naming the pool", resp.StatusCode, body)
+	if resp.StatusCode != 502 || !strings.HasPrefix(string(body), `graygate: upstream "gray" unreachable (request id `) ||
+		!strings.HasPrefix(resp.Header.Get("Set-Cookie"), "gg_uid=0123456789abcdef0123456789abcdef;") {
+		t.Errorf("no fallback: %d %q (Set-Cookie %q), want 502 naming the pool, and the cookie", resp.StatusCode, body, resp.Header.Get("Set-Cookie"))
 	}
 
 	req, _ := http.NewRequest("POST", "http://"+addr+"/pkg.Svc/Call", strings.NewReader("\x00\x00\x00\x00\x00"))
