@@ -188,6 +188,7 @@ func TestH2ToHTTP1Shapes(t *testing.T) {
 		"/ok":     ok,
 		"/split":  "HTTP/1.1 200 OK\r\nX-Slow: yes\r\nContent-Length: 5\r\n\r\nsplit",
 		"/eof":    "HTTP/1.1 200 OK\r\n\r\nuntil the close",
+		"/nobody": "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
 	}, map[string]bool{"/closes": true, "/eof": true})
 	d := staticDecider{Rule: "r", Group: "gray", Target: poolOf("raw", u.ln.Addr().String())}
 	_, addr := startProxyWith(t, Options{ResponseHeaderTimeout: 300 * time.Millisecond}, d, listener.Protocols{H2C: true})
@@ -229,6 +230,16 @@ func TestH2ToHTTP1Shapes(t *testing.T) {
 	}
 	if n := u.accepts.Load() - before; n != 2 {
 		t.Errorf("a connection with bytes after its answer was used again (%d new connections for 2 requests)", n)
+	}
+	// A 204 goes out without the Content-Length its upstream gave it
+	// (RFC 9110 section 8.6; an HTTP/2 client takes one for an error).
+	resp, err := c.Get("http://" + addr + "/nobody")
+	if err != nil {
+		t.Fatalf("GET /nobody: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 || resp.Header.Get("Content-Length") != "" {
+		t.Errorf("GET /nobody: %d with Content-Length %q, want 204 without one", resp.StatusCode, resp.Header.Get("Content-Length"))
 	}
 }
 

@@ -487,6 +487,12 @@ func (f *flow) filterNetResponse(h http.Header, status int) {
 		del = del[i+1:]
 	}
 	f.scratch = f.scratch[:0]
+	if status == http.StatusNoContent || status < 200 {
+		// RFC 9110 section 8.6: no Content-Length on a 1xx or 204, which
+		// an HTTP/2 client takes for a protocol error (the HTTP/1.1
+		// codec drops it too).
+		delete(h, "Content-Length")
+	}
 	f.noteGRPCStatus(h)
 }
 
