@@ -32,7 +32,10 @@ func (v *netView) see(req *http.Request, peer netip.Addr, trusted func(netip.Add
 	v.req = req
 	v.uri.Reset()
 	v.uri.DisablePathNormalizing = false
-	_ = v.uri.Parse(nil, s2b(req.RequestURI))
+	// With the host given, as the HTTP/1.1 codec parses it, a :path that
+	// starts with "//" is a path: without, "//zzz/x" would be the
+	// authority zzz and the path /x, routed unlike its HTTP/1.1 twin.
+	_ = v.uri.Parse(s2b(req.Host), s2b(req.RequestURI))
 	v.trusted = trusted(peer)
 	v.xff = v.xff[:0]
 	if v.trusted {

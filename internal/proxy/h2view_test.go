@@ -60,6 +60,9 @@ func TestViewsAgree(t *testing.T) {
 		{"/x//double//slash/?a=&c=3", [][2]string{{"Cookie", "a=1"}, {"Cookie", "user_id=x"}, {"X-User-Id", ""}}},
 		{"/xff", [][2]string{{"X-Forwarded-For", "203.0.113.9, 127.0.0.2"}, {"X-User-Id", "v"}}},
 		{"/Case/Kept?A=1&a=2", [][2]string{{"Cookie", "user_id = spaced ; b"}}},
+		// A path that starts with "//" is a path, not an authority.
+		{"//zzz/echo", nil},
+		{"//g/x", nil},
 	}
 	h2 := h2cClient(t)
 	for i, c := range cases {
@@ -80,6 +83,10 @@ func TestViewsAgree(t *testing.T) {
 			u.Opaque = c.target
 			if q := strings.IndexByte(c.target, '?'); q >= 0 {
 				u.Opaque, u.RawQuery = c.target[:q], c.target[q+1:]
+			}
+			if strings.HasPrefix(u.Opaque, "//") {
+				// An opaque "//x" would be sent as an authority.
+				u.Opaque, u.Path = "", u.Opaque
 			}
 			req := &http.Request{Method: "GET", URL: u, Host: "views.test", Header: http.Header{"X-Case": {id}}}
 			for _, h := range c.headers {
