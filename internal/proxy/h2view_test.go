@@ -22,13 +22,17 @@ type seen struct {
 	trusted                                                    bool
 }
 
+// see records what r shows. The view's strings alias buffers that the
+// next request on the connection reuses, so they are copied.
 func see(r attr.Request) seen {
-	s := seen{method: r.Method(), host: r.Host(), path: r.Path(), ip: r.ClientIP(), trusted: r.PeerTrusted()}
+	c := strings.Clone
+	s := seen{method: c(r.Method()), host: c(r.Host()), path: c(r.Path()), ip: r.ClientIP(), trusted: r.PeerTrusted()}
 	s.header, s.hasHeader = r.Header("x-user-id")
 	s.cookie, _ = r.Cookie("user_id")
 	s.cookie2, _ = r.Cookie("b")
 	s.query, s.hasQuery = r.Query("a")
 	s.query2, _ = r.Query("c")
+	s.header, s.cookie, s.cookie2, s.query, s.query2 = c(s.header), c(s.cookie), c(s.cookie2), c(s.query), c(s.query2)
 	return s
 }
 
@@ -44,7 +48,7 @@ func TestViewsAgree(t *testing.T) {
 		s := see(r)
 		id, _ := r.Header("x-case")
 		mu.Lock()
-		got[id] = s
+		got[strings.Clone(id)] = s
 		mu.Unlock()
 		return router.Decision{Target: poolOf("b", addrOf(backend))}
 	})
