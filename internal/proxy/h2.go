@@ -566,6 +566,14 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		idle = newReadIdle(s.opts.UpstreamReadTimeout, s.call)
 		defer idle.stop()
 	}
+	// The stream's write deadline bounds each write by WriteTimeout
+	// (client_write_timeout) as on HTTP/1.1. The connection's
+	// WriteByteTimeout does not: a stream the client gives no flow-control
+	// window has nothing waiting on the socket, and would hold its
+	// upstream connection for as long as the client likes. The deadline
+	// is moved only when it has drifted by an eighth of the timeout.
+	wto := s.opts.WriteTimeout
+	var wdl time.Time
 	for {
 		if idle != nil {
 			idle.keep()
@@ -575,8 +583,17 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 			if s.mirror == mirrorOn {
 				s.teeBody(s.buf[:n])
 			}
+			if wto > 0 {
+				if now := time.Now(); wdl.Sub(now) < wto-wto/8 {
+					wdl = now.Add(wto)
+					_ = s.rc.SetWriteDeadline(wdl)
+				}
+			}
 			if _, werr := w.Write(s.buf[:n]); werr != nil {
 				s.writeErr = werr
+				if wto > 0 && !time.Now().Before(wdl) {
+					s.timeout = timeoutClientWrite
+				}
 				s.p.log.Debug("client write failed", "upstream", s.inst.Addr, "bytes", s.bytesOut, "error", werr)
 				return false
 			}

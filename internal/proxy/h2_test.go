@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/certs/certstest"
@@ -316,5 +318,64 @@ func TestH1OverTLSGuarded(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 400 || !strings.Contains(string(body), "both Content-Length and Transfer-Encoding") || n.Load() != 0 {
 		t.Errorf("smuggling attempt over TLS: %d %q, backend saw %d requests", resp.StatusCode, body, n.Load())
+	}
+}
+
+// TestH2StalledReaderIsBounded: an HTTP/2 client that gives a stream no
+// flow-control window (SETTINGS_INITIAL_WINDOW_SIZE 0, no WINDOW_UPDATE)
+// never lets a byte of the body out; nothing waits on the socket, so the
+// connection's write timeout cannot see it. The stream's write deadline
+// (WriteTimeout, client_write_timeout) resets the stream instead of
+// holding it, and its upstream connection, for as long as the client
+// likes.
+func TestH2StalledReaderIsBounded(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 4<<20)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(big) }))
+	t.Cleanup(backend.Close)
+	const wto = 300 * time.Millisecond
+	d := staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}
+	_, addr := startProxyWith(t, Options{WriteTimeout: wto}, d, listener.Protocols{H2C: true})
+	c := dialBounded(t, addr, 10*time.Second)
+	defer c.Close()
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "stall.test"}, {":path", "/big"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	start := time.Now()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no RST_STREAM after %v: %v", time.Since(start), err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				_ = fr.WritePing(true, f.Data)
+			}
+		case *http2.DataFrame:
+			if len(f.Data()) > 0 {
+				t.Fatalf("DATA with no window: %d bytes", len(f.Data()))
+			}
+		case *http2.RSTStreamFrame:
+			if took := time.Since(start); f.StreamID != 1 || took < wto {
+				t.Errorf("RST_STREAM on stream %d after %v, want stream 1 after the %v write timeout", f.StreamID, took, wto)
+			}
+			return
+		}
 	}
 }
