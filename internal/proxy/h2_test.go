@@ -379,3 +379,36 @@ func TestH2StalledReaderIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestH1ClientKeepsAliveToH2Pool: an HTTP/1.1 client of an h2c pool keeps
+// its connection, one request after another and pipelined, as toward an
+// http1 pool (adding the Date took a header without a length for one
+// delimited by the close).
+func TestH1ClientKeepsAliveToH2Pool(t *testing.T) {
+	b := h2cBackend(t, "h2c")
+	pool := poolOf("h2c", addrOf(b))
+	pool.Protocol = upstream.H2C
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "g", Target: pool}, listener.Protocols{H2C: true})
+	c := dialBounded(t, addr, 5*time.Second)
+	defer c.Close()
+	br := bufio.NewReader(c)
+	read := func(i int) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Close || err != nil {
+			t.Fatalf("answer %d: %d, close %v, body %v; want 200 on a kept connection", i, resp.StatusCode, resp.Close, err)
+		}
+	}
+	for i := range 2 {
+		fmt.Fprint(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+		read(i)
+	}
+	fmt.Fprint(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\nGET /y HTTP/1.1\r\nHost: a\r\n\r\n")
+	read(2)
+	read(3)
+}

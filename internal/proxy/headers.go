@@ -484,8 +484,16 @@ func ensureDate(h *fasthttp.ResponseHeader) {
 	rt.fresh.Reset()
 	// A fresh header would add a default Content-Type too.
 	rt.fresh.SetNoDefaultContentType(true)
+	// Parsing also infers framing: a header without a length would come
+	// back delimited by the close (Connection: close), which a header
+	// whose body length is set later (the HTTP/2 upstream path) must not.
+	closing, length := h.ConnectionClose(), h.ContentLength()
 	if err := rt.fresh.Read(rt.br); err == nil {
 		rt.fresh.CopyTo(h)
+		h.SetContentLength(length)
+		if !closing {
+			h.ResetConnectionClose()
+		}
 	}
 	rt.fresh.Reset()
 	rt.br.Reset(nil)
