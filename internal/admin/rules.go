@@ -96,10 +96,14 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 		}
 		return rule.Rule{}, "", derr
 	}
+	// A bad reason or key is reported with whatever else is wrong, and
+	// the rest is still decoded (under the URL's key), so that it is
+	// checked as it is, not reported as missing.
+	var errs []error
 	reason := ""
 	if raw, ok := generic["reason"]; ok {
 		if err := json.Unmarshal(raw, &reason); err != nil {
-			return rule.Rule{}, "", strict.Errorf("reason", "expected a string")
+			errs = append(errs, strict.Errorf("reason", "expected a string"))
 		}
 	}
 	for _, f := range readOnlyFields {
@@ -108,12 +112,13 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 	if raw, ok := generic["key"]; ok {
 		var k string
 		if err := json.Unmarshal(raw, &k); err == nil && k != "" && k != key {
-			return rule.Rule{}, "", strict.Errorf("key", "%q does not match the key in the URL %q", k, key)
+			errs = append(errs, strict.Errorf("key", "%q does not match the key in the URL %q", k, key))
 		}
 	}
 	generic["key"], _ = json.Marshal(key)
 	clean, _ := json.Marshal(generic)
 	r, err := rule.Decode(clean)
+	err = errors.Join(append(errs, err)...)
 	if r.Rollout != nil {
 		// The gateway writes rollout.status; a GET body PUT back carries
 		// one, which is dropped here and replaced by the stored one.

@@ -117,6 +117,12 @@ func TestDryRunAndLimits(t *testing.T) {
 	if code, _ := e.api("GET", "/api/v1/rules/k", nil); code != 404 {
 		t.Errorf("a refused dry_run stored the rule")
 	}
+	// A body whose key differs from the URL's gets that one problem, not
+	// also "type: is required" for a type it has.
+	code, out = e.api("PUT", "/api/v1/rules/k", `{"key":"other","type":"gray","gray_percent":100,"targets":{"gray":"gray","stable":"stable"}}`)
+	if details, _ := out["details"].([]any); code != 400 || len(details) != 1 || !strings.Contains(fmt.Sprint(details), `does not match the key in the URL`) {
+		t.Errorf("a key that differs from the URL's: %d %v, want 400 with that one problem", code, out)
+	}
 	// A tag that would break the X-Gray-Tag header is refused by path.
 	code, out = e.api("PUT", "/api/v1/rules/k", `{"type":"gray","gray_percent":100,"targets":{"gray":"gray","stable":"stable"},"target_tags":{"gray":"a\r\nX-Evil: 1"}}`)
 	if code != 400 || !strings.Contains(fmt.Sprint(out["details"]), "target_tags.gray") {
