@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -169,9 +170,32 @@ func New(opts Options) *Server {
 		if _, ok := s.authenticate(w, r); !ok {
 			return
 		}
+		if allow := s.allowed(r); len(allow) > 0 {
+			// RFC 9110 section 15.5.6: the path exists, the method does not.
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")), nil)
+			return
+		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
 	})
 	return s
+}
+
+// allowed returns the methods the API serves on r's path (none when the
+// path is not one of its endpoints).
+func (s *Server) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/api/" && !strings.HasPrefix(pattern, "/") {
+			out = append(out, m)
+		}
+	}
+	if slices.Contains(out, http.MethodGet) {
+		out = append(out, http.MethodHead)
+	}
+	return out
 }
 
 // SetTokens replaces the accepted tokens, for a config reload: a token no

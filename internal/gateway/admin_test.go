@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -288,5 +289,32 @@ func TestExplainMatchesLive(t *testing.T) {
 		if skipped := fmt.Sprint(tr["skipped_by_index"]); path == "/web" && (first["key"] != "exp" || skipped != "[canary]") {
 			t.Errorf("/web: trace evaluated %v first and skipped %s; want exp evaluated and canary skipped by the index", first["key"], skipped)
 		}
+	}
+}
+
+// TestWrongMethod: a method an endpoint does not serve gets 405 with the
+// methods it does in Allow (RFC 9110 section 15.5.6); a path that is no
+// endpoint gets 404.
+func TestWrongMethod(t *testing.T) {
+	e := start(t, baseConfig, "")
+	for _, tt := range []struct{ method, path, allow string }{
+		{"POST", "/api/v1/rules/k", "GET, PUT, DELETE, HEAD"},
+		{"DELETE", "/api/v1/rules", "GET, HEAD"},
+		{"GET", "/api/v1/rollback", "POST"},
+		{"GET", "/api/v1/explain", "POST"},
+	} {
+		req, _ := http.NewRequest(tt.method, e.admin+tt.path, strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != tt.allow {
+			t.Errorf("%s %s: %d Allow %q, want 405 Allow %q", tt.method, tt.path, resp.StatusCode, resp.Header.Get("Allow"), tt.allow)
+		}
+	}
+	if code, _ := e.api("GET", "/api/v1/nothing", nil); code != 404 {
+		t.Errorf("GET /api/v1/nothing = %d, want 404", code)
 	}
 }
