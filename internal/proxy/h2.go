@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"sync"
@@ -381,6 +382,8 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	if fastH1(pool, out) {
 		resp, err = s.roundTripH1(out, call)
 	} else {
+		// Interim responses are forwarded as they come.
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{Got1xxResponse: s.interim}))
 		resp, err = s.p.netTransport(pool).RoundTrip(out)
 	}
 	call.answered()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"time"
 
 	"github.com/graygate/graygate/internal/upstream"
@@ -114,7 +115,7 @@ func (s *stream) sendH1(uc *upstreamClient, c upstreamConn, conn net.Conn, out *
 		// connection), or the call ended (netError tells which).
 		return fail(&staleError{fmt.Errorf("reading response header from %s: %w", uc.addr, err)})
 	}
-	resp, err := readResponseH1(br, out)
+	resp, err := readResponseH1(br, out, s.interim)
 	if err != nil {
 		return fail(fmt.Errorf("reading response header from %s: %w", uc.addr, err))
 	}
@@ -135,6 +136,41 @@ var errResponseHeaderTooLarge = errors.New("upstream response header too large")
 // upgrade (an HTTP/2 client cannot).
 var errSwitchedProtocols = errors.New("upstream switched protocols unasked")
 
+// interim forwards an upstream's interim (1xx) response to the HTTP/2
+// client (RFC 9110 section 15.2), as the HTTP/1.1 codec does: its fields
+// but the hop-by-hop ones and the gateway's own go out in an
+// informational HEADERS frame, and are removed again so that the final
+// response does not carry them. 100 Continue is the gateway's business
+// (the client's Expect) and is not forwarded. It is the
+// Got1xxResponse of the Transport's calls too.
+func (s *stream) interim(code int, h textproto.MIMEHeader) error {
+	if code == http.StatusContinue {
+		return nil
+	}
+	out := s.w.Header()
+	var added []string
+	s.tokens = s.tokens[:0]
+	for _, v := range h["Connection"] {
+		s.tokens = appendConnTokens(s.tokens, [][]byte{s2b(v)})
+	}
+	defer func() {
+		clear(s.tokens)
+		s.tokens = s.tokens[:0]
+	}()
+	for k, vs := range h {
+		if _, had := out[k]; had || s.dropResponseField(s2b(k)) || k == "Content-Length" || k == "Transfer-Encoding" {
+			continue
+		}
+		out[k] = vs
+		added = append(added, k)
+	}
+	s.w.WriteHeader(code)
+	for _, k := range added {
+		delete(out, k)
+	}
+	return nil
+}
+
 // unrelayableStatus returns the error for a response that no client may
 // be given, and closes its body: a status below 100 (errInvalidStatus), or
 // 101 (errSwitchedProtocols) on a path that carries no upgrade. It returns
@@ -154,9 +190,9 @@ func unrelayableStatus(resp *http.Response) error {
 }
 
 // readResponseH1 reads the final response to req from br: interim (1xx)
-// responses are skipped, as net/http's Transport skips them, up to
-// maxInterimResponses; each header must fit in br (headerFits).
-func readResponseH1(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+// responses, up to maxInterimResponses, are handed to interim (when not
+// nil) and skipped; each header must fit in br (headerFits).
+func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textproto.MIMEHeader) error) (*http.Response, error) {
 	for i := 0; ; i++ {
 		if err := headerFits(br); err != nil {
 			return nil, err
@@ -173,6 +209,11 @@ func readResponseH1(br *bufio.Reader, req *http.Request) (*http.Response, error)
 		}
 		if i >= maxInterimResponses {
 			return nil, errTooManyInterim
+		}
+		if interim != nil {
+			if err := interim(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				return nil, err
+			}
 		}
 	}
 }

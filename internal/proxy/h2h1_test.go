@@ -2,18 +2,24 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // TestH2ToHTTP1WithoutBody: HTTP/2 requests without a body to an http1
@@ -334,5 +340,63 @@ func TestHeaderTimeoutAfterH2Shares(t *testing.T) {
 			t.Fatalf("try %d: a stalled answer after %v: %v %v, want 504 after the 300ms header timeout", i, time.Since(begin), resp, err)
 		}
 		c.Close()
+	}
+}
+
+// TestH2InterimResponses: an upstream's 103 Early Hints reaches an HTTP/2
+// client before the final response, with its Link and without the
+// gateway's or hop-by-hop fields, whichever way the request went: a GET
+// to an http1 pool (roundTripH1), a POST to it (the Transport), and a GET
+// to an h2c pool. The final response does not carry the hint's fields.
+func TestH2InterimResponses(t *testing.T) {
+	hints := "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\n\r\n"
+	u := newRawUpstream(t, map[string]string{"/early": hints + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}, nil)
+	h2up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	h1pool, h2pool := poolOf("raw", u.ln.Addr().String()), poolOf("h2c", addrOf(h2up))
+	h2pool.Protocol = upstream.H2C
+	d := deciderFunc(func(r attr.Request) router.Decision {
+		if r.Host() == "h2c.test" {
+			return router.Decision{Group: "g", Target: h2pool}
+		}
+		return router.Decision{Group: "g", Target: h1pool}
+	})
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	c := h2cClient(t)
+	for _, tt := range []struct{ name, method, host string }{
+		{"GET to http1", "GET", "h1.test"},
+		{"POST to http1", "POST", "h1.test"},
+		{"GET to h2c", "GET", "h2c.test"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				got = append(got, fmt.Sprintf("%d link=%q hop=%q group=%q", code, h.Get("Link"), h.Get("X-Hop"), h.Get("X-Gray-Group")))
+				return nil
+			}}
+			var body io.Reader
+			if tt.method == "POST" {
+				body = strings.NewReader("order")
+			}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), tt.method, "http://"+addr+"/early", body)
+			req.Host = tt.host
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := `103 link="</a.css>; rel=preload" hop="" group=""`
+			if len(got) != 1 || got[0] != want {
+				t.Errorf("interim responses %q, want [%s]", got, want)
+			}
+			if resp.StatusCode != 200 || string(b) != "ok" || resp.Header.Get("Link") != "" {
+				t.Errorf("final: %d %q Link %q, want 200 \"ok\" without the hint's Link", resp.StatusCode, b, resp.Header.Get("Link"))
+			}
+		})
 	}
 }
