@@ -130,7 +130,7 @@ func rawRequest(req ExplainRequest) ([]byte, netip.Addr, error) {
 		case !attr.ValidToken(k):
 			errs = append(errs, strict.Errorf(path, "invalid header name"))
 			continue
-		case !validFieldValue(v):
+		case !attr.ValidFieldValue(v):
 			errs = append(errs, strict.Errorf(path, "invalid value %q: control characters are not allowed", v))
 			continue
 		case strings.EqualFold(k, fasthttp.HeaderContentLength), strings.EqualFold(k, fasthttp.HeaderTransferEncoding):
@@ -147,7 +147,7 @@ func rawRequest(req ExplainRequest) ([]byte, netip.Addr, error) {
 	if host == "" {
 		host = explainHost
 	}
-	if !validFieldValue(host) || strings.ContainsAny(host, " \t") {
+	if !attr.ValidFieldValue(host) || strings.ContainsAny(host, " \t") {
 		errs = append(errs, strict.Errorf("host", "invalid host %q", host))
 	}
 	if len(req.Cookies) > 0 {
@@ -186,12 +186,6 @@ func rawRequest(req ExplainRequest) ([]byte, netip.Addr, error) {
 	}
 	b.WriteString("\r\n")
 	return b.Bytes(), peer, nil
-}
-
-// validFieldValue reports whether v may be an HTTP field value (RFC 9110
-// section 5.5): no control characters other than HTAB.
-func validFieldValue(v string) bool {
-	return !strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -72,6 +72,13 @@ func (m *Map) ClientIP() netip.Addr              { return m.IP }
 // PeerTrusted reports whether the peer is a trusted proxy.
 func (m *Map) PeerTrusted() bool { return m.Trusted }
 
+// ValidFieldValue reports whether v may be an HTTP field value (RFC 9110
+// section 5.5): no control characters other than HTAB. The admin API's
+// explain and the rules' coloring values (which go out in headers) use it.
+func ValidFieldValue(v string) bool {
+	return !strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
+}
+
 // ValidToken reports whether s is an RFC 9110 token, the grammar of header
 // names and (RFC 6265) cookie names. Config validation uses it wherever a
 // header or cookie is named.

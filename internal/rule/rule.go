@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/bucket"
 	"github.com/graygate/graygate/internal/match"
@@ -135,21 +136,18 @@ type Targets struct {
 
 // headerValue checks a value the gateway writes into a header (a group
 // name goes out in X-Gray-Group and, by default, X-Gray-Tag; a tag in
-// X-Gray-Tag): at most 256 bytes of visible characters and inner spaces
-// (RFC 9110 section 5.5), so that no control character (CR, LF, NUL) can
-// end the field early or inject another one, and no space at either end
-// is trimmed away by the reader. An empty v is left to the caller.
+// X-Gray-Tag): at most 256 bytes of a valid field value (RFC 9110 section
+// 5.5), so that no control character (CR, LF, NUL) can end the field early
+// or inject another one, and no whitespace at either end that the reader
+// would trim away. An empty v is left to the caller.
 func headerValue(path, v string) error {
 	const maxLen = 256
-	if len(v) > maxLen {
+	switch {
+	case len(v) > maxLen:
 		return strict.Errorf(path, "is %d bytes; at most %d are allowed", len(v), maxLen)
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c == 0x7f {
-			return strict.Errorf(path, "must not contain control characters (it goes out in a header), got %q", v)
-		}
-	}
-	if v != "" && (v[0] == ' ' || v[len(v)-1] == ' ') {
+	case !attr.ValidFieldValue(v):
+		return strict.Errorf(path, "must not contain control characters (it goes out in a header), got %q", v)
+	case v != strings.Trim(v, " \t"):
 		return strict.Errorf(path, "must not start or end with a space (it goes out in a header), got %q", v)
 	}
 	return nil
