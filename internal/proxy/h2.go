@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -433,10 +434,7 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 		host = s.inst.Addr
 	}
 	h := make(http.Header, len(r.Header)+8)
-	s.tokens = s.tokens[:0]
-	for _, v := range r.Header["Connection"] {
-		s.tokens = appendConnTokens(s.tokens, [][]byte{s2b(v)})
-	}
+	s.netConnTokens(r.Header)
 	s.sawProto, s.sawHost = false, false
 	for k, vs := range r.Header {
 		if s.keepRequestHeader(s2b(k), trusted) {
@@ -574,7 +572,8 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	// WriteByteTimeout does not: a stream the client gives no flow-control
 	// window has nothing waiting on the socket, and would hold its
 	// upstream connection for as long as the client likes. The deadline
-	// is moved only when it has drifted by an eighth of the timeout.
+	// is moved only when it has drifted by an eighth of the timeout
+	// (listener.Keeps, as for the HTTP/1.1 connections).
 	wto := s.opts.WriteTimeout
 	var wdl time.Time
 	for {
@@ -587,8 +586,8 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				s.teeBody(s.buf[:n])
 			}
 			if wto > 0 {
-				if now := time.Now(); wdl.Sub(now) < wto-wto/8 {
-					wdl = now.Add(wto)
+				if want := time.Now().Add(wto); !listener.Keeps(listener.UnixNano(wdl), want.UnixNano(), int64(wto/8)) {
+					wdl = want
 					_ = s.rc.SetWriteDeadline(wdl)
 				}
 			}

@@ -149,10 +149,7 @@ func (s *stream) interim(code int, h textproto.MIMEHeader) error {
 	}
 	out := s.w.Header()
 	var added []string
-	s.tokens = s.tokens[:0]
-	for _, v := range h["Connection"] {
-		s.tokens = appendConnTokens(s.tokens, [][]byte{s2b(v)})
-	}
+	s.netConnTokens(http.Header(h))
 	defer func() {
 		clear(s.tokens)
 		s.tokens = s.tokens[:0]
@@ -179,7 +176,7 @@ func unrelayableStatus(resp *http.Response) error {
 	var err error
 	switch {
 	case resp.StatusCode < 100:
-		err = fmt.Errorf("%w %03d", errInvalidStatus, resp.StatusCode)
+		err = invalidStatus(resp.StatusCode)
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		err = errSwitchedProtocols
 	default:

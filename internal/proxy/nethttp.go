@@ -463,14 +463,20 @@ func (n *netOut) Peek(key string) []byte {
 func (n *netOut) AddBytesKV(k, v []byte) { n.h.Add(string(k), string(v)) }
 func (n *netOut) addField(k, v []byte)   { n.h.Add(string(k), string(v)) }
 
-// filterNetResponse removes from an upstream's net/http response header
-// what must not reach the client (dropResponseField, the reported metric
-// fields), and notes its grpc-status, for a trailers-only answer.
-func (f *flow) filterNetResponse(h http.Header, status int) {
+// netConnTokens sets f.tokens to the field names h's Connection fields
+// list, for dropResponseField and keepRequestHeader.
+func (f *flow) netConnTokens(h http.Header) {
 	f.tokens = f.tokens[:0]
 	for _, v := range h["Connection"] {
 		f.tokens = appendConnTokens(f.tokens, [][]byte{s2b(v)})
 	}
+}
+
+// filterNetResponse removes from an upstream's net/http response header
+// what must not reach the client (dropResponseField, the reported metric
+// fields), and notes its grpc-status, for a trailers-only answer.
+func (f *flow) filterNetResponse(h http.Header, status int) {
+	f.netConnTokens(h)
 	del := f.scratch[:0]
 	for k := range h {
 		if f.dropResponseField(s2b(k)) {

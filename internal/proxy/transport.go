@@ -580,14 +580,15 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 // restarts, every pooled connection is). A connection with stray bytes is
 // a protocol violation, and either kind is closed. Nothing was sent on it,
 // so any request may go on another one; *stale counts the connections a
-// request has dropped. Every pooled connection may be bad (an upstream
-// whose keep-alive timeout is shorter than the pool's idle timeout closes
-// them all after a burst), so the dropping goes on until a good one or a
-// new one comes out: each dropped connection has left the pool for good,
-// and the pool holds at most maxPooled. now is the real clock (fasthttp
-// stamps a connection's release with it), read by the caller.
+// request has dropped (and, for roundTripH1, the sends it retried). Every
+// pooled connection may be bad (an upstream whose keep-alive timeout is
+// shorter than the pool's idle timeout closes them all after a burst), so
+// the dropping goes on until a good one or a new one comes out: each
+// dropped connection has left the pool for good, and the pool holds at
+// most maxPooled. now is the real clock (fasthttp stamps a connection's
+// release with it), read by the caller.
 func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time, always bool) (upstreamConn, error) {
-	for dropped := 0; ; {
+	for {
 		c, err := uc.conns.get()
 		if err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, err)
@@ -604,10 +605,9 @@ func (p *Proxy) getChecked(uc *upstreamClient, stale *int, now time.Time, always
 		if errors.Is(perr, errStrayBytes) {
 			p.violation(violationIdleBytes)
 		}
-		*stale++
 		// The bound only stops a pool refilled with bad connections as
 		// fast as they are dropped.
-		if dropped++; dropped > uc.maxPooled {
+		if *stale++; *stale > uc.maxPooled+maxStaleConns {
 			return nil, fmt.Errorf("connecting to %s: %w", uc.addr, perr)
 		}
 	}
@@ -932,7 +932,7 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) erro
 	status := out.StatusCode()
 	switch {
 	case status < 100:
-		return fmt.Errorf("%w %03d", errInvalidStatus, status)
+		return invalidStatus(status)
 	case status == fasthttp.StatusSwitchingProtocols:
 		// This path carries no upgrade (serveUpgrade does): what follows
 		// a 101 is not HTTP, and the client asked for nothing else.
@@ -957,6 +957,9 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) erro
 // errInvalidStatus is a response status below 100 ("099"), which RFC 9110
 // section 15 calls invalid and which would go out as a two-digit status.
 var errInvalidStatus = errors.New("upstream sent invalid status")
+
+// invalidStatus is errInvalidStatus for status, as the upstream wrote it.
+func invalidStatus(status int) error { return fmt.Errorf("%w %03d", errInvalidStatus, status) }
 
 // isInterim reports whether a response status is informational, other than
 // 101 Switching Protocols, which is final.

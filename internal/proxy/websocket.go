@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -70,7 +69,7 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 	status := out.Header.StatusCode()
 	ex.status = status
 	if err == nil && status < 100 {
-		err = fmt.Errorf("%w %03d", errInvalidStatus, status)
+		err = invalidStatus(status)
 	}
 	if err == nil && status != fasthttp.StatusSwitchingProtocols && b2s(ex.method) != fasthttp.MethodHead && hasBody(status) {
 		ex.resp.Header.SetStatusCode(status)
