@@ -151,6 +151,17 @@ func TestReloadAppliesLive(t *testing.T) {
 			wantBefore: "default", wantNow: "gray",
 		},
 		{
+			// No sources: X-User-Id is not believed, so vip is anonymous.
+			name:   "identity.sources empty",
+			before: "",
+			next:   "identity: {sources: [], anonymous: ip}\n",
+			check: func(e *env) string {
+				a, _ := e.get("/", "X-User-Id", "vip")
+				return a.group
+			},
+			wantBefore: "gray", wantNow: "default",
+		},
+		{
 			name:   "limits.max_body_bytes",
 			before: "",
 			next:   "limits: {max_body_bytes: 10}\n",
