@@ -62,10 +62,10 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 		ex.hijackedConn = c
 		err := out.Read(ex.br)
 		if err == nil {
-			err = ex.finishHeader(ctx, ex.br)
+			err = ex.finishHeader(ctx, ex.up.Conn(), ex.br)
 		}
 		if err != nil {
-			if isTimeout(err) {
+			if isTimeout(err) && ex.timeout == "" {
 				ex.timeout = timeoutResponseHeader
 			}
 			ex.p.log.Warn("upstream failed after an interim response", "upstream", ex.inst.Addr, "error", err)

@@ -230,7 +230,8 @@ func TestMirrorResponseBound(t *testing.T) {
 func TestMirrorSkipped(t *testing.T) {
 	stable, _, _ := shadowBackend(t, 1)
 	cand, _, candN := shadowBackend(t, 2)
-	// broken promises 100 bytes, sends 10 and closes the connection.
+	// broken promises 100,000 bytes (too many to copy: the body is
+	// streamed), sends 10 and closes the connection.
 	brokenLn := listenLoopback(t)
 	t.Cleanup(func() { brokenLn.Close() })
 	go func() {
@@ -242,7 +243,7 @@ func TestMirrorSkipped(t *testing.T) {
 			go func() {
 				defer c.Close()
 				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n0123456789")
 				}
 			}()
 		}

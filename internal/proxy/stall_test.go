@@ -200,6 +200,43 @@ func TestStallsAreBounded(t *testing.T) {
 		}
 	})
 
+	t.Run("read_timeout: upstream stops within a small body", func(t *testing.T) {
+		upClosed := make(chan struct{})
+		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			// A body small enough to be copied, not streamed: the client
+			// has been sent nothing when it stalls, so it gets a 504.
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+			_, _ = io.Copy(io.Discard, c)
+			close(upClosed)
+		})
+		r := newStallRig(t, up, opts)
+		c := dialRaw(t, r.addr)
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusGatewayTimeout || resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("status %d, X-Request-Id %q, body %q; want 504 with a request id", resp.StatusCode, resp.Header.Get("X-Request-Id"), body)
+		}
+		select {
+		case <-upClosed:
+		case <-time.After(5 * time.Second):
+			t.Error("the gateway kept the stalled upstream connection open")
+		}
+		line := r.settle(t, "read_timeout")
+		if line["status"] != float64(504) {
+			t.Errorf("logged status %v, want 504", line["status"])
+		}
+		if f := r.failures(); f != 1 {
+			t.Errorf("breaker failures = %d, want 1", f)
+		}
+	})
+
 	t.Run("write_timeout: upstream stops reading an upload", func(t *testing.T) {
 		upClosed, answered := make(chan struct{}), make(chan struct{})
 		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
@@ -374,8 +411,8 @@ func TestReconfigureTimeouts(t *testing.T) {
 	if restart := r.p.Reconfigure(Options{UpstreamReadTimeout: 200 * time.Millisecond}); len(restart) != 0 {
 		t.Fatalf("Reconfigure says restart required for %v", restart)
 	}
-	if body, err := get(); err == nil {
-		t.Fatalf("with a 200ms read_timeout: %q, want the body cut off", body)
+	if body, err := get(); err != nil || !strings.Contains(body, "timed out") {
+		t.Fatalf("with a 200ms read_timeout: %q, %v; want the gateway's 504", body, err)
 	}
 	if restart := r.p.Reconfigure(Options{UpstreamReadTimeout: 200 * time.Millisecond, MaxHeaderBytes: 4096}); len(restart) != 1 || restart[0] != "proxy.max_header_bytes" {
 		t.Errorf("Reconfigure of max_header_bytes says %v, want [proxy.max_header_bytes]", restart)
@@ -504,6 +541,73 @@ func TestResponseHeaderInParts(t *testing.T) {
 			}
 			if tt.code == 504 && took < timeout {
 				t.Errorf("504 after %v, before the %v header timeout", took, timeout)
+			}
+		})
+	}
+}
+
+// TestSmallBodyInParts: a response body small enough to be copied rather
+// than streamed (at most maxInlineBody) that does not come with its header
+// is read to its end before the answer goes out, each read bounded by the
+// read timeout. One that comes in parts is relayed whole, on a connection
+// that is then reused; one whose upstream closes within it gets a 502 with
+// a request id, not an empty reply (the client was sent nothing yet).
+func TestSmallBodyInParts(t *testing.T) {
+	const gap = 3 * watchDelay
+	body := strings.Repeat("b", 5000)
+	parts := map[string][]string{
+		"/body-later":    {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n", body},
+		"/body-parts":    {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + body[:10], body[10:3000], body[3000:]},
+		"/body-then-eof": {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + body[:10]},
+		"/no-body-yet":   {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n"},
+	}
+	conns := make(chan struct{}, 16)
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		conns <- struct{}{}
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			for i, p := range parts[req.URL.Path] {
+				if i > 0 {
+					time.Sleep(gap)
+				}
+				if _, err := io.WriteString(c, p); err != nil {
+					return
+				}
+			}
+			if strings.HasSuffix(req.URL.Path, "-eof") || req.URL.Path == "/no-body-yet" {
+				time.Sleep(gap)
+				return // closes the connection
+			}
+		}
+	})
+	_, addr := startProxy(t, Options{UpstreamReadTimeout: 5 * time.Second}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	for _, tt := range []struct {
+		path      string
+		code      int
+		body      string
+		upstreams int // connections the upstream has accepted by the end
+	}{
+		{"/body-later", 200, body, 1},
+		{"/body-parts", 200, body, 1}, // on the same upstream connection
+		{"/body-then-eof", 502, "", 1},
+		{"/no-body-yet", 502, "", 2},
+	} {
+		t.Run(tt.path[1:], func(t *testing.T) {
+			resp, got := rawExchange(t, addr, "GET", "GET "+tt.path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp.StatusCode != tt.code || (tt.code == 200 && got != tt.body) {
+				t.Errorf("%d with %d bytes %.40q, want %d with %d bytes", resp.StatusCode, len(got), got, tt.code, len(tt.body))
+			}
+			if resp.Header.Get("X-Request-Id") == "" {
+				t.Error("no X-Request-Id")
+			}
+			if tt.code != 200 && strings.Contains(got, "127.0.0.1") {
+				t.Errorf("error body %q names the instance", got)
+			}
+			if n := len(conns); n != tt.upstreams {
+				t.Errorf("the upstream accepted %d connections by now, want %d", n, tt.upstreams)
 			}
 		})
 	}

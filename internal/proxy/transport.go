@@ -515,7 +515,7 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 				start = time.Now()
 			}
 			if final {
-				err = ex.finishHeader(ctx, br)
+				err = ex.finishHeader(ctx, conn, br)
 			} else {
 				err = p.readHeader(ctx, ex, conn, br, start, up, flush)
 			}
@@ -542,10 +542,12 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 				}
 				err = fmt.Errorf("sending request to %s: %w", uc.addr, werr.err)
 			default:
-				if isTimeout(err) && !ex.canceled {
+				if isTimeout(err) && !ex.canceled && ex.timeout == "" {
 					ex.timeout = timeoutResponseHeader
 				}
-				err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
+				if !errors.Is(err, errBodyBrokeOff) {
+					err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
+				}
 			}
 		}
 		if bw != nil {
@@ -793,7 +795,7 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	}
 	if err == nil {
 		ex.respStarted = true
-		err = ex.readResponse(ctx, br)
+		err = ex.readResponse(ctx, conn, br)
 	} else if errors.Is(err, io.EOF) || isConnReset(err) {
 		err = &staleError{err: err}
 	}
@@ -882,7 +884,7 @@ var errTooManyInterim = errors.New("too many 1xx informational responses")
 // get a default Content-Type, which is turned off again. (A header read
 // again for the same request, after an attempt that failed within its
 // header, keeps the reset: fasthttp's Date then replaces the upstream's.)
-func (ex *exchange) readResponse(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
+func (ex *exchange) readResponse(ctx *fasthttp.RequestCtx, conn net.Conn, br *bufio.Reader) error {
 	out := &ctx.Response.Header
 	if !ex.dated && headerWithoutDate(br) {
 		out.Reset()
@@ -892,12 +894,13 @@ func (ex *exchange) readResponse(ctx *fasthttp.RequestCtx, br *bufio.Reader) err
 	if err := out.Read(br); err != nil {
 		return err
 	}
-	return ex.finishHeader(ctx, br)
+	return ex.finishHeader(ctx, conn, br)
 }
 
 // finishHeader goes on from a response header already read into the
-// client's response: interim responses, then the body.
-func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
+// client's response: interim responses, then the body. conn is the
+// upstream connection br reads.
+func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, conn net.Conn, br *bufio.Reader) error {
 	ex.inline = -1
 	out := &ctx.Response.Header
 	for n := 0; isInterim(out.StatusCode()); n++ {
@@ -922,12 +925,16 @@ func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, br *bufio.Reader) err
 			return err
 		}
 	}
-	return ex.prepareBody(ctx, br)
+	return ex.prepareBody(ctx, conn, br)
 }
 
 // prepareBody decides how the final response's body is relayed: none,
-// copied (ex.inline), or streamed (ex.resp's body stream on br).
-func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) error {
+// copied (ex.inline), or streamed (ex.resp's body stream on br). A body of
+// at most maxInlineBody bytes is copied: what has not come with the header
+// is read into br first (readInline), so that an upstream that breaks off
+// within it is answered with a 502 and not with a header that promised
+// more.
+func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *bufio.Reader) error {
 	out := &ctx.Response.Header
 	status := out.StatusCode()
 	switch {
@@ -943,7 +950,12 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) erro
 		return nil
 	}
 	cl := out.ContentLength()
-	if cl >= 0 && cl <= maxInlineBody && br.Buffered() >= cl {
+	if cl >= 0 && cl <= maxInlineBody && cl <= br.Size() {
+		if br.Buffered() < cl {
+			if err := ex.readInline(conn, br, cl); err != nil {
+				return err
+			}
+		}
 		ex.inline = cl
 		return nil
 	}
@@ -953,6 +965,35 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, br *bufio.Reader) erro
 	r.StreamBody = true
 	return r.ReadBody(br, 0)
 }
+
+// readInline reads into br the rest of a response body of cl bytes (at
+// most br's size) that did not all come with its header. Each read waits
+// at most the read timeout, as a streamed body's do. The client has been
+// sent nothing yet, so a body that breaks off (or stalls) here is
+// answered 502 (504).
+func (ex *exchange) readInline(conn net.Conn, br *bufio.Reader, cl int) error {
+	for br.Buffered() < cl {
+		if err := ex.setUpstreamReadDeadline(conn, time.Now().Add(ex.opts.UpstreamReadTimeout)); err != nil {
+			return err
+		}
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			if ex.canceled {
+				return err
+			}
+			if isTimeout(err) {
+				ex.timeout = timeoutUpstreamRead
+			} else if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("%w after %d of %d bytes from %s: %w", errBodyBrokeOff, br.Buffered(), cl, ex.inst.Addr, err)
+		}
+	}
+	return nil
+}
+
+// errBodyBrokeOff is an upstream that broke off (or stalled) within a
+// response body.
+var errBodyBrokeOff = errors.New("upstream response body broke off")
 
 // errInvalidStatus is a response status below 100 ("099"), which RFC 9110
 // section 15 calls invalid and which would go out as a two-digit status.
