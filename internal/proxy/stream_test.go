@@ -150,13 +150,22 @@ func TestStreamLargeDownload(t *testing.T) {
 
 // TestServerSentEvents checks that each event reaches the client while the
 // upstream is still producing, and that a stream outliving
-// ResponseHeaderTimeout is not cut.
+// ResponseHeaderTimeout is not cut: chunked, and with a Content-Length
+// small enough that another body would be read whole before it is relayed.
 func TestServerSentEvents(t *testing.T) {
+	t.Run("chunked", func(t *testing.T) { testServerSentEvents(t, false) })
+	t.Run("content-length", func(t *testing.T) { testServerSentEvents(t, true) })
+}
+
+func testServerSentEvents(t *testing.T, withLength bool) {
 	const headerTimeout = 200 * time.Millisecond
 	release := make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")
+		if withLength {
+			w.Header().Set("Content-Length", strconv.Itoa(len("data: one\n\ndata: two\n\n")))
+		}
 		fl := w.(http.Flusher)
 		fmt.Fprint(w, "data: one\n\n")
 		fl.Flush()

@@ -933,7 +933,8 @@ func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, conn net.Conn, br *bu
 // at most maxInlineBody bytes is copied: what has not come with the header
 // is read into br first (readInline), so that an upstream that breaks off
 // within it is answered with a 502 and not with a header that promised
-// more.
+// more. An event stream is not waited for: its events are relayed as they
+// come, whatever its length.
 func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *bufio.Reader) error {
 	out := &ctx.Response.Header
 	status := out.StatusCode()
@@ -950,7 +951,7 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *buf
 		return nil
 	}
 	cl := out.ContentLength()
-	if cl >= 0 && cl <= maxInlineBody && cl <= br.Size() {
+	if cl >= 0 && cl <= maxInlineBody && cl <= br.Size() && (br.Buffered() >= cl || !isEventStream(out.ContentType())) {
 		if br.Buffered() < cl {
 			if err := ex.readInline(conn, br, cl); err != nil {
 				return err
