@@ -169,13 +169,13 @@ func (s *stream) interim(code int, h textproto.MIMEHeader) error {
 }
 
 // unrelayableStatus returns the error for a response that no client may
-// be given, and closes its body: a status below 100 (errInvalidStatus), or
+// be given, and closes its body: a status outside 100..599 (errInvalidStatus), or
 // 101 (errSwitchedProtocols) on a path that carries no upgrade. It returns
 // nil for any other.
 func unrelayableStatus(resp *http.Response) error {
 	var err error
 	switch {
-	case resp.StatusCode < 100:
+	case !validStatus(resp.StatusCode):
 		err = invalidStatus(resp.StatusCode)
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		err = errSwitchedProtocols
@@ -199,7 +199,7 @@ func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textp
 			return nil, err
 		}
 		switch {
-		case resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode < 100:
+		case resp.StatusCode == http.StatusSwitchingProtocols || !validStatus(resp.StatusCode):
 			return nil, unrelayableStatus(resp)
 		case resp.StatusCode >= 200:
 			return resp, nil

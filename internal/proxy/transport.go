@@ -939,7 +939,7 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *buf
 	out := &ctx.Response.Header
 	status := out.StatusCode()
 	switch {
-	case status < 100:
+	case !validStatus(status):
 		return invalidStatus(status)
 	case status == fasthttp.StatusSwitchingProtocols:
 		// This path carries no upgrade (serveUpgrade does): what follows
@@ -996,12 +996,18 @@ func (ex *exchange) readInline(conn net.Conn, br *bufio.Reader, cl int) error {
 // response body.
 var errBodyBrokeOff = errors.New("upstream response body broke off")
 
-// errInvalidStatus is a response status below 100 ("099"), which RFC 9110
-// section 15 calls invalid and which would go out as a two-digit status.
+// errInvalidStatus is a response status outside 100..599, which RFC 9110
+// section 15 calls invalid: "099" would go out as a two-digit status, and
+// a client must take "999" for a server error.
 var errInvalidStatus = errors.New("upstream sent invalid status")
 
 // invalidStatus is errInvalidStatus for status, as the upstream wrote it.
 func invalidStatus(status int) error { return fmt.Errorf("%w %03d", errInvalidStatus, status) }
+
+// validStatus reports whether status is in 100..599, the range RFC 9110
+// section 15 allows; a client must treat any other as a 5xx, so a gateway
+// answers 502 for it instead of passing it on.
+func validStatus(status int) bool { return status >= 100 && status <= 599 }
 
 // isInterim reports whether a response status is informational, other than
 // 101 Switching Protocols, which is final.

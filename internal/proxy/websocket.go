@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -32,6 +34,25 @@ func isWebSocketUpgrade(h *fasthttp.RequestHeader) bool {
 	}
 	return false
 }
+
+// upgradesToWebSocket reports whether a 101's Upgrade names WebSocket, or
+// is absent (the handshake's answer is then taken as WebSocket's, the only
+// protocol asked for).
+func upgradesToWebSocket(h *fasthttp.ResponseHeader) bool {
+	vals := h.PeekAll(fasthttp.HeaderUpgrade)
+	if len(vals) == 0 {
+		return true
+	}
+	for _, tok := range appendConnTokens(nil, vals) {
+		if !eqFold(tok, "websocket") {
+			return false
+		}
+	}
+	return true
+}
+
+// errWrongUpgrade is a 101 to a protocol the client did not ask for.
+var errWrongUpgrade = errors.New("upstream switched to a protocol the client did not ask for")
 
 // serveUpgrade proxies a WebSocket handshake on a dedicated connection:
 // write the request (the gateway's headers plus the Upgrade and Connection
@@ -68,8 +89,13 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 	}
 	status := out.Header.StatusCode()
 	ex.status = status
-	if err == nil && status < 100 {
+	if err == nil && !validStatus(status) {
 		err = invalidStatus(status)
+	}
+	if err == nil && status == fasthttp.StatusSwitchingProtocols && !upgradesToWebSocket(&out.Header) {
+		// RFC 9110 section 7.8: a server switches only to a protocol the
+		// client named; the client asked for WebSocket alone.
+		err = fmt.Errorf("%w: %q, asked for websocket", errWrongUpgrade, out.Header.Peek(fasthttp.HeaderUpgrade))
 	}
 	if err == nil && status != fasthttp.StatusSwitchingProtocols && b2s(ex.method) != fasthttp.MethodHead && hasBody(status) {
 		ex.resp.Header.SetStatusCode(status)
