@@ -402,6 +402,7 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	}
 	s.respStarted = true
 	s.status = resp.StatusCode
+	s.upHTTP10 = resp.ProtoMajor == 1 && resp.ProtoMinor == 0
 	if s.mirror != mirrorOff {
 		s.keepMirrorResponse(resp.StatusCode, netFields(resp.Header))
 	}

@@ -43,7 +43,7 @@ func TestUpstreamHead(t *testing.T) {
 		{name: "POST with a body", raw: "POST /submit HTTP/1.1\r\nHost: example.com\r\nContent-Length: 5\r\n\r\nhello",
 			want: "POST /submit HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: example.com\r\n" + tail + "Content-Length: 5\r\n\r\n"},
 		{name: "HTTP/1.0, no Host", raw: "GET /old HTTP/1.0\r\nX-A: 1\r\n\r\n",
-			want: "GET /old HTTP/1.1\r\nHost: 10.0.0.9:8080\r\nX-A: 1\r\nX-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: http\r\n" + tail + "\r\n"},
+			want: "GET /old HTTP/1.1\r\nHost: 10.0.0.9:8080\r\nX-A: 1\r\nX-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Request-Id: rid\r\nVia: 1.0 graygate\r\n\r\n"},
 		{name: "absolute form", raw: "GET http://example.com/abs?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n",
 			want: "GET /abs?x=1 HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: example.com\r\n" + tail + "\r\n"},
 		{name: "hop-by-hop and Connection tokens", raw: "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\nKeep-Alive: 5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: k\r\n\r\n",
@@ -99,6 +99,7 @@ func TestUpstreamHead(t *testing.T) {
 			ex.reqID = []byte("rid")
 			ex.inst = &upstream.Instance{Addr: "10.0.0.9:8080"}
 			ex.peer = netip.MustParseAddr("192.0.2.7")
+			ex.ctx = &ctx
 			want := tt.want
 			if tt.traced {
 				tr, err := tracing.New(tracing.Options{SampleRatio: 0, Exporter: tracetest.NewInMemoryExporter()})
@@ -106,7 +107,6 @@ func TestUpstreamHead(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
-				ex.ctx = &ctx
 				ex.view.see(&ctx.Request, ex.peer, ex.trusted)
 				ex.startSpan(tr, &ex.view)
 				sc := ex.span.SpanContext()

@@ -221,16 +221,20 @@ func (f *flow) addForwarded(sink fieldSink, in inHeader, host []byte, tls, trust
 		v := viaValue
 		if f.proto == "h2" {
 			v = viaValue2
+		} else if version, _ := f.c.protocol(); version == "1.0" {
+			v = viaValue10
 		}
 		sink.addField(s2b(hdrVia), s2b(v))
 	}
 }
 
 // viaValue is the gateway's Via entry (RFC 9110 section 7.6.3) for a
-// message it received over HTTP/1.1, viaValue2 over HTTP/2.
+// message it received over HTTP/1.1, viaValue2 over HTTP/2, viaValue10
+// over HTTP/1.0: the received-protocol is the sender's version.
 const (
-	viaValue  = "1.1 graygate"
-	viaValue2 = "2 graygate"
+	viaValue   = "1.1 graygate"
+	viaValue2  = "2 graygate"
+	viaValue10 = "1.0 graygate"
 )
 
 // addField implements fieldSink: one header line of the upstream request's
@@ -367,6 +371,7 @@ func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
 	ex.upClose = ex.upClose || h.ConnectionClose()
 	h.ResetConnectionClose()
 	if !h.IsHTTP11() {
+		ex.upHTTP10 = true
 		h.SetProtocol(strHTTP11)
 	}
 	ex.tokens = appendConnTokens(ex.tokens[:0], h.PeekAll(fasthttp.HeaderConnection))
@@ -457,6 +462,8 @@ func (f *flow) addVia(h fields) {
 		v := viaValue
 		if t := f.d.Target; t != nil && t.Protocol != upstream.HTTP1 {
 			v = viaValue2
+		} else if f.upHTTP10 {
+			v = viaValue10
 		}
 		h.AddBytesKV(s2b(hdrVia), s2b(v))
 	}

@@ -97,6 +97,8 @@ type flow struct {
 	// proto is the client's protocol for the access log: "" for
 	// HTTP/1.x, "h2" for HTTP/2.
 	proto string
+	// upHTTP10: the upstream's response came over HTTP/1.0 (for Via).
+	upHTTP10 bool
 	// grpc: the request is a gRPC call (Content-Type application/grpc);
 	// grpcStatus is the upstream's grpc-status, -1 while none was seen.
 	grpc       bool
@@ -327,7 +329,7 @@ func (f *flow) resetFlow() {
 	f.status, f.bytesOut = 0, 0
 	f.upErr, f.clientErr, f.writeErr, f.timeout = nil, nil, nil, ""
 	f.canceled = false
-	f.proto, f.grpc, f.grpcStatus = "", false, -1
+	f.proto, f.upHTTP10, f.grpc, f.grpcStatus = "", false, false, -1
 	f.reqID = f.reqID[:0]
 	clear(f.reported)
 	f.reported, f.reportBuf = f.reported[:0], f.reportBuf[:0]

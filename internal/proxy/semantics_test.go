@@ -211,6 +211,10 @@ func TestDateAndVia(t *testing.T) {
 				return
 			}
 			via := strings.Join(req.Header.Values("Via"), ", ")
+			if req.URL.Path == "/http10" { // an HTTP/1.0 upstream
+				fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(via), via)
+				return
+			}
 			if req.URL.Path == "/nodate" {
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(via), via)
 				continue
@@ -226,6 +230,35 @@ func TestDateAndVia(t *testing.T) {
 				continue
 			}
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nDate: %s\r\nVia: 1.1 app\r\nContent-Length: %d\r\n\r\n%s", upDate, len(via), via)
+		}
+	})
+	t.Run("versions", func(t *testing.T) {
+		// The received-protocol of each Via entry is the version the
+		// message came in with: the client's on the request, the
+		// upstream's on the response (RFC 9110 section 7.6.3).
+		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+		for _, tt := range []struct{ name, req, path, wantUp, wantDown string }{
+			{"HTTP/1.0 client", "GET /http10 HTTP/1.0\r\nHost: a\r\n\r\n", "", "1.0 graygate", "1.0 graygate"},
+			{"HTTP/1.1 client, HTTP/1.0 upstream", "GET /http10 HTTP/1.1\r\nHost: a\r\n\r\n", "", "1.1 graygate", "1.0 graygate"},
+			{"HTTP/2 client, HTTP/1.0 upstream", "", "/http10", "2 graygate", "1.0 graygate"},
+			{"HTTP/2 client, HTTP/1.1 upstream", "", "/", "2 graygate", "1.1 app, 1.1 graygate"},
+		} {
+			var body, down string
+			if tt.req != "" {
+				resp, b := rawExchange(t, addr, "GET", tt.req)
+				body, down = b, strings.Join(resp.Header.Values("Via"), ", ")
+			} else {
+				resp, err := h2cClient(t).Get("http://" + addr + tt.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body, down = string(b), strings.Join(resp.Header.Values("Via"), ", ")
+			}
+			if body != tt.wantUp || down != tt.wantDown {
+				t.Errorf("%s: upstream saw Via %q, client got %q; want %q and %q", tt.name, body, down, tt.wantUp, tt.wantDown)
+			}
 		}
 	})
 	for _, noVia := range []bool{false, true} {
