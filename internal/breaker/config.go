@@ -267,6 +267,9 @@ type Duration time.Duration
 
 // UnmarshalJSON parses a Go duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return errors.New(`expected a duration string such as "500ms" or "30s"`)
@@ -296,6 +299,9 @@ type StatusRange struct {
 
 // UnmarshalJSON accepts 503, "503", "500-599" and "5xx".
 func (r *StatusRange) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err == nil {
 		code, err := strconv.Atoi(string(n))

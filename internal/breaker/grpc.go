@@ -39,6 +39,9 @@ func (c GRPCCode) MarshalJSON() ([]byte, error) { return json.Marshal(c.String()
 
 // UnmarshalJSON accepts "UNAVAILABLE" (any case) or 14.
 func (c *GRPCCode) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err == nil {
 		v, err := strconv.Atoi(string(n))

@@ -655,6 +655,9 @@ type Duration time.Duration
 
 // UnmarshalJSON parses a Go duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return errors.New("expected a duration string such as \"2s\" or \"150ms\"")
@@ -758,6 +761,12 @@ func jsonable(v any, path string) (any, error) {
 		return x, nil
 	case time.Time:
 		return x.Format(time.RFC3339Nano), nil
+	case float64:
+		// YAML has .inf and .nan; JSON, and so every field, has no such
+		// number.
+		if math.IsInf(x, 0) || math.IsNaN(x) {
+			return nil, strict.Errorf(path, "expected a finite number, got %v", x)
+		}
 	}
 	return v, nil
 }

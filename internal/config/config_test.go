@@ -203,3 +203,16 @@ func TestOneBadValueOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestNonFiniteNumbers: YAML's .inf and .nan have no JSON form; they are
+// refused with their path, not as a failure to convert the file.
+func TestNonFiniteNumbers(t *testing.T) {
+	for _, v := range []string{".inf", "-.inf", ".nan"} {
+		_, err := Parse([]byte("default_upstream: stable\nupstreams: {stable: {instances: [{addr: 'h:1'}]}}\n" +
+			"rules:\n  - {key: a, type: gray, gray_percent: " + v + ", targets: {gray: stable, stable: stable}}\n"))
+		fields := strict.Fields(err)
+		if len(fields) != 1 || fields[0].Path != "rules[0].gray_percent" || !strings.Contains(fields[0].Message, "finite") {
+			t.Errorf("gray_percent: %s: %v, want one problem at rules[0].gray_percent", v, err)
+		}
+	}
+}

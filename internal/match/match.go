@@ -19,6 +19,9 @@ type List []string
 
 // UnmarshalJSON accepts "x" as well as ["x", "y"].
 func (l *List) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var one string
 	if err := json.Unmarshal(b, &one); err == nil {
 		*l = List{one}

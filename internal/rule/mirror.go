@@ -61,6 +61,9 @@ type Size int64
 
 // UnmarshalJSON parses a size string or a number of bytes.
 func (s *Size) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err == nil {
 		v, err := strconv.ParseInt(n.String(), 10, 64)

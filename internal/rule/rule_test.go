@@ -397,11 +397,26 @@ func TestOneBadValueOnly(t *testing.T) {
 	for _, tt := range []struct{ js, path string }{
 		{`{"breaker":{"window":"-1s"},"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, "breaker.window"},
 		{`{"mirror":{"percent":1,"max_body":"lots"},"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, "mirror.max_body"},
+		// A bad array element is dropped as null, which each custom
+		// decoder must take as encoding/json's no-op.
+		{`{"breaker":{"error_statuses":["abc"]},"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, "breaker.error_statuses[0]"},
+		{`{"breaker":{"grpc_error_codes":["NOPE"]},"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, "breaker.grpc_error_codes[0]"},
+		{`{"breaker":{"error_statuses":[500,"abc",503]},"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`, "breaker.error_statuses[1]"},
 	} {
 		_, err := Parse([]byte(tt.js), testEnv())
 		fields := strict.Fields(err)
 		if len(fields) != 1 || fields[0].Path != tt.path {
 			t.Errorf("Parse(%s) = %v, want one problem at %s", tt.js, err, tt.path)
 		}
+	}
+	// ...and does not hide the rule's other problems.
+	js := `{"breaker":{"error_statuses":["abc"]},"key":"a","type":"gray","gray_percent":101,"targets":{"gray":"h:1","stable":"h:2"}}`
+	_, err := Parse([]byte(js), testEnv())
+	var paths []string
+	for _, f := range strict.Fields(err) {
+		paths = append(paths, f.Path)
+	}
+	if want := "breaker.error_statuses[0] gray_percent"; strings.Join(paths, " ") != want {
+		t.Errorf("Parse(%s): problems at %v (%v), want %s", js, paths, err, want)
 	}
 }

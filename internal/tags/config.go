@@ -272,6 +272,9 @@ type Duration time.Duration
 
 // UnmarshalJSON parses a Go duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return errors.New("expected a duration string such as \"20ms\" or \"30s\"")

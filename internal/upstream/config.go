@@ -193,6 +193,9 @@ type VersionHeader string
 
 // UnmarshalJSON accepts true, false or a string.
 func (v *VersionHeader) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var on bool
 	if err := json.Unmarshal(b, &on); err == nil {
 		*v = ""
@@ -215,6 +218,9 @@ type Duration time.Duration
 
 // UnmarshalJSON parses a Go duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // leaves the zero value, as encoding/json does for null
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return errors.New(`expected a duration string such as "500ms" or "10s"`)
