@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -68,15 +69,10 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 			if isTimeout(err) && ex.timeout == "" {
 				ex.timeout = timeoutResponseHeader
 			}
-			ex.p.log.Warn("upstream failed after an interim response", "upstream", ex.inst.Addr, "error", err)
-			// No final status has gone out: the client can still be told.
-			ex.status = fasthttp.StatusBadGateway
-			if isTimeout(err) {
-				ex.status = fasthttp.StatusGatewayTimeout
-			}
-			ex.scratch = fasthttp.AppendHTTPDate(append(append(ex.scratch[:0], "HTTP/1.1 "...), strconv.Itoa(ex.status)+" "+fasthttp.StatusMessage(ex.status)+"\r\nContent-Length: 0\r\nConnection: close\r\nDate: "...), time.Now())
-			ex.scratch = append(ex.scratch, "\r\n\r\n"...)
-			_, _ = c.Write(ex.scratch)
+			// No final status has gone out: the client can still be told,
+			// with the answer any failure gets (fail), and the connection
+			// then closes.
+			ex.writeFailure(c, fmt.Errorf("after an interim response: %w", err))
 			return err
 		}
 		if ex.resp.IsBodyStream() {
@@ -177,4 +173,23 @@ func (ex *exchange) writeInterim() error {
 		ex.writeErr = err
 	}
 	return err
+}
+
+// writeFailure writes to the hijacked connection c the gateway's answer to
+// a request that failed (failure, with errorFields, as fail gives it),
+// marked to close the connection.
+func (ex *exchange) writeFailure(c net.Conn, err error) {
+	status, body := ex.failure(err)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	resp.SetStatusCode(status)
+	resp.Header.SetContentType("text/plain; charset=utf-8")
+	resp.SetBody(body)
+	resp.AppendBody(newline)
+	resp.SetConnectionClose()
+	ex.errorFields(&resp.Header, status)
+	ex.bytesOut = int64(len(resp.Body()))
+	b := append(resp.Header.AppendBytes(ex.scratch[:0]), resp.Body()...)
+	_, _ = c.Write(b)
+	ex.scratch = b[:0]
 }

@@ -41,6 +41,14 @@ func TestInterimResponses(t *testing.T) {
 				fmt.Fprint(c, "HTTP/1.1 102 Processing\r\n\r\n")
 				<-release
 			}
+			switch req.URL.Path {
+			case "/hints-then-close":
+				fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n")
+				return
+			case "/hints-then-999":
+				fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n")
+				return
+			}
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
 		}
 	})
@@ -93,6 +101,31 @@ func TestInterimResponses(t *testing.T) {
 		got = append(got, resp.StatusCode)
 		if fmt.Sprint(got) != "[200 103 102 200]" {
 			t.Errorf("answers %v, want [200 103 102 200] in that order", got)
+		}
+	})
+	t.Run("the upstream fails after it", func(t *testing.T) {
+		// No final status has gone out: the client gets the gateway's 502,
+		// with its request id and decision headers, as any failure.
+		for _, path := range []string{"/hints-then-close", "/hints-then-999"} {
+			c := dialRaw(t, addr)
+			fmt.Fprint(c, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+			br := bufio.NewReader(c)
+			var got []int
+			var last *http.Response
+			var body []byte
+			for len(got) < 2 {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s: after %v: %v", path, got, err)
+				}
+				body, _ = io.ReadAll(resp.Body)
+				got, last = append(got, resp.StatusCode), resp
+			}
+			id := last.Header.Get("X-Request-Id")
+			if fmt.Sprint(got) != "[103 502]" || id == "" || !strings.Contains(string(body), id) || !last.Close || last.Header.Get("X-Gray-Group") != "stable" {
+				t.Errorf("%s: answers %v, X-Request-Id %q, body %q, close %v, group %q; want [103 502] with the id in the body, closed, group stable",
+					path, got, id, body, last.Close, last.Header.Get("X-Gray-Group"))
+			}
 		}
 	})
 	t.Run("none to an HTTP/1.0 client", func(t *testing.T) {
