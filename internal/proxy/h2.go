@@ -269,7 +269,7 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false
 	}
-	s.decide(&s.view)
+	s.decide(&s.view, &s.in)
 	if s.d.Reject != "" { // e.g. an identity over identity.max_length
 		s.reject(http.StatusBadRequest, s.d.Reject)
 		return false

@@ -212,15 +212,15 @@ func (f *flow) end() time.Time {
 }
 
 // decide routes the request seen through v and keeps the decision; then,
-// with tracing on, it starts the server span (while v is valid: the
-// trace context is read from it), and it notes whether the request is
-// mirrored.
-func (f *flow) decide(v attr.Request) {
+// with tracing on, it starts the server span (while v and in, the
+// request's header, are valid: the trace context is read from them), and
+// it notes whether the request is mirrored.
+func (f *flow) decide(v attr.Request, in inHeader) {
 	f.p.decider.DecideInto(v, &f.d)
 	f.keepDecision()
 	f.keepMirror(v)
 	if t := f.opts.Tracer; t != nil {
-		f.startSpan(t, v)
+		f.startSpan(t, v, in)
 	}
 }
 

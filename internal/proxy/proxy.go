@@ -475,7 +475,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	ws := isWebSocketUpgrade(in)
 	ex.upgrade = ws
 	ex.view.see(&ctx.Request, ex.peer, ex.trusted)
-	ex.decide(&ex.view)
+	ex.decide(&ex.view, in)
 	ex.view.req = nil
 	if ex.d.Reject != "" { // e.g. an identity over identity.max_length
 		p.reject(ctx, ex, fasthttp.StatusBadRequest, ex.d.Reject)

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/tracing"
 )
@@ -20,14 +22,35 @@ const (
 )
 
 // spanHeaders is the client's request as the tracer reads it
-// (tracing.HeaderGetter), through the codec's attr.Request view: the one
-// way a request is seen. It is set only while Start runs.
-type spanHeaders struct{ v attr.Request }
-
-func (h *spanHeaders) Get(name string) string {
-	s, _ := h.v.Header(name)
-	return s
+// (tracing.HeaderGetter): the trace context from its header (in), the
+// rest through the codec's attr.Request view (v), the one way a request
+// is seen. It is set only while Start runs.
+type spanHeaders struct {
+	v  attr.Request
+	in inHeader
 }
+
+// Get returns every field named name, joined with commas: several
+// tracestate fields are one list (W3C Trace Context section 3.3.1.1), and
+// several traceparent fields make a value that does not parse, so that a
+// new trace starts, as the specification's test suite requires. Only the
+// traceparent may alias the request's buffers (it is parsed into the
+// span context's ids); anything else is copied, since the tracer keeps
+// what it extracts (the tracestate) after the request is gone.
+func (h *spanHeaders) Get(name string) string {
+	vals := h.in.PeekAll(name)
+	switch {
+	case len(vals) == 0:
+		return ""
+	case len(vals) == 1 && name == "traceparent":
+		return b2s(vals[0])
+	case len(vals) == 1:
+		return string(vals[0])
+	}
+	return string(bytes.Join(vals, comma))
+}
+
+var comma = []byte(",")
 
 // Set and Keys make spanHeaders a propagation.TextMapCarrier, which the
 // tracer then uses without wrapping it (an allocation per request).
@@ -67,10 +90,10 @@ func (h *spanSink) Keys() []string { return nil }
 // inbound traceparent and tracestate, then the decision (spanDecided).
 // The tracer asks for the HTTP semantic-convention attributes (Describe)
 // only when it records the span.
-func (f *flow) startSpan(t *tracing.Tracer, v attr.Request) {
-	f.spanIn.v = v
+func (f *flow) startSpan(t *tracing.Tracer, v attr.Request, in inHeader) {
+	f.spanIn.v, f.spanIn.in = v, in
 	f.span = t.Start(&f.spanIn, f)
-	f.spanIn.v = nil
+	f.spanIn.v, f.spanIn.in = nil, nil
 	f.traced = true
 	f.spanDecided()
 }

@@ -156,7 +156,7 @@ func TestTracingThroughTheListener(t *testing.T) {
 				req.Host = "shop.test:8443"
 				req.Header.Set("User-Agent", "trace-test/1")
 				for i := 0; i+1 < len(hdr); i += 2 {
-					req.Header.Set(hdr[i], hdr[i+1])
+					req.Header.Add(hdr[i], hdr[i+1])
 				}
 				resp, err := c.Do(req)
 				if err != nil {
@@ -173,7 +173,13 @@ func TestTracingThroughTheListener(t *testing.T) {
 			if failed.StatusCode != http.StatusBadGateway {
 				t.Fatalf("/fail = %d, want 502", failed.StatusCode)
 			}
-			spans := rcv.waitSpans(t, tr, 3) // the unsampled one is not exported
+			// Two tracestate fields are one list; two traceparent fields
+			// are invalid, and a new trace starts (W3C trace-context test
+			// suite: test_tracestate_multiple_headers_different_keys,
+			// test_traceparent_duplicated).
+			states := do("/states", "Traceparent", "00-"+inTrace+"-"+inSpan+"-01", "Tracestate", "a=1", "Tracestate", "b=2")
+			dup := do("/dup", "Traceparent", "00-"+inTrace+"-"+inSpan+"-01", "Traceparent", "00-"+inTrace+"-"+inSpan+"-01")
+			spans := rcv.waitSpans(t, tr, 5) // the unsampled one is not exported
 			byPath := map[string]*tracepb.Span{}
 			for _, s := range spans {
 				p, _ := spanAttrs(s.Attributes)["url.path"].(string)
@@ -229,6 +235,21 @@ func TestTracingThroughTheListener(t *testing.T) {
 			}
 			if got, want := fresh.Header.Get("X-Seen-Traceparent"), fmt.Sprintf("00-%x-%x-01", f.TraceId, f.SpanId); got != want {
 				t.Errorf("upstream traceparent %q, want %q", got, want)
+			}
+
+			if got := states.Header.Get("X-Seen-Tracestate"); got != "a=1,b=2" {
+				t.Errorf("two tracestate fields: upstream tracestate %q, want a=1,b=2", got)
+			}
+			// The exported span's trace_state is read after the request's
+			// buffers have been reused.
+			if st := byPath["/states"]; st == nil || st.TraceState != "a=1,b=2" || hex.EncodeToString(st.TraceId) != inTrace {
+				t.Errorf("two tracestate fields: span trace %x, trace_state %q; want trace %s with trace_state a=1,b=2", st.GetTraceId(), st.GetTraceState(), inTrace)
+			}
+			if d := byPath["/dup"]; d == nil || hex.EncodeToString(d.TraceId) == inTrace || len(d.ParentSpanId) != 0 {
+				t.Errorf("two traceparent fields: span trace %x, parent %x; want a new root trace", d.GetTraceId(), d.GetParentSpanId())
+			}
+			if got := dup.Header.Get("X-Seen-Traceparent"); strings.Contains(got, inTrace) {
+				t.Errorf("two traceparent fields: upstream traceparent %q continues the client's trace", got)
 			}
 
 			// The gateway's own failure.
