@@ -12,6 +12,8 @@ import (
 	"net/textproto"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -169,9 +171,10 @@ func (s *stream) interim(code int, h textproto.MIMEHeader) error {
 }
 
 // unrelayableStatus returns the error for a response that no client may
-// be given, and closes its body: a status outside 100..599 (errInvalidStatus), or
-// 101 (errSwitchedProtocols) on a path that carries no upgrade. It returns
-// nil for any other.
+// be given, and closes its body: a status outside 100..599
+// (errInvalidStatus), 101 (errSwitchedProtocols) on a path that carries no
+// upgrade, or a header field name that is not a token (errBadFieldName,
+// as checkFieldNames). It returns nil for any other.
 func unrelayableStatus(resp *http.Response) error {
 	var err error
 	switch {
@@ -180,7 +183,15 @@ func unrelayableStatus(resp *http.Response) error {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		err = errSwitchedProtocols
 	default:
-		return nil
+		for k := range resp.Header {
+			if !httpguts.ValidHeaderFieldName(k) {
+				err = fmt.Errorf("%w: %q", errBadFieldName, k)
+				break
+			}
+		}
+		if err == nil {
+			return nil
+		}
 	}
 	_ = resp.Body.Close()
 	return err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/rawio"
@@ -946,6 +947,9 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *buf
 		// a 101 is not HTTP, and the client asked for nothing else.
 		return errSwitchedProtocols
 	}
+	if err := checkFieldNames(out); err != nil {
+		return err
+	}
 	ex.status = status
 	if b2s(ex.method) == fasthttp.MethodHead || !hasBody(status) {
 		return nil
@@ -991,6 +995,21 @@ func (ex *exchange) readInline(conn net.Conn, br *bufio.Reader, cl int) error {
 	}
 	return nil
 }
+
+// checkFieldNames refuses a response header with a field name that is
+// not a token: fasthttp takes a name with a space ("X Y: z"), which RFC
+// 9110 section 5.1 does not allow and a client may read otherwise.
+func checkFieldNames(h *fasthttp.ResponseHeader) error {
+	for k := range h.All() {
+		if !httpguts.ValidHeaderFieldName(b2s(k)) {
+			return fmt.Errorf("%w: %q", errBadFieldName, k)
+		}
+	}
+	return nil
+}
+
+// errBadFieldName is a response header field whose name is not a token.
+var errBadFieldName = errors.New("upstream sent an invalid header field name")
 
 // errBodyBrokeOff is an upstream that broke off (or stalled) within a
 // response body.

@@ -92,6 +92,9 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 	if err == nil && !validStatus(status) {
 		err = invalidStatus(status)
 	}
+	if err == nil {
+		err = checkFieldNames(&out.Header)
+	}
 	if err == nil && status == fasthttp.StatusSwitchingProtocols && !upgradesToWebSocket(&out.Header) {
 		// RFC 9110 section 7.8: a server switches only to a protocol the
 		// client named; the client asked for WebSocket alone.
