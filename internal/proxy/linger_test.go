@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -83,5 +84,37 @@ func earlyAnswer(t *testing.T, addr, head string, size, status int) {
 	}
 	if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		t.Errorf("after the answer read %d bytes, %v; want the end of the connection", n, err)
+	}
+}
+
+// TestUpstreamEarlyAnswer: an upstream that answers a request before its
+// body has arrived (a 413) and then closes, or stops reading, makes the
+// gateway's sending of the body fail; the answer it sent is what the
+// client gets (RFC 9112 section 9.3), not a 502 or a 504, and the client
+// can finish writing its body and then reads the end of the connection.
+func TestUpstreamEarlyAnswer(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		close bool
+	}{
+		{"answers and closes", true},
+		{"answers and stops reading", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan struct{})
+			up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				fmt.Fprint(c, "HTTP/1.1 413 Content Too Large\r\nContent-Length: 3\r\nConnection: close\r\n\r\nbig")
+				if !tt.close {
+					<-done // read nothing more until the test ends
+				}
+			})
+			t.Cleanup(func() { close(done) }) // before stallBackend's, which waits for this handler
+			_, addr := startProxy(t, Options{UpstreamWriteTimeout: 300 * time.Millisecond}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+			const size = 8 << 20
+			earlyAnswer(t, addr, fmt.Sprintf("POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", size), size, 413)
+		})
 	}
 }

@@ -481,6 +481,13 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 			if err == nil {
 				err = bw.Flush()
 			}
+			if err != nil && !final && ex.clientErr == nil && !ex.tooLarge && !ex.canceled && p.earlyAnswer(ctx, ex, conn, uc) {
+				// The upstream stopped the upload by answering (a 413, say)
+				// and closing, or by no longer reading: its answer is the
+				// response (RFC 9112 section 9.3: a client sending a body
+				// watches for one), and the body is not sent further.
+				final, err = true, nil
+			}
 		} else if err == nil {
 			// A request whose body the gateway holds is flushed by
 			// readHeader, which then waits for the answer without a read
@@ -761,6 +768,34 @@ func (p *Proxy) awaitContinue(ctx *fasthttp.RequestCtx, ex *exchange, conn net.C
 	}
 	return true, nil
 }
+
+// earlyAnswer reads, after sending a request body failed, a response
+// header the upstream sent before it stopped reading or closed, into the
+// client's response; it waits at most earlyAnswerWait for one (an answer
+// sent before a reset or a stall is there already). It reports whether a
+// header was read, in which case the exchange goes on as after an early
+// answer to Expect (awaitContinue): finishHeader, and the connection is
+// not reused.
+func (p *Proxy) earlyAnswer(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn, uc *upstreamClient) bool {
+	br := ex.br
+	if br == nil {
+		br = uc.hc.AcquireReader(conn)
+		ex.br = br
+	}
+	if br.Buffered() == 0 {
+		if err := conn.SetReadDeadline(time.Now().Add(earlyAnswerWait)); err != nil {
+			return false
+		}
+		if _, err := br.Peek(1); err != nil {
+			return false
+		}
+	}
+	ex.respStarted = true
+	return ctx.Response.Header.Read(br) == nil
+}
+
+// earlyAnswerWait is how long earlyAnswer waits for an answer.
+const earlyAnswerWait = 20 * time.Millisecond
 
 // readHeader reads the response header within ResponseHeaderTimeout,
 // counted from start. The deadline is set once the request has been
