@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -266,28 +267,49 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
+		keys := make([]string, len(raws))
 		for i, raw := range raws {
 			var probe struct {
 				Key string `json:"key"`
 			}
 			_ = json.Unmarshal(raw, &probe)
-			key := probe.Key
+			keys[i] = probe.Key
 			if len(pos) == 1 && len(raws) == 1 {
-				key = pos[0]
+				keys[i] = pos[0]
 			}
-			if key == "" {
+			if keys[i] == "" {
 				return fmt.Errorf("%s: rule %d has no \"key\"", file, i)
 			}
-			hdr := map[string]string{}
-			if ifMatch >= 0 {
-				hdr["If-Match"] = strconv.FormatInt(ifMatch, 10)
+		}
+		hdr := map[string]string{}
+		if ifMatch >= 0 {
+			hdr["If-Match"] = strconv.FormatInt(ifMatch, 10)
+		}
+		if len(raws) > 1 && !dryRun {
+			// A file of several rules is checked whole first (dry runs),
+			// so that one bad rule leaves the store as it was instead of
+			// half written.
+			var bad []error
+			for i, raw := range raws {
+				if _, err := c.do(ctx, "PUT", "/api/v1/rules/"+keys[i]+"?dry_run=1", raw, hdr); err != nil {
+					bad = append(bad, fmt.Errorf("rule %q: %w", keys[i], err))
+				}
 			}
+			if len(bad) > 0 {
+				return fmt.Errorf("%w\nnothing was saved (%d of %d rules refused)", errors.Join(bad...), len(bad), len(raws))
+			}
+		}
+		for i, raw := range raws {
+			key := keys[i]
 			q := ""
 			if dryRun {
 				q = "?dry_run=1"
 			}
 			out, err := c.do(ctx, "PUT", "/api/v1/rules/"+key+q, raw, hdr)
 			if err != nil {
+				if i > 0 && !dryRun {
+					return fmt.Errorf("rule %q: %w\nsaved before it: %s; not attempted: %s", key, err, strings.Join(keys[:i], ", "), orNone(keys[i+1:]))
+				}
 				return fmt.Errorf("rule %q: %w", key, err)
 			}
 			if c.output == "json" {
@@ -616,4 +638,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "%-20s %s\n", k+":", compact(v))
 	}
 	return nil
+}
+
+// orNone joins keys with commas, or says "none".
+func orNone(keys []string) string {
+	if len(keys) == 0 {
+		return "none"
+	}
+	return strings.Join(keys, ", ")
 }

@@ -323,6 +323,20 @@ rules:
 	if code == 0 || !strings.Contains(out, "groups: weights must sum to 100, got 120") || !strings.Contains(out, "groups[1].target: is required") {
 		t.Errorf("bad put: %d\n%s", code, out)
 	}
+	// A file of several rules with a bad one in the middle saves none.
+	list := filepath.Join(dir, "list.json")
+	os.WriteFile(list, []byte(`[{"key":"list1","type":"gray","gray_percent":5,"targets":{"gray":"gray","stable":"stable"}},`+
+		`{"key":"list2","type":"gray","gray_percent":500,"targets":{"gray":"gray","stable":"stable"}},`+
+		`{"key":"list3","type":"gray","gray_percent":5,"targets":{"gray":"gray","stable":"stable"}}]`), 0o644)
+	out, code = runCLI(t, env, "rules", "put", "-f", list)
+	if code == 0 || !strings.Contains(out, `rule "list2"`) || !strings.Contains(out, "gray_percent") || !strings.Contains(out, "nothing was saved (1 of 3 rules refused)") {
+		t.Errorf("put of a list with a bad rule: %d\n%s", code, out)
+	}
+	for _, k := range []string{"list1", "list3"} {
+		if out, code := runCLI(t, env, "rules", "get", k); code == 0 || !strings.Contains(out, "404") {
+			t.Errorf("after the refused list, rules get %s: %d\n%s", k, code, out)
+		}
+	}
 	if out, code := runCLI(t, []string{"GRAYGATE_ADMIN=" + p.admin, "GRAYGATE_ADMIN_TOKEN=wrong"}, "rules", "list"); code == 0 || !strings.Contains(out, "401") {
 		t.Errorf("wrong token: %d\n%s", code, out)
 	}
