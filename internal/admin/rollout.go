@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/graygate/graygate/internal/rollout"
 	"github.com/graygate/graygate/internal/rule"
@@ -42,13 +43,22 @@ func rolloutError(w http.ResponseWriter, err error) {
 	}
 }
 
+// writeView answers with a rollout view and its rule's version as the
+// ETag, for an If-Match on the next action.
+func writeView(w http.ResponseWriter, v rollout.View) {
+	if v.Version > 0 {
+		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(v.Version, 10)))
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
 func (s *Server) getRollout(w http.ResponseWriter, r *http.Request, _ principal) {
 	v, err := s.opts.Rollout.View(r.Context(), r.PathValue("key"))
 	if err != nil {
 		rolloutError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeView(w, v)
 }
 
 func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal) {
@@ -56,6 +66,19 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 	if !slices.Contains(rollout.Actions, action) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no rollout action %q: POST .../rollout/promote, pause, resume, abort or retry", action), nil)
 		return
+	}
+	// If-Match makes the action conditional on the rule's version, as for
+	// PUT and a rule's rollback: 409 when the rule has changed since.
+	ifVersion, err := parseIfMatch(r)
+	if err == nil && ifVersion == 0 {
+		err = fmt.Errorf("If-Match: a rollout action needs the rule's version (1 or more), got %q", r.Header.Get("If-Match"))
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	if ifVersion == store.AnyVersion {
+		ifVersion = 0
 	}
 	body, ok := readBody(w, r)
 	if !ok {
@@ -75,13 +98,34 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 		writeError(w, http.StatusBadRequest, "invalid rollout request", []strict.FieldError{{Path: "full", Message: fmt.Sprintf("is only for promote, not %s", action)}})
 		return
 	}
-	v, err := s.opts.Rollout.Act(r.Context(), key, rollout.Command{Action: action, Full: req.Full, By: p.name, Reason: changeReason(r, req.Reason)})
+	v, err := s.opts.Rollout.Act(r.Context(), key, rollout.Command{Action: action, Full: req.Full, By: p.name, Reason: changeReason(r, req.Reason), IfVersion: ifVersion})
 	if err != nil {
 		rolloutError(w, err)
 		return
 	}
 	s.log.Info("rollout action", "rule", key, "action", string(action), "full", req.Full, "by", p.name)
-	writeJSON(w, http.StatusOK, v)
+	writeView(w, v)
+}
+
+// carryStatus gives rl the rollout status the write will give it (see
+// putRollout), so that it is validated as it will be stored: the steps a
+// running rollout has not reached yet must not lower the gray_percent it
+// set, and a new plan's steps none at all.
+func (s *Server) carryStatus(ctx context.Context, key string, rl *rule.Rule) error {
+	var prev *rule.Rule
+	cur, err := s.opts.Store.Get(ctx, key)
+	switch {
+	case err == nil:
+		if p, derr := rule.Decode(cur.Rule); derr == nil {
+			prev = &p
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	ro := *rl.Rollout
+	rl.Rollout = &ro
+	rollout.Carry(prev, rl)
+	return nil
 }
 
 // putRollout stores a rule with a rollout the way an operator's PUT or
@@ -113,6 +157,11 @@ func (s *Server) putRollout(ctx context.Context, key string, rl rule.Rule, ifVer
 		ro := *rl.Rollout
 		next.Rollout = &ro
 		rollout.Carry(prev, &next)
+		if err := next.Validate(); err != nil {
+			// The stored status moved since the rule was checked (another
+			// plan came in meanwhile, say).
+			return store.Entry{}, fmt.Errorf("rule %q as it would be stored: %w: %w", key, err, store.ErrInvalid)
+		}
 		raw, err := json.Marshal(next)
 		if err != nil {
 			return store.Entry{}, err

@@ -172,6 +172,12 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	rl, reason, err := decodeRuleBody(body, key)
+	if rl.Rollout != nil {
+		if cerr := s.carryStatus(r.Context(), key, &rl); cerr != nil {
+			storeError(w, cerr)
+			return
+		}
+	}
 	if err == nil {
 		_, err = s.opts.Compile(rl)
 	} else {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -474,5 +475,148 @@ func TestRolloutNotificationsReachWebhooks(t *testing.T) {
 	}
 	if steps < 2 {
 		t.Errorf("events %v: %d step events, want one per step", types, steps)
+	}
+}
+
+// TestRolloutActionIfMatch: a rollout action with If-Match acts only on
+// the rule's version the caller saw, as PUT and a rule's rollback do; the
+// rollout document carries that version as its ETag.
+func TestRolloutActionIfMatch(t *testing.T) {
+	stable, _ := countingBackend(t, "stable", nil)
+	gray, _ := countingBackend(t, "gray", nil)
+	e := startRollouts(t, stable, gray, "", nil)
+	e.mustPut("canary", fmt.Sprintf(canaryRule, tolerant, `{"steps":[{"percent":10},{"pause":{}},{"pause":{}},{"pause":{}},{"percent":100}]}`))
+	waitRollout(t, e, "canary", "paused", 1, 30*time.Second)
+	_, r := e.api("GET", "/api/v1/rules/canary", nil)
+	seen := fmt.Sprint(r["version"])
+	req, _ := http.NewRequest("GET", e.admin+"/api/v1/rules/canary/rollout", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if etag := resp.Header.Get("ETag"); etag != strconv.Quote(seen) {
+		t.Errorf("GET rollout ETag = %q, want %q (the rule's version)", etag, strconv.Quote(seen))
+	}
+	code, out := e.api("POST", "/api/v1/rules/canary/rollout/promote", `{"reason":"first click"}`, "If-Match", seen)
+	if code != 200 || out["step"] != 2.0 {
+		t.Fatalf("promote with the version seen = %d %v", code, out)
+	}
+	// A second operator who saw the same version: 409, and the rollout
+	// stays at the gate it reached.
+	code, out = e.api("POST", "/api/v1/rules/canary/rollout/promote", `{"reason":"second click"}`, "If-Match", seen)
+	if msg := fmt.Sprint(out["error"]); code != 409 || !strings.Contains(msg, "If-Match wanted "+seen) || !strings.Contains(msg, "paused at step 2 of 5 (pause until promoted)") {
+		t.Errorf("promote with a stale If-Match = %d %v, want 409 naming step 2", code, out)
+	}
+	for _, action := range []string{"pause", "abort"} {
+		if code, out := e.api("POST", "/api/v1/rules/canary/rollout/"+action, nil, "If-Match", `"`+seen+`"`); code != 409 {
+			t.Errorf("%s with a stale If-Match = %d %v, want 409", action, code, out)
+		}
+	}
+	for _, bad := range []string{"abc", "0"} {
+		if code, out := e.api("POST", "/api/v1/rules/canary/rollout/promote", nil, "If-Match", bad); code != 400 || !strings.Contains(fmt.Sprint(out["error"]), "If-Match") {
+			t.Errorf("If-Match %q = %d %v, want 400", bad, code, out)
+		}
+	}
+	if _, v := e.api("GET", "/api/v1/rules/canary/rollout", nil); v["state"] != "paused" || v["step"] != 2.0 {
+		t.Fatalf("after the refused actions: %v", v)
+	}
+	// Without If-Match, and with the current version, promote works.
+	if code, out := e.api("POST", "/api/v1/rules/canary/rollout/promote", nil); code != 200 || out["step"] != 3.0 {
+		t.Fatalf("plain promote = %d %v", code, out)
+	}
+	_, r = e.api("GET", "/api/v1/rules/canary", nil)
+	if code, out := e.api("POST", "/api/v1/rules/canary/rollout/promote", nil, "If-Match", fmt.Sprint(r["version"])); code != 200 {
+		t.Fatalf("promote with the current version = %d %v", code, out)
+	}
+	waitRollout(t, e, "canary", "completed", 5, 30*time.Second)
+}
+
+// TestRolloutPlanCannotLowerGrayPercent: a plan whose steps would lower
+// the rule's gray_percent is a 400 naming the step; a running rollout's
+// rule, whose gray_percent its own steps raised, can still be PUT back.
+func TestRolloutPlanCannotLowerGrayPercent(t *testing.T) {
+	stable, _ := countingBackend(t, "stable", nil)
+	gray, _ := countingBackend(t, "gray", nil)
+	e := startRollouts(t, stable, gray, "", nil)
+	lowering := `{"type":"gray","gray_percent":30,"targets":{"gray":"gray","stable":"stable"},"rollout":{"steps":[{"percent":10},{"pause":{}},{"percent":50}]}}`
+	code, out := e.api("PUT", "/api/v1/rules/lower", lowering)
+	if b, _ := json.Marshal(out); code != 400 || !strings.Contains(string(b), `"path":"rollout.steps[0].percent"`) || !strings.Contains(string(b), "10 is below the rule's gray_percent 30") {
+		t.Fatalf("PUT of a plan starting below gray_percent = %d %s, want 400 naming rollout.steps[0].percent", code, b)
+	}
+	if code, _ := e.api("GET", "/api/v1/rules/lower", nil); code != 404 {
+		t.Errorf("the refused rule was stored: GET = %d", code)
+	}
+	// One bad step is one problem.
+	code, out = e.api("PUT", "/api/v1/rules/lower", `{"type":"gray","gray_percent":0,"targets":{"gray":"gray","stable":"stable"},"rollout":{"steps":[{"percent":10},{"pause":30}]}}`)
+	if ds, _ := out["details"].([]any); code != 400 || len(ds) != 1 || !strings.Contains(fmt.Sprint(ds[0]), "rollout.steps[1].pause") || !strings.Contains(fmt.Sprint(ds[0]), "got 30") {
+		t.Errorf("PUT with {\"pause\": 30} = %d %v, want one problem at rollout.steps[1].pause naming 30", code, out)
+	}
+
+	e.mustPut("canary", fmt.Sprintf(canaryRule, tolerant, `{"steps":[{"percent":5},{"percent":20},{"pause":{}},{"percent":100}]}`))
+	waitRollout(t, e, "canary", "paused", 2, 30*time.Second)
+	_, r := e.api("GET", "/api/v1/rules/canary", nil)
+	if r["gray_percent"] != 20.0 {
+		t.Fatalf("gray_percent at the gate = %v", r["gray_percent"])
+	}
+	if code, out := e.api("PUT", "/api/v1/rules/canary", r); code != 200 {
+		t.Fatalf("PUT back of the running rollout's rule = %d %v", code, out)
+	}
+	r["gray_percent"] = 40 // by hand, above the steps done, below the one to come
+	if code, out := e.api("PUT", "/api/v1/rules/canary", r); code != 200 {
+		t.Fatalf("PUT back with gray_percent 40 = %d %v", code, out)
+	}
+	if _, v := e.api("GET", "/api/v1/rules/canary/rollout", nil); v["state"] != "paused" || v["step"] != 2.0 || v["percent"] != 40.0 {
+		t.Fatalf("after the PUTs back: %v", v)
+	}
+	// A new plan starts over from step 0, which would lower 40 to 10.
+	r["rollout"] = map[string]any{"steps": []any{map[string]any{"percent": 10}, map[string]any{"percent": 100}}}
+	code, out = e.api("PUT", "/api/v1/rules/canary", r)
+	if b, _ := json.Marshal(out); code != 400 || !strings.Contains(string(b), "10 is below the rule's gray_percent 40") {
+		t.Errorf("PUT of a new plan below gray_percent = %d %s, want 400", code, b)
+	}
+}
+
+// TestRolloutHeldByRollback: one-click rollback, of the rule or of every
+// rule, holds its rollout where it is (the scene is preserved: no step,
+// no version), and the resume lets it go on.
+func TestRolloutHeldByRollback(t *testing.T) {
+	for _, path := range []string{"/api/v1/rules/canary", "/api/v1"} {
+		t.Run(path, func(t *testing.T) {
+			stable, _ := countingBackend(t, "stable", nil)
+			gray, _ := countingBackend(t, "gray", nil)
+			e := startRollouts(t, stable, gray, "", nil)
+			e.mustPut("canary", fmt.Sprintf(canaryRule, tolerant, `{"steps":[{"percent":10},{"pause":"2s"},{"percent":50},{"percent":100}]}`))
+			waitRollout(t, e, "canary", "progressing", 1, 30*time.Second)
+			if code, out := e.api("POST", path+"/rollback", `{"reason":"gray looks wrong"}`); code != 200 {
+				t.Fatalf("rollback = %d %v", code, out)
+			}
+			_, r := e.api("GET", "/api/v1/rules/canary", nil)
+			held := r["version"]
+			// Twice the pause: the rollout does not move.
+			end := time.Now().Add(4 * time.Second)
+			for time.Now().Before(end) {
+				_, v := e.api("GET", "/api/v1/rules/canary/rollout", nil)
+				if v["step"] != 1.0 || v["percent"] != 10.0 {
+					t.Fatalf("the rollout moved while rolled back: %v", v)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			_, v := e.api("GET", "/api/v1/rules/canary/rollout", nil)
+			if msg := fmt.Sprint(v["message"]); !strings.Contains(msg, "held while") {
+				t.Errorf("message while rolled back = %q", msg)
+			}
+			if _, r = e.api("GET", "/api/v1/rules/canary", nil); r["version"] != held {
+				t.Errorf("version %v while rolled back, want %v: no write", r["version"], held)
+			}
+			if code, out := e.api("POST", "/api/v1/rules/canary/rollout/promote", nil); code != 409 || !strings.Contains(fmt.Sprint(out["error"]), "rolled back") {
+				t.Errorf("promote while rolled back = %d %v, want 409", code, out)
+			}
+			if code, out := e.api("POST", path+"/resume", nil); code != 200 {
+				t.Fatalf("resume = %d %v", code, out)
+			}
+			waitRollout(t, e, "canary", "completed", 4, 30*time.Second)
+		})
 	}
 }

@@ -105,11 +105,23 @@ func failing(m rule.Measurement) *rule.CheckResult {
 	return nil
 }
 
-func fmtValue(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+// fmtValue writes a value for people; infinities as Prometheus writes
+// them, +Inf and -Inf.
+func fmtValue(v float64) string {
+	if math.IsInf(v, 0) {
+		return model.SampleValue(v).String()
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
 
-// judge holds v to minV and maxV.
+// judge holds v to minV and maxV. An infinity is a value like any other
+// (+Inf is above every max, -Inf below every min), as Argo Rollouts
+// compares it; JSON has no number for it, so it is kept in the message
+// only and Value is left out, which keeps the status encodable.
 func judge(res rule.CheckResult, v float64, minV, maxV *float64) rule.CheckResult {
-	res.Value = &v
+	if !math.IsInf(v, 0) {
+		res.Value = &v
+	}
 	switch {
 	case maxV != nil && v > *maxV:
 		res.Result, res.Message = rule.ResultFailed, fmt.Sprintf("%s is above max %s", fmtValue(v), fmtValue(*maxV))
@@ -234,7 +246,11 @@ func (m *measurer) prometheus(ctx context.Context, c rule.Check) rule.CheckResul
 		res.Result, res.Message = rule.ResultInconclusive, "the query returned NaN (no data, such as a rate over no requests)"
 		return res
 	}
-	return judge(res, v, pc.Min, pc.Max)
+	res = judge(res, v, pc.Min, pc.Max)
+	if math.IsInf(v, 0) {
+		res.Message += " (the query returned an infinity, such as a ratio over zero; JSON has no number for it, so the measurement records no value)"
+	}
+	return res
 }
 
 // webhook POSTs p: a 2xx answer passes, any other answer fails, no answer

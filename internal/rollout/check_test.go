@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,6 +40,10 @@ func TestPrometheusCheck(t *testing.T) {
 		{"two series", `{"resultType":"vector","result":[{"metric":{"a":"1"},"value":[1,"1"]},{"metric":{"a":"2"},"value":[1,"2"]}]}`, rule.ResultError, 0, "2 series"},
 		{"a matrix", `{"resultType":"matrix","result":[]}`, rule.ResultError, 0, "matrix"},
 		{"server error", "", rule.ResultError, 0, "prometheus http://"},
+		// An infinity is judged, and recorded without a value (JSON has
+		// no number for it).
+		{"+Inf", `{"resultType":"vector","result":[{"metric":{},"value":[1700000000,"+Inf"]}]}`, rule.ResultFailed, math.Inf(1), "+Inf is above max 0.05 (the query returned an infinity"},
+		{"-Inf", `{"resultType":"scalar","result":[1700000000,"-Inf"]}`, rule.ResultFailed, math.Inf(-1), "-Inf is below min 0 (the query returned an infinity"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,7 +69,15 @@ func TestPrometheusCheck(t *testing.T) {
 			if res.Result != tt.want || !strings.Contains(res.Message, tt.message) {
 				t.Fatalf("result = %s %q, want %s ...%s...", res.Result, res.Message, tt.want, tt.message)
 			}
-			if tt.want == rule.ResultPassed || tt.want == rule.ResultFailed {
+			switch {
+			case math.IsInf(tt.value, 0):
+				if res.Value != nil {
+					t.Errorf("value = %v, want none", *res.Value)
+				}
+				if _, err := json.Marshal(res); err != nil {
+					t.Errorf("the result does not encode: %v", err)
+				}
+			case tt.want == rule.ResultPassed || tt.want == rule.ResultFailed:
 				if res.Value == nil || *res.Value != tt.value {
 					t.Errorf("value = %v, want %v", res.Value, tt.value)
 				}

@@ -17,7 +17,8 @@
 //
 // # Steps
 //
-//   - percent sets gray_percent; percents never decrease within a plan.
+//   - percent sets gray_percent; percents never decrease within a plan,
+//     nor fall below the gray_percent the rollout starts from.
 //   - pause waits for a duration, or with {} until promote.
 //   - analysis takes count measurements interval apart: more than
 //     failure_limit failed ones abort the rollout, more than
@@ -32,7 +33,9 @@
 // fewer than min_requests requests is inconclusive, never a pass, and so
 // are counters that cannot be read (a fleet's etcd away); a Prometheus
 // query or a webhook that cannot be made (a timeout) is an error and
-// counts as a failure.
+// counts as a failure. A query's +Inf or -Inf is held to the bounds like
+// any value, and kept in the check's message only (JSON has no number for
+// it).
 //
 // # Abort
 //
@@ -41,6 +44,15 @@
 // threshold, and notifies. The gray target's breaker counts too: when it
 // opens during a rollout, the rollout aborts with the breaker's reason
 // (abort_on_breaker, the default) or the measurements under way fail.
+//
+// # Rollback
+//
+// One-click rollback (of the rule, or of every rule) holds the rollout
+// where it stands, as the rollback keeps the scene: no step, no
+// measurement (gray serves nobody, so there is nothing to judge), no
+// version, and promote is refused. After the resume it goes on from
+// there: a timed pause has what it had left when the rollback came, and
+// the analyses under way start over.
 //
 // # Who drives
 //
@@ -55,6 +67,10 @@
 // Engine is safe for concurrent use. Each active rollout has one driver
 // goroutine; it is the only writer of its rule besides operators, and a
 // write that loses a compare-and-set is decided again on the newer
-// version, never retried blindly. Notifications go out after the write
-// that caused them commits, from the gateway whose write won.
+// version, never retried blindly. An operator's promote or resume means
+// the step its caller saw: if the rollout moved meanwhile it is refused,
+// not carried out on the next step (two promotes at once pass one gate),
+// and with If-Match (Command.IfVersion) any newer version is a conflict.
+// Notifications go out after the write that caused them commits, from
+// the gateway whose write won.
 package rollout

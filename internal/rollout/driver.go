@@ -33,7 +33,16 @@ type driver struct {
 	// rollout.
 	charged   time.Time
 	lastState string
+	// rolledBack is the rule's own rollback flag in the adopted entry;
+	// heldSince is when this driver first saw the rule rolled back (by
+	// its flag or the global one), zero while it is not.
+	rolledBack bool
+	heldSince  time.Time
 }
+
+// errHeld means the rule was rolled back while a change was being
+// decided; the driver decides again (and holds).
+var errHeld = errors.New("the rule was rolled back meanwhile")
 
 // analysisRun is an analysis under way: a step's, or the background one.
 type analysisRun struct {
@@ -73,7 +82,7 @@ func (d *driver) loop(ctx context.Context, lost <-chan struct{}) {
 		wake, err := d.tick(ctx, now)
 		switch {
 		case err == nil:
-		case errors.Is(err, errStale):
+		case errors.Is(err, errStale), errors.Is(err, errHeld):
 			if en, gerr := d.e.opts.Store.Get(ctx, d.key); gerr == nil {
 				d.slot.offer(en)
 			}
@@ -101,6 +110,7 @@ func (d *driver) loop(ctx context.Context, lost <-chan struct{}) {
 
 // adopt takes en as the rule's current version.
 func (d *driver) adopt(en store.Entry) {
+	d.rolledBack = en.RolledBack
 	if d.ok && en.Version == d.version {
 		return
 	}
@@ -136,6 +146,26 @@ func (d *driver) tick(ctx context.Context, now time.Time) (time.Time, error) {
 	idle := now.Add(time.Hour)
 	if !d.ok || d.r.Rollout == nil || !d.r.Rollout.Active() {
 		return idle, nil // the engine stops this driver
+	}
+	if d.held() {
+		// One-click rollback keeps the scene: no step, no analysis (gray
+		// has no traffic to judge), no write, until the resume wakes us.
+		if d.heldSince.IsZero() {
+			d.heldSince = now
+			d.e.log.Info("rollout held: the rule is rolled back", "rule", d.key)
+			if st := statusOf(&d.r); st != nil {
+				d.publishLive(ctx, fmt.Sprintf("%s (held since %s)", st.Message, now.UTC().Format(time.RFC3339)))
+			}
+		}
+		return idle, nil
+	}
+	if !d.heldSince.IsZero() {
+		since := d.heldSince
+		d.heldSince = time.Time{}
+		if err := d.release(ctx, now, since); err != nil {
+			d.heldSince = since // decide again
+			return now, err
+		}
 	}
 	ro := d.r.Rollout
 	if ro.Status == nil {
@@ -189,6 +219,43 @@ func (d *driver) tick(ctx context.Context, now time.Time) (time.Time, error) {
 		wake = earliest(wake, next)
 	}
 	return wake, nil
+}
+
+// held reports whether the rule is rolled back, by its own flag or the
+// global one.
+func (d *driver) held() bool {
+	return d.rolledBack || d.e.observed.Load().rolledBack
+}
+
+// release goes on after a rollback that held the rollout since then: the
+// analyses under way start over (what they measured before the rollback
+// is not of the gray version as it now serves), and a running timed pause
+// keeps what it had left when the rollback came, as after pause and
+// resume.
+func (d *driver) release(ctx context.Context, now, since time.Time) error {
+	d.run, d.bg = nil, nil
+	st := statusOf(&d.r)
+	d.e.log.Info("rollout goes on after the rollback", "rule", d.key, "held", now.Sub(since).String())
+	if st == nil {
+		return nil
+	}
+	if st.State != rule.RolloutProgressing || st.PauseUntil == nil || !st.PauseUntil.After(since) {
+		d.publishLive(ctx, st.Message) // no longer held
+		return nil
+	}
+	left := st.PauseUntil.Sub(since)
+	until := now.Add(left).UTC()
+	if !until.After(*st.PauseUntil) {
+		return nil
+	}
+	return d.commit(ctx, func(r *rule.Rule) change {
+		st := r.Rollout.Status
+		st.PauseUntil = &until
+		n := len(r.Rollout.Steps)
+		st.Message = fmt.Sprintf("step %d of %d: %s, held by a rollback for %s; %s left, until %s",
+			st.Step, n, r.Rollout.Steps[st.Step], now.Sub(since).Round(time.Second), left.Round(time.Second), until.Format(time.RFC3339))
+		return change{reason: fmt.Sprintf("rollout goes on at step %d after a rollback (held %s): the pause has %s left", st.Step, now.Sub(since).Round(time.Second), left.Round(time.Second))}
+	})
 }
 
 // analyse acts on run: first on what it measured already (a decision a
@@ -412,6 +479,11 @@ func (d *driver) commit(ctx context.Context, mutate func(r *rule.Rule) change) e
 	var before time.Time
 	if st := statusOf(&r); st != nil {
 		before = st.StartedAt
+	}
+	if d.e.observed.Load().rolledBack {
+		// The global flag has no version for the compare-and-set to
+		// catch (the rule's own flag does).
+		return errHeld
 	}
 	c := mutate(&r)
 	if st := statusOf(&r); st != nil {

@@ -101,6 +101,9 @@ type observation struct {
 	entries map[string]store.Entry
 	rules   map[string]*rule.Rule // read-only: the snapshot's rules
 	keys    []string              // sorted
+	// rolledBack is the global one-click rollback flag: while it is on,
+	// every rollout is held (each rule's own flag is in its entry).
+	rolledBack bool
 }
 
 // liveView is what a driver measured since its last write.
@@ -165,7 +168,7 @@ func (e *Engine) Record(d *router.Decision, status int, elapsed time.Duration) {
 // recording the traffic of rules whose rollout is active at once and
 // hands the rest to Run; it does not block.
 func (e *Engine) Observe(st store.State, rules []*rule.Compiled) {
-	obs := &observation{entries: map[string]store.Entry{}, rules: map[string]*rule.Rule{}}
+	obs := &observation{entries: map[string]store.Entry{}, rules: map[string]*rule.Rule{}, rolledBack: st.RolledBack}
 	watch := map[string]string{}
 	for _, c := range rules {
 		if c.Type != rule.TypeGray || c.Source.Rollout == nil {
@@ -417,6 +420,9 @@ type View struct {
 	// Measurements are the latest measurements, oldest first.
 	Measurements []rule.Measurement `json:"measurements"`
 	Message      string             `json:"message"`
+	// Version is the rule's version the view was read from, for an
+	// ETag: an action with If-Match acts only on that version.
+	Version int64 `json:"-"`
 }
 
 // View returns where key's rollout stands, with the measurements its
@@ -437,7 +443,15 @@ func (e *Engine) View(ctx context.Context, key string) (View, error) {
 }
 
 func (e *Engine) viewOf(ctx context.Context, en store.Entry, r *rule.Rule) View {
-	v := View{Percent: percentOf(r), Measurements: []rule.Measurement{}}
+	v := e.viewOfStatus(ctx, en, r)
+	if why := e.rollback(r.Key, en); why != "" && r.Rollout.Active() {
+		v.Message = fmt.Sprintf("held while %s (it goes on from here after the resume): %s", why, v.Message)
+	}
+	return v
+}
+
+func (e *Engine) viewOfStatus(ctx context.Context, en store.Entry, r *rule.Rule) View {
+	v := View{Percent: percentOf(r), Measurements: []rule.Measurement{}, Version: en.Version}
 	st := r.Rollout.Status
 	if st == nil {
 		v.State, v.StartedAt, v.StepStartedAt = rule.RolloutProgressing, en.UpdatedAt, en.UpdatedAt
@@ -492,10 +506,70 @@ func (e *Engine) setLive(ctx context.Context, key string, lv liveView) {
 	}
 }
 
+// rollback says why key's rollout is held by a one-click rollback ("" when
+// it is not): its rule's own flag (in en) or the global one.
+func (e *Engine) rollback(key string, en store.Entry) string {
+	switch {
+	case en.RolledBack:
+		return fmt.Sprintf("rule %q is rolled back", key)
+	case e.observed.Load().rolledBack:
+		return "every rule is rolled back"
+	}
+	return ""
+}
+
+// position is where a rollout stands, as far as an operator's action is
+// concerned: an action is decided on the position its caller saw.
+type position struct {
+	state                    string
+	step                     int
+	startedAt, stepStartedAt time.Time
+}
+
+func positionOf(r *rule.Rule) position {
+	if r.Rollout == nil || r.Rollout.Status == nil {
+		return position{}
+	}
+	st := r.Rollout.Status
+	return position{state: st.State, step: st.Step, startedAt: st.StartedAt, stepStartedAt: st.StepStartedAt}
+}
+
+// where describes a rollout's position for people: "paused at step 2 of
+// 6 (pause until promoted)".
+func where(r *rule.Rule) string {
+	ro := r.Rollout
+	if ro == nil {
+		return "gone"
+	}
+	st := ro.Status
+	if st == nil {
+		return "not started"
+	}
+	out := fmt.Sprintf("%s at step %d of %d", st.State, st.Step, len(ro.Steps))
+	if st.Step < len(ro.Steps) {
+		out += fmt.Sprintf(" (%s)", ro.Steps[st.Step])
+	}
+	return out
+}
+
+// stepBound reports whether an action means the step its caller saw, so
+// that it must not be carried out on another one: promote skips the
+// current step and resume restarts it. Pause and abort hold or stop the
+// rollout wherever it stands, and retry restarts it from step 0.
+func stepBound(a Action) bool { return a == ActionPromote || a == ActionResume }
+
 // Act carries out an operator's command on key's rollout as a new
 // version by cmd.By, and returns the rollout as it then stands. A command
 // that does not fit the state is an ErrState error; a rule without a
-// rollout an ErrNoRollout one.
+// rollout an ErrNoRollout one; a cmd.IfVersion that is not the rule's
+// version a store.ErrConflict one.
+//
+// The command is decided on the version read first. A write that loses
+// the race to another one (an operator's, or the driver's) is decided
+// again on the newer version only if the rollout is where it was, or the
+// action does not depend on where it is (pause, abort): two operators who
+// promote at once skip one step, not two; the second is told where the
+// rollout now stands. With IfVersion a newer version is a conflict.
 func (e *Engine) Act(ctx context.Context, key string, cmd Command) (View, error) {
 	if !slices.Contains(Actions, cmd.Action) {
 		return View{}, fmt.Errorf("unknown rollout action %q: want promote, pause, resume, abort or retry: %w", cmd.Action, ErrState)
@@ -503,6 +577,7 @@ func (e *Engine) Act(ctx context.Context, key string, cmd Command) (View, error)
 	if cmd.Full && cmd.Action != ActionPromote {
 		return View{}, fmt.Errorf("full is only for promote: %w", ErrState)
 	}
+	var seen position
 	for attempt := 0; ; attempt++ {
 		en, err := e.opts.Store.Get(ctx, key)
 		if err != nil {
@@ -512,6 +587,23 @@ func (e *Engine) Act(ctx context.Context, key string, cmd Command) (View, error)
 		if err != nil {
 			return View{}, fmt.Errorf("decode rule %q: %w", key, err)
 		}
+		if cmd.IfVersion > 0 && en.Version != cmd.IfVersion {
+			err := store.CheckVersion(key, en.Version, true, cmd.IfVersion, true)
+			if r.Rollout != nil {
+				err = fmt.Errorf("%w; its rollout is %s, and nothing was changed", err, where(&r))
+			}
+			return View{}, err
+		}
+		if attempt == 0 {
+			seen = positionOf(&r)
+		} else if stepBound(cmd.Action) && positionOf(&r) != seen {
+			return View{}, fmt.Errorf("rollout of %q moved on while %s was being carried out: it is now %s; nothing was changed (%s again if that is still meant): %w",
+				key, cmd.Action, where(&r), cmd.Action, ErrState)
+		}
+		if why := e.rollback(key, en); why != "" && cmd.Action == ActionPromote && r.Rollout != nil {
+			return View{}, fmt.Errorf("rollout of %q is held at %s while %s: promote after the resume (the rollback keeps the scene): %w",
+				key, where(&r), why, ErrState)
+		}
 		prev := r.Rollout
 		var started time.Time
 		if prev != nil && prev.Status != nil {
@@ -520,6 +612,9 @@ func (e *Engine) Act(ctx context.Context, key string, cmd Command) (View, error)
 		c, err := act(&r, e.opts.Clock.Now(), cmd)
 		if err != nil {
 			return View{}, err
+		}
+		if err := r.Validate(); err != nil {
+			return View{}, fmt.Errorf("rollout of %q: %s would make the rule invalid, so nothing was changed: %w: %w", key, cmd.Action, err, ErrState)
 		}
 		if st := r.Rollout.Status; st.StartedAt.Equal(started) {
 			if lv, ok := e.liveOf(ctx, key); ok && lv.StartedAt.Equal(started) {
@@ -534,7 +629,7 @@ func (e *Engine) Act(ctx context.Context, key string, cmd Command) (View, error)
 		}
 		nen, err := e.write(ctx, key, &r, en.Version, store.Meta{By: cmd.By, Reason: reason}, c)
 		if errors.Is(err, errStale) && attempt < 5 {
-			continue
+			continue // decided again, or refused, on the newer version
 		}
 		if err != nil {
 			return View{}, err

@@ -3,13 +3,18 @@ package rollout
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/graygate/graygate/internal/rollout/promtest"
 	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/traffic"
 )
 
@@ -493,6 +498,261 @@ func TestCarry(t *testing.T) {
 			}
 			if got != tt.wantState {
 				t.Errorf("state = %q, want %q", got, tt.wantState)
+			}
+		})
+	}
+}
+
+// TestRollbackHoldsTheRollout: while its rule (or every rule) is rolled
+// back, a rollout neither ends its pause nor measures, writes nothing (the
+// rollback keeps the scene) and refuses promote; after the resume a timed
+// pause has what it had left when the rollback came, and an analysis
+// starts over on traffic the gray version serves again.
+func TestRollbackHoldsTheRollout(t *testing.T) {
+	tests := []struct {
+		name   string
+		global bool
+		step   int // 1: the timed pause, 2: the analysis
+	}{
+		{"rule rolled back in a pause", false, 1},
+		{"every rule rolled back in a pause", true, 1},
+		{"rule rolled back in an analysis", false, 2},
+		{"every rule rolled back in an analysis", true, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			ctx := context.Background()
+			h.src.set("canary", GroupGray, stats(100, 0, 1))
+			h.put("canary", `{"steps":[{"percent":10},{"pause":"10s"},{"analysis":"a"},{"percent":100}],"analyses":{"a":{"interval":"1s","count":3,"checks":[{"metric":"error_rate","max":0.1,"min_requests":10}]}}}`)
+			r := h.waitFor("canary", "the pause", 0, func(r rule.Rule) bool {
+				st := r.Rollout.Status
+				return st != nil && st.Step == 1 && st.PauseUntil != nil
+			})
+			deadline := *r.Rollout.Status.PauseUntil
+			if tt.step == 2 {
+				h.waitFor("canary", "the analysis", 100*time.Millisecond, inState(rule.RolloutProgressing, 2))
+				h.waitFor("canary", "a measurement", 100*time.Millisecond, func(rule.Rule) bool {
+					v, err := h.eng.View(ctx, "canary")
+					return err == nil && len(v.Measurements) == 1
+				})
+			} else {
+				h.clk.Advance(4 * time.Second) // 6s of the pause left
+			}
+			key := "canary"
+			if tt.global {
+				key = ""
+			}
+			rolledBack := h.clk.Now()
+			if _, err := h.st.SetRollback(ctx, key, true, store.AnyVersion, store.Meta{By: "alice", Reason: "gray looks wrong"}); err != nil {
+				t.Fatal(err)
+			}
+			h.src.set("canary", GroupGray, stats(0, 0, 0)) // rolled back: gray serves nobody
+			h.waitFor("canary", "the driver to hold", 0, func(rule.Rule) bool {
+				v, err := h.eng.View(ctx, "canary")
+				return err == nil && strings.Contains(v.Message, "held since")
+			})
+			if v, _ := h.eng.View(ctx, "canary"); !strings.Contains(v.Message, "held while") || !strings.Contains(v.Message, "rolled back") {
+				t.Errorf("view while rolled back: %q", v.Message)
+			}
+			held, err := h.st.Get(ctx, "canary")
+			if err != nil {
+				t.Fatal(err)
+			}
+			events := len(h.notes.events())
+			for range 60 {
+				h.clk.Advance(time.Minute)
+				time.Sleep(time.Millisecond)
+			}
+			if _, err := h.eng.Act(ctx, "canary", Command{Action: ActionPromote, By: "bob"}); !isState(err) || !strings.Contains(err.Error(), "rolled back") {
+				t.Errorf("promote while rolled back = %v, want a refusal that says so", err)
+			}
+			time.Sleep(20 * time.Millisecond) // a write the driver should not make
+			if en, _ := h.st.Get(ctx, "canary"); en.Version != held.Version {
+				hs := h.history("canary")
+				t.Fatalf("the rollout wrote version %d while rolled back: %q", en.Version, hs[len(hs)-1].Reason)
+			}
+			if got := len(h.notes.events()); got != events {
+				t.Errorf("notifications while rolled back: %v", h.notes.events()[events:])
+			}
+			if _, err := h.st.SetRollback(ctx, key, false, store.AnyVersion, store.Meta{By: "alice"}); err != nil {
+				t.Fatal(err)
+			}
+			h.src.set("canary", GroupGray, stats(100, 0, 1))
+			resumed := h.clk.Now()
+			if tt.step == 1 {
+				r = h.waitFor("canary", "the pause to go on", 0, func(r rule.Rule) bool {
+					st := r.Rollout.Status
+					return st.PauseUntil != nil && !st.PauseUntil.Equal(deadline)
+				})
+				if st := r.Rollout.Status; st.Step != 1 || !st.PauseUntil.Equal(resumed.Add(6*time.Second)) {
+					t.Errorf("after the resume: step %d, pause until %v, want step 1 until %v (the 6s it had left)", st.Step, st.PauseUntil, resumed.Add(6*time.Second))
+				}
+				hs := h.history("canary")
+				if last := hs[len(hs)-1]; last.By != Actor || !strings.Contains(last.Reason, "after a rollback") {
+					t.Errorf("last version by %s: %q", last.By, last.Reason)
+				}
+			}
+			r = h.waitFor("canary", "completion", 100*time.Millisecond, inState(rule.RolloutCompleted, 4))
+			// The analysis passed on measurements taken after the resume.
+			var analysed int
+			for _, m := range r.Rollout.Status.Measurements {
+				if m.Step == 2 && m.At.After(resumed) && m.Result == rule.ResultPassed {
+					analysed++
+				}
+				if m.At.After(rolledBack) && m.At.Before(resumed) {
+					t.Errorf("a measurement taken while rolled back was kept: %+v", m)
+				}
+			}
+			if analysed != 3 {
+				t.Errorf("%d passed measurements after the resume, want 3: %+v", analysed, r.Rollout.Status.Measurements)
+			}
+		})
+	}
+}
+
+// TestConcurrentPromotes: two operators promote the same pause until
+// promoted at once; the rollout moves one step, and the slower of them is
+// told where it now stands instead of skipping the next gate too.
+func TestConcurrentPromotes(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.put("canary", `{"steps":[{"percent":10},{"pause":{}},{"pause":{}},{"percent":100}]}`)
+	h.waitFor("canary", "the first gate", 0, inState(rule.RolloutPaused, 1))
+	// Both read the rule before either writes.
+	bs := &barrierStore{Store: h.st, n: 2, all: make(chan struct{})}
+	eng, err := New(Options{Store: bs, Clock: h.clk, Source: h.src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = eng.Act(ctx, "canary", Command{Action: ActionPromote, By: fmt.Sprint("operator-", i)})
+		})
+	}
+	wg.Wait()
+	var ok, refused int
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case isState(err) && strings.Contains(err.Error(), "moved on") && strings.Contains(err.Error(), "paused at step 2 of 4 (pause until promoted)"):
+			refused++
+		default:
+			t.Errorf("promote = %v", err)
+		}
+	}
+	if ok != 1 || refused != 1 {
+		t.Errorf("%d promotes went through and %d were refused, want 1 and 1: %v", ok, refused, errs)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if st := h.rule("canary").Rollout.Status; st.State != rule.RolloutPaused || st.Step != 2 {
+		t.Fatalf("after two promotes at once: %s at step %d, want paused at the second gate (step 2)", st.State, st.Step)
+	}
+	// One at a time, each promote passes one gate.
+	if _, err := h.eng.Act(ctx, "canary", Command{Action: ActionPromote, By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("canary", "completion", 0, inState(rule.RolloutCompleted, 4))
+}
+
+// TestActIfVersion: a command with IfVersion acts only on that version of
+// the rule.
+func TestActIfVersion(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.put("canary", `{"steps":[{"percent":10},{"pause":{}},{"pause":{}},{"percent":100}]}`)
+	h.waitFor("canary", "the first gate", 0, inState(rule.RolloutPaused, 1))
+	v, err := h.eng.View(ctx, "canary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := v.Version
+	v, err = h.eng.Act(ctx, "canary", Command{Action: ActionPromote, By: "alice", IfVersion: seen})
+	if err != nil || v.Step != 2 || v.Version <= seen {
+		t.Fatalf("promote of the version seen = %+v, %v", v, err)
+	}
+	_, err = h.eng.Act(ctx, "canary", Command{Action: ActionPromote, By: "bob", IfVersion: seen})
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "paused at step 2 of 4") {
+		t.Errorf("promote of a stale version = %v, want a conflict naming step 2", err)
+	}
+	if st := h.rule("canary").Rollout.Status; st.Step != 2 {
+		t.Errorf("a stale promote moved the rollout to step %d", st.Step)
+	}
+}
+
+// barrierStore holds the answers of the first n Gets until all n have
+// read the store.
+type barrierStore struct {
+	store.Store
+	mu  sync.Mutex
+	n   int
+	all chan struct{}
+}
+
+func (b *barrierStore) Get(ctx context.Context, key string) (store.Entry, error) {
+	en, err := b.Store.Get(ctx, key)
+	b.mu.Lock()
+	wait := b.n > 0
+	if wait {
+		b.n--
+		if b.n == 0 {
+			close(b.all)
+		}
+	}
+	b.mu.Unlock()
+	if wait {
+		select {
+		case <-b.all:
+		case <-time.After(10 * time.Second):
+			return store.Entry{}, errors.New("barrier: the other Get never came")
+		}
+	}
+	return en, err
+}
+
+// TestPrometheusInfinity: a real Prometheus answers a ratio over zero with
+// +Inf (or -Inf). It is held to the bounds like any value, and the
+// rollout goes on or aborts, rather than failing to write its status.
+func TestPrometheusInfinity(t *testing.T) {
+	prom := promtest.Start(t)
+	tests := []struct {
+		name, query, bounds string
+		aborted             bool
+		message             string
+	}{
+		{"+Inf above a max", "vector(1)/0", `"max":0.05`, true, "+Inf is above max 0.05"},
+		{"+Inf with only a min", "vector(1)/0", `"min":0`, false, "+Inf within min 0"},
+		{"-Inf below a min", "vector(-1)/0", `"min":0`, true, "-Inf is below min 0"},
+		{"-Inf with only a max", "vector(-1)/0", `"max":0.05`, false, "-Inf within max 0.05"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.put("canary", fmt.Sprintf(`{"steps":[{"percent":10},{"analysis":"a"},{"percent":20}],"analyses":{"a":{"interval":"1s","checks":[{"prometheus":{"address":%q,"query":%q,%s,"timeout":"5s"}}]}}}`,
+				prom.URL(), tt.query, tt.bounds))
+			want := inState(rule.RolloutCompleted, 3)
+			if tt.aborted {
+				want = inState(rule.RolloutAborted, 1)
+			}
+			r := h.waitFor("canary", tt.name, 100*time.Millisecond, want)
+			st := r.Rollout.Status
+			if len(st.Measurements) == 0 {
+				t.Fatalf("no measurements: %+v", st)
+			}
+			c := st.Measurements[len(st.Measurements)-1].Checks[0]
+			if c.Value != nil || !strings.Contains(c.Message, tt.message) || !strings.Contains(c.Message, "infinity") {
+				t.Errorf("check = %+v, want no value and ...%s...", c, tt.message)
+			}
+			if tt.aborted {
+				if f := st.Failure; f == nil || f.Check != "prometheus" || f.Value != nil || !strings.Contains(st.Message, tt.message) {
+					t.Errorf("failure = %+v, message %q", f, st.Message)
+				}
+				if n := h.notes.wait(t, EventAborted); n.fields["check"] != "prometheus" {
+					t.Errorf("aborted note = %+v", n)
+				}
 			}
 		})
 	}

@@ -43,6 +43,10 @@ type Command struct {
 	// By is the token's name, recorded as the version's author.
 	By     string
 	Reason string
+	// IfVersion, when above 0, makes the command conditional on the
+	// rule's version (If-Match): on any other version it changes nothing
+	// and fails with store.ErrConflict.
+	IfVersion int64
 }
 
 // Errors of Act and View. They are wrapped with the rule and the state.

@@ -105,12 +105,18 @@ type Rollout struct {
 	// cannot set it (the stored status is carried over, see package
 	// rollout).
 	Status *RolloutStatus `json:"status,omitempty"`
+
+	// undecoded marks the steps Decode reported a problem in (a field of
+	// the wrong type, say): what is left of them is not checked again,
+	// so that {"pause": 30} is one problem, not also an empty step.
+	undecoded map[int]bool
 }
 
 // Step is one step of a plan: exactly one of its fields is set.
 type Step struct {
 	// Percent sets gray_percent (0..100, up to two decimals). Percents
-	// of a plan never decrease: a rollout only adds users.
+	// of a plan never decrease, and the steps not reached yet are not
+	// below the rule's gray_percent: a rollout only adds users.
 	Percent *float64 `json:"percent,omitempty"`
 	// Pause waits: a duration ("2m"), or {} to wait for promote.
 	Pause *Pause `json:"pause,omitempty"`
@@ -140,7 +146,7 @@ func (p *Pause) UnmarshalJSON(b []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return errors.New(`expected a duration such as "2m", or {} to wait for promote`)
+		return fmt.Errorf(`expected a duration such as "2m", or {} to wait for promote; got %s`, b)
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
@@ -148,6 +154,26 @@ func (p *Pause) UnmarshalJSON(b []byte) error {
 	}
 	*p = Pause{Duration: d}
 	return nil
+}
+
+// markUndecoded notes the steps that decoding problems err are in (at
+// rollout.steps[i] or below).
+func (r *Rollout) markUndecoded(err error) {
+	for _, f := range strict.Fields(err) {
+		rest, ok := strings.CutPrefix(f.Path, "rollout.steps[")
+		if !ok {
+			continue
+		}
+		n, _, ok := strings.Cut(rest, "]")
+		i, cerr := strconv.Atoi(n)
+		if !ok || cerr != nil || i < 0 || i >= len(r.Steps) {
+			continue
+		}
+		if r.undecoded == nil {
+			r.undecoded = map[int]bool{}
+		}
+		r.undecoded[i] = true
+	}
 }
 
 // MarshalJSON writes {} or the duration string.
@@ -384,9 +410,22 @@ func (r *Rule) validateRollout() []error {
 	if len(ro.Analyses) > MaxAnalyses {
 		add("rollout.analyses", "has %d analyses; at most %d are allowed", len(ro.Analyses), MaxAnalyses)
 	}
+	// The steps not reached yet must not lower gray_percent: all of them
+	// before the rollout starts (or a new plan starts over), those from
+	// the current one while it runs (the percent steps done set
+	// gray_percent); an aborted or completed rollout sets nothing more.
+	from := len(ro.Steps)
+	if st := ro.Status; st == nil {
+		from = 0
+	} else if st.State == RolloutProgressing || st.State == RolloutPaused {
+		from = st.Step
+	}
 	last, lastAt := -1.0, -1
 	for i, s := range ro.Steps {
 		p := strict.Index("rollout.steps", i)
+		if ro.undecoded[i] {
+			continue // Decode said what is wrong with it
+		}
 		var set []string
 		if s.Percent != nil {
 			set = append(set, "percent")
@@ -415,7 +454,10 @@ func (r *Rule) validateRollout() []error {
 			case math.Abs(v*100-math.Round(v*100)) > 1e-6:
 				add(p+".percent", "allows at most two decimals, got %v", v)
 			case v < last:
-				add(p+".percent", "%v is below the %v of rollout.steps[%d]: percents never decrease (a rollout only adds users; abort or a PUT lowers gray_percent)", v, last, lastAt)
+				add(p+".percent", "%v is below the %v of steps[%d] before it: percents never decrease (a rollout only adds users; abort or a PUT lowers gray_percent)", v, last, lastAt)
+			case i >= from && r.GrayPercent != nil && v < *r.GrayPercent:
+				add(p+".percent", "%v is below the rule's gray_percent %v: a rollout only adds users (lower gray_percent first, or start the plan at %v or more)", v, *r.GrayPercent, *r.GrayPercent)
+				last, lastAt = v, i
 			default:
 				last, lastAt = v, i
 			}
@@ -608,7 +650,11 @@ func bounds(p string, minV, maxV *float64, lo, hi float64, metric string) []erro
 		v    *float64
 		name string
 	}{{minV, "min"}, {maxV, "max"}} {
-		if b.v != nil && (math.IsNaN(*b.v) || *b.v < lo || *b.v > hi) {
+		switch {
+		case b.v == nil:
+		case math.IsNaN(*b.v) || math.IsInf(*b.v, 0):
+			errs = append(errs, strict.Errorf(p+"."+b.name, "must be a finite number, got %v (leave the bound out for none)", *b.v))
+		case *b.v < lo || *b.v > hi:
 			errs = append(errs, strict.Errorf(p+"."+b.name, "must be %v..%v%s, got %v", lo, hi, what, *b.v))
 		}
 	}

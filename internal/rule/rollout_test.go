@@ -3,11 +3,13 @@ package rule
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -91,11 +93,14 @@ func TestRolloutValidation(t *testing.T) {
 		{"two things", `{"steps":[{"percent":5,"pause":"1s"}]}`, "", "rollout.steps[0]", "sets percent and pause"},
 		{"percent range", `{"steps":[{"percent":120}]}`, "", "rollout.steps[0].percent", "must be 0..100, got 120"},
 		{"percent decimals", `{"steps":[{"percent":1.234}]}`, "", "rollout.steps[0].percent", "at most two decimals"},
-		{"decreasing", `{"steps":[{"percent":50},{"pause":"1s"},{"percent":25}]}`, "", "rollout.steps[2].percent", "25 is below the 50 of rollout.steps[0]"},
+		{"decreasing", `{"steps":[{"percent":50},{"pause":"1s"},{"percent":25}]}`, "", "rollout.steps[2].percent", "25 is below the 50 of steps[0] before it"},
+		{"below gray_percent", `{"steps":[{"percent":10},{"pause":{}},{"percent":50}]}`, `"type":"gray","gray_percent":30,"targets":{"gray":"h:2","stable":"h:1"}`, "rollout.steps[0].percent", "10 is below the rule's gray_percent 30"},
+		{"a later step below gray_percent", `{"steps":[{"pause":"1s"},{"percent":20}]}`, `"type":"gray","gray_percent":30,"targets":{"gray":"h:2","stable":"h:1"}`, "rollout.steps[1].percent", "20 is below the rule's gray_percent 30"},
+		{"a step not reached below gray_percent", `{"steps":[{"percent":5},{"pause":{}},{"percent":20}],"status":{"state":"paused","step":1,"started_at":"2026-01-01T00:00:00Z","step_started_at":"2026-01-01T00:00:00Z","paused_for":"promote"}}`, `"type":"gray","gray_percent":30,"targets":{"gray":"h:2","stable":"h:1"}`, "rollout.steps[2].percent", "20 is below the rule's gray_percent 30"},
 		{"bad duration", `{"steps":[{"pause":"soon"}]}`, "", "rollout.steps[0].pause", `got "soon"`},
 		{"zero pause", `{"steps":[{"pause":"0s"}]}`, "", "rollout.steps[0].pause", "positive duration"},
 		{"pause object", `{"steps":[{"pause":{"until":"x"}}]}`, "", "rollout.steps[0].pause", "an object must be empty"},
-		{"pause number", `{"steps":[{"pause":5}]}`, "", "rollout.steps[0].pause", `expected a duration such as "2m"`},
+		{"pause number", `{"steps":[{"pause":5}]}`, "", "rollout.steps[0].pause", `expected a duration such as "2m", or {} to wait for promote; got 5`},
 		{"unknown analysis", `{"steps":[{"analysis":"nope"}],"analyses":{"health":{` + ok + `}}}`, "", "rollout.steps[0].analysis", `no analysis named "nope" in rollout.analyses (it defines "health")`},
 		{"unknown background", `{"steps":[{"percent":5}],"background_analysis":"bg"}`, "", "rollout.background_analysis", `no analysis named "bg"`},
 		{"no interval", `{"steps":[{"analysis":"a"}],"analyses":{"a":{"checks":[{"metric":"error_rate","max":0.1}]}}}`, "", "rollout.analyses.a.interval", "is required"},
@@ -143,6 +148,86 @@ func TestRolloutValidation(t *testing.T) {
 			}
 			t.Errorf("Parse(%s) = %v, want %s: ...%s...", js, err, tt.path, tt.message)
 		})
+	}
+}
+
+// TestRolloutOneProblemPerBadStep: a step whose field does not decode is
+// reported once, at that field, and not also as a step without percent,
+// pause or analysis; a step that is really empty still is.
+func TestRolloutOneProblemPerBadStep(t *testing.T) {
+	tests := []struct {
+		name, steps, path, message string
+	}{
+		{"pause as a number", `[{"percent":10},{"pause":30},{"percent":50}]`, "rollout.steps[1].pause", `expected a duration such as "2m", or {} to wait for promote; got 30`},
+		{"percent as a string", `[{"percent":"10"},{"pause":"1m"}]`, "rollout.steps[0].percent", `expected a number, got "10"`},
+		{"analysis as a number", `[{"analysis":7}]`, "rollout.steps[0].analysis", "expected a string, got 7"},
+		{"an empty step", `[{"percent":10},{}]`, "rollout.steps[1]", "needs one of percent, pause or analysis"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			js := `{"key":"k","type":"gray","gray_percent":0,"targets":{"gray":"h:2","stable":"h:1"},"rollout":{"steps":` + tt.steps + `}}`
+			_, err := Parse([]byte(js), testEnv())
+			fields := strict.Fields(err)
+			if len(fields) != 1 || fields[0].Path != tt.path || fields[0].Message != tt.message {
+				t.Errorf("Parse(%s) = %v, want one problem: %s: %s", js, err, tt.path, tt.message)
+			}
+		})
+	}
+}
+
+// TestRolloutBaseline: the steps a rollout has not reached must not lower
+// gray_percent, but the gray_percent its own percent steps set is no
+// problem when the stored rule is checked again (by the engine's every
+// write, or a reload).
+func TestRolloutBaseline(t *testing.T) {
+	const plan = `"steps":[{"percent":5},{"pause":"1m"},{"percent":50},{"pause":{}},{"percent":100}]`
+	status := func(state string, step int) string {
+		return fmt.Sprintf(`,"status":{"state":%q,"step":%d,"started_at":"2026-01-01T00:00:00Z","step_started_at":"2026-01-01T00:00:00Z"}`, state, step)
+	}
+	tests := []struct {
+		name   string
+		gray   float64
+		status string
+		path   string // "" for valid
+	}{
+		{"not started at 0", 0, "", ""},
+		{"not started at 5", 5, "", ""},
+		{"not started above the first step", 30, "", "rollout.steps[0].percent"},
+		{"at 50, waiting for promote", 50, status(RolloutPaused, 3), ""},
+		{"at 50, progressing at the last step", 50, status(RolloutProgressing, 4), ""},
+		{"raised by hand above what is left", 70, status(RolloutPaused, 3), ""},
+		{"raised by hand above a step not reached", 70, status(RolloutProgressing, 2), "rollout.steps[2].percent"},
+		{"completed", 100, status(RolloutCompleted, 5), ""},
+		{"aborted", 0, status(RolloutAborted, 3), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			js := fmt.Sprintf(`{"key":"k","type":"gray","gray_percent":%v,"targets":{"gray":"h:2","stable":"h:1"},"rollout":{%s%s}}`, tt.gray, plan, tt.status)
+			_, err := Parse([]byte(js), testEnv())
+			switch fields := strict.Fields(err); {
+			case tt.path == "" && err != nil:
+				t.Errorf("Parse(%s) = %v, want it valid", js, err)
+			case tt.path != "" && (len(fields) != 1 || fields[0].Path != tt.path || !strings.Contains(fields[0].Message, "below the rule's gray_percent")):
+				t.Errorf("Parse(%s) = %v, want one problem at %s", js, err, tt.path)
+			}
+		})
+	}
+}
+
+// TestInfiniteBound: JSON cannot write an infinite bound (nor YAML's .inf
+// get through the config), but a rule built in Go can: it is refused, as
+// it could never be stored.
+func TestInfiniteBound(t *testing.T) {
+	inf := math.Inf(1)
+	r := Rule{Key: "k", Type: TypeGray, GrayPercent: new(0.0), Targets: &Targets{Gray: "h:2", Stable: "h:1"}, Rollout: &Rollout{
+		Steps: []Step{{Analysis: "a"}},
+		Analyses: map[string]Analysis{"a": {Interval: breaker.Duration(time.Second), Checks: []Check{
+			{Prometheus: &PrometheusCheck{Address: "http://p:9090", Query: "up", Max: &inf}},
+		}}},
+	}}
+	fields := strict.Fields(r.Validate())
+	if len(fields) != 1 || fields[0].Path != "rollout.analyses.a.checks[0].prometheus.max" || !strings.Contains(fields[0].Message, "must be a finite number, got +Inf") {
+		t.Errorf("Validate = %v, want one problem at rollout.analyses.a.checks[0].prometheus.max", fields)
 	}
 }
 

@@ -181,6 +181,9 @@ func ValidKey(k string) bool { return rulekey.Valid(k) }
 func Decode(data []byte) (Rule, error) {
 	var r Rule
 	err := strict.Decode(data, &r)
+	if err != nil && r.Rollout != nil {
+		r.Rollout.markUndecoded(err)
+	}
 	return r, err
 }
 
