@@ -84,6 +84,10 @@ func parseIfMatch(r *http.Request) (int64, error) {
 	return v, nil
 }
 
+// ifMatchAny reports If-Match: *, which holds for any version of a rule
+// that exists.
+func ifMatchAny(r *http.Request) bool { return strings.TrimSpace(r.Header.Get("If-Match")) == "*" }
+
 // decodeRuleBody strips read-only metadata fields, takes the reason field
 // out, and strictly decodes the rest as a rule.
 func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
@@ -189,6 +193,32 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 	}
 	canonical, _ := json.Marshal(rl)
 	change := Change{Key: key, Rule: canonical}
+	if ifMatchAny(r) || dryRun && ifVersion != store.AnyVersion {
+		// If-Match: * holds only for a rule that exists (RFC 9110 section
+		// 13.1.1), and a dry run answers what the write would: both read
+		// the current version. A real write then puts on that version, so
+		// a rule deleted meanwhile is still a conflict.
+		var cur int64
+		e, gerr := s.opts.Store.Get(r.Context(), key)
+		switch {
+		case gerr == nil:
+			cur = e.Version
+		case !errors.Is(gerr, store.ErrNotFound):
+			storeError(w, gerr)
+			return
+		}
+		if ifMatchAny(r) {
+			if cur == 0 {
+				writeError(w, http.StatusConflict, fmt.Sprintf("rule %q does not exist (If-Match: *); nothing was changed", key), nil)
+				return
+			}
+			ifVersion = cur
+		}
+		if dryRun && ifVersion != cur {
+			writeError(w, http.StatusConflict, fmt.Sprintf("rule %q is at version %d, not %d (If-Match); nothing was changed", key, cur, ifVersion), nil)
+			return
+		}
+	}
 	if dryRun {
 		if err := s.opts.Commit(r.Context(), change, nil); err != nil {
 			s.commitError(w, fmt.Sprintf("rule %q", key), "", err)

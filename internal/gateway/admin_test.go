@@ -318,3 +318,39 @@ func TestWrongMethod(t *testing.T) {
 		t.Errorf("GET /api/v1/nothing = %d, want 404", code)
 	}
 }
+
+// TestPutIfMatch: a PUT's If-Match is a precondition on the rule's current
+// version for a dry run too, which answers what the write would; and
+// If-Match: * holds only for a rule that exists (RFC 9110 section
+// 13.1.1), so it never creates one.
+func TestPutIfMatch(t *testing.T) {
+	e := start(t, baseConfig, t.TempDir())
+	if code, out := e.api("PUT", "/api/v1/rules/k", grayRule(10), "If-Match", "*"); code != 409 || !strings.Contains(fmt.Sprint(out), "does not exist") {
+		t.Errorf("If-Match: * on a rule that does not exist: %d %v, want 409", code, out)
+	}
+	if code, _ := e.api("GET", "/api/v1/rules/k", nil); code != 404 {
+		t.Errorf("If-Match: * created the rule")
+	}
+	e.mustPut("k", grayRule(10))
+	e.mustPut("k", grayRule(20)) // version 2
+	for _, tt := range []struct {
+		path, ifMatch string
+		code          int
+	}{
+		{"/api/v1/rules/k?dry_run=1", "1", 409},
+		{"/api/v1/rules/k?dry_run=1", "0", 409},
+		{"/api/v1/rules/k?dry_run=1", "2", 200},
+		{"/api/v1/rules/k?dry_run=1", "*", 200},
+		{"/api/v1/rules/new?dry_run=1", "1", 409},
+		{"/api/v1/rules/new?dry_run=1", "0", 200},
+		{"/api/v1/rules/k", "1", 409},
+		{"/api/v1/rules/k", "*", 200}, // version 3
+	} {
+		if code, out := e.api("PUT", tt.path, grayRule(30), "If-Match", tt.ifMatch); code != tt.code {
+			t.Errorf("PUT %s with If-Match %s: %d %v, want %d", tt.path, tt.ifMatch, code, out, tt.code)
+		}
+	}
+	if _, r := e.api("GET", "/api/v1/rules/k", nil); r["version"] != float64(3) || r["gray_percent"] != float64(30) {
+		t.Errorf("after the PUTs: version %v, gray_percent %v; want 3 and 30", r["version"], r["gray_percent"])
+	}
+}
