@@ -499,6 +499,10 @@ func parseWhitelistEntry(s string) (whitelistEntry, error) {
 		if err != nil {
 			return whitelistEntry{}, fmt.Errorf("invalid IP address in %q", s)
 		}
+		if a.Zone() != "" {
+			// A client address never has one: the entry would match no one.
+			return whitelistEntry{}, fmt.Errorf("an IP address with a zone (%%%s) matches no client, in %q", a.Zone(), s)
+		}
 		return whitelistEntry{ip: a.Unmap()}, nil
 	}
 	return whitelistEntry{}, fmt.Errorf("must start with \"uid:\" or \"ip:\", got %q", s)
