@@ -30,6 +30,18 @@ type syncer interface {
 	StateErr() error
 	WatchRestarts() int64
 	PropagationLag() time.Duration
+	// HistoryResets is the store.State.Epoch of the store's newest state:
+	// how often it found etcd's history replaced (a restore from backup).
+	HistoryResets() int64
+}
+
+// storeEpoch is the epoch of the store's newest state (store.State.Epoch),
+// 0 for a store that is not shared.
+func (g *Gateway) storeEpoch() int64 {
+	if s, ok := g.store.(syncer); ok {
+		return s.HistoryResets()
+	}
+	return 0
 }
 
 // Store states in the status document.
@@ -89,6 +101,9 @@ type StoreSync struct {
 	LastSync         *time.Time `json:"last_sync,omitempty"`
 	WatchRestarts    int64      `json:"watch_restarts"`
 	PropagationLagMs float64    `json:"propagation_lag_ms"`
+	// HistoryResets counts the times etcd's history was found replaced
+	// (etcd restored from a backup) and the gateway went over to it.
+	HistoryResets int64 `json:"history_resets"`
 }
 
 func (g *Gateway) storeSync() *StoreSync {
@@ -97,7 +112,7 @@ func (g *Gateway) storeSync() *StoreSync {
 		return nil
 	}
 	out := &StoreSync{Synced: s.Synced(), Stale: s.Stale(), WatchRestarts: s.WatchRestarts(),
-		PropagationLagMs: float64(s.PropagationLag().Microseconds()) / 1000}
+		PropagationLagMs: float64(s.PropagationLag().Microseconds()) / 1000, HistoryResets: s.HistoryResets()}
 	if t := s.LastSync(); !t.IsZero() {
 		out.LastSync = &t
 	}

@@ -31,6 +31,13 @@ func fleet(t *testing.T, srv *etcdtest.Server, n int) []*env {
 
 func startFleetMember(t *testing.T, srv *etcdtest.Server, backends map[string]string, dataDir string) *env {
 	t.Helper()
+	return startFleetMemberWith(t, srv, backends, dataDir, nil)
+}
+
+// startFleetMemberWith is startFleetMember with the store wrapped by wrap,
+// unless it is nil.
+func startFleetMemberWith(t *testing.T, srv *etcdtest.Server, backends map[string]string, dataDir string, wrap func(*etcdstore.Store) store.Store) *env {
+	t.Helper()
 	yaml := baseConfig
 	for name, addr := range backends {
 		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", addr)
@@ -52,6 +59,9 @@ func startFleetMember(t *testing.T, srv *etcdtest.Server, backends map[string]st
 			ProbeInterval: 200 * time.Millisecond, DialTimeout: time.Second, WriteTimeout: time.Second})
 		if err != nil {
 			t.Fatalf("open etcd store: %v", err)
+		}
+		if wrap != nil {
+			return wrap(s)
 		}
 		return s
 	}

@@ -5,8 +5,10 @@
 package gateway
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -135,10 +137,18 @@ type Gateway struct {
 	// because the store could not be written (an etcd outage); Apply
 	// retries after the store's next change or resync.
 	seedPending bool
+	// builtEpoch is the store.State.Epoch of the state build last
+	// compiled, and epoch that of the state that serves: within one epoch
+	// a lower revision is never published.
+	builtEpoch, epoch int64
 }
 
+// cached is a rule compiled under a config generation. It is reused only
+// for the same bytes: after etcd is restored from a backup, a version
+// number can come back with another rule.
 type cached struct {
 	version int64
+	raw     json.RawMessage
 	gen     int
 	rule    *rule.Compiled
 	err     error
@@ -281,6 +291,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.syncMirrors(snap)
 	g.router = router.New(snap)
+	g.epoch = g.builtEpoch
 
 	if err := g.openAccessLog(cfg); err != nil {
 		_ = st.Close()
@@ -380,13 +391,14 @@ func (g *Gateway) freeze(ctx context.Context, key string, version int64, reason 
 	return g.Apply(ctx)
 }
 
-// publish makes snap serve, with its experiments. The experiments go
-// first, so that no request decided by snap finds its rule unknown to
-// them. The caller holds g.mu.
+// publish makes snap, the last snapshot built, serve, with its
+// experiments. The experiments go first, so that no request decided by
+// snap finds its rule unknown to them. The caller holds g.mu.
 func (g *Gateway) publish(snap *router.Snapshot) {
 	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
 	g.syncMirrors(snap)
 	g.router.Store(snap)
+	g.epoch = g.builtEpoch
 }
 
 func tokens(cfg *config.Config, flagToken string) []admin.Token {
@@ -545,11 +557,14 @@ func (g *Gateway) servingRule(key string) (*rule.Compiled, bool) {
 	return c, ok
 }
 
-// dropLayerConflicts is for the first snapshot, which has no older one to
-// keep serving: of rules that overlap in a layer, the one stored earlier
-// (lower revision) serves and the later one is disabled and reported, so
-// that a store that somehow holds an overlap cannot keep the gateway from
-// starting. Later snapshots refuse such a set instead (router.Build).
+// dropLayerConflicts keeps a store that somehow holds an overlap (written
+// around the API) from stopping the gateway: of rules that overlap in a
+// layer, the one stored earlier (lower revision) serves and the later one
+// is disabled and reported, at start-up and on every rebuild alike. A
+// rebuild that refused the whole set instead would leave every gateway of
+// a fleet serving its old rules and refusing every later write, whatever
+// rule it is for. A write is the newest rule, so one that would overlap is
+// the one disabled, and Commit refuses it.
 func dropLayerConflicts(rules []*rule.Compiled, revision map[string]int64, broken map[string]error) []*rule.Compiled {
 	sorted := slices.Clone(rules)
 	slices.SortFunc(sorted, func(a, b *rule.Compiled) int {
@@ -558,13 +573,20 @@ func dropLayerConflicts(rules []*rule.Compiled, revision map[string]int64, broke
 	var kept []*rule.Compiled
 	for _, c := range sorted {
 		if err := rule.LayerConflicts(c, kept); err != nil {
-			broken[c.Key] = err
+			broken[c.Key] = &layerConflict{err}
 			continue
 		}
 		kept = append(kept, c)
 	}
 	return kept
 }
+
+// layerConflict is why dropLayerConflicts disabled a rule: the error of
+// rule.LayerConflicts, as it is.
+type layerConflict struct{ err error }
+
+func (e *layerConflict) Error() string { return e.err.Error() }
+func (e *layerConflict) Unwrap() error { return e.err }
 
 // build compiles the current store state with the current config. The
 // caller holds g.mu, or is New.
@@ -581,6 +603,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.builtEpoch = st.Epoch
 	g.rollouts.Observe(st, in.Rules)
 	now := g.opts.Now()
 	g.status.Revision, g.status.Rules, g.status.RolledBack = st.Revision, len(in.Rules), st.RolledBack
@@ -634,8 +657,8 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 			rolled[e.Key] = true
 		}
 		c, ok := g.cache[e.Key]
-		if !ok || c.version != e.Version || c.gen != g.status.ConfigGen {
-			c = cached{version: e.Version, gen: g.status.ConfigGen}
+		if !ok || c.version != e.Version || c.gen != g.status.ConfigGen || !bytes.Equal(c.raw, e.Rule) {
+			c = cached{version: e.Version, raw: e.Rule, gen: g.status.ConfigGen}
 			r, err := rule.Decode(e.Rule)
 			if err == nil {
 				c.rule, err = g.compileWith(cfg, g.reg, r)
@@ -659,9 +682,7 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 		}
 		g.traffic.Retain(func(k string) bool { return seen[k] })
 	}
-	if g.router == nil {
-		rules = dropLayerConflicts(rules, revision, broken)
-	}
+	rules = dropLayerConflicts(rules, revision, broken)
 	breakers := map[string]*breaker.Breaker{}
 	inUse := map[string]bool{}
 	kept := rules[:0:0]
@@ -811,7 +832,15 @@ func (g *Gateway) Apply(ctx context.Context) error {
 		g.recordError(err)
 		return err
 	}
-	if cur := g.router.Load(); cur != nil && snap.Revision < cur.Revision {
+	cur := g.router.Load()
+	switch {
+	case cur == nil:
+	case g.builtEpoch != g.epoch:
+		// The store's history was replaced (etcd restored from a
+		// backup): what it holds now is the truth, at whatever revision.
+		g.log.Warn("the store's history was replaced (etcd restored from a backup?): serving what it holds now",
+			"revision", snap.Revision, "was", cur.Revision, "history_resets", g.builtEpoch)
+	case snap.Revision < cur.Revision:
 		return nil // an older state than what serves: never go back
 	}
 	g.publish(snap)
@@ -1013,11 +1042,12 @@ func (g *Gateway) watchStore(ctx context.Context) {
 				return
 			}
 			g.mu.Lock()
-			pending := g.seedPending
+			pending, epoch := g.seedPending, g.epoch
 			g.mu.Unlock()
 			// A resync after an outage notifies even when nothing changed;
 			// it is also when seeding that waited for the store can run.
-			if cur := g.router.Load(); cur != nil && rev <= cur.Revision && !pending {
+			// A state of a new epoch is taken at any revision.
+			if cur := g.router.Load(); cur != nil && rev <= cur.Revision && !pending && g.storeEpoch() == epoch {
 				continue
 			}
 			if err := g.Apply(ctx); err != nil {

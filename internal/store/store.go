@@ -97,6 +97,13 @@ type State struct {
 	Rules []Entry `json:"rules"`
 	// RolledBack is the global one-click rollback flag.
 	RolledBack bool `json:"rolled_back"`
+	// Epoch tells apart the histories a shared store has followed: it
+	// starts at 0 and grows by one each time the store finds that the
+	// history it applied was replaced, as when etcd is restored from a
+	// backup, so that the new history's revisions may be lower. Within
+	// one epoch Revision never goes back. It is this process's count: it
+	// is not stored, and epochs of different processes do not compare.
+	Epoch int64 `json:"-"`
 }
 
 // Meta says who makes a change and why.

@@ -23,12 +23,15 @@ const cacheFormat = 1
 // cacheDoc is the cache file: the last state read from etcd and where it
 // came from.
 type cacheDoc struct {
-	Format       int         `json:"format"`
-	Prefix       string      `json:"prefix"`
-	Endpoints    []string    `json:"endpoints"`
-	EtcdRevision int64       `json:"etcd_revision"`
-	SyncedAt     time.Time   `json:"synced_at"`
-	State        store.State `json:"state"`
+	Format       int      `json:"format"`
+	Prefix       string   `json:"prefix"`
+	Endpoints    []string `json:"endpoints"`
+	EtcdRevision int64    `json:"etcd_revision"`
+	// CounterRevision is the etcd revision at which State.Revision was
+	// committed; absent in caches written before it was kept.
+	CounterRevision int64       `json:"counter_revision,omitempty"`
+	SyncedAt        time.Time   `json:"synced_at"`
+	State           store.State `json:"state"`
 }
 
 // cacheFile writes the latest synced snapshot to DataDir in the background,
@@ -96,12 +99,13 @@ func (c *cacheFile) run() {
 // leaves the old cache or the new one, never a mix.
 func (c *cacheFile) write(snap *snapshot) error {
 	doc := cacheDoc{
-		Format:       cacheFormat,
-		Prefix:       c.cfg.Prefix,
-		Endpoints:    c.cfg.Endpoints,
-		EtcdRevision: snap.etcdRev,
-		SyncedAt:     c.now().UTC(),
-		State:        snap.state,
+		Format:          cacheFormat,
+		Prefix:          c.cfg.Prefix,
+		Endpoints:       c.cfg.Endpoints,
+		EtcdRevision:    snap.etcdRev,
+		CounterRevision: snap.counterMod,
+		SyncedAt:        c.now().UTC(),
+		State:           snap.state,
 	}
 	data, err := marshal(doc)
 	if err != nil {
@@ -162,5 +166,5 @@ func (c *cacheFile) load() (*snapshot, time.Time, error) {
 		}
 	}
 	doc.State.Rules = rules
-	return &snapshot{state: doc.State, etcdRev: doc.EtcdRevision}, doc.SyncedAt, nil
+	return &snapshot{state: doc.State, etcdRev: doc.EtcdRevision, counterMod: doc.CounterRevision}, doc.SyncedAt, nil
 }

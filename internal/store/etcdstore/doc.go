@@ -19,7 +19,7 @@
 //	history/_global/<version>           changes of the global rollback flag
 //	instances/<service>/<escaped addr>  an Instance as JSON, bound to its lease
 //	meta/global                         {"rolled_back":bool,"version":n}
-//	meta/revision                       {"revision":n,"key","op","version","at"} of the last change
+//	meta/revision                       {"revision":n,"key","op","version","at","follows"} of the last change
 //	rules/<key>                         the current store.Entry as JSON
 //
 // Versions are zero-padded so that etcd's byte order is numeric order:
@@ -56,7 +56,16 @@
 // win a compare-and-set: both compare the same counter and etcd applies one
 // transaction at a time. The version of a deleted rule lives on in its
 // newest history record (pruning always keeps at least one), so versions
-// are never reused.
+// are never reused. The new meta/revision names, as "follows", the etcd
+// revision of the one it replaces (the one the transaction compared).
+//
+// A write whose context carries a store.Check (the gateway's Commit puts
+// one there) also reads the whole state in its read transaction and runs
+// the check on it and on the state the plan leads to, on every attempt:
+// the state it judges is exactly the one it commits on top of. Checking
+// only the gateway's own copy beforehand let two gateways each store one
+// half of a layer overlap, since neither copy had the other's write yet,
+// and a write that lost the race decided again on the version alone.
 //
 // Each history record holds the rule before and after, as in the file
 // store, so a write costs about three copies of the rule in one
@@ -79,6 +88,30 @@
 // loop re-reads the range with backoff and watches again from the revision
 // of that read; every restart is counted (WatchRestarts) and followed by a
 // Changes notification, so the gateway reloads.
+//
+// # A replaced history
+//
+// etcd restored from a backup (a snapshot, or a copy of its data
+// directory) comes back at an older revision, with the same cluster and
+// member ids. The client resumes its watch from the revision it had
+// reached, which the restored etcd has not: the watch waits, or, once
+// other writes have carried etcd's revision past it, delivers the new
+// history's changes as if they followed the old ones; and a writer that
+// waits for the watch to reach its commit finds it reached already. So
+// the store compares every quorum read with the state it applied
+// (position.leadsTo): etcd's revision and the store revision must not go
+// back, the same store revision must have been committed at the same etcd
+// revision, and a later one at a later etcd revision than the state had
+// reached. The watch also checks that each store change follows the last
+// one applied (the revision grows by one and "follows" matches). The
+// probe, a reconnection, the watch and any write can so notice a replaced
+// history: the watch ends, the range is read again, and that state is
+// published although its revision may be lower, in a new epoch
+// (store.State.Epoch, HistoryResets), with a warning. etcd is then the
+// truth: an operator who restores a backup means its rules to serve, and
+// a gateway that kept the old ones would differ from one that restarts. A
+// write that found the history replaced waits for that re-read and starts
+// over, so that it commits on top of, and is served from, the new history.
 //
 // # Outages
 //

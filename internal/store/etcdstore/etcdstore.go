@@ -156,6 +156,9 @@ type Store struct {
 	applied chan struct{}
 
 	changes chan int64
+	// resync asks the watch loop to re-read etcd: a writer found that
+	// etcd's history is not the one the snapshot comes from.
+	resync chan struct{}
 
 	synced   atomic.Bool
 	stale    atomic.Bool
@@ -168,6 +171,8 @@ type Store struct {
 	noState  atomic.Pointer[error]
 	lastLag  atomic.Int64 // nanoseconds
 	restarts atomic.Int64
+	resets   atomic.Int64 // history resets so far: the epoch of the next state published
+	gens     atomic.Int64 // resyncs (connects) so far
 
 	// ctx lives until Close; every call and goroutine is bound to it.
 	ctx     context.Context
@@ -185,6 +190,15 @@ type Store struct {
 type snapshot struct {
 	state   store.State // Rules sorted by key
 	etcdRev int64
+	// counterMod is the etcd revision at which state.Revision was
+	// committed (0 if none, or unknown in an old cache file).
+	counterMod int64
+	// gen is the resync the state comes from (0: the cache file).
+	gen int64
+}
+
+func (s *snapshot) pos() position {
+	return position{etcdRev: s.etcdRev, storeRev: s.state.Revision, counterMod: s.counterMod}
 }
 
 // revisionRecord is the value of PREFIX/meta/revision: the store revision
@@ -195,6 +209,11 @@ type revisionRecord struct {
 	Op       string    `json:"op"`
 	Version  int64     `json:"version"`
 	At       time.Time `json:"at"`
+	// Follows is the etcd revision of the change this one follows, which
+	// the write compared: the watch checks that the changes it applies
+	// chain. 0 for the first change (and in records written before it
+	// was kept).
+	Follows int64 `json:"follows,omitempty"`
 }
 
 // globalRecord is the value of PREFIX/meta/global.
@@ -233,6 +252,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 		ccfg:    ccfg,
 		applied: make(chan struct{}),
 		changes: make(chan int64, 1),
+		resync:  make(chan struct{}, 1),
 	}
 	s.log = opts.Logger.With("component", "store", "store", "etcd", "endpoints", strings.Join(cfg.Endpoints, ","), "prefix", cfg.Prefix)
 	if opts.DataDir != "" {
@@ -240,7 +260,7 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
-	v, err := s.connect(ctx, false)
+	v, err := s.connect(ctx, false, false)
 	if err != nil {
 		if ctx.Err() != nil || !unreachable(err) {
 			s.shutdown()
@@ -277,7 +297,15 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 // within DialTimeout: one range read, so one etcd revision. On success the
 // state is published (and notified if asked) and the store is synced; the
 // view is returned for the watch loop to continue from.
-func (s *Store) connect(ctx context.Context, notify bool) (*view, error) {
+//
+// If the state read cannot follow the published one in one etcd history
+// (position.leadsTo), or replaced says the watch found that it does not,
+// etcd's history was replaced: restored from a backup, most likely, and
+// the operator who restored it made it the truth. The state read is
+// published all the same, in a new epoch (store.State.Epoch), so that a
+// reader who never goes back to a lower revision within an epoch takes it;
+// the reset is logged and counted (HistoryResets).
+func (s *Store) connect(ctx context.Context, notify, replaced bool) (*view, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
@@ -296,6 +324,11 @@ func (s *Store) connect(ctx context.Context, notify bool) (*view, error) {
 		s.cli.Store(c)
 		cli = c
 	}
+	// A request made before this read is answered by it.
+	select {
+	case <-s.resync:
+	default:
+	}
 	resp, err := cli.Get(ctx, s.keys.viewStart, clientv3.WithRange(s.keys.viewEnd))
 	if err != nil {
 		if ctx.Err() != nil && s.ctx.Err() == nil {
@@ -305,17 +338,20 @@ func (s *Store) connect(ctx context.Context, notify bool) (*view, error) {
 	}
 	v := newView(s.keys)
 	for _, kv := range resp.Kvs {
-		if err := v.put(kv.Key, kv.Value); err != nil {
+		if err := v.put(kv.Key, kv.Value, kv.ModRevision); err != nil {
 			s.log.Error("skipping unreadable key", "key", string(kv.Key), "error", err)
 		}
 	}
 	v.etcdRev = resp.Header.Revision
-	old := s.snap.Load()
-	snap := v.snapshot()
-	if old != nil && snap.state.Revision < old.state.Revision {
-		s.log.Warn("store revision went backwards: was etcd restored from a backup?",
-			"revision", snap.state.Revision, "was", old.state.Revision)
+	v.gen = s.gens.Add(1)
+	v.epoch = s.resets.Load()
+	if old := s.snap.Load(); old != nil && (replaced || !old.pos().leadsTo(v.pos())) {
+		v.epoch = s.resets.Add(1)
+		s.log.Warn("etcd's history was replaced (restored from a backup?): serving what etcd holds now",
+			"revision", v.revision, "was", old.state.Revision, "etcd_revision", v.etcdRev, "was_etcd_revision", old.etcdRev,
+			"history_resets", v.epoch)
 	}
+	snap := v.snapshot()
 	// Synced before the notification goes out: a reader woken by it (a
 	// gateway whose seeding waits for the store) must find the store
 	// writable.
@@ -359,19 +395,49 @@ func (s *Store) publish(snap *snapshot, notify bool) {
 }
 
 // waitApplied waits until the published snapshot includes etcd revision
-// rev, or ctx ends. It reports whether it does.
-func (s *Store) waitApplied(ctx context.Context, rev int64) bool {
+// rev of the history of epoch. It returns nil once it does, an error
+// wrapping errHistory if a later epoch is published first (the revision
+// may not exist in the history etcd holds now), and ctx's error if ctx
+// ends first.
+func (s *Store) waitApplied(ctx context.Context, rev, epoch int64) error {
 	for {
 		s.amu.Lock()
 		snap, ch := s.snap.Load(), s.applied
 		s.amu.Unlock()
-		if snap != nil && snap.etcdRev >= rev {
-			return true
+		if snap != nil {
+			if snap.state.Epoch != epoch {
+				return fmt.Errorf("etcd revision %d: %w", rev, errHistory)
+			}
+			if snap.etcdRev >= rev {
+				return nil
+			}
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return false
+			return ctx.Err()
+		}
+	}
+}
+
+// awaitResync asks the watch loop to re-read etcd and waits until it has
+// published a state read after was, or ctx ends.
+func (s *Store) awaitResync(ctx context.Context, was *snapshot) error {
+	select {
+	case s.resync <- struct{}{}:
+	default:
+	}
+	for {
+		s.amu.Lock()
+		snap, ch := s.snap.Load(), s.applied
+		s.amu.Unlock()
+		if snap.gen > was.gen {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
@@ -526,6 +592,17 @@ func (s *Store) LastSync() time.Time {
 // WatchRestarts counts how often the watch was re-established after
 // compaction, a lost connection or a watch that fell behind, for metrics.
 func (s *Store) WatchRestarts() int64 { return s.restarts.Load() }
+
+// HistoryResets counts how often the store found that etcd's history had
+// been replaced (etcd restored from a backup) and started serving the new
+// one: it is the Epoch of the published state (store.State.Epoch), so a
+// reader that compares it with a state's Epoch never sees it ahead.
+func (s *Store) HistoryResets() int64 {
+	if snap := s.snap.Load(); snap != nil {
+		return snap.state.Epoch
+	}
+	return 0
+}
 
 // PropagationLag is the time between the last change applied from the
 // watch and when it was made: the local clock at application minus the

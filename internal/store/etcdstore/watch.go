@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -24,17 +25,28 @@ type view struct {
 	rules      map[string]store.Entry
 	revision   int64     // store revision, from meta/revision
 	at         time.Time // when the change that set revision was made
+	counterMod int64     // etcd revision of that change (meta/revision's mod revision), 0 if none
 	rolledBack bool
 	etcdRev    int64 // every event up to this etcd revision is applied
+	epoch      int64 // store.State.Epoch
+	gen        int64 // which resync (connect) the view comes from
 }
 
 func newView(keys layout) *view {
 	return &view{keys: keys, rules: make(map[string]store.Entry)}
 }
 
-// put applies the new value of an etcd key in the view's range. A value
-// that does not decode leaves the view as it was; the caller logs it.
-func (v *view) put(k, val []byte) error {
+// clone returns a copy of v that can be changed without changing v.
+func (v *view) clone() *view {
+	c := *v
+	c.rules = maps.Clone(v.rules)
+	return &c
+}
+
+// put applies the new value of an etcd key in the view's range, written at
+// etcd revision mod. A value that does not decode leaves the view as it
+// was; the caller logs it.
+func (v *view) put(k, val []byte, mod int64) error {
 	key := string(k)
 	switch {
 	case key == v.keys.revision:
@@ -42,7 +54,7 @@ func (v *view) put(k, val []byte) error {
 		if err := json.Unmarshal(val, &r); err != nil {
 			return fmt.Errorf("decode revision record: %w", err)
 		}
-		v.revision, v.at = r.Revision, r.At
+		v.revision, v.at, v.counterMod = r.Revision, r.At, mod
 	case key == v.keys.global:
 		var g globalRecord
 		if err := json.Unmarshal(val, &g); err != nil {
@@ -68,12 +80,13 @@ func (v *view) put(k, val []byte) error {
 
 // del applies the deletion of an etcd key in the view's range. Only a rule
 // delete is part of the protocol; meta keys disappear only when someone
-// wipes the prefix, which then reads as an empty store.
+// wipes the prefix, which then reads as an empty store (the watch takes
+// that for a replaced history: see follows).
 func (v *view) del(k []byte) {
 	key := string(k)
 	switch {
 	case key == v.keys.revision:
-		v.revision, v.at = 0, time.Time{}
+		v.revision, v.at, v.counterMod = 0, time.Time{}, 0
 	case key == v.keys.global:
 		v.rolledBack = false
 	case strings.HasPrefix(key, v.keys.rulesDir):
@@ -94,9 +107,71 @@ func (v *view) snapshot() *snapshot {
 		rules[i] = v.rules[k]
 	}
 	return &snapshot{
-		state:   store.State{Revision: v.revision, Rules: rules, RolledBack: v.rolledBack},
-		etcdRev: v.etcdRev,
+		state:      store.State{Revision: v.revision, Rules: rules, RolledBack: v.rolledBack, Epoch: v.epoch},
+		etcdRev:    v.etcdRev,
+		counterMod: v.counterMod,
+		gen:        v.gen,
 	}
+}
+
+func (v *view) pos() position {
+	return position{etcdRev: v.etcdRev, storeRev: v.revision, counterMod: v.counterMod}
+}
+
+// errHistory marks what shows that etcd no longer holds the history the
+// store applied: its revision, or the store's, went back, or a change
+// appeared that does not follow the last one applied. etcd restored from
+// a backup does this (its revision goes back, and may climb past the old
+// one again before anyone looks), and so does a prefix rewritten around
+// the store.
+var errHistory = errors.New("etcd's history is not the one applied (was etcd restored from a backup?)")
+
+// position is where a state stands in etcd's history: the etcd revision it
+// was read at (or applied up to), its store revision, and the etcd revision
+// at which that store revision was committed (0 for none).
+type position struct {
+	etcdRev, storeRev, counterMod int64
+}
+
+// leadsTo reports whether q, found by a quorum read made after p was
+// reached (which sees every revision committed before it), can come after
+// p in one etcd history. It cannot if etcd's revision or the store
+// revision went back, if the same store revision was committed at another
+// etcd revision, or if a later store revision was committed at an etcd
+// revision that p had already passed without seeing it.
+func (p position) leadsTo(q position) bool {
+	switch {
+	case q.etcdRev < p.etcdRev, q.storeRev < p.storeRev:
+		return false
+	case q.storeRev == p.storeRev:
+		// A cache file written before the mod revision was kept has 0.
+		return q.counterMod == p.counterMod || p.counterMod == 0 && p.storeRev > 0
+	default:
+		return q.counterMod > p.etcdRev
+	}
+}
+
+func (p position) String() string {
+	return fmt.Sprintf("etcd revision %d, store revision %d (committed at etcd revision %d)", p.etcdRev, p.storeRev, p.counterMod)
+}
+
+// follows checks that an event of meta/revision continues the view's
+// history: within one history every change raises the store revision by
+// exactly one and names the etcd revision of the change it follows (which
+// its transaction compared), and meta/revision is never deleted.
+func (v *view) follows(ev *clientv3.Event) error {
+	if ev.Type == clientv3.EventTypeDelete {
+		return fmt.Errorf("meta/revision was deleted at etcd revision %d: %w", ev.Kv.ModRevision, errHistory)
+	}
+	var r revisionRecord
+	if json.Unmarshal(ev.Kv.Value, &r) != nil {
+		return nil // put reports it
+	}
+	if r.Revision != v.revision+1 || r.Follows != 0 && r.Follows != v.counterMod {
+		return fmt.Errorf("store revision %d, committed at etcd revision %d after the change at %d, does not follow store revision %d committed at %d: %w",
+			r.Revision, ev.Kv.ModRevision, r.Follows, v.revision, v.counterMod, errHistory)
+	}
+	return nil
 }
 
 // run is the watch loop: watch from the view's revision, and whenever the
@@ -107,10 +182,13 @@ func (v *view) snapshot() *snapshot {
 func (s *Store) run(v *view) {
 	defer s.bg.Done()
 	bo := retryDelay{max: s.opts.MaxBackoff}
+	// replaced says that the watch ended on evidence that etcd's history
+	// was replaced, so that the next resync starts a new epoch.
+	replaced := false
 	for {
 		if v == nil {
 			var err error
-			v, err = s.connect(s.ctx, true)
+			v, err = s.connect(s.ctx, true, replaced)
 			if s.ctx.Err() != nil {
 				return
 			}
@@ -122,6 +200,7 @@ func (s *Store) run(v *view) {
 				}
 				continue
 			}
+			replaced = false
 			s.log.Info("resynced from etcd", "revision", v.revision, "etcd_revision", v.etcdRev)
 		}
 		started := time.Now()
@@ -129,6 +208,7 @@ func (s *Store) run(v *view) {
 		if s.ctx.Err() != nil {
 			return
 		}
+		replaced = errors.Is(err, errHistory)
 		n := s.restarts.Add(1)
 		s.log.Warn("watch ended; re-reading the rules", "error", err, "watch_restarts", n)
 		v = nil
@@ -162,8 +242,11 @@ func (s *Store) sleep(d time.Duration) bool {
 const minStuck = 2 * time.Second
 
 type probeResult struct {
-	lastChange int64 // etcd revision of the last store change, 0 if none
-	err        error
+	// from is where the view stood when the probe was sent; at is what
+	// the probe read. known is false if meta/revision did not decode.
+	from, at position
+	known    bool
+	err      error
 }
 
 // watch applies the changes under meta/ and rules/ from v.etcdRev+1 on. It
@@ -174,6 +257,14 @@ type probeResult struct {
 // that silence. The probe also reads the revision of the last store change,
 // and a watch that has not delivered a change some probe saw within
 // max(2*ProbeInterval, 2s) is abandoned as stuck.
+//
+// A watch resumed by the client on an etcd restored from a backup waits
+// for revisions the restored history has not reached, or, once it has,
+// delivers that history's changes as if they followed the view's. The
+// probe (whose etcd or store revision went back, or whose change does not
+// fit the view's history), a change that does not follow the view's last
+// one, and a write that read such a state (Store.resync) each end the
+// watch with errHistory.
 func (s *Store) watch(v *view) error {
 	from := v.etcdRev + 1
 	var fake clientv3.WatchChan
@@ -229,13 +320,18 @@ func (s *Store) watch(v *view) error {
 				v.etcdRev = max(v.etcdRev, resp.Header.Revision)
 				s.markSynced()
 			default:
-				s.apply(v, resp.Events)
+				if err := s.apply(v, resp.Events); err != nil {
+					return err
+				}
 				s.markSynced()
 			}
+		case <-s.resync:
+			return fmt.Errorf("a write read a state of etcd that does not follow %s: %w", v.pos(), errHistory)
 		case <-tick.C:
 			if !inflight {
 				inflight = true
-				helpers.Go(func() { results <- s.probe(ctx) })
+				from := v.pos()
+				helpers.Go(func() { results <- s.probe(ctx, from) })
 			}
 		case r := <-results:
 			inflight = false
@@ -243,12 +339,16 @@ func (s *Store) watch(v *view) error {
 				s.markUnsynced(r.err)
 				return fmt.Errorf("probe: %w", r.err)
 			}
+			if r.known && !r.from.leadsTo(r.at) {
+				return fmt.Errorf("probe: etcd is at %s, which does not follow %s: %w", r.at, r.from, errHistory)
+			}
 			s.markSynced()
+			lastChange := r.at.counterMod
 			switch {
-			case r.lastChange <= v.etcdRev:
+			case lastChange <= v.etcdRev:
 				behind = 0
 			case behind == 0 || behind <= v.etcdRev:
-				behind, behindAt = r.lastChange, time.Now()
+				behind, behindAt = lastChange, time.Now()
 			case time.Since(behindAt) >= stuckAfter:
 				return fmt.Errorf("watch is stuck: etcd has had a store change at revision %d for %v, applied up to %d",
 					behind, time.Since(behindAt).Round(time.Millisecond), v.etcdRev)
@@ -257,8 +357,9 @@ func (s *Store) watch(v *view) error {
 	}
 }
 
-// probe reads meta/revision with a quorum read.
-func (s *Store) probe(ctx context.Context) probeResult {
+// probe reads meta/revision with a quorum read, sent when the view stood at
+// from.
+func (s *Store) probe(ctx context.Context, from position) probeResult {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
 	defer cancel()
 	resp, err := s.cli.Load().Get(ctx, s.keys.revision)
@@ -268,23 +369,32 @@ func (s *Store) probe(ctx context.Context) probeResult {
 		}
 		return probeResult{err: err}
 	}
-	var last int64
+	r := probeResult{from: from, at: position{etcdRev: resp.Header.Revision}, known: true}
 	if len(resp.Kvs) > 0 {
-		last = resp.Kvs[0].ModRevision
+		var rec revisionRecord
+		r.known = json.Unmarshal(resp.Kvs[0].Value, &rec) == nil
+		r.at.storeRev, r.at.counterMod = rec.Revision, resp.Kvs[0].ModRevision
 	}
-	return probeResult{lastChange: last}
+	return r
 }
 
 // apply applies one watch response: all its events, which etcd never
 // splits across responses within one revision, so the result is a state at
-// a revision boundary. Then it publishes and notifies.
-func (s *Store) apply(v *view, events []*clientv3.Event) {
+// a revision boundary. Then it publishes and notifies. A change of
+// meta/revision that does not follow the view's history ends it with an
+// error wrapping errHistory, publishing nothing; the view is then useless.
+func (s *Store) apply(v *view, events []*clientv3.Event) error {
 	before := v.revision
 	sawRevision := false
 	for _, ev := range events {
+		if string(ev.Kv.Key) == s.keys.revision {
+			if err := v.follows(ev); err != nil {
+				return err
+			}
+		}
 		switch ev.Type {
 		case clientv3.EventTypePut:
-			if err := v.put(ev.Kv.Key, ev.Kv.Value); err != nil {
+			if err := v.put(ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision); err != nil {
 				s.log.Error("skipping unreadable change", "key", string(ev.Kv.Key), "etcd_revision", ev.Kv.ModRevision, "error", err)
 			}
 			if string(ev.Kv.Key) == s.keys.revision {
@@ -303,6 +413,7 @@ func (s *Store) apply(v *view, events []*clientv3.Event) {
 	if s.cache != nil {
 		s.cache.save(snap)
 	}
+	return nil
 }
 
 // retryDelay doubles a wait from 50ms up to max, with jitter so that gateways

@@ -18,6 +18,7 @@ import (
 // current is what a write reads before it decides, all at one etcd
 // revision.
 type current struct {
+	etcdRev  int64 // the revision the read was made at
 	storeRev int64
 	// counterMod is the etcd mod revision of meta/revision: the etcd
 	// revision of the last store change (0 for an empty store). Every
@@ -31,6 +32,13 @@ type current struct {
 	// version is the last version ever written of the key (or of the
 	// global flag), which survives a delete in the key's history.
 	version int64
+	// all is everything under meta/ and rules/, read only for a write
+	// that carries a store.Check.
+	all *view
+}
+
+func (c current) pos() position {
+	return position{etcdRev: c.etcdRev, storeRev: c.storeRev, counterMod: c.counterMod}
 }
 
 // plan is one change, ready to commit.
@@ -52,6 +60,16 @@ func (d decided) Unwrap() error { return d.err }
 // no-op), or WriteTimeout runs out. key is a rule key or store.GlobalKey.
 // After a commit it waits, within the same timeout, until the watch has
 // applied the change, so that this process reads its own write.
+//
+// If ctx carries a store.Check, each attempt reads the whole state with
+// the rule and runs the check on it and on the state the plan leads to,
+// so the check holds for exactly the state the transaction commits on top
+// of (it compares meta/revision).
+//
+// A read that cannot follow the published snapshot in one etcd history
+// (etcd was restored from a backup and the watch has not noticed yet)
+// makes the watch loop re-read etcd first: waiting for the watch to apply
+// a revision of another history would return at once, or never.
 func (s *Store) write(ctx context.Context, key string, decide func(current) (*plan, error)) error {
 	done, err := s.begin()
 	if err != nil {
@@ -64,18 +82,41 @@ func (s *Store) write(ctx context.Context, key string, decide func(current) (*pl
 	if cli == nil {
 		return fmt.Errorf("%s is unreachable: write not applied (not connected since start): %w", s.where, store.ErrUnavailable)
 	}
-	for lost := 0; ; lost++ {
-		cur, err := s.read(octx, cli, key)
+	check := store.CheckFrom(ctx)
+	lost := 0
+	for {
+		// Loaded before the read, so the read comes after every
+		// revision the snapshot holds.
+		was := s.snap.Load()
+		cur, err := s.read(octx, cli, key, check != nil)
 		if err != nil {
 			return s.etcdError(octx, ctx, err, lost, "is unreachable: write not applied")
+		}
+		var epoch int64
+		if was != nil {
+			if !was.pos().leadsTo(cur.pos()) {
+				s.log.Warn("a write read a state of etcd that does not follow the one applied; re-reading etcd first",
+					"key", key, "read", cur.pos().String(), "applied", was.pos().String())
+				if err := s.awaitResync(octx, was); err != nil {
+					return s.etcdError(octx, ctx, err, lost, "has a history that is not the one applied (restored from a backup?) and it could not be re-read: write not applied")
+				}
+				continue
+			}
+			epoch = was.state.Epoch
 		}
 		p, err := decide(cur)
 		if err != nil {
 			return decided{err}
 		}
 		if p == nil {
-			s.waitApplied(octx, cur.counterMod)
+			_ = s.waitApplied(octx, cur.counterMod, epoch)
 			return nil
+		}
+		if check != nil {
+			base, next := cur.all.snapshot().state, cur.all.with(p).snapshot().state
+			if err := check(base, next); err != nil {
+				return decided{err}
+			}
 		}
 		rev, ok, err := s.commit(octx, cli, key, cur, p)
 		if errors.Is(err, store.ErrInvalid) {
@@ -84,33 +125,57 @@ func (s *Store) write(ctx context.Context, key string, decide func(current) (*pl
 		if err != nil {
 			return s.etcdError(octx, ctx, err, lost, "did not confirm the write: it may or may not have been applied")
 		}
-		if ok {
-			if !s.waitApplied(octx, rev) {
-				s.log.Warn("write committed, but the watch has not applied it yet", "key", key, "etcd_revision", rev)
-			}
-			return nil
+		if !ok {
+			// Another writer committed since the read: decide again on
+			// the new state, which may now be a conflict.
+			lost++
+			continue
 		}
-		// Another writer committed since the read: decide again on the
-		// new state, which may now be a conflict.
+		switch err := s.waitApplied(octx, rev, epoch); {
+		case err == nil:
+		case errors.Is(err, errHistory):
+			return fmt.Errorf("%s committed the write at revision %d, then its history was replaced (restored from a backup?): the write may not be part of what it holds now: %w",
+				s.where, rev, store.ErrUnavailable)
+		default:
+			s.log.Warn("write committed, but the watch has not applied it yet", "key", key, "etcd_revision", rev)
+		}
+		return nil
 	}
 }
 
-// read fetches what decide needs in one read-only transaction.
-func (s *Store) read(ctx context.Context, cli *clientv3.Client, key string) (current, error) {
+// with returns a copy of v with p applied.
+func (v *view) with(p *plan) *view {
+	next := v.clone()
+	if p.value == nil {
+		next.del([]byte(p.target))
+	} else {
+		_ = next.put([]byte(p.target), p.value, 0) // p.value was just encoded
+	}
+	next.revision = p.change.Revision
+	return next
+}
+
+// read fetches what decide needs in one read-only transaction, and with all
+// the whole state too.
+func (s *Store) read(ctx context.Context, cli *clientv3.Client, key string, all bool) (current, error) {
 	target := s.keys.global
 	if key != store.GlobalKey {
 		target = s.keys.rule(key)
 	}
-	resp, err := cli.Txn(ctx).Then(
+	ops := []clientv3.Op{
 		clientv3.OpGet(s.keys.revision),
 		clientv3.OpGet(target),
 		clientv3.OpGet(s.keys.historyOf(key), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)),
-	).Commit()
+	}
+	if all {
+		ops = append(ops, clientv3.OpGet(s.keys.viewStart, clientv3.WithRange(s.keys.viewEnd)))
+	}
+	resp, err := cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return current{}, err
 	}
-	var cur current
+	cur := current{etcdRev: resp.Header.Revision}
 	bad := func(what string, err error) (current, error) {
 		return current{}, fmt.Errorf("%s under %s: %v: %w", what, s.keys.prefix, err, store.ErrCorrupt)
 	}
@@ -144,6 +209,14 @@ func (s *Store) read(ctx context.Context, cli *clientv3.Client, key string) (cur
 		}
 		cur.version = max(cur.version, v)
 	}
+	if all {
+		cur.all = newView(s.keys)
+		for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
+			if err := cur.all.put(kv.Key, kv.Value, kv.ModRevision); err != nil {
+				s.log.Error("skipping unreadable key", "key", string(kv.Key), "error", err)
+			}
+		}
+	}
 	return cur, nil
 }
 
@@ -157,7 +230,7 @@ func (s *Store) commit(ctx context.Context, cli *clientv3.Client, key string, cu
 	if err != nil {
 		return 0, false, fmt.Errorf("encode history record: %w", err)
 	}
-	rec, err := marshal(revisionRecord{Revision: c.Revision, Key: key, Op: c.Op, Version: c.Version, At: c.At})
+	rec, err := marshal(revisionRecord{Revision: c.Revision, Key: key, Op: c.Op, Version: c.Version, At: c.At, Follows: cur.counterMod})
 	if err != nil {
 		return 0, false, fmt.Errorf("encode revision record: %w", err)
 	}
