@@ -446,6 +446,7 @@ func TestBrowserStatus(t *testing.T) {
 func TestBrowserOptionalFeatures(t *testing.T) {
 	t.Parallel()
 	withBoth := func(r map[string]any) {
+		r["gray_percent"] = 5 // below the plan's first step: a rollout only adds users
 		r["rollout"] = rolloutPlan
 		r["mirror"] = map[string]any{"target": "gray", "percent": 100, "diff": map[string]any{}}
 	}
