@@ -3,7 +3,9 @@ package admin
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/strict"
@@ -43,9 +45,15 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request, _ principal)
 	}
 	res, err := s.opts.Experiments.PostEvents(r.Context(), body)
 	var bad *experiment.BadBody
+	var busy *experiment.BusyError
 	switch {
 	case errors.As(err, &bad):
 		writeError(w, http.StatusBadRequest, "invalid events body; nothing was recorded", strict.Fields(err))
+	case errors.As(err, &busy):
+		// The experiment store does not take events and the buffer in
+		// front of it is full: nothing was recorded; come back later.
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(busy.RetryAfter.Seconds()))))
+		writeError(w, http.StatusServiceUnavailable, err.Error(), nil)
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, err.Error(), nil)
 	case res.Rejected > 0:

@@ -90,7 +90,7 @@ type Hasher struct {
 	fnv    uint32        // GrowthBook: the FNV-1a state after the seed
 	murmur []byte        // Unleash: group_id + ":"
 	seed   uint32        // Unleash: the murmur3 seed
-	norm   uint32        // Unleash: the normalizer (100 for a gate)
+	norm   uint32        // Unleash: the normalizer (100 for a gate, the total weight for a split)
 }
 
 // New returns the gate Hasher for salt in mode: the salt is the rule key (or
@@ -259,12 +259,22 @@ type Splitter struct {
 //
 // In GrowthBook mode the weights become GrowthBook's variation ranges
 // (getBucketRanges with weights as fractions and coverage 1, then
-// chooseVariation's half-open ranges); in Unleash mode the bucket is
-// Unleash's variant hash (seed 86028157, normalized to 1..total) walked over
-// the weights as Unleash walks them.
+// chooseVariation's half-open ranges). In Unleash mode the weights are
+// percentages of a flag defined in Unleash, which stores variant weights on
+// a 0..1000 scale (unleash-server's variantSchema: 50% is 500, and variable
+// weights add up to 1000): each is scaled by UnleashWeightScale, and the
+// bucket is Unleash's variant hash (seed 86028157) normalized by their total
+// (1000 for a rule), walked over them as Unleash's selectVariantDefinition
+// walks them. A user then gets the variant an Unleash SDK gives them for that
+// flag; normalizing by 100 instead would disagree for about half the users.
 func NewSplitter(mode Mode, salt string, weights []int) *Splitter {
 	s := &Splitter{weights: append([]int(nil), weights...)}
-	for _, w := range weights {
+	if mode == Unleash {
+		for i := range s.weights {
+			s.weights[i] *= UnleashWeightScale
+		}
+	}
+	for _, w := range s.weights {
 		s.total += w
 	}
 	switch mode {
@@ -290,7 +300,8 @@ func NewSplitter(mode Mode, salt string, weights []int) *Splitter {
 func (s *Splitter) Mode() Mode { return s.h.mode }
 
 // Size returns the number of buckets Split draws from: 10000, 1000,
-// 10000, or the total weight in Unleash mode (buckets 1..total).
+// 10000, or the total Unleash weight in Unleash mode (buckets 1..1000 for
+// a rule's weights).
 func (s *Splitter) Size() uint64 {
 	if s.h.mode == Unleash {
 		return uint64(s.h.norm)

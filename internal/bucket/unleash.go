@@ -14,6 +14,14 @@ const (
 	UnleashVariantSeed  uint32 = 86028157
 )
 
+// UnleashWeightScale converts a percentage into an Unleash variant weight:
+// the Unleash server stores variant weights on a 0..1000 scale (its
+// variantSchema: "an integer between 0 and 1000"; weights of type
+// "variable" are spread so that they add up to 1000), and the SDKs normalize
+// the variant hash by the total of the weights. A rule's 50/50 is the flag's
+// 500/500, normalized by 1000.
+const UnleashWeightScale = 10
+
 // murmurSum is murmur3_x86_32(prefix + uid, seed) over UTF-8 bytes, as
 // Unleash's Go, Java and Python SDKs hash. (The Node SDK's murmurhash3js
 // hashes the low byte of each UTF-16 code unit instead, so for non-ASCII

@@ -272,14 +272,65 @@ func TestUnleashSpec(t *testing.T) {
 			t.Errorf("%s %s: id %q at %d%% enabled = %v, want %v", c.Spec, c.Toggle, c.ID, c.Percentage, in, c.Expected)
 		}
 	}
+	// The specification's variants carry weights of their own totals (100,
+	// 2, 1), not the 0..1000 scale the Unleash server stores, so they are
+	// checked at the bucket level: Unleash's variant hash normalized by
+	// their total, and its walk.
 	for _, c := range spec.Variants {
-		_, i := NewSplitter(Unleash, c.GroupID, c.Weights).Split(c.ID)
-		if c.Names[i] != c.Expected {
-			t.Errorf("%s %s: id %q gets %s, want %s", c.Spec, c.Toggle, c.ID, c.Names[i], c.Expected)
+		total := 0
+		for _, w := range c.Weights {
+			total += w
+		}
+		i := UnleashVariant(UnleashNormalized(c.ID, c.GroupID, uint32(total), UnleashVariantSeed), c.Weights)
+		if i < 0 || c.Names[i] != c.Expected {
+			t.Errorf("%s %s: id %q gets variant %d, want %s", c.Spec, c.Toggle, c.ID, i, c.Expected)
 		}
 	}
 	if len(spec.Rollouts) < 15 || len(spec.Variants) < 15 || len(utf8.Normalized) < 50 {
 		t.Fatalf("only %d rollout, %d variant and %d UTF-8 vectors", len(spec.Rollouts), len(spec.Variants), len(utf8.Normalized))
+	}
+}
+
+// TestUnleashVariantsAsStored holds an Unleash-mode split to what an
+// Unleash SDK picks for the same flag defined in Unleash with the rule's
+// percentages, which the server stores ×10 (500/500 for 50/50) and the SDK
+// normalizes by their total, 1000: testdata/unleash-variants.json, made by
+// unleash-variants.py with nothing but Python's standard library. User 1001
+// of group id checkout-feature at 50/50 is the case that normalizing by 100
+// got wrong.
+func TestUnleashVariantsAsStored(t *testing.T) {
+	var doc struct {
+		Variants []struct {
+			GroupID        string `json:"group_id"`
+			ID             string
+			Percents       []int
+			UnleashWeights []int `json:"unleash_weights"`
+			Names          []string
+			Target         uint64
+			Expected       string
+		} `json:"variants"`
+	}
+	readJSON(t, "testdata/unleash-variants.json", &doc)
+	if len(doc.Variants) < 1000 {
+		t.Fatalf("only %d vectors", len(doc.Variants))
+	}
+	seen1001 := false
+	for _, c := range doc.Variants {
+		s := NewSplitter(Unleash, c.GroupID, c.Percents)
+		b, i := s.Split(c.ID)
+		if b != c.Target || c.Names[i] != c.Expected {
+			t.Errorf("NewSplitter(Unleash, %q, %v).Split(%q) = bucket %d, %s; Unleash (weights %v): target %d, %s",
+				c.GroupID, c.Percents, c.ID, b, c.Names[i], c.UnleashWeights, c.Target, c.Expected)
+		}
+		if s.Size() != 1000 {
+			t.Errorf("Size() = %d, want 1000", s.Size())
+		}
+		if c.GroupID == "checkout-feature" && c.ID == "1001" && c.Percents[0] == 50 && c.Percents[1] == 50 {
+			seen1001 = c.Expected == "control"
+		}
+	}
+	if !seen1001 {
+		t.Errorf("the vectors lack user 1001 of checkout-feature at 50/50 in control")
 	}
 }
 

@@ -69,5 +69,19 @@
 // naming the experiment, calls Options.OnSRM, and with
 // experiments.srm_action: freeze rolls the judged rule version back
 // through Options.Freeze, the one-click rollback, with the reason in its
-// history.
+// history. The check judges the units of the experiment's current phase
+// (phase.go): when the allocation changes (weights, the holdout's share)
+// or an operator resumes a rule the check froze, only the units assigned
+// from then on. The phase, and the freezes the check made in it, are
+// stored with the experiment's data, so a restart or another gateway of
+// the fleet neither alerts again nor undoes the resume.
+//
+// # The events API
+//
+// PostEvents hands its events to the writer and answers once they are in
+// the store, but never waits on Redis: with Redis down, or a store call
+// in progress for half a second, once they are in the writer's buffer.
+// The events waiting for the writer are bounded by
+// experiments.buffer_events; beyond it a submission is refused at once
+// (BusyError, a 503 with Retry-After), recording nothing.
 package experiment

@@ -29,6 +29,10 @@ type Event struct {
 	// Group and Version are an exposure's group and rule version.
 	Group   string
 	Version int64
+	// Alloc is an exposure's allocation (Spec.alloc): a first exposure
+	// counts in its experiment's current phase only if it was assigned
+	// under the phase's allocation, at or after the phase began.
+	Alloc uint64
 	// Metric names a conversion's metric; Binomial says its type.
 	Metric   string
 	Binomial bool
@@ -76,6 +80,11 @@ type counts struct {
 	// converted is the number of converted units per binomial metric and
 	// group.
 	converted map[metricGroup]int64
+	// phase is the experiment's phase as stored (JSON, see phase; nil:
+	// none yet), and phaseUnits the units per group first exposed in it
+	// under its allocation (counted only while its since is set).
+	phase      []byte
+	phaseUnits map[string]int64
 }
 
 type metricGroup struct{ metric, group string }
@@ -94,6 +103,12 @@ type backend interface {
 	// it handled; on error the rest were not applied.
 	apply(ctx context.Context, events []Event, window int64, st []status) (int, error)
 	counts(ctx context.Context, exp string) (counts, error)
+	// setPhase replaces the experiment's phase with next if it is still
+	// old (compare and set, so that a fleet's gateways agree), and
+	// reports whether it did. With reset, the phase's unit counts start
+	// again from 0 and count, from then on, the first exposures of
+	// allocation alloc dated at or after since (Unix ms; 0 counts none).
+	setPhase(ctx context.Context, exp string, old, next []byte, since int64, alloc uint64, reset bool) (bool, error)
 	// values calls fn with every unit's non-zero total of a mean metric.
 	values(ctx context.Context, exp, metric string, fn func(group string, total int64)) error
 	close() error

@@ -133,12 +133,14 @@ func parseEvent(raw json.RawMessage, p string, cat *Catalog, now time.Time) ([]E
 		m := &ref.spec.Metrics[ref.metric]
 		e := Event{Kind: Conversion, Experiment: ref.spec.ID, Unit: pe.Unit, TS: ts.UnixMilli(), Metric: m.Name, Binomial: m.Binomial, Value: u}
 		if m.Binomial {
-			if u == 0 {
+			// Any value but 0 converts, however small: it is judged
+			// before rounding to µ-units (1e-7 rounds to 0).
+			if value == 0 {
 				continue // a binomial event of value 0 is no conversion
 			}
 			e.Value = 1
 		} else if u == 0 {
-			continue
+			continue // adds nothing at µ-unit precision
 		}
 		out = append(out, e)
 	}
@@ -178,16 +180,25 @@ func (e *BadBody) Unwrap() []error {
 
 // PostEvents records the valid events of a POST /api/v1/events body after
 // what the request path has queued, and returns once they are in the
-// store (or, with Redis down, in the bounded buffer). An error is a
-// *BadBody when the body is not an events object, ErrClosed, or the
-// context's.
+// store. It never waits on Redis: with the Redis store down, or a store
+// call in progress for half a second (Redis hung), it returns once they
+// are in the writer's bounded buffer, which the writer empties into Redis
+// when it answers again. When that buffer is full (experiments.
+// buffer_events events already wait) nothing is recorded and the error is
+// a *BusyError, at once. Other errors are a *BadBody when the body is not
+// an events object, ErrClosed, or the context's.
 func (r *Recorder) PostEvents(ctx context.Context, body []byte) (EventsResult, error) {
 	events, res, err := ParseEvents(body, r.cat.Load(), r.opts.Now())
 	if err != nil {
 		return res, &BadBody{err}
 	}
-	if err := r.record(ctx, events); err != nil {
-		if errors.Is(err, ErrClosed) {
+	sub, err := r.enqueue(events)
+	if err == nil {
+		_, buffered := r.store.(*redisStore)
+		err = r.wait(ctx, sub, buffered)
+	}
+	if err != nil {
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrBusy) {
 			return res, err
 		}
 		return res, fmt.Errorf("record events: %w", err)

@@ -52,7 +52,9 @@ func FuzzReadFrames(f *testing.F) {
 		{op: opExpose, exp: "e", key: 42, ts: 1764496800000, ver: 3, group: "B"},
 		{op: opBinomial, exp: "e", key: 42, metric: "purchase"},
 		{op: opValue, exp: "e", key: 42, metric: "revenue", value: -12_340_000},
-		{op: opTrailer, value: 3},
+		{op: opExposeP, exp: "e", key: 43, ts: 1764496800001, ver: 4, group: "A"},
+		{op: opPhase, exp: "e", phase: `{"alloc":"1f","weights":{"A":50,"B":50},"since":1764496800000}`, ts: 1764496800000, key: 31, units: map[string]int64{"A": 1, "B": 0}},
+		{op: opTrailer, value: 5},
 	} {
 		b = appendFrame(b, &r)
 	}

@@ -21,8 +21,13 @@ type SRMAlert struct {
 	// PValue is the χ² p-value and SequentialPValue the anytime-valid one,
 	// both below Threshold.
 	PValue, SequentialPValue, Threshold float64
-	// Units are the units seen per group.
+	// Units are the units per group the check judged: every unit, or
+	// those assigned since Since.
 	Units map[string]int64
+	// Since, when not zero, is when the experiment's current phase began
+	// (its allocation changed, or a freeze was lifted): only the units
+	// assigned since were judged.
+	Since time.Time
 	// Frozen says the rule is being rolled back (experiments.srm_action:
 	// freeze).
 	Frozen bool
@@ -30,30 +35,46 @@ type SRMAlert struct {
 
 // checkHealth runs the SRM check of every experiment from the store's unit
 // counts (with Redis, the fleet's) and keeps the numbers for the metrics.
-// A split that turns mismatched (stats.SRM.Alert: the χ² and the
-// anytime-valid p-values both below the threshold, since this check reads
-// every experiment several times a second) is reported once: a WARN log
-// naming the experiment, OnSRM, and with experiments.srm_action: freeze a
-// one-click rollback of the rule version that was judged, whose history
-// records why. It runs on the writer.
+// It judges the units of the experiment's current phase (phase.go): after
+// its allocation changed, or a freeze of it was lifted, only the units
+// assigned since. A split that turns mismatched (stats.SRM.Alert: the χ²
+// and the anytime-valid p-values both below the threshold, since this
+// check reads every experiment several times a second) is reported once:
+// a WARN log naming the experiment, OnSRM, and with
+// experiments.srm_action: freeze a one-click rollback of the rule version
+// that was judged, whose history records why. The phase records the
+// freeze, so that a restart neither reports nor freezes it again, and a
+// resume of the rule begins a new phase. It runs on the writer.
 func (r *Recorder) checkHealth(ctx context.Context) {
 	cat := r.cat.Load()
 	seen := map[string]bool{}
+	phases := map[string]phaseCheck{} // by experiment id: rules may share one
+	now := r.opts.Now()
 	for _, k := range cat.rules {
 		sp := cat.byRule[k]
 		seen[k] = true
-		c, err := r.store.counts(ctx, sp.ID)
-		if err != nil {
+		pc, done := phases[sp.ID]
+		if !done {
+			pc = r.reconcile(ctx, cat, sp, now)
+			phases[sp.ID] = pc
+		}
+		if !pc.ok {
 			continue // the store is down; keep the last numbers
 		}
-		res, err := stats.Compute(input(sp, c, nil))
+		res, err := stats.Compute(input(sp, counts{units: pc.units}, nil))
 		r.mu.Lock()
 		h := r.health[k]
 		if h == nil {
 			h = &health{}
 			r.health[k] = h
 		}
-		h.id, h.units, h.p, h.seqP = sp.ID, c.units, nil, nil
+		h.id, h.units, h.p, h.seqP = sp.ID, pc.c.units, nil, nil
+		if h.since != pc.ph.Since {
+			h.since, h.flagged = pc.ph.Since, false // a new phase: a new judgement
+		}
+		if _, frozen := pc.ph.Frozen[k]; frozen {
+			h.flagged = true // reported and frozen in this phase already
+		}
 		if err != nil {
 			r.mu.Unlock()
 			continue // fewer than two groups: nothing to compare
@@ -75,18 +96,24 @@ func (r *Recorder) checkHealth(ctx context.Context) {
 		if res.SRM.SequentialPValue != nil {
 			seqP = *res.SRM.SequentialPValue
 		}
+		var since time.Time
+		judgedUnits := unitList(res)
+		if pc.ph.Since != 0 {
+			since = time.UnixMilli(pc.ph.Since).UTC()
+			judgedUnits += " since " + since.Format(time.RFC3339)
+		}
 		r.log.Warn("sample ratio mismatch: the split does not match the weights, so this experiment's results cannot be trusted",
-			"experiment", sp.ID, "rule", k, "p_value", p, "sequential_p_value", seqP, "threshold", res.SRM.Threshold, "units", c.units, "frozen", cat.Freeze && !sp.RolledBack)
+			"experiment", sp.ID, "rule", k, "p_value", p, "sequential_p_value", seqP, "threshold", res.SRM.Threshold, "units", pc.units, "since", since, "frozen", cat.Freeze && !sp.RolledBack)
 		if r.opts.OnSRM != nil {
 			units := make(map[string]int64, len(res.Groups))
 			for _, g := range res.Groups {
 				units[g.Name] = g.Units
 			}
-			r.opts.OnSRM(SRMAlert{Rule: k, Experiment: sp.ID, PValue: p, SequentialPValue: seqP, Threshold: res.SRM.Threshold, Units: units,
+			r.opts.OnSRM(SRMAlert{Rule: k, Experiment: sp.ID, PValue: p, SequentialPValue: seqP, Threshold: res.SRM.Threshold, Units: units, Since: since,
 				Frozen: cat.Freeze && !sp.RolledBack && r.opts.Freeze != nil})
 		}
 		if cat.Freeze && !sp.RolledBack && r.opts.Freeze != nil {
-			r.freeze(k, sp.Version, fmt.Sprintf("sample ratio mismatch in experiment %q: SRM p-value %.3g < %g, sequential p-value %.3g (units %s); frozen by experiments.srm_action: freeze", sp.ID, p, res.SRM.Threshold, seqP, unitList(res)))
+			r.freeze(k, sp.ID, sp.Version, fmt.Sprintf("sample ratio mismatch in experiment %q: SRM p-value %.3g < %g, sequential p-value %.3g (units %s); frozen by experiments.srm_action: freeze", sp.ID, p, res.SRM.Threshold, seqP, judgedUnits))
 		}
 	}
 	r.mu.Lock()
@@ -113,8 +140,9 @@ func unitList(res *stats.Results) string {
 // freeze rolls version of rule back on its own goroutine, so that the
 // writer never waits on the rule store; one freeze per rule is in flight at
 // a time. A rule changed since the check (ErrRuleChanged) is not frozen:
-// its next check judges the new version.
-func (r *Recorder) freeze(rule string, version int64, reason string) {
+// its next check judges the new version. A freeze made is handed to the
+// writer (froze), which records it in the experiment's phase.
+func (r *Recorder) freeze(rule, id string, version int64, reason string) {
 	if _, busy := r.freezing.LoadOrStore(rule, struct{}{}); busy {
 		return
 	}
@@ -135,6 +163,7 @@ func (r *Recorder) freeze(rule string, version int64, reason string) {
 			r.mu.Unlock()
 			return
 		}
+		r.froze.Store(rule, frozeAt{id: id, version: version})
 		r.log.Warn("experiment frozen: everyone goes to the control group", "rule", rule, "reason", reason)
 	}()
 }

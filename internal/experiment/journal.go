@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
+	"slices"
 )
 
 // The data-dir store keeps its state in two kinds of files under
@@ -21,8 +23,12 @@ import (
 //
 //	'H' gen                       first frame of a snapshot: it holds every journal up to gen
 //	'E' exp key ts version group  a first exposure (key is xxh64 of the unit)
+//	'F' exp key ts version group  a first exposure that counts in the experiment's phase
 //	'B' exp key metric            a binomial conversion of an exposed unit
 //	'V' exp key metric delta      a mean metric's value of the unit grew by delta (µ-units)
+//	'P' exp phase since alloc n (group count)×n
+//	                              the experiment's phase (JSON, see phase.go), when it began
+//	                              (Unix ms) and its allocation, and its units per group so far
 //	'Z' records                   last frame of a snapshot: how many records it holds
 //
 // A flush appends all its frames with one write and then fsyncs, so a
@@ -30,7 +36,9 @@ import (
 const (
 	opHeader   = 'H'
 	opExpose   = 'E'
+	opExposeP  = 'F'
 	opBinomial = 'B'
+	opPhase    = 'P'
 	opValue    = 'V'
 	opTrailer  = 'Z'
 
@@ -53,6 +61,9 @@ type record struct {
 	group  string
 	metric string
 	value  int64 // the delta of opValue; gen of opHeader; count of opTrailer
+	// phase, units (by group) of opPhase; its since is ts, its alloc key.
+	phase string
+	units map[string]int64
 }
 
 // appendFrame appends r as one frame to b.
@@ -62,12 +73,23 @@ func appendFrame(b []byte, r *record) []byte {
 	switch r.op {
 	case opHeader, opTrailer:
 		b = binary.AppendUvarint(b, uint64(r.value))
-	case opExpose:
+	case opExpose, opExposeP:
 		b = appendString(b, r.exp)
 		b = binary.LittleEndian.AppendUint64(b, r.key)
 		b = binary.AppendVarint(b, r.ts)
 		b = binary.AppendUvarint(b, uint64(r.ver))
 		b = appendString(b, r.group)
+	case opPhase:
+		b = appendString(b, r.exp)
+		b = appendString(b, r.phase)
+		b = binary.AppendVarint(b, r.ts)
+		b = binary.LittleEndian.AppendUint64(b, r.key)
+		groups := slices.Sorted(maps.Keys(r.units))
+		b = binary.AppendUvarint(b, uint64(len(groups)))
+		for _, g := range groups {
+			b = appendString(b, g)
+			b = binary.AppendUvarint(b, uint64(r.units[g]))
+		}
 	case opBinomial:
 		b = appendString(b, r.exp)
 		b = binary.LittleEndian.AppendUint64(b, r.key)
@@ -152,8 +174,24 @@ func decodeRecord(p []byte, r *record) error {
 	switch r.op {
 	case opHeader, opTrailer:
 		r.value = int64(d.uvarint())
-	case opExpose:
+	case opExpose, opExposeP:
 		r.exp, r.key, r.ts, r.ver, r.group = d.str(), d.u64(), d.varint(), int64(d.uvarint()), d.str()
+	case opPhase:
+		r.exp, r.phase, r.ts, r.key = d.str(), d.str(), d.varint(), d.u64()
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			d.err = errShort
+		}
+		r.units = make(map[string]int64, n)
+		prev := ""
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			g := d.str()
+			if i > 0 && g <= prev {
+				d.err = errors.New("phase groups out of order") // written sorted, once each
+			}
+			prev = g
+			r.units[g] = int64(d.uvarint())
+		}
 	case opBinomial:
 		r.exp, r.key, r.metric = d.str(), d.u64(), d.str()
 	case opValue:

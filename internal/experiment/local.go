@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -72,6 +73,13 @@ type expState struct {
 	cnt     map[[2]uint16]int64     // converted units by (metric, group)
 	vals    map[unitMetric]int64    // mean metric totals in µ-units, non-zero only
 	pending map[uint64][]pend
+	// phase is the stored phase (JSON, phase.go); first exposures of
+	// allocation phAlloc dated at or after phSince (0: none) count in
+	// perP, by group index.
+	phase   []byte
+	phSince int64
+	phAlloc uint64
+	perP    []int64
 }
 
 // unitRec is one exposed unit: 16 bytes, plus its map slot's key.
@@ -213,7 +221,7 @@ func (s *localStore) load() error {
 func (s *localStore) replay(r *record) error {
 	e := s.exp(r.exp)
 	switch r.op {
-	case opExpose:
+	case opExpose, opExposeP:
 		if u, dup := e.units[r.key]; dup {
 			if r.ts < u.ts { // an earlier exposure that arrived later
 				u.ts = r.ts
@@ -225,6 +233,11 @@ func (s *localStore) replay(r *record) error {
 		e.units[r.key] = unitRec{ts: r.ts, ver: uint32(min(max(r.ver, 0), 1<<32-1)), group: g}
 		e.perG[g]++
 		s.units++
+		if r.op == opExposeP {
+			e.perP[g]++
+		}
+	case opPhase:
+		e.setPhase([]byte(r.phase), r.ts, r.key, r.units)
 	case opBinomial:
 		u, ok := e.units[r.key]
 		if !ok {
@@ -269,7 +282,28 @@ func (e *expState) groupIdx(name string) uint16 {
 	e.groups = append(e.groups, name)
 	e.gidx[name] = i
 	e.perG = append(e.perG, 0)
+	e.perP = append(e.perP, 0)
 	return i
+}
+
+// setPhase makes phase the experiment's, counting from units (by group).
+func (e *expState) setPhase(phase []byte, since int64, alloc uint64, units map[string]int64) {
+	e.phase, e.phSince, e.phAlloc = phase, since, alloc
+	clear(e.perP)
+	for g, n := range units {
+		e.perP[e.groupIdx(g)] = n
+	}
+}
+
+// phaseUnits returns the units per group counted in the phase (non-zero).
+func (e *expState) phaseUnits() map[string]int64 {
+	out := map[string]int64{}
+	for i, n := range e.perP {
+		if n != 0 {
+			out[e.groups[i]] = n
+		}
+	}
+	return out
 }
 
 func (e *expState) metricIdx(name string) uint16 {
@@ -332,7 +366,12 @@ func (s *localStore) applyOne(ev *Event, window int64, now time.Time) status {
 		e.units[key] = u
 		e.perG[g]++
 		s.units++
-		s.buf = appendFrame(s.buf, &record{op: opExpose, exp: e.id, key: key, ts: ev.TS, ver: ev.Version, group: ev.Group})
+		op := byte(opExpose)
+		if e.phSince > 0 && ev.TS >= e.phSince && ev.Alloc == e.phAlloc {
+			e.perP[g]++
+			op = opExposeP
+		}
+		s.buf = appendFrame(s.buf, &record{op: op, exp: e.id, key: key, ts: ev.TS, ver: ev.Version, group: ev.Group})
 		if ps, ok := e.pending[key]; ok {
 			delete(e.pending, key)
 			s.pending -= len(ps)
@@ -504,6 +543,11 @@ func (s *localStore) compactNow() error {
 			written++
 			werr = cmp.Or(werr, flush())
 		}
+		if e.phase != nil {
+			b = appendFrame(b, &record{op: opPhase, exp: id, phase: string(e.phase), ts: e.phSince, key: e.phAlloc, units: e.phaseUnits()})
+			written++
+			werr = cmp.Or(werr, flush())
+		}
 	}
 	b = appendFrame(b, &record{op: opTrailer, value: written})
 	if werr == nil {
@@ -554,7 +598,35 @@ func (s *localStore) counts(_ context.Context, exp string) (counts, error) {
 	for k, n := range e.cnt {
 		c.converted[metricGroup{e.metrics[k[0]], e.groups[k[1]]}] = n
 	}
+	c.phase, c.phaseUnits = bytes.Clone(e.phase), e.phaseUnits()
 	return c, nil
+}
+
+// setPhase replaces the experiment's phase if it is still old and
+// persists it before it returns.
+func (s *localStore) setPhase(_ context.Context, exp string, old, next []byte, since int64, alloc uint64, reset bool) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.exp(exp)
+	if !bytes.Equal(e.phase, old) {
+		return false, nil
+	}
+	units := e.phaseUnits()
+	if !reset {
+		since, alloc = e.phSince, e.phAlloc
+	} else {
+		units = nil
+	}
+	frame := appendFrame(nil, &record{op: opPhase, exp: exp, phase: string(next), ts: since, key: alloc, units: units})
+	if len(frame)-frameHeader > maxFrame {
+		return false, fmt.Errorf("the phase of experiment %q is %d bytes, over %d", exp, len(frame), maxFrame)
+	}
+	e.setPhase(bytes.Clone(next), since, alloc, units)
+	s.buf = append(s.buf[:0], frame...)
+	if err := s.persist(); err != nil {
+		return true, err
+	}
+	return true, nil
 }
 
 func (s *localStore) values(_ context.Context, exp, metric string, fn func(group string, total int64)) error {

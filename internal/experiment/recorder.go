@@ -96,13 +96,26 @@ type Recorder struct {
 	dropped [len(dropReasons)]atomic.Uint64
 
 	wake   chan struct{}
-	submit chan *submission
 	quit   chan struct{}
 	done   chan struct{}
 	closed atomic.Bool
 
+	// subs are the submissions (posted events, Flush) waiting for the
+	// writer, which takes them all at its next flush; subEvents counts
+	// their events, bounded by Options.BufferEvents so that a writer stuck
+	// on an unanswering store never makes a submission wait for room.
+	subMu     sync.Mutex
+	subs      []*submission
+	subEvents int
+	subClosed bool // the writer took its last submissions (Close)
+
 	storeErrors atomic.Uint64
 	backlogLen  atomic.Int64
+	// storeDown is set while the store's writes fail; storeCall is when
+	// the writer's store call in progress began (Unix ns, 0: none). Posted
+	// events do not wait for a store that is down or stalled.
+	storeDown atomic.Bool
+	storeCall atomic.Int64
 
 	// owned by the writer goroutine
 	batch    []Event
@@ -115,6 +128,7 @@ type Recorder struct {
 	gateway  string
 	lastSRM  time.Time
 	freezing sync.Map // rule → struct{}: a freeze in flight
+	froze    sync.Map // rule → frozeAt: a freeze made, for the phase
 
 	mu     sync.Mutex
 	health map[string]*health // by rule key, for metrics and SRM edges
@@ -130,8 +144,11 @@ type health struct {
 	units   map[string]int64
 	p, seqP *float64
 	flagged bool
+	since   int64 // the phase flagged belongs to
 }
 
+// submission is events handed to the writer (posted events, or none for
+// Flush); done gets the outcome once they are applied.
 type submission struct {
 	events []Event
 	done   chan error
@@ -150,7 +167,7 @@ func New(o Options) (*Recorder, error) {
 		o.Now = time.Now
 	}
 	r := &Recorder{opts: o, log: o.Logger.With("component", "experiment"), wake: make(chan struct{}, 1),
-		submit: make(chan *submission), quit: make(chan struct{}), done: make(chan struct{}), health: map[string]*health{}}
+		quit: make(chan struct{}), done: make(chan struct{}), health: map[string]*health{}}
 	r.gateway = o.Gateway
 	if r.gateway == "" {
 		r.gateway, _ = os.Hostname()
@@ -306,11 +323,15 @@ func (r *Recorder) reported(sp *Spec, rep *router.Report, vals [][]byte, b *batc
 			r.dropped[indexOf(DropBadValue)].Add(1)
 			continue
 		}
-		if u == 0 {
-			continue
-		}
 		if sp.Metrics[mi].Binomial {
+			// Any value but 0 converts, however small ("1e-7" rounds
+			// to 0 µ-units).
+			if u == 0 && !nonZero(trimSpace(v)) {
+				continue
+			}
 			u = 1
+		} else if u == 0 {
+			continue
 		}
 		b.add(r, slot{spec: sp, ts: ts, kind: Conversion, metric: uint8(mi), value: u, exposes: exposes}, unit)
 	}
@@ -377,30 +398,128 @@ func indexOf(reason string) int {
 func (r *Recorder) Dropped(reason string) uint64 { return r.dropped[indexOf(reason)].Load() }
 
 // Flush writes what the request path has queued to the store and returns
-// once it is there (or, with Redis down, in the bounded buffer).
-func (r *Recorder) Flush(ctx context.Context) error { return r.record(ctx, nil) }
+// once it is there (or, with Redis down, in the bounded buffer). Unlike
+// posted events it waits for a stalled store.
+func (r *Recorder) Flush(ctx context.Context) error {
+	sub, err := r.enqueue(nil)
+	if err != nil {
+		return err
+	}
+	return r.wait(ctx, sub, false)
+}
 
-// record hands events to the writer, which applies them after what the
-// request path queued before, and waits until they are applied.
-func (r *Recorder) record(ctx context.Context, events []Event) error {
-	if r.closed.Load() {
-		return ErrClosed
+// Stalls of the store that posted events do not wait out: a store call in
+// progress for stallAfter is taken as stalled (Redis hung: its calls time
+// out only after redisTimeout, twice), checked every stallPoll.
+const (
+	stallAfter = 500 * time.Millisecond
+	stallPoll  = 50 * time.Millisecond
+)
+
+// ErrBusy is wrapped by PostEvents's *BusyError.
+var ErrBusy = errors.New("experiment event buffer full")
+
+// BusyError is PostEvents's error when the events cannot be buffered: the
+// events already waiting for the writer fill experiments.buffer_events,
+// which happens only while the store does not take them. Nothing of the
+// submission was recorded; it may be sent again after RetryAfter.
+type BusyError struct {
+	// Waiting is how many events wait for the writer; Limit the bound.
+	Waiting, Limit int
+	// Store is the store's kind ("redis").
+	Store      string
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("the experiment store (%s) is not taking events: %d events already wait in the buffer of %d (experiments.buffer_events), so none of these was recorded; retry after %s",
+		e.Store, e.Waiting, e.Limit, e.RetryAfter)
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+// enqueue hands events to the writer, which takes them at its next flush,
+// after what the request path queued before; it never waits. The events
+// already waiting are bounded by Options.BufferEvents (a submission alone
+// always fits).
+func (r *Recorder) enqueue(events []Event) (*submission, error) {
+	r.subMu.Lock()
+	if r.subClosed || r.closed.Load() {
+		r.subMu.Unlock()
+		return nil, ErrClosed
+	}
+	if r.subEvents > 0 && r.subEvents+len(events) > r.opts.BufferEvents {
+		err := &BusyError{Waiting: r.subEvents, Limit: r.opts.BufferEvents, Store: r.store.kind(), RetryAfter: max(r.opts.FlushInterval, time.Second)}
+		r.subMu.Unlock()
+		return nil, err
 	}
 	sub := &submission{events: events, done: make(chan error, 1)}
-	select {
-	case r.submit <- sub:
-	case <-r.done:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	r.subs = append(r.subs, sub)
+	r.subEvents += len(events)
+	r.subMu.Unlock()
+	r.kick()
+	return sub, nil
+}
+
+// takeSubs takes the waiting submissions for a flush; the last flush
+// (final) closes the door behind them.
+func (r *Recorder) takeSubs(final bool) []*submission {
+	r.subMu.Lock()
+	defer r.subMu.Unlock()
+	subs := r.subs
+	r.subs, r.subEvents = nil, 0
+	r.subClosed = r.subClosed || final
+	return subs
+}
+
+// wait waits until the writer has applied sub. With buffered (posted
+// events on the Redis store), it stops waiting, the events staying in the
+// writer's buffer, once the store is down or a store call has been in
+// progress for stallAfter: the answer never waits on Redis.
+func (r *Recorder) wait(ctx context.Context, sub *submission, buffered bool) error {
+	var poll <-chan time.Time
+	if buffered {
+		if r.storeDown.Load() {
+			return nil
+		}
+		t := time.NewTicker(stallPoll)
+		defer t.Stop()
+		poll = t.C
 	}
-	select {
-	case err := <-sub.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case err := <-sub.done:
+			return err
+		case <-poll:
+			if r.stalled() {
+				return nil
+			}
+		case <-r.done:
+			select {
+			case err := <-sub.done:
+				return err
+			default:
+				return ErrClosed
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
+
+// stalled reports whether the store is down or the writer's store call in
+// progress has lasted stallAfter.
+func (r *Recorder) stalled() bool {
+	if r.storeDown.Load() {
+		return true
+	}
+	since := r.storeCall.Load()
+	return since != 0 && time.Since(time.Unix(0, since)) >= stallAfter
+}
+
+// storeBegin and storeEnd bracket the writer's store calls, for stalled.
+func (r *Recorder) storeBegin() { r.storeCall.Store(time.Now().UnixNano()) }
+func (r *Recorder) storeEnd()   { r.storeCall.Store(0) }
 
 // Close flushes what is queued, stops the writer and closes the store and
 // the exposure log.
@@ -422,10 +541,9 @@ func (r *Recorder) run() {
 	t := time.NewTicker(r.opts.FlushInterval)
 	defer t.Stop()
 	for {
-		var sub *submission
 		select {
 		case <-r.quit:
-			r.flush(nil)
+			r.flush(true)
 			if n := len(r.backlog); n > 0 { // Redis is down at shutdown
 				r.dropped[indexOf(DropStoreUnavailable)].Add(uint64(n))
 				r.log.Error("experiment store unreachable at shutdown: buffered events are lost", "events", n)
@@ -433,19 +551,21 @@ func (r *Recorder) run() {
 			return
 		case <-t.C:
 		case <-r.wake:
-		case sub = <-r.submit:
 		}
-		r.flush(sub)
+		r.flush(false)
 	}
 }
 
-// flush moves the queued events (and a submission's) to the store, writes
-// the exposure log lines of first exposures, and checks the experiments'
-// health when it is due.
-func (r *Recorder) flush(sub *submission) {
+// flush moves the queued events (and the waiting submissions') to the
+// store, writes the exposure log lines of first exposures, and checks the
+// experiments' health when it is due. The submissions are taken before the
+// request path's queues are drained, so that a submission's events come
+// after everything the request path queued before it was made.
+func (r *Recorder) flush(final bool) {
 	ctx := context.Background()
+	subs := r.takeSubs(final)
 	events := r.drain(r.batch[:0])
-	if sub != nil {
+	for _, sub := range subs {
 		events = append(events, sub.events...)
 	}
 	// One experiment's events together make fewer Redis calls; the sort is
@@ -464,7 +584,9 @@ func (r *Recorder) flush(sub *submission) {
 	}
 	if len(pending) > 0 {
 		r.st = slices.Grow(r.st[:0], len(pending))[:len(pending)]
+		r.storeBegin()
 		n, err := r.store.apply(ctx, pending, window, r.st)
+		r.storeEnd()
 		r.settle(pending[:n], r.st[:n])
 		if buffered && n > 0 {
 			r.backlog = slices.Delete(r.backlog, 0, n)
@@ -478,14 +600,17 @@ func (r *Recorder) flush(sub *submission) {
 			r.log.Info("experiment store: writes work again", "store", r.store.kind())
 		}
 		r.failing = err != nil
+		r.storeDown.Store(r.failing)
 	}
 	r.backlogLen.Store(int64(len(r.backlog)))
 	clear(events)
 	r.batch = events[:0]
-	if sub != nil {
+	for _, sub := range subs {
 		sub.done <- nil
 	}
-	if now := time.Now(); now.Sub(r.lastSRM) >= max(r.opts.FlushInterval, 250*time.Millisecond) {
+	// While the store's writes fail its reads would too, each after a
+	// timeout: the check waits for the store to come back.
+	if now := time.Now(); !r.failing && now.Sub(r.lastSRM) >= max(r.opts.FlushInterval, 250*time.Millisecond) {
 		r.lastSRM = now
 		r.checkHealth(ctx)
 	}
@@ -519,7 +644,7 @@ func (s *slot) event(arena []byte) Event {
 	sp := s.spec
 	e := Event{Kind: s.kind, Experiment: sp.ID, Unit: string(arena[s.off : s.off+uint32(s.n)]), TS: s.ts}
 	if s.kind == Exposure {
-		e.Group, e.Version = sp.Groups[s.group], sp.Version
+		e.Group, e.Version, e.Alloc = sp.Groups[s.group], sp.Version, sp.alloc
 	} else {
 		m := &sp.Metrics[s.metric]
 		e.Metric, e.Binomial, e.Value, e.Exposes = m.Name, m.Binomial, s.value, s.exposes
@@ -611,6 +736,13 @@ func parseMicro(b []byte) (int64, bool) {
 		return 0, false
 	}
 	return u, true
+}
+
+// nonZero reports whether a value parseMicro accepted is not 0, for the
+// values that round to 0 µ-units; it is off the common path.
+func nonZero(b []byte) bool {
+	f, err := strconv.ParseFloat(string(b), 64)
+	return err == nil && f != 0
 }
 
 func slowMicro(b []byte) (int64, bool) {

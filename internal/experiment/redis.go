@@ -29,6 +29,11 @@ import (
 //	v:<metric> hash  "<len(group)>:<group><unit>" → the unit's total, µ-units
 //	p:<unit>   list  conversions of a unit not (yet) exposed, for pendingTTL
 //	b:<id>     string  marks a batch as applied, for an hour
+//	ph         string  the experiment's phase (JSON, see phase.go)
+//	ps         string  "<since> <alloc>" of the phase: first exposures of
+//	                   allocation alloc (hex) dated at or after since
+//	                   (Unix ms) count in pn; absent in the first phase
+//	pn         hash  group → units counted in the phase
 //
 // One script applies a batch of one experiment's events atomically. A
 // batch carries an id unique to this gateway, so a batch whose reply was
@@ -39,6 +44,7 @@ import (
 type redisStore struct {
 	c      *redis.Client
 	script *redis.Script
+	phase  *redis.Script
 	id     string
 	seq    atomic.Uint64
 }
@@ -63,7 +69,7 @@ func openRedis(rawURL string) (*redisStore, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("batch id: %w", err)
 	}
-	return &redisStore{c: redis.NewClient(o), script: redis.NewScript(applyScript), id: hex.EncodeToString(id[:])}, nil
+	return &redisStore{c: redis.NewClient(o), script: redis.NewScript(applyScript), phase: redis.NewScript(phaseScript), id: hex.EncodeToString(id[:])}, nil
 }
 
 func (s *redisStore) kind() string { return "redis" }
@@ -73,7 +79,8 @@ func prefix(exp string) string { return "graygate:exp:" + strconv.Itoa(len(exp))
 // applyScript applies one batch of one experiment's events; see redisStore.
 // ARGV: window (ms), pending TTL (s), key prefix, batch id, then six fields
 // per event: kind ("e" exposure, "b" binomial, "m" mean), unit, and for an
-// exposure group, ts, version, ""; for a conversion metric, ts, value, "".
+// exposure group, ts, version, alloc (hex); for a conversion metric, ts,
+// value, "".
 // A conversion's kind is upper-case ("B", "M") when its request exposed the
 // unit too (Event.Exposes).
 // It returns one code per event (1 fresh or counted, 0 repeated, 2 parked,
@@ -86,6 +93,12 @@ if ARGV[4] ~= "" then
   if not redis.call("SET", P .. "b:" .. ARGV[4], "1", "NX", "EX", 3600) then
     return {-1}
   end
+end
+local PS, PA
+local ps = redis.call("GET", P .. "ps")
+if ps then
+  local s, a = string.match(ps, "^(%-?%d+) (%S+)$")
+  PS, PA = tonumber(s), a
 end
 local function conv(unit, kind, metric, ts, val, rec)
   local ets, ver, group = string.match(rec, "^(%-?%d+) (%d+) (.*)$")
@@ -115,12 +128,15 @@ end
 local out = {}
 local i = 5
 while i + 5 <= #ARGV do
-  local kind, unit, a, b, c = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
+  local kind, unit, a, b, c, f = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
   i = i + 6
   if kind == "e" then
     local rec = b .. " " .. c .. " " .. a
     if redis.call("HSETNX", P .. "u", unit, rec) == 1 then
       redis.call("HINCRBY", P .. "n", a, 1)
+      if PS and tonumber(b) >= PS and f == PA then
+        redis.call("HINCRBY", P .. "pn", a, 1)
+      end
       local pk = P .. "p:" .. unit
       local ps = redis.call("LRANGE", pk, 0, -1)
       if #ps > 0 then
@@ -170,7 +186,7 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 		for i := done; i < end; i++ {
 			e := &events[i]
 			if e.Kind == Exposure {
-				args = append(args, "e", e.Unit, e.Group, e.TS, e.Version, "")
+				args = append(args, "e", e.Unit, e.Group, e.TS, e.Version, strconv.FormatUint(e.Alloc, 16))
 				continue
 			}
 			kind, v := "m", e.Value
@@ -251,8 +267,29 @@ func (s *redisStore) counts(ctx context.Context, exp string) (counts, error) {
 	pipe := s.c.Pipeline()
 	n := pipe.HGetAll(ctx, p+"n")
 	k := pipe.HGetAll(ctx, p+"k")
-	if _, err := pipe.Exec(ctx); err != nil {
+	ph := pipe.Get(ctx, p+"ph")
+	pn := pipe.HGetAll(ctx, p+"pn")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return c, fmt.Errorf("redis: read the counts of experiment %q: %w", exp, err)
+	}
+	for _, cmd := range []redis.Cmder{n, k, pn} {
+		if err := cmd.Err(); err != nil {
+			return c, fmt.Errorf("redis: read the counts of experiment %q: %w", exp, err)
+		}
+	}
+	switch raw, err := ph.Bytes(); {
+	case err == nil:
+		c.phase = raw
+	case !errors.Is(err, redis.Nil):
+		return c, fmt.Errorf("redis: read the phase of experiment %q: %w", exp, err)
+	}
+	c.phaseUnits = map[string]int64{}
+	for g, v := range pn.Val() {
+		x, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("redis: %spn field %q: %q is not a count", p, g, v)
+		}
+		c.phaseUnits[g] = x
 	}
 	for g, v := range n.Val() {
 		x, err := strconv.ParseInt(v, 10, 64)
@@ -270,6 +307,42 @@ func (s *redisStore) counts(ctx context.Context, exp string) (counts, error) {
 		c.converted[metricGroup{m, g}] = x
 	}
 	return c, nil
+}
+
+// phaseScript replaces an experiment's phase compare-and-set. ARGV: key
+// prefix, the phase expected, the new phase, reset ("1": count the phase's
+// units again from 0), since (Unix ms; "0": count none, the first phase),
+// alloc (hex). It returns 1 if it replaced the phase, 0 if the phase was
+// not the one expected. Running in Redis, it is atomic with the batches:
+// a first exposure counts in the phase the batch finds.
+const phaseScript = `
+local P = ARGV[1]
+local cur = redis.call("GET", P .. "ph") or ""
+if cur ~= ARGV[2] then return 0 end
+redis.call("SET", P .. "ph", ARGV[3])
+if ARGV[4] == "1" then
+  redis.call("DEL", P .. "pn")
+  if ARGV[5] ~= "0" then
+    redis.call("SET", P .. "ps", ARGV[5] .. " " .. ARGV[6])
+  else
+    redis.call("DEL", P .. "ps")
+  end
+end
+return 1
+`
+
+func (s *redisStore) setPhase(ctx context.Context, exp string, old, next []byte, since int64, alloc uint64, reset bool) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	r := "0"
+	if reset {
+		r = "1"
+	}
+	n, err := s.phase.Run(ctx, s.c, nil, prefix(exp), string(old), string(next), r, since, strconv.FormatUint(alloc, 16)).Int()
+	if err != nil {
+		return false, fmt.Errorf("redis: write the phase of experiment %q: %w", exp, err)
+	}
+	return n == 1, nil
 }
 
 func (s *redisStore) values(ctx context.Context, exp, metric string, fn func(group string, total int64)) error {

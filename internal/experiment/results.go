@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"time"
 
 	"github.com/graygate/graygate/internal/stats"
 )
@@ -22,6 +23,14 @@ type Results struct {
 	RolledBack bool `json:"rolled_back"`
 	// ConversionWindow is how long after exposure conversions count.
 	ConversionWindow string `json:"conversion_window"`
+	// SRMSince, when set, is when the experiment's current phase began
+	// (RFC 3339): its allocation (weights, or the holdout's share)
+	// changed then, or a freeze for a sample-ratio mismatch was lifted.
+	// srm then judges only the units assigned since, SRMUnits per group,
+	// as a new phase does in GrowthBook; groups and comparisons count
+	// every unit. Absent, srm judges every unit.
+	SRMSince string           `json:"srm_since,omitempty"`
+	SRMUnits map[string]int64 `json:"srm_units,omitempty"`
 }
 
 // Results computes the results of the experiment of rule key (or of the
@@ -61,7 +70,24 @@ func (r *Recorder) Results(ctx context.Context, key string) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Results{Results: res, Rule: sp.Rule, Store: r.store.kind(), RolledBack: sp.RolledBack, ConversionWindow: cat.Window.String()}, nil
+	out := &Results{Results: res, Rule: sp.Rule, Store: r.store.kind(), RolledBack: sp.RolledBack, ConversionWindow: cat.Window.String()}
+	// The sample-ratio check of the current phase, as the gateway's own
+	// check judges it (a phase it has yet to record begins now).
+	cur := parsePhase(c.phase)
+	next := nextPhase(cat, sp, cur, nil, r.opts.Now().UnixMilli())
+	if next.Since != 0 {
+		phased, err := stats.Compute(input(sp, counts{units: judged(next, cur, c)}, nil))
+		if err != nil {
+			return nil, err
+		}
+		res.SRM = phased.SRM
+		out.SRMSince = time.UnixMilli(next.Since).UTC().Format(time.RFC3339Nano)
+		out.SRMUnits = make(map[string]int64, len(phased.Groups))
+		for _, g := range phased.Groups {
+			out.SRMUnits[g.Name] = g.Units
+		}
+	}
+	return out, nil
 }
 
 // input assembles the statistics input of sp from the store's counts and,

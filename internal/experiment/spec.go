@@ -43,6 +43,10 @@ type Spec struct {
 
 	report *router.Report // the snapshot's shared Report for the rule
 	seed   uint64         // xxh64 of ID, mixed into the dedup key
+	// alloc identifies the allocation (Groups and Weights, the holdout's
+	// share included), which first exposures carry: when it changes, the
+	// sample-ratio check starts a new phase (see phase.go).
+	alloc uint64
 }
 
 // MetricSpec is one metric of a Spec.
@@ -129,6 +133,7 @@ func NewCatalog(snap *router.Snapshot, set Settings) *Catalog {
 		}
 		sp.Groups = append(sp.Groups, GroupHoldout)
 		sp.Weights = append(sp.Weights, hold)
+		sp.alloc = allocOf(sp.Groups, sp.Weights)
 		if cg := r.ControlGroup(); cg != nil {
 			sp.Control = cg.Group
 		}

@@ -53,15 +53,18 @@ func (c *Compiled) LayerName() string {
 	return c.layer.name
 }
 
-// LayerConflicts reports what keeps c from joining its layer beside others
-// (the rules that serve): a layer_range that overlaps another rule's, or a
-// layer_salt that differs from the layer's, each naming the other rule.
-// A rule of others with c's key is the version c replaces and is skipped.
+// LayerConflicts reports what keeps c from serving beside others (the
+// rules that serve): a layer_range that overlaps another rule's, or a
+// layer_salt that differs from the layer's, or an experiment_id that
+// another ab rule uses with other groups, weights, hashing or metric types
+// (experimentConflicts), each naming the other rule. A rule of others with
+// c's key is the version c replaces and is skipped. Every cross-rule check
+// (a PUT, a config file, graygate validate, the snapshot) comes here.
 func LayerConflicts(c *Compiled, others []*Compiled) error {
+	errs := experimentConflicts(c, others)
 	if c.layer == nil {
-		return nil
+		return errors.Join(errs...)
 	}
-	var errs []error
 	var mates []*Compiled
 	for _, o := range others {
 		if o.Key == c.Key || o.layer == nil || o.layer.name != c.layer.name {
@@ -84,7 +87,7 @@ func LayerConflicts(c *Compiled, others []*Compiled) error {
 }
 
 // CheckLayers reports every pair of rules that overlap in a layer or
-// disagree on its salt. The router refuses to build a snapshot from such a
+// disagree on its salt, or share an experiment they disagree on. The router refuses to build a snapshot from such a
 // set, so that a store that somehow holds one keeps the old rules serving.
 func CheckLayers(rules []*Compiled) error {
 	var errs []error

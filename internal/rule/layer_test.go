@@ -474,13 +474,6 @@ func TestCompatibleRules(t *testing.T) {
 			ID         string
 			Expected   bool
 		} `json:"rollouts"`
-		Variants []struct {
-			GroupID  string `json:"group_id"`
-			ID       string
-			Weights  []int
-			Names    []string
-			Expected string
-		} `json:"variants"`
 	}
 	readVectors(t, "../bucket/testdata/unleash-spec.json", &un)
 	for _, c := range un.Rollouts {
@@ -490,18 +483,31 @@ func TestCompatibleRules(t *testing.T) {
 		}
 		n++
 	}
-	for _, c := range un.Variants {
-		sum := 0
+	// Variants: the flag defined in Unleash with the rule's percentages,
+	// which the Unleash server stores ×10 (a total of 1000). The
+	// specification's own variant cases use totals of 100, 2 and 1, which
+	// no rule has; the bucket package checks them at the bucket level.
+	var uv struct {
+		Variants []struct {
+			GroupID  string `json:"group_id"`
+			ID       string
+			Percents []int
+			Names    []string
+			Expected string
+		} `json:"variants"`
+	}
+	readVectors(t, "../bucket/testdata/unleash-variants.json", &uv)
+	for i, c := range uv.Variants {
 		var groups []string
-		for i, w := range c.Weights {
-			sum += w
-			groups = append(groups, fmt.Sprintf(`{"name":%q,"weight":%d,"target":"127.0.0.1:%d"}`, c.Names[i], w, i+1))
+		for j, w := range c.Percents {
+			groups = append(groups, fmt.Sprintf(`{"name":%q,"weight":%d,"target":"127.0.0.1:%d"}`, c.Names[j], w, j+1))
 		}
-		if sum != 100 {
-			continue // a rule's weights sum to 100
+		// The group id defaults to the rule key, as Unleash's defaults to
+		// the flag name; every other case names it.
+		js := fmt.Sprintf(`{"key":"flag","type":"ab","hash":"unleash","group_id":%q,"experiment_id":"e","groups":[%s]}`, c.GroupID, strings.Join(groups, ","))
+		if i%2 == 0 && ValidKey(c.GroupID) {
+			js = fmt.Sprintf(`{"key":%q,"type":"ab","hash":"unleash","experiment_id":"e","groups":[%s]}`, c.GroupID, strings.Join(groups, ","))
 		}
-		// The group id defaults to the rule key, as Unleash's defaults to the flag name.
-		js := fmt.Sprintf(`{"key":%q,"type":"ab","hash":"unleash","experiment_id":"e","groups":[%s]}`, c.GroupID, strings.Join(groups, ","))
 		out, _ := mustParse(t, js).Eval(facts(r, c.ID), false, nil, nil)
 		if out.Target.Group != c.Expected {
 			t.Errorf("%s for %q: group %s, Unleash says %s", js, c.ID, out.Target.Group, c.Expected)

@@ -5,8 +5,10 @@
 // ab rules may share a layer (layer.go): each owns a range of the layer's
 // slots, so experiments of one layer never share a user; and the global
 // holdout (holdout.go) keeps one stable population out of every
-// experiment. Overlap is a cross-rule property, checked by LayerConflicts
-// when a rule is stored and by CheckLayers when a snapshot is built.
+// experiment. Overlap, and ab rules sharing an experiment_id with other
+// groups (experiment.go), are cross-rule properties, checked by
+// LayerConflicts when a rule is stored and by CheckLayers when a snapshot
+// is built.
 package rule
 
 import (
@@ -423,6 +425,8 @@ func (r *Rule) validateAB() []error {
 			add(p+".name", "is required")
 		} else if err := headerValue(p+".name", g.Name); err != nil {
 			errs = append(errs, err)
+		} else if g.Name == GroupHoldout {
+			add(p+".name", "%q is reserved: it is the group of the users the holdout (experiments.holdout) keeps out of every experiment, whose units the results count apart", g.Name)
 		} else if j, dup := seen[g.Name]; dup {
 			add(p+".name", "duplicates groups[%d].name %q", j, g.Name)
 		} else {

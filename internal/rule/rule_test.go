@@ -102,6 +102,8 @@ func TestValidationErrors(t *testing.T) {
 			[]string{"groups[0].weight: must be 0..100, got -10", "groups[1].weight: must be 0..100, got 110"}},
 		{"ab group problems", `{"key":"a","type":"ab","groups":[{"name":"A","weight":50,"target":"h:1","control":true},{"name":"A","weight":50,"target":"","control":true}]}`,
 			[]string{"experiment_id: is required", "groups[1].name: duplicates groups[0].name", "groups[1].target: is required", "groups: at most one group"}},
+		{"group named holdout", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":50,"target":"h:1"},{"name":"holdout","weight":50,"target":"h:2"}]}`,
+			[]string{`groups[1].name: "holdout" is reserved`}},
 		{"mixed shapes", `{"key":"a","type":"ab","experiment_id":"e","gray_percent":5,"groups":[{"name":"A","weight":100,"target":"h:1"}]}`,
 			[]string{"gray_percent: is only for gray rules"}},
 		{"unknown route", `{"key":"a","type":"gray","route":"web","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2"}}`,
