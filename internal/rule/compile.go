@@ -449,7 +449,15 @@ func (c *Compiled) evalAB(uid string, rolledBack bool, ho *Holdout, tr *Trace) (
 		tr.Salt = c.split.Salt()
 		tr.Bucket, tr.Buckets = ptr(b), c.split.Size()
 		tr.Claimed, tr.Group, tr.Target = true, t.Group, t.Pool.Name
-		tr.Reason = fmt.Sprintf("claimed: %s bucket %d of %d walked over weights %v lands in group %q", c.Mode, b, c.split.Size(), c.weights, t.Group)
+		weights := fmt.Sprint(c.weights)
+		if c.Mode == bucket.Unleash {
+			scaled := make([]int, len(c.weights))
+			for i, w := range c.weights {
+				scaled[i] = w * bucket.UnleashWeightScale
+			}
+			weights = fmt.Sprintf("%v (the percentages ×%d, as Unleash stores them)", scaled, bucket.UnleashWeightScale)
+		}
+		tr.Reason = fmt.Sprintf("claimed: %s bucket %d of %d walked over weights %s lands in group %q", c.Mode, b, c.split.Size(), weights, t.Group)
 		if c.layer != nil {
 			tr.Reason += fmt.Sprintf(" (slot %d of layer %q is in layer_range %s)", *tr.Slot, c.layer.name, c.layer)
 		}

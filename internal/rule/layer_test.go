@@ -548,3 +548,14 @@ func BenchmarkEvalABLayerHoldout(b *testing.B) {
 		c.Eval(f, false, ho, nil)
 	}
 }
+
+// TestUnleashWalkTrace: explain shows an unleash ab rule's walk over the
+// weights it really walks, the percentages as Unleash stores them.
+func TestUnleashWalkTrace(t *testing.T) {
+	c := mustParse(t, abJSON("un", "exp_un", `"hash":"unleash"`))
+	var tr Trace
+	c.Eval(facts(req("/", "", ""), "1001"), false, nil, &tr)
+	if !strings.Contains(tr.Reason, "of 1000 walked over weights [500 500] (the percentages ×10, as Unleash stores them)") {
+		t.Errorf("reason %q, want the walk over [500 500] of 1000", tr.Reason)
+	}
+}
