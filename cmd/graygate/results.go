@@ -113,6 +113,15 @@ func printResults(w io.Writer, r *experiment.Results) {
 	}
 	tw.Flush()
 	s := r.SRM
+	if r.SRMSince != "" {
+		var units []string
+		for _, g := range r.Groups {
+			if n, ok := r.SRMUnits[g.Name]; ok {
+				units = append(units, fmt.Sprintf("%s %d", g.Name, n))
+			}
+		}
+		fmt.Fprintf(w, "SRM phase: since %s (the allocation changed, or the rule was resumed after a freeze); units since: %s\n", r.SRMSince, strings.Join(units, ", "))
+	}
 	switch {
 	case !s.Judged:
 		fmt.Fprintf(w, "SRM: not judged yet (%s)\n", s.Reason)
