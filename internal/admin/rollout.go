@@ -112,20 +112,31 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 // running rollout has not reached yet must not lower the gray_percent it
 // set, and a new plan's steps none at all.
 func (s *Server) carryStatus(ctx context.Context, key string, rl *rule.Rule) error {
-	var prev *rule.Rule
-	cur, err := s.opts.Store.Get(ctx, key)
-	switch {
-	case err == nil:
-		if p, derr := rule.Decode(cur.Rule); derr == nil {
-			prev = &p
-		}
-	case !errors.Is(err, store.ErrNotFound):
+	_, prev, err := s.storedRule(ctx, key)
+	if err != nil {
 		return err
 	}
 	ro := *rl.Rollout
 	rl.Rollout = &ro
 	rollout.Carry(prev, rl)
 	return nil
+}
+
+// storedRule returns rule key's current entry and the rule it holds (nil
+// when it does not decode); for a rule that does not exist, a zero entry
+// (version 0) and no error.
+func (s *Server) storedRule(ctx context.Context, key string) (store.Entry, *rule.Rule, error) {
+	cur, err := s.opts.Store.Get(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Entry{}, nil, nil
+	case err != nil:
+		return store.Entry{}, nil, err
+	}
+	if r, derr := rule.Decode(cur.Rule); derr == nil {
+		return cur, &r, nil
+	}
+	return cur, nil, nil
 }
 
 // putRollout stores a rule with a rollout the way an operator's PUT or
@@ -136,22 +147,12 @@ func (s *Server) carryStatus(ctx context.Context, key string, rl *rule.Rule) err
 func (s *Server) putRollout(ctx context.Context, key string, rl rule.Rule, ifVersion int64, m store.Meta) (store.Entry, error) {
 	for attempt := 0; ; attempt++ {
 		want := ifVersion
-		var prev *rule.Rule
-		cur, err := s.opts.Store.Get(ctx, key)
-		switch {
-		case err == nil:
-			if p, derr := rule.Decode(cur.Rule); derr == nil {
-				prev = &p
-			}
-			if want == store.AnyVersion {
-				want = cur.Version
-			}
-		case errors.Is(err, store.ErrNotFound):
-			if want == store.AnyVersion {
-				want = 0
-			}
-		default:
+		cur, prev, err := s.storedRule(ctx, key)
+		if err != nil {
 			return store.Entry{}, err
+		}
+		if want == store.AnyVersion {
+			want = cur.Version // 0: the rule does not exist
 		}
 		next := rl
 		ro := *rl.Rollout

@@ -198,15 +198,12 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		// 13.1.1), and a dry run answers what the write would: both read
 		// the current version. A real write then puts on that version, so
 		// a rule deleted meanwhile is still a conflict.
-		var cur int64
-		e, gerr := s.opts.Store.Get(r.Context(), key)
-		switch {
-		case gerr == nil:
-			cur = e.Version
-		case !errors.Is(gerr, store.ErrNotFound):
+		e, _, gerr := s.storedRule(r.Context(), key)
+		if gerr != nil {
 			storeError(w, gerr)
 			return
 		}
+		cur := e.Version // 0: the rule does not exist
 		if ifMatchAny(r) {
 			if cur == 0 {
 				writeError(w, http.StatusConflict, fmt.Sprintf("rule %q does not exist (If-Match: *); nothing was changed", key), nil)
