@@ -474,6 +474,35 @@ func TestHeaderTimeoutStartsWhenSent(t *testing.T) {
 	}
 }
 
+// partsBackend is an upstream that answers each request on a connection
+// with the parts listed for its path, gap apart; then after(path) says
+// whether the connection goes on (false closes it). Each accepted
+// connection is noted on conns, when given.
+func partsBackend(t *testing.T, parts map[string][]string, gap time.Duration, conns chan<- struct{}, after func(path string) bool) string {
+	return stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if conns != nil {
+			conns <- struct{}{}
+		}
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			for i, p := range parts[req.URL.Path] {
+				if i > 0 {
+					time.Sleep(gap)
+				}
+				if _, err := io.WriteString(c, p); err != nil {
+					return
+				}
+			}
+			if !after(req.URL.Path) {
+				return
+			}
+		}
+	})
+}
+
 // TestResponseHeaderInParts: the response header timeout bounds the whole
 // header, however it is split. A header whose first bytes come at once and
 // the rest a while later (a status line flushed early, a large header over
@@ -493,30 +522,16 @@ func TestResponseHeaderInParts(t *testing.T) {
 		"/stop-then-eof": {"HTTP/1.1 200 OK\r\nContent-Le"},
 		"/stop":          {"HTTP/1.1 200 OK\r\nContent-Le"},
 	}
-	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			for i, p := range parts[req.URL.Path] {
-				if i > 0 {
-					time.Sleep(gap)
-				}
-				if _, err := io.WriteString(c, p); err != nil {
-					return
-				}
-			}
-			switch req.URL.Path {
-			case "/stop-then-eof":
-				time.Sleep(gap)
-				c.Close()
-				return
-			case "/stop":
-				time.Sleep(2 * timeout) // silent past the header timeout
-				return
-			}
+	up := partsBackend(t, parts, gap, nil, func(path string) bool {
+		switch path {
+		case "/stop-then-eof":
+			time.Sleep(gap)
+			return false
+		case "/stop":
+			time.Sleep(2 * timeout) // silent past the header timeout
+			return false
 		}
+		return true
 	})
 	_, addr := startProxy(t, Options{ResponseHeaderTimeout: timeout}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
 	for _, tt := range []struct {
@@ -562,26 +577,12 @@ func TestSmallBodyInParts(t *testing.T) {
 		"/no-body-yet":   {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n"},
 	}
 	conns := make(chan struct{}, 16)
-	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-		conns <- struct{}{}
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			for i, p := range parts[req.URL.Path] {
-				if i > 0 {
-					time.Sleep(gap)
-				}
-				if _, err := io.WriteString(c, p); err != nil {
-					return
-				}
-			}
-			if strings.HasSuffix(req.URL.Path, "-eof") || req.URL.Path == "/no-body-yet" {
-				time.Sleep(gap)
-				return // closes the connection
-			}
+	up := partsBackend(t, parts, gap, conns, func(path string) bool {
+		if path == "/body-then-eof" || path == "/no-body-yet" {
+			time.Sleep(gap)
+			return false // closes the connection
 		}
+		return true
 	})
 	_, addr := startProxy(t, Options{UpstreamReadTimeout: 5 * time.Second}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
 	for _, tt := range []struct {
