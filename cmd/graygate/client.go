@@ -196,6 +196,10 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) == 0 {
 		return usageError{rulesUsage}
 	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, rulesUsage)
+		return nil
+	}
 	sub := args[0]
 	var file string
 	var ifMatch int64 = -1
@@ -292,7 +296,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			var bad []error
 			for i, raw := range raws {
 				if _, err := c.do(ctx, "PUT", "/api/v1/rules/"+keys[i]+"?dry_run=1", raw, hdr); err != nil {
-					bad = append(bad, fmt.Errorf("rule %q: %w", keys[i], err))
+					bad = append(bad, ruleError(keys[i], err))
 				}
 			}
 			if len(bad) > 0 {
@@ -308,9 +312,9 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			out, err := c.do(ctx, "PUT", "/api/v1/rules/"+key+q, raw, hdr)
 			if err != nil {
 				if i > 0 && !dryRun {
-					return fmt.Errorf("rule %q: %w\nsaved before it: %s; not attempted: %s", key, err, strings.Join(keys[:i], ", "), orNone(keys[i+1:]))
+					return fmt.Errorf("%w\nsaved before it: %s; not attempted: %s", ruleError(key, err), strings.Join(keys[:i], ", "), orNone(keys[i+1:]))
 				}
-				return fmt.Errorf("rule %q: %w", key, err)
+				return ruleError(key, err)
 			}
 			if c.output == "json" {
 				c.printJSON(out)
@@ -537,6 +541,7 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Route, Rule, Group, Target, Tag, Degraded string
 			UserID                                    string `json:"user_id"`
 			Source                                    string `json:"identity_source"`
+			Reject                                    string `json:"reject"`
 		} `json:"decision"`
 		Trace struct {
 			Colored        string   `json:"colored"`
@@ -561,7 +566,12 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	d := ex.Decision
-	fmt.Fprintf(stdout, "user %q (from %s) → group %s, upstream %s", d.UserID, d.Source, d.Group, d.Target)
+	if d.Reject != "" {
+		// Refused before any rule: no group, no upstream.
+		fmt.Fprintf(stdout, "refused with 400: %s", d.Reject)
+	} else {
+		fmt.Fprintf(stdout, "user %q (from %s) → group %s, upstream %s", d.UserID, d.Source, d.Group, d.Target)
+	}
 	if d.Rule != "" {
 		fmt.Fprintf(stdout, ", rule %s", d.Rule)
 	}
@@ -646,4 +656,15 @@ func orNone(keys []string) string {
 		return "none"
 	}
 	return strings.Join(keys, ", ")
+}
+
+// isHelp reports an argument that asks for a command's usage.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help" }
+
+// ruleError names rule key in err, unless the gateway's answer does.
+func ruleError(key string, err error) error {
+	if strings.Contains(err.Error(), strconv.Quote(key)) {
+		return err
+	}
+	return fmt.Errorf("rule %q: %w", key, err)
 }

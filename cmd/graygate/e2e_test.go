@@ -323,6 +323,19 @@ rules:
 	if code == 0 || !strings.Contains(out, "groups: weights must sum to 100, got 120") || !strings.Contains(out, "groups[1].target: is required") {
 		t.Errorf("bad put: %d\n%s", code, out)
 	}
+	// Help for the client commands with subcommands; explain of a refused
+	// identity; a stale If-Match names the rule once.
+	for _, cmd := range []string{"rollout", "rules"} {
+		if out, code := runCLI(t, nil, cmd, "--help"); code != 0 || !strings.Contains(out, "usage: graygate "+cmd) {
+			t.Errorf("%s --help: %d\n%s", cmd, code, out)
+		}
+	}
+	if out, code := runCLI(t, env, "explain", "--user-id", strings.Repeat("u", 300)); code != 0 || !strings.HasPrefix(out, "refused with 400: ") || strings.Contains(out, "→ group") {
+		t.Errorf("explain of an identity over max_length: %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, env, "rules", "put", "-f", ruleFile, "--if-match", "1"); code == 0 || strings.Count(out, `rule "canary"`) != 1 || !strings.Contains(out, "If-Match wanted 1") {
+		t.Errorf("put with a stale If-Match: %d\n%s", code, out)
+	}
 	// A file of several rules with a bad one in the middle saves none.
 	list := filepath.Join(dir, "list.json")
 	os.WriteFile(list, []byte(`[{"key":"list1","type":"gray","gray_percent":5,"targets":{"gray":"gray","stable":"stable"}},`+

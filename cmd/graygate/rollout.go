@@ -34,6 +34,10 @@ func cmdRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(args) == 0 {
 		return usageError{rolloutUsage}
 	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, rolloutUsage)
+		return nil
+	}
 	sub := args[0]
 	var watch, full bool
 	var interval time.Duration

@@ -542,7 +542,7 @@ func (s *FileStore) SetRollback(ctx context.Context, key string, on bool, ifVers
 	}
 	if key != "" {
 		if err := CheckVersion(key, ks.version, true, ifVersion, false); err != nil {
-			return fail(err)
+			return State{}, err // it names the rule
 		}
 	}
 	if ks.rolledBack == on {

@@ -312,6 +312,8 @@ func ErrorMessages(t *testing.T, impl Harness) {
 			`rule "y": not found`},
 		{"missing history", func() error { _, err := s.History(ctx, "y"); return err },
 			`history of "y": not found`},
+		{"stale rollback", func() error { _, err := s.SetRollback(ctx, "x", true, 3, store.Meta{}); return err },
+			`rule "x": version is 4, If-Match wanted 3: conflict`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
