@@ -659,7 +659,9 @@ func orNone(keys []string) string {
 }
 
 // isHelp reports an argument that asks for a command's usage.
-func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help" }
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
+}
 
 // ruleError names rule key in err, unless the gateway's answer does.
 func ruleError(key string, err error) error {
