@@ -20,8 +20,10 @@ package listener
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"runtime"
@@ -78,7 +80,7 @@ type wrapped struct {
 }
 
 func (l *wrapped) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
+	c, err := accept(l.Listener, slog.Default())
 	if err != nil {
 		return nil, err
 	}
@@ -410,4 +412,41 @@ func UnixNano(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
+}
+
+// accept accepts a connection from ln, waiting out the failures that pass
+// (as net/http's server does): a timeout, and running out of file
+// descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) or a connection
+// aborted before it was taken (ECONNABORTED). It waits 5 ms, doubling to
+// at most 1 s, while they last, and logs the first of a run; any other
+// error (the listener closed) is returned. Without this, one moment
+// without a free descriptor stopped the server for good, silently, with
+// the process still alive.
+func accept(ln net.Listener, log *slog.Logger) (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err == nil || !passing(err) {
+			return c, err
+		}
+		if delay == 0 {
+			log.Warn("accepting connections failed; trying again", "listen", ln.Addr().String(), "error", err)
+		}
+		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		time.Sleep(delay)
+	}
+}
+
+// passing reports an accept error that is worth waiting out (see accept).
+func passing(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

@@ -106,16 +106,9 @@ func (s *split) Close() error {
 // run accepts until ln fails, retrying temporary errors with backoff as
 // net/http's server does.
 func (s *split) run() {
-	var delay time.Duration
 	for {
-		c, err := s.ln.Accept()
+		c, err := accept(s.ln, s.p.Logger)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
 			s.mu.Lock()
 			s.err = err
 			if s.closing {
@@ -125,7 +118,6 @@ func (s *split) run() {
 			close(s.done)
 			return
 		}
-		delay = 0
 		go s.sort(c)
 	}
 }
