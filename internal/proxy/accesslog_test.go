@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -233,5 +236,32 @@ func TestAccessLogTimeFormats(t *testing.T) {
 		if want := strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64); got != want {
 			t.Errorf("appendMillis(%d) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestShutdownLogsCutRequests: a request still waiting for a slow upstream
+// when Shutdown's deadline passes is cut off, and still gets its access
+// log line (it used to be written after the log had closed, and lost).
+func TestShutdownLogsCutRequests(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, br) // never answers; the cleanup closes c
+	})
+	var out syncBuffer
+	p, addr := startProxy(t, Options{AccessLog: &out}, staticDecider{Rule: "r1", Group: "stable", Target: poolOf("stable", up)})
+	c := dialRaw(t, addr)
+	fmt.Fprint(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for p.live.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(2 * watchDelay) // waiting for the answer
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = p.Shutdown(ctx)
+	if !strings.Contains(out.String(), `"path":"/slow"`) {
+		t.Errorf("access log after a shutdown that cut a request:\n%s\nwant a line for /slow", out.String())
 	}
 }

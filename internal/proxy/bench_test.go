@@ -157,6 +157,7 @@ func BenchmarkGuards(b *testing.B) {
 	for _, tt := range tests {
 		b.Run(tt.name, func(b *testing.B) {
 			ex := p.getExchange()
+			defer dropExchange(p, ex)
 			ex.resp.SetStatusCode(200)
 			b.ReportAllocs()
 			for b.Loop() {

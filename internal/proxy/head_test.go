@@ -94,6 +94,7 @@ func TestUpstreamHead(t *testing.T) {
 			p := New(Options{}, nil, nil)
 			t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
 			ex := p.getExchange()
+			t.Cleanup(func() { dropExchange(p, ex) })
 			ex.d = tt.d
 			ex.pol = router.NoPolicy
 			ex.reqID = []byte("rid")

@@ -176,6 +176,7 @@ type fields interface {
 
 // begin starts the flow of a request that arrived at start.
 func (f *flow) begin(p *Proxy) {
+	p.live.Add(1)
 	f.p = p
 	f.opts = p.opts.Load()
 	f.start = p.now()
@@ -301,6 +302,7 @@ func (f *flow) finish() {
 	}
 	f.endSpan()
 	f.sendMirror()
+	p.live.Add(-1)
 }
 
 // reportUpstream tells the pool the picked instance's outcome, once.

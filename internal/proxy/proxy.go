@@ -43,7 +43,11 @@ type Decider interface {
 type Proxy struct {
 	// opts is the current configuration; each request loads it once
 	// (Reconfigure replaces it).
-	opts    atomic.Pointer[Options]
+	opts atomic.Pointer[Options]
+	// live counts the requests begun and not yet finished (flow.begin,
+	// flow.finish), so that Shutdown can wait for the access-log lines of
+	// those it cut off.
+	live    atomic.Int64
 	decider Decider
 	log     *slog.Logger
 	now     func() time.Time
@@ -262,16 +266,35 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 			c.hc.CloseIdleConnections()
 		}
 	}
+	// The requests cut off above end on their own goroutines; their lines
+	// (499, 502, a body cut short) are waited for a moment, so that a
+	// request cut at the deadline is still recorded, and the logs then get
+	// a moment of their own to flush.
+	grace, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	for p.live.Load() > 0 && grace.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	lctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+	}
 	if a := p.access.Load(); a != nil {
-		if aerr := a.close(ctx); aerr != nil {
+		if aerr := a.close(lctx); aerr != nil {
 			err = errors.Join(err, fmt.Errorf("access log: %w", aerr))
 		}
 	}
-	if derr := p.degrade.close(ctx); derr != nil && !errors.Is(err, derr) {
+	if derr := p.degrade.close(lctx); derr != nil && !errors.Is(err, derr) {
 		err = errors.Join(err, fmt.Errorf("degradation log: %w", derr))
 	}
 	return err
 }
+
+// shutdownGrace is how long Shutdown waits at most for the requests it
+// cut off to be logged, and, past its deadline, for the logs to flush.
+const shutdownGrace = time.Second
 
 // AccessLogDropped returns how many access log lines were dropped because
 // the writer could not keep up.
