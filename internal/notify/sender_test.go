@@ -488,3 +488,21 @@ func TestErrorsHideTheURL(t *testing.T) {
 		t.Errorf("the error carries the URL: %v", res.err)
 	}
 }
+
+// TestCloseExpiredNothingQueued: Close with a context that has already
+// expired (a shutdown past its deadline) reports nothing dropped when
+// nothing was queued; it used to say so about half the time.
+func TestCloseExpiredNothingQueued(t *testing.T) {
+	rcv := newSink(t, func(delivery, int) int { return 200 })
+	for i := range 20 {
+		s, err := New(Options{Gateway: "gw", Counters: newCounts(), Receivers: []Receiver{{Name: "ops", URL: rcv.url()}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Fatalf("Close #%d with an expired context and empty queues: %v", i, err)
+		}
+	}
+}
