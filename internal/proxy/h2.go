@@ -226,6 +226,9 @@ func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
 		s.info = &connInfo{tls: r.TLS != nil}
 	}
 	abort := s.serve()
+	if s.cbody != nil {
+		s.cbody.end()
+	}
 	s.finish()
 	s.resetStream()
 	p.streams.Put(s)
@@ -723,6 +726,11 @@ type clientBody struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	last    int64 // the deadline last set, Unix nanoseconds
+	// The Transport may still read the body after the handler returned
+	// (the upstream answered before the upload ended); the stream's
+	// ResponseWriter must not be touched then. end marks that, under mu.
+	mu    sync.Mutex
+	ended bool
 }
 
 func (b *clientBody) Read(p []byte) (int, error) {
@@ -731,10 +739,22 @@ func (b *clientBody) Read(p []byte) (int, error) {
 		want := now.Add(d).UnixNano()
 		if b.last == 0 || want-b.last > int64(d/8) {
 			b.last = want
-			_ = b.rc.SetReadDeadline(time.Unix(0, want))
+			b.mu.Lock()
+			if !b.ended {
+				_ = b.rc.SetReadDeadline(time.Unix(0, want))
+			}
+			b.mu.Unlock()
 		}
 	}
 	return b.r.Body.Read(p)
+}
+
+// end is called as the handler returns: the ResponseWriter is left alone
+// from then on.
+func (b *clientBody) end() {
+	b.mu.Lock()
+	b.ended = true
+	b.mu.Unlock()
 }
 
 // readIdle cancels a call whose response body goes silent for longer than
