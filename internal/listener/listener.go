@@ -69,18 +69,23 @@ func Listen(network, addr string, reusePort bool) (net.Listener, error) {
 }
 
 // Wrap returns a listener whose TCP connections are Conns enforcing
-// config(). Connections of other kinds are returned as they are.
-func Wrap(ln net.Listener, config func() *Config) net.Listener {
-	return &wrapped{Listener: ln, config: config}
+// config(). Connections of other kinds are returned as they are. log
+// gets accept's warnings (nil: discard).
+func Wrap(ln net.Listener, config func() *Config, log *slog.Logger) net.Listener {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &wrapped{Listener: ln, config: config, log: log}
 }
 
 type wrapped struct {
 	net.Listener
 	config func() *Config
+	log    *slog.Logger
 }
 
 func (l *wrapped) Accept() (net.Conn, error) {
-	c, err := accept(l.Listener, slog.Default())
+	c, err := accept(l.Listener, l.log)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,8 @@ type Protocols struct {
 	// HandshakeTimeout bounds the TLS handshake, or, with H2C, the wait
 	// for a new connection's first bytes (default 10s).
 	HandshakeTimeout time.Duration
-	// Logger receives failed handshakes at debug level (nil: discard).
+	// Logger receives failed handshakes at debug level, and failures to
+	// accept that are waited out (accept) as warnings (nil: discard).
 	Logger *slog.Logger
 }
 
@@ -53,7 +54,7 @@ type Protocols struct {
 // that were looked at but not yet accepted are closed.
 func Split(ln net.Listener, config func() *Config, p Protocols) net.Listener {
 	if p.TLS == nil && !p.H2C {
-		return Wrap(ln, config)
+		return Wrap(ln, config, p.Logger)
 	}
 	if p.HandshakeTimeout <= 0 {
 		p.HandshakeTimeout = 10 * time.Second

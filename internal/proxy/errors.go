@@ -173,23 +173,29 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 		ctx.Hijack(closeHijacked)
 		return
 	}
-	// The body is copied into the response before errorFields reuses
-	// ex.scratch, which body shares.
-	ctx.Response.Reset()
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("text/plain; charset=utf-8")
-	ctx.SetBody(body)
-	ctx.Response.AppendBody(newline)
-	ex.bytesOut = int64(len(body) + 1)
-	h := &ctx.Response.Header
-	if !h.DisableNormalizing() {
-		defer h.EnableNormalizing()
-	}
-	ex.errorFields(h, status)
+	ex.setFailure(&ctx.Response, status, body)
 	switch status {
 	case fasthttp.StatusBadRequest, fasthttp.StatusRequestTimeout, fasthttp.StatusRequestEntityTooLarge:
 		ctx.SetConnectionClose()
 	}
+}
+
+// setFailure makes resp the gateway's answer with status and body (as
+// failure returns them): text/plain, the body and a newline, and what
+// errorFields adds. The body is copied into resp before errorFields reuses
+// ex.scratch, which body shares.
+func (ex *exchange) setFailure(resp *fasthttp.Response, status int, body []byte) {
+	resp.Reset()
+	resp.SetStatusCode(status)
+	resp.Header.SetContentType("text/plain; charset=utf-8")
+	resp.SetBody(body)
+	resp.AppendBody(newline)
+	ex.bytesOut = int64(len(body) + 1)
+	h := &resp.Header
+	if !h.DisableNormalizing() {
+		defer h.EnableNormalizing()
+	}
+	ex.errorFields(h, status)
 }
 
 var newline = []byte("\n")

@@ -174,7 +174,7 @@ func (s *stream) interim(code int, h textproto.MIMEHeader) error {
 // be given, and closes its body: a status outside 100..599
 // (errInvalidStatus), 101 (errSwitchedProtocols) on a path that carries no
 // upgrade, or a header field name that is not a token (errBadFieldName,
-// as checkFieldNames). It returns nil for any other.
+// as checkFinal). It returns nil for any other.
 func unrelayableStatus(resp *http.Response) error {
 	var err error
 	switch {

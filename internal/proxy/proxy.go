@@ -222,7 +222,7 @@ func upstreamOptionsChanged(a, b *Options) bool {
 // restart without downtime, open ln with listener.Listen and reusePort set
 // (see the package doc).
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load))
+	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load, p.log))
 }
 
 // ServeWith is Serve for a listener that offers more than cleartext

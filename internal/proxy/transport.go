@@ -974,16 +974,13 @@ func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, conn net.Conn, br *bu
 func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *bufio.Reader) error {
 	out := &ctx.Response.Header
 	status := out.StatusCode()
-	switch {
-	case !validStatus(status):
-		return invalidStatus(status)
-	case status == fasthttp.StatusSwitchingProtocols:
+	if err := checkFinal(out); err != nil {
+		return err
+	}
+	if status == fasthttp.StatusSwitchingProtocols {
 		// This path carries no upgrade (serveUpgrade does): what follows
 		// a 101 is not HTTP, and the client asked for nothing else.
 		return errSwitchedProtocols
-	}
-	if err := checkFieldNames(out); err != nil {
-		return err
 	}
 	ex.status = status
 	if b2s(ex.method) == fasthttp.MethodHead || !hasBody(status) {
@@ -1031,10 +1028,14 @@ func (ex *exchange) readInline(conn net.Conn, br *bufio.Reader, cl int) error {
 	return nil
 }
 
-// checkFieldNames refuses a response header with a field name that is
-// not a token: fasthttp takes a name with a space ("X Y: z"), which RFC
+// checkFinal refuses a final response header that no client may be
+// given: a status outside 100..599 (invalidStatus), or a field name that
+// is not a token: fasthttp takes a name with a space ("X Y: z"), which RFC
 // 9110 section 5.1 does not allow and a client may read otherwise.
-func checkFieldNames(h *fasthttp.ResponseHeader) error {
+func checkFinal(h *fasthttp.ResponseHeader) error {
+	if status := h.StatusCode(); !validStatus(status) {
+		return invalidStatus(status)
+	}
 	for k := range h.All() {
 		if !httpguts.ValidHeaderFieldName(b2s(k)) {
 			return fmt.Errorf("%w: %q", errBadFieldName, k)

@@ -89,11 +89,8 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 	}
 	status := out.Header.StatusCode()
 	ex.status = status
-	if err == nil && !validStatus(status) {
-		err = invalidStatus(status)
-	}
 	if err == nil {
-		err = checkFieldNames(&out.Header)
+		err = checkFinal(&out.Header)
 	}
 	if err == nil && status == fasthttp.StatusSwitchingProtocols && !upgradesToWebSocket(&out.Header) {
 		// RFC 9110 section 7.8: a server switches only to a protocol the
