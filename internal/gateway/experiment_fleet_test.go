@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"reflect"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/tags/redistest"
 )
@@ -71,19 +69,7 @@ func (s *syncBuffer) String() string {
 // buffer, and whose OnSRM calls are recorded.
 func startShop(t *testing.T, extra string) (*env, *syncBuffer, chan string) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(shopConfig(t, extra)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DataDir = t.TempDir()
-	logs := &syncBuffer{}
-	srm := make(chan string, 10)
-	e := &env{t: t, options: func(o *Options) {
-		o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		o.OnSRM = func(a experiment.SRMAlert) { srm <- fmt.Sprintf("%s %g", a.Experiment, a.PValue) }
-	}}
-	e.restart(cfg)
-	return e, logs, srm
+	return startShopYAML(t, shopConfig(t, extra))
 }
 
 // TestExperimentPlantedSRM drops 10% of group B's requests: the

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/graygate/graygate/internal/strict"
 )
 
 // TestSharedExperimentConflicts: ab rules that share an experiment_id pool
@@ -65,15 +63,8 @@ func TestSharedExperimentConflicts(t *testing.T) {
 				}
 				return
 			}
-			got := strict.Fields(err)
-			for _, w := range tt.want {
-				found := false
-				for _, f := range got {
-					found = found || strings.HasPrefix(f.Path+": "+f.Message, w)
-				}
-				if !found {
-					t.Errorf("LayerConflicts = %q, want one starting %q", err, w)
-				}
+			for _, w := range missingProblems(err, tt.want) {
+				t.Errorf("LayerConflicts = %q, want one starting %q", err, w)
 			}
 			if err := CheckLayers(append(append([]*Compiled(nil), running...), tt.c)); err == nil || !strings.Contains(err.Error(), `rule "dup"`) {
 				t.Errorf("CheckLayers = %v, want the conflict of rule \"dup\"", err)

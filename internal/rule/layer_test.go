@@ -18,7 +18,6 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/match"
-	"github.com/graygate/graygate/internal/strict"
 )
 
 // abJSON is an ab rule with two 50/50 groups, control first, and extra
@@ -109,15 +108,8 @@ func TestLayerConflicts(t *testing.T) {
 				}
 				return
 			}
-			got := strict.Fields(err)
-			for _, w := range tt.want {
-				found := false
-				for _, f := range got {
-					found = found || strings.HasPrefix(f.Path+": "+f.Message, w)
-				}
-				if !found {
-					t.Errorf("LayerConflicts = %q, want one starting %q", err, w)
-				}
+			for _, w := range missingProblems(err, tt.want) {
+				t.Errorf("LayerConflicts = %q, want one starting %q", err, w)
 			}
 			if err := CheckLayers(append(append([]*Compiled(nil), running...), tt.c)); err == nil && tt.c.Key != "exp_a" {
 				t.Errorf("CheckLayers accepted %s", tt.name)

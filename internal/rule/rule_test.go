@@ -150,20 +150,27 @@ func TestValidationErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Parse(%s) succeeded, want errors %q", tt.js, tt.want)
 			}
-			fields := strict.Fields(err)
-			for _, w := range tt.want {
-				found := false
-				for _, f := range fields {
-					if strings.HasPrefix(f.Path+": "+f.Message, w) {
-						found = true
-					}
-				}
-				if !found {
-					t.Errorf("Parse(%s) errors = %q, want one starting %q", tt.js, err, w)
-				}
+			for _, w := range missingProblems(err, tt.want) {
+				t.Errorf("Parse(%s) errors = %q, want one starting %q", tt.js, err, w)
 			}
 		})
 	}
+}
+
+// missingProblems returns the entries of want that no problem of err
+// ("path: message") starts with.
+func missingProblems(err error, want []string) []string {
+	var missing []string
+	for _, w := range want {
+		found := false
+		for _, f := range strict.Fields(err) {
+			found = found || strings.HasPrefix(f.Path+": "+f.Message, w)
+		}
+		if !found {
+			missing = append(missing, w)
+		}
+	}
+	return missing
 }
 
 func TestWhitelistLimit(t *testing.T) {
