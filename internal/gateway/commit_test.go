@@ -38,19 +38,33 @@ func startWrapped(t *testing.T, yaml string, wrap func(store.Store) store.Store)
 	return e
 }
 
-// gatedStore holds the next Put, once armed, until release is closed.
-type gatedStore struct {
-	store.Store
+// putGate holds the next Put of a store that embeds it, once armed: it
+// closes entered and waits until release is closed.
+type putGate struct {
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (s *gatedStore) Put(ctx context.Context, key string, rule json.RawMessage, ifVersion int64, m store.Meta) (store.Entry, error) {
-	if s.armed.CompareAndSwap(true, false) {
-		close(s.entered)
-		<-s.release
+func newPutGate() putGate {
+	return putGate{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *putGate) hold() {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.release
 	}
+}
+
+// gatedStore holds the next Put, once armed, until release is closed.
+type gatedStore struct {
+	store.Store
+	putGate
+}
+
+func (s *gatedStore) Put(ctx context.Context, key string, rule json.RawMessage, ifVersion int64, m store.Meta) (store.Entry, error) {
+	s.hold()
 	return s.Store.Put(ctx, key, rule, ifVersion, m)
 }
 
@@ -61,7 +75,7 @@ func (s *gatedStore) Put(ctx context.Context, key string, rule json.RawMessage, 
 // until a reload that removes the route has had its chance to run.
 func TestWriteRacingReload(t *testing.T) {
 	withRoute := baseConfig + "routes: [{name: api, path_prefix: /api/, upstream: stable}]\n"
-	gs := &gatedStore{entered: make(chan struct{}), release: make(chan struct{})}
+	gs := &gatedStore{putGate: newPutGate()}
 	e := startWrapped(t, withRoute, func(s store.Store) store.Store { gs.Store = s; return gs })
 	gs.armed.Store(true)
 	put := make(chan int, 1)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,16 +130,11 @@ func TestFleetRestoredFromBackup(t *testing.T) {
 // embeds the etcd store, so that the gateway still sees a fleet's store.
 type gatedEtcd struct {
 	*etcdstore.Store
-	armed   atomic.Bool
-	entered chan struct{}
-	release chan struct{}
+	putGate
 }
 
 func (s *gatedEtcd) Put(ctx context.Context, key string, rule json.RawMessage, ifVersion int64, m store.Meta) (store.Entry, error) {
-	if s.armed.CompareAndSwap(true, false) {
-		close(s.entered)
-		<-s.release
-	}
+	s.hold()
 	return s.Store.Put(ctx, key, rule, ifVersion, m)
 }
 
@@ -156,7 +150,7 @@ func (s *gatedEtcd) Put(ctx context.Context, key string, rule json.RawMessage, i
 func TestFleetLayerOverlapRace(t *testing.T) {
 	srv := etcdtest.Start(t)
 	backends := startBackends(t, "stable", "gray", "a", "b")
-	gate := &gatedEtcd{entered: make(chan struct{}), release: make(chan struct{})}
+	gate := &gatedEtcd{putGate: newPutGate()}
 	gw1 := startFleetMemberWith(t, srv, backends, t.TempDir(), func(s *etcdstore.Store) store.Store { gate.Store = s; return gate })
 	gw2 := startFleetMember(t, srv, backends, t.TempDir())
 	gws := []*env{gw1, gw2}
