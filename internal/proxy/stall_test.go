@@ -154,6 +154,22 @@ func (r *stallRig) failures() uint64 { return r.b.Snapshot().Window.Failures }
 
 const shortTimeout = 300 * time.Millisecond
 
+// stallingUpstream is an upstream that answers a request with part and
+// then sends nothing more; closed is closed once the gateway has closed
+// the connection.
+func stallingUpstream(t *testing.T, part string) (addr string, closed <-chan struct{}) {
+	c := make(chan struct{})
+	addr = stallBackend(t, func(conn net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(conn, part)
+		_, _ = io.Copy(io.Discard, conn) // until the gateway gives up on us
+		close(c)
+	})
+	return addr, c
+}
+
 // TestStallsAreBounded stalls each side of a request, in each direction,
 // on a real socket, and checks that the timeout named in proxy's config
 // fires: the connection involved is closed, the concurrency slot and the
@@ -167,17 +183,7 @@ func TestStallsAreBounded(t *testing.T) {
 	}
 
 	t.Run("read_timeout: upstream stops mid-body", func(t *testing.T) {
-		upClosed := make(chan struct{})
-		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-			if _, err := http.ReadRequest(br); err != nil {
-				return
-			}
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
-			_, _ = c.Write(bytes.Repeat([]byte("x"), 30000))
-			// ...and nothing more, until the gateway gives up on us.
-			_, _ = io.Copy(io.Discard, c)
-			close(upClosed)
-		})
+		up, upClosed := stallingUpstream(t, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("x", 30000))
 		r := newStallRig(t, up, opts)
 		c := dialRaw(t, r.addr)
 		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -201,17 +207,9 @@ func TestStallsAreBounded(t *testing.T) {
 	})
 
 	t.Run("read_timeout: upstream stops within a small body", func(t *testing.T) {
-		upClosed := make(chan struct{})
-		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-			if _, err := http.ReadRequest(br); err != nil {
-				return
-			}
-			// A body small enough to be copied, not streamed: the client
-			// has been sent nothing when it stalls, so it gets a 504.
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
-			_, _ = io.Copy(io.Discard, c)
-			close(upClosed)
-		})
+		// A body small enough to be copied, not streamed: the client has
+		// been sent nothing when it stalls, so it gets a 504.
+		up, upClosed := stallingUpstream(t, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
 		r := newStallRig(t, up, opts)
 		c := dialRaw(t, r.addr)
 		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
