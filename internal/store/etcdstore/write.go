@@ -437,12 +437,7 @@ func (s *Store) SetRollback(ctx context.Context, key string, on bool, ifVersion 
 		what = op + " globally"
 		hkey = store.GlobalKey
 	}
-	fail := func(err error) (store.State, error) {
-		if errors.Is(err, store.ErrConflict) {
-			return store.State{}, err // CheckVersion's, which names the rule
-		}
-		return store.State{}, fmt.Errorf("%s: %w", what, err)
-	}
+	fail := func(err error) (store.State, error) { return store.State{}, fmt.Errorf("%s: %w", what, err) }
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
