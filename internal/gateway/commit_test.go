@@ -112,8 +112,10 @@ func TestWriteRacingReload(t *testing.T) {
 	}
 }
 
-// failingStore makes the first Load after a write fail, once armed: the
-// write is committed, but the snapshot that should follow cannot be built.
+// failingStore makes every Load after a write fail, once armed, until fail
+// is cleared: the write is committed, but the snapshot that should follow
+// cannot be built. Every Load fails, not only the first: the store's change
+// feed also wakes watchStore, whose Apply may load before Commit's does.
 type failingStore struct {
 	store.Store
 	armed, fail atomic.Bool
@@ -126,7 +128,7 @@ func (s *failingStore) wrote() {
 }
 
 func (s *failingStore) Load(ctx context.Context) (store.State, error) {
-	if s.fail.CompareAndSwap(true, false) {
+	if s.fail.Load() {
 		return store.State{}, errors.New("injected: the disk went away")
 	}
 	return s.Store.Load(ctx)
@@ -179,6 +181,7 @@ func TestApplyFailureIsNot2xx(t *testing.T) {
 				t.Errorf("%s %s = %d %v, want 500 saying %q and why", tt.method, tt.path, code, out, tt.want)
 			}
 			// The store is readable again: the next rebuild serves the change.
+			fs.fail.Store(false)
 			if err := e.gw.Apply(context.Background()); err != nil {
 				t.Fatal(err)
 			}
