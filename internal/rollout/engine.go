@@ -89,6 +89,13 @@ type Engine struct {
 	// published wakes a fleet's publisher when a rollout becomes active.
 	published chan struct{}
 
+	// wmu serializes write: a change's events go out before those of the
+	// next change, which a driver may make as soon as the store (or the
+	// apply that follows the write) shows it the first. Without it a
+	// promote's "step" could reach the receivers after the "completed" the
+	// driver wrote on top of it.
+	wmu sync.Mutex
+
 	mu      sync.Mutex
 	drivers map[string]*slot
 	live    map[string]liveView // what the rollouts this gateway drives measured
@@ -379,6 +386,8 @@ func (e *Engine) write(ctx context.Context, key string, r *rule.Rule, ifVersion 
 	if err != nil {
 		return store.Entry{}, fmt.Errorf("encode rule %q: %w", key, err)
 	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
 	en, err := e.opts.Store.Put(ctx, key, raw, ifVersion, m)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
