@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // TestServeWithoutEtcdOrCache: serve --store etcd:// while nothing answers
 // there and the data dir holds no cache starts anyway, alive but not
 // ready, and /readyz says why (issue 12, item 3).
 func TestServeWithoutEtcdOrCache(t *testing.T) {
-	url := "etcd://" + freeAddr(t) + "/graygate" // nothing listens there
+	url := "etcd://" + testport.Refused(t) + "/graygate" // nothing listens there
 	p := startServe(t, "--store", url, "--data-dir", filepath.Join(t.TempDir(), "data"))
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + p.admin + "/readyz")

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/notify"
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // hook is a webhook receiver on 127.0.0.1 that checks each request's
@@ -254,7 +254,7 @@ func TestDeadReceiversDoNotSlowRouting(t *testing.T) {
 	t.Cleanup(func() { close(release); hang.Close() })
 	// The gray upstream refuses connections: each gray request fails over
 	// to stable (200) and counts against its breaker.
-	grayAddr, dir := closedAddr(t), t.TempDir()
+	grayAddr, dir := testport.Refused(t), t.TempDir()
 	e := startWith(t, strings.Replace(baseConfig, `{{gray}}`, grayAddr, 1), dir, func(o *Options) {
 		o.Notify = notify.Delivery{QueueSize: 16, MaxAttempts: 2, Timeout: time.Minute,
 			Backoff: notify.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}}
@@ -284,7 +284,7 @@ func TestDeadReceiversDoNotSlowRouting(t *testing.T) {
 
 	yaml := strings.Replace(baseConfig, `{{gray}}`, grayAddr, 1) + `
 notifications:
-  - {name: refused, url: "http://` + closedAddr(t) + `/hook"}
+  - {name: refused, url: "http://` + testport.Refused(t) + `/hook"}
   - {name: hung, url: "` + hang.URL + `/hook"}
   - {name: healthy, url: "` + healthy.srv.URL + `/hook", events: [breaker_open]}
 `
@@ -350,16 +350,6 @@ notifications:
 	if n := hung.Load(); n != 1 {
 		t.Errorf("the hung receiver got %d requests, want 1 (it holds the first)", n)
 	}
-}
-
-// closedAddr is a 127.0.0.1 address nothing listens on.
-func closedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestNotificationsReload: the notifications list applies on reload,

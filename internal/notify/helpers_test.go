@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -135,17 +134,6 @@ func hmacHex(secret, body []byte) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write(body)
 	return hex.EncodeToString(m.Sum(nil))
-}
-
-// closedPort returns a 127.0.0.1 address nothing listens on.
-func closedPort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // hanging is a receiver that accepts requests and never answers until the

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // TestDeliversInOrderSigned: a receiver gets every event once, in the
@@ -280,7 +282,7 @@ func TestDeadReceiversDoNotHoldOthers(t *testing.T) {
 	s, err := New(Options{Gateway: "gw", Counters: c, Delivery: Delivery{QueueSize: queue, MaxAttempts: 2, Timeout: time.Minute,
 		Backoff: Backoff{Base: time.Millisecond, Max: 2 * time.Millisecond}},
 		Receivers: []Receiver{
-			{Name: "refused", URL: "http://" + closedPort(t) + "/hook"},
+			{Name: "refused", URL: "http://" + testport.Refused(t) + "/hook"},
 			{Name: "hung", URL: hang.srv.URL},
 			{Name: "healthy", URL: healthy.url()},
 		}})
@@ -479,7 +481,7 @@ func TestCheck(t *testing.T) {
 // webhook's path, which is a chat webhook's credential.
 func TestErrorsHideTheURL(t *testing.T) {
 	s := newSender(t, Options{})
-	addr := closedPort(t)
+	addr := testport.Refused(t)
 	res := s.attempt(context.Background(), &target{url: "http://" + addr + "/services/T0/B0/credential"}, job{event: SRM, body: []byte("{}")})
 	if res.err == nil || !res.retry {
 		t.Fatalf("attempt on a closed port = %+v", res)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -24,7 +25,7 @@ import (
 // router, requests go through the real listener.
 func TestABFallbackKeepsTheGroup(t *testing.T) {
 	control, _ := echoBackend(t, "a")
-	down := closedAddr(t)
+	down := testport.Refused(t)
 	stable, _ := echoBackend(t, "stable")
 	pools := map[string]*upstream.Pool{"a": poolOf("a", addrOf(control)), "b": poolOf("b", down), "stable": poolOf("stable", addrOf(stable))}
 	rt := realRouter(t, pools, router.Input{}, `{"key":"exp","type":"ab","experiment_id":"e1","groups":[

@@ -11,6 +11,7 @@ import (
 
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // jsonLines decodes a buffer of JSON lines.
@@ -36,7 +37,7 @@ func jsonLines(t *testing.T, s string) []map[string]any {
 // or not the access log is on, in the proxy's logger (seed 004 §3.3.2).
 func TestDegradationRecords(t *testing.T) {
 	stable, _ := echoBackend(t, "stable")
-	grayDown := closedAddr(t)
+	grayDown := testport.Refused(t)
 	stablePool, grayPool := poolOf("stable", addrOf(stable)), poolOf("gray", grayDown)
 	id := identity.ID{Value: "u1", Source: "header:X-User-Id"}
 	tests := []struct {

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/graygate/graygate/internal/identity"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -52,17 +53,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// closedAddr returns a loopback address nobody listens on.
-func closedAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // stuckBackend accepts requests and never answers until the request is
 // cancelled. Each arrival and each cancellation is reported.
 func stuckBackend(t *testing.T) (addr string, arrived, canceled <-chan struct{}) {
@@ -92,7 +82,7 @@ func stuckBackend(t *testing.T) (addr string, arrived, canceled <-chan struct{})
 
 func TestErrorResponses(t *testing.T) {
 	stuck, _, _ := stuckBackend(t)
-	dead := closedAddr(t)
+	dead := testport.Refused(t)
 	tests := []struct {
 		name       string
 		opts       Options
@@ -519,7 +509,7 @@ func TestShutdownWithoutServe(t *testing.T) {
 // anonymous id cookie keeps its body intact (both are built in the
 // exchange's scratch buffer).
 func TestErrorBodyWithIssuedCookie(t *testing.T) {
-	dead := closedAddr(t)
+	dead := testport.Refused(t)
 	_, addr := startProxy(t, Options{}, staticDecider{
 		Rule: "r", Group: "stable", Target: poolOf("stable", dead),
 		Identity: identity.ID{Value: "anon-0123456789abcdef", Source: identity.SourceAnonymousCookie, Issued: true, Cookie: "gg_uid"},

@@ -19,6 +19,7 @@ import (
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testport"
 )
 
 func newLimiter(rps float64, burst int, now func() time.Time) *limit.Limiter {
@@ -265,7 +266,7 @@ func TestGate(t *testing.T) {
 			_, _ = bufio.NewReader(c).ReadString('\n')
 			c.Close()
 		}},
-		{"upstream down", closedAddr(t), func(t *testing.T, addr string) {
+		{"upstream down", testport.Refused(t), func(t *testing.T, addr string) {
 			if resp, _ := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 502 {
 				t.Errorf("status %d", resp.StatusCode)
 			}
@@ -295,7 +296,7 @@ func TestGate(t *testing.T) {
 	}
 
 	t.Run("fallback gives the gray slot back", func(t *testing.T) {
-		gray := poolOf("gray", closedAddr(t))
+		gray := poolOf("gray", testport.Refused(t))
 		gray.Gate = gates.Gate("gray", 1)
 		stable := poolOf("stable", addrOf(backend))
 		stable.Gate = gates.Gate("stable", 1)

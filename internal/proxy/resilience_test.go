@@ -17,6 +17,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -149,12 +150,12 @@ func TestBreakerOutcome(t *testing.T) {
 		},
 		{
 			name:     "connection refused is a failure",
-			gray:     func(t *testing.T, _ *fakeClock) string { return closedAddr(t) },
+			gray:     func(t *testing.T, _ *fakeClock) string { return testport.Refused(t) },
 			requests: 2, wantStatus: 502, wantRequests: 2, wantFailures: 2,
 		},
 		{
 			name:     "connection refused with a fallback is still the gray target's failure",
-			gray:     func(t *testing.T, _ *fakeClock) string { return closedAddr(t) },
+			gray:     func(t *testing.T, _ *fakeClock) string { return testport.Refused(t) },
 			stable:   true,
 			requests: 2, wantStatus: 200, wantRequests: 2, wantFailures: 2,
 		},
@@ -324,7 +325,7 @@ func TestFallback(t *testing.T) {
 			var grayGot *atomic.Int64
 			switch tt.gray {
 			case closedPort:
-				grayAddr = closedAddr(t)
+				grayAddr = testport.Refused(t)
 			case resetAfterRequest:
 				grayAddr, grayGot = resetBackend(t, false)
 			case resetAfterBody:
@@ -336,7 +337,7 @@ func TestFallback(t *testing.T) {
 			stable, stableGot := echoBackend(t, "stable")
 			switch {
 			case tt.stableDown:
-				route.stable = poolOf("stable", closedAddr(t))
+				route.stable = poolOf("stable", testport.Refused(t))
 			case !tt.noStable:
 				route.stable = poolOf("stable", addrOf(stable))
 			}

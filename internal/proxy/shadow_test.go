@@ -20,6 +20,7 @@ import (
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -533,9 +534,7 @@ func TestMirrorSlowTargetCostsNothing(t *testing.T) {
 // stable's answer (0 failed), and the copies are counted as failed.
 func TestMirrorDeadTargetFailsNothing(t *testing.T) {
 	stable, _, _ := shadowBackend(t, 1)
-	deadLn := listenLoopback(t)
-	dead := deadLn.Addr().String()
-	deadLn.Close()
+	dead := testport.Refused(t)
 	set, sp := newMirror(t, "dead", poolOf("candidate", dead), nil, 1<<10, mirror.Options{})
 	_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "default", Target: poolOf("stable", addrOf(stable)), Mirror: sp},
 		listener.Protocols{H2C: true})

@@ -22,6 +22,7 @@ import (
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/tracing"
 )
 
@@ -130,9 +131,7 @@ func TestTracingThroughTheListener(t *testing.T) {
 		inSpan  = "00f067aa0ba902b7"
 	)
 	backend := traceBackend(t)
-	dead := listenLoopback(t)
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := testport.Refused(t)
 	for _, h2 := range []bool{false, true} {
 		proto := map[bool]string{false: "1.1", true: "2"}[h2]
 		t.Run("HTTP/"+proto, func(t *testing.T) {

@@ -30,3 +30,17 @@ func TestPickIsFreeAndBelowTheEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestRefusedStaysDead: a connection to the address is refused, and while
+// the test runs no listener can take its port.
+func TestRefusedStaysDead(t *testing.T) {
+	addr := Refused(t)
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatalf("dial %s succeeded, want connection refused", addr)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Fatalf("listen on %s succeeded while Refused holds it", addr)
+	}
+}
