@@ -87,7 +87,7 @@ func TestReadTimeouts(t *testing.T) {
 	// keep-alive connection the head's deadline must still replace the
 	// longer idle one, and the idle one the head's.
 	t.Run("keep-alive: the head and idle deadlines replace each other", func(t *testing.T) {
-		const header, idle = 150 * time.Millisecond, 3 * time.Second
+		const header, idle = 150 * time.Millisecond, 10 * time.Second
 		_, addr := startProxy(t, Options{ReadHeaderTimeout: header, IdleTimeout: idle},
 			staticDecider{Group: "stable", Target: target})
 		c := dialBounded(t, addr, 10*time.Second)

@@ -78,7 +78,7 @@ func exchangeVector(c vectorCase) (res vectorResult) {
 		res.reqs, res.received, res.complete, res.upErrs = up.reqs, up.received, up.complete, up.errs
 		up.mu.Unlock()
 	}()
-	conn, err := net.DialTimeout("tcp", g.addr, 2*time.Second)
+	conn, err := net.DialTimeout("tcp", g.addr, 10*time.Second)
 	if err != nil {
 		res.setupErr = err
 		return res
