@@ -203,7 +203,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ principal) {
 		return
 	}
 	var req ExplainRequest
-	if err := strict.Decode(body, &req); err != nil {
+	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid explain request", strict.Fields(err))
 		return
 	}

@@ -89,7 +89,7 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 		Reason string `json:"reason,omitempty"`
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := strict.Decode(body, &req); err != nil {
+		if err := decodeStrict(body, &req); err != nil {
 			writeError(w, http.StatusBadRequest, "invalid rollout request", strict.Fields(err))
 			return
 		}

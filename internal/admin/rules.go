@@ -53,11 +53,19 @@ func (s *Server) listRules(w http.ResponseWriter, r *http.Request, _ principal) 
 func writeRule(w http.ResponseWriter, st store.State, key string) {
 	for _, e := range st.Rules {
 		if e.Key == key {
-			writeJSON(w, http.StatusOK, ruleView(e, st.RolledBack))
+			writeEntry(w, http.StatusOK, e, st.RolledBack)
 			return
 		}
 	}
 	writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q not found", key), nil)
+}
+
+// writeEntry answers with one rule and its version as the ETag, so that a
+// client may send it back as If-Match (RFC 9110 section 8.8.3), as it
+// would to any HTTP API that does compare-and-set.
+func writeEntry(w http.ResponseWriter, code int, e store.Entry, rolledBackAll bool) {
+	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(e.Version, 10)))
+	writeJSON(w, code, ruleView(e, rolledBackAll))
 }
 
 func (s *Server) getRule(w http.ResponseWriter, r *http.Request, _ principal) {
@@ -100,14 +108,14 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 		}
 		return rule.Rule{}, "", derr
 	}
-	// A bad reason or key is reported with whatever else is wrong, and
-	// the rest is still decoded (under the URL's key), so that it is
-	// checked as it is, not reported as missing.
-	var errs []error
+	// A bad reason or key, or a key given twice, is reported with whatever
+	// else is wrong, and the rest is still decoded (under the URL's key),
+	// so that it is checked as it is, not reported as missing.
+	errs := []error{duplicateKeys(body)}
 	reason := ""
 	if raw, ok := generic["reason"]; ok {
 		if err := json.Unmarshal(raw, &reason); err != nil {
-			errs = append(errs, strict.Errorf("reason", "expected a string"))
+			errs = append(errs, strict.Errorf("reason", "expected a string, got %s", raw))
 		}
 	}
 	for _, f := range readOnlyFields {
@@ -115,7 +123,10 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 	}
 	if raw, ok := generic["key"]; ok {
 		var k string
-		if err := json.Unmarshal(raw, &k); err == nil && k != "" && k != key {
+		switch err := json.Unmarshal(raw, &k); {
+		case err != nil:
+			errs = append(errs, strict.Errorf("key", "expected a string, got %s", raw))
+		case k != "" && k != key:
 			errs = append(errs, strict.Errorf("key", "%q does not match the key in the URL %q", k, key))
 		}
 	}
@@ -245,8 +256,7 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 	if e.Version == 1 {
 		code = http.StatusCreated
 	}
-	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(e.Version, 10)))
-	writeJSON(w, code, ruleView(e, false))
+	writeEntry(w, code, e, false)
 }
 
 func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, p principal) {
@@ -306,6 +316,14 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
 
 func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 	key := r.PathValue("key")
+	// If-Match makes the revert conditional on the rule's current version,
+	// as for PUT: an operator reverting what they saw must not overwrite
+	// what someone else wrote since, nor bring back a rule deleted since.
+	ifVersion, err := parseIfMatch(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
 	body, ok := readBody(w, r)
 	if !ok {
 		return
@@ -314,7 +332,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		Version int64  `json:"version"`
 		Reason  string `json:"reason,omitempty"`
 	}
-	if err := strict.Decode(body, &req); err != nil {
+	if err := decodeStrict(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid revert request", strict.Fields(err))
 		return
 	}
@@ -351,6 +369,20 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("version %d of rule %q no longer compiles against the current config; nothing was changed", req.Version, key), strict.Fields(err))
 		return
 	}
+	if ifMatchAny(r) {
+		// If-Match: * holds only for a rule that exists (RFC 9110 section
+		// 13.1.1); the write then puts on the version read here.
+		cur, _, gerr := s.storedRule(r.Context(), key)
+		if gerr != nil {
+			storeError(w, gerr)
+			return
+		}
+		if cur.Version == 0 {
+			writeError(w, http.StatusConflict, fmt.Sprintf("rule %q does not exist (If-Match: *); nothing was changed", key), nil)
+			return
+		}
+		ifVersion = cur.Version
+	}
 	reason := changeReason(r, req.Reason)
 	if reason == "" {
 		reason = fmt.Sprintf("revert to version %d", req.Version)
@@ -360,9 +392,9 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 	err = s.opts.Commit(r.Context(), Change{Key: key, Rule: target}, func(ctx context.Context) (int64, error) {
 		var err error
 		if rl.Rollout != nil {
-			e, err = s.putRollout(ctx, key, rl, store.AnyVersion, meta)
+			e, err = s.putRollout(ctx, key, rl, ifVersion, meta)
 		} else {
-			e, err = s.opts.Store.Put(ctx, key, target, store.AnyVersion, meta)
+			e, err = s.opts.Store.Put(ctx, key, target, ifVersion, meta)
 		}
 		return e.Revision, err
 	})
@@ -370,7 +402,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		s.commitError(w, fmt.Sprintf("the revert of rule %q to version %d", key, req.Version), fmt.Sprintf("as version %d", e.Version), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ruleView(e, false))
+	writeEntry(w, http.StatusOK, e, false)
 }
 
 func (s *Server) rollbackRule(on bool) func(http.ResponseWriter, *http.Request, principal) {
@@ -405,7 +437,7 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		Reason string `json:"reason,omitempty"`
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := strict.Decode(body, &req); err != nil {
+		if err := decodeStrict(body, &req); err != nil {
 			writeError(w, http.StatusBadRequest, "invalid request", strict.Fields(err))
 			return
 		}

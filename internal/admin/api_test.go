@@ -1,0 +1,302 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/store"
+	"github.com/graygate/graygate/internal/strict"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+const (
+	testAdminToken  = "api-admin-token"
+	testViewerToken = "api-viewer-token"
+	testEventsToken = "api-events-token"
+)
+
+// testAPI is the admin API over an embedded file store, served on a real
+// loopback listener. Its Commit writes without building a snapshot: these
+// tests are about the HTTP contract, not about serving.
+type testAPI struct {
+	t   *testing.T
+	url string
+	st  *store.FileStore
+}
+
+func startAPI(t *testing.T) *testAPI {
+	t.Helper()
+	st, err := store.OpenFile(t.TempDir(), store.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	reg := upstream.NewRegistry(map[string]*upstream.Pool{
+		"stable": upstream.NewPool("stable", []*upstream.Instance{{Addr: "127.0.0.1:1"}}),
+		"gray":   upstream.NewPool("gray", []*upstream.Instance{{Addr: "127.0.0.1:2"}}),
+	})
+	env := rule.Env{Resolve: reg.Resolve}
+	snap, err := router.Build(router.Input{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := router.New(snap)
+	api := New(Options{
+		Store:   st,
+		Router:  rt,
+		View:    dataPlane(t, rt).View,
+		Compile: func(r rule.Rule) (*rule.Compiled, error) { return rule.Compile(r, env) },
+		Commit: func(ctx context.Context, _ Change, write func(context.Context) (int64, error)) error {
+			if write == nil {
+				return nil
+			}
+			_, err := write(ctx)
+			return err
+		},
+		Status: func() any { return map[string]any{} },
+		Tokens: []Token{
+			{Name: "ops", Value: testAdminToken, Role: RoleAdmin},
+			{Name: "dash", Value: testViewerToken, Role: RoleViewer},
+			{Name: "app", Value: testEventsToken, Role: RoleEvents},
+		},
+	})
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return &testAPI{t: t, url: srv.URL, st: st}
+}
+
+// do sends one request as the admin, with header name/value pairs, and
+// returns the status, the headers and the body.
+func (a *testAPI) do(method, path, body string, hdr ...string) (int, http.Header, string) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.url+path, strings.NewReader(body))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	client := &http.Client{Timeout: 20 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// rule returns rule key as the API shows it.
+func (a *testAPI) rule(key string) map[string]any {
+	a.t.Helper()
+	code, _, body := a.do("GET", "/api/v1/rules/"+key, "")
+	if code != http.StatusOK {
+		a.t.Fatalf("GET rule %s = %d %s", key, code, body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		a.t.Fatal(err)
+	}
+	return m
+}
+
+func grayBody(percent string) string {
+	return `{"type":"gray","gray_percent":` + percent + `,"targets":{"gray":"gray","stable":"stable"}}`
+}
+
+// TestRevertIfMatch: a revert with If-Match is compare-and-set, as PUT is:
+// a stale version is a 409 that changes nothing, "*" needs the rule to
+// exist (so a rule deleted since is not brought back), and a malformed
+// value is a 400, never an unconditional write.
+func TestRevertIfMatch(t *testing.T) {
+	a := startAPI(t)
+	for _, p := range []string{"5", "20", "40"} { // versions 1, 2, 3
+		if code, _, body := a.do("PUT", "/api/v1/rules/k", grayBody(p)); code/100 != 2 {
+			t.Fatalf("PUT %s%% = %d %s", p, code, body)
+		}
+	}
+	tests := []struct {
+		name, ifMatch string
+		code          int
+		msg           string
+	}{
+		{"stale", "2", http.StatusConflict, "version is 3"},
+		{"only if absent", "0", http.StatusConflict, "conflict"},
+		{"malformed", "garbage", http.StatusBadRequest, `If-Match must be a rule version number, got \"garbage\"`},
+	}
+	for _, tt := range tests {
+		code, _, body := a.do("POST", "/api/v1/rules/k/revert", `{"version":1}`, "If-Match", tt.ifMatch)
+		if code != tt.code || !strings.Contains(body, tt.msg) {
+			t.Errorf("%s: revert with If-Match %q = %d %s, want %d %q", tt.name, tt.ifMatch, code, body, tt.code, tt.msg)
+		}
+		if r := a.rule("k"); r["version"] != 3.0 || r["gray_percent"] != 40.0 {
+			t.Fatalf("%s: after a refused revert the rule is %v, want version 3 at 40%%", tt.name, r)
+		}
+	}
+
+	code, hdr, body := a.do("POST", "/api/v1/rules/k/revert", `{"version":1}`, "If-Match", `"3"`)
+	if code != http.StatusOK || !strings.Contains(body, `"gray_percent": 5`) || hdr.Get("ETag") != `"4"` {
+		t.Fatalf("revert with the current version = %d (ETag %s) %s, want 200 at 5%% with ETag \"4\"", code, hdr.Get("ETag"), body)
+	}
+	code, _, body = a.do("POST", "/api/v1/rules/k/revert", `{"version":2}`, "If-Match", "*")
+	if code != http.StatusOK || !strings.Contains(body, `"version": 5`) {
+		t.Fatalf("revert with If-Match * = %d %s, want 200 as version 5", code, body)
+	}
+
+	// Someone deletes the rule; a revert made against what was seen
+	// before must not bring it back.
+	if code, _, body := a.do("DELETE", "/api/v1/rules/k", ""); code != http.StatusOK {
+		t.Fatalf("DELETE = %d %s", code, body)
+	}
+	for _, im := range []string{"5", "*"} {
+		code, _, body := a.do("POST", "/api/v1/rules/k/revert", `{"version":1}`, "If-Match", im)
+		if code != http.StatusConflict {
+			t.Errorf("revert of a deleted rule with If-Match %q = %d %s, want 409", im, code, body)
+		}
+		if code, _, body := a.do("GET", "/api/v1/rules/k", ""); code != http.StatusNotFound {
+			t.Fatalf("after a refused revert, GET = %d %s: the deleted rule came back", code, body)
+		}
+	}
+	// Without If-Match a revert still restores a deleted rule.
+	if code, _, body := a.do("POST", "/api/v1/rules/k/revert", `{"version":1}`); code != http.StatusOK {
+		t.Fatalf("unconditional revert of a deleted rule = %d %s", code, body)
+	}
+}
+
+// TestRuleETag: every answer that shows one rule carries its version as
+// the ETag, which If-Match then takes back.
+func TestRuleETag(t *testing.T) {
+	a := startAPI(t)
+	if code, hdr, body := a.do("PUT", "/api/v1/rules/k", grayBody("5")); code != http.StatusCreated || hdr.Get("ETag") != `"1"` {
+		t.Fatalf("PUT = %d (ETag %q) %s", code, hdr.Get("ETag"), body)
+	}
+	code, hdr, body := a.do("GET", "/api/v1/rules/k", "")
+	if code != http.StatusOK || hdr.Get("ETag") != `"1"` {
+		t.Fatalf("GET = %d (ETag %q) %s, want ETag \"1\"", code, hdr.Get("ETag"), body)
+	}
+	if code, hdr, body := a.do("PUT", "/api/v1/rules/k", grayBody("10"), "If-Match", hdr.Get("ETag")); code != http.StatusOK || hdr.Get("ETag") != `"2"` {
+		t.Fatalf("PUT with the GET's ETag as If-Match = %d (ETag %q) %s", code, hdr.Get("ETag"), body)
+	}
+	if code, hdr, body := a.do("POST", "/api/v1/rules/k/rollback", ""); code != http.StatusOK || hdr.Get("ETag") != `"3"` {
+		t.Fatalf("rollback = %d (ETag %q) %s, want ETag \"3\"", code, hdr.Get("ETag"), body)
+	}
+}
+
+// TestDuplicateKeys: a member name given twice in one object of a request
+// body is a 400 naming its path, and nothing is changed; encoding/json
+// would silently take the last value.
+func TestDuplicateKeys(t *testing.T) {
+	a := startAPI(t)
+	for _, p := range []string{"5", "20"} {
+		if code, _, body := a.do("PUT", "/api/v1/rules/k", grayBody(p)); code/100 != 2 {
+			t.Fatalf("PUT %s%% = %d %s", p, code, body)
+		}
+	}
+	tests := []struct {
+		name, method, path, body string
+		details                  []string
+	}{
+		{"rule", "PUT", "/api/v1/rules/k",
+			`{"type":"gray","gray_percent":5,"gray_percent":50,"targets":{"gray":"gray","stable":"stable"}}`,
+			[]string{`gray_percent: duplicate key`}},
+		{"nested and with other problems", "PUT", "/api/v1/rules/k",
+			`{"type":"gray","gray_percent":5,"targets":{"gray":"gray","stable":"stable","stable":"gray"},"white_list":[{"a":1,"a":2}]}`,
+			[]string{`targets.stable: duplicate key`, `white_list[0]: expected`}},
+		{"dry run", "PUT", "/api/v1/rules/k?dry_run=1",
+			`{"type":"gray","gray_percent":5,"gray_percent":50,"targets":{"gray":"gray","stable":"stable"}}`,
+			[]string{`gray_percent: duplicate key`}},
+		{"revert", "POST", "/api/v1/rules/k/revert", `{"version":1,"version":2}`, []string{`version: duplicate key`}},
+		{"rollback", "POST", "/api/v1/rules/k/rollback", `{"reason":"a","reason":"b"}`, []string{`reason: duplicate key`}},
+		{"global rollback", "POST", "/api/v1/rollback", `{"reason":"a","reason":"b"}`, []string{`reason: duplicate key`}},
+		{"explain", "POST", "/api/v1/explain", `{"path":"/","headers":{"X-User-Id":"1","x-user-id":"3","X-User-Id":"2"}}`,
+			[]string{`headers.X-User-Id: duplicate key`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, body := a.do(tt.method, tt.path, tt.body)
+			if code != http.StatusBadRequest {
+				t.Fatalf("%s %s %s = %d %s, want 400", tt.method, tt.path, tt.body, code, body)
+			}
+			var eb errorBody
+			if err := json.Unmarshal([]byte(body), &eb); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range eb.Details {
+				got = append(got, d.Path+": "+d.Message)
+			}
+			for _, want := range tt.details {
+				found := false
+				for _, g := range got {
+					found = found || strings.HasPrefix(g, want)
+				}
+				if !found {
+					t.Errorf("details %q lack %q", got, want)
+				}
+			}
+			if r := a.rule("k"); r["version"] != 2.0 || r["gray_percent"] != 20.0 || r["rolled_back"] != false {
+				t.Errorf("after a refused request the rule is %v, want version 2 at 20%%, not rolled back", r)
+			}
+		})
+	}
+}
+
+// TestRuleBodyKeyType: a key that is not a string is named, not ignored.
+func TestRuleBodyKeyType(t *testing.T) {
+	a := startAPI(t)
+	code, _, body := a.do("PUT", "/api/v1/rules/k", `{"key":5,"type":"gray","gray_percent":5,"targets":{"gray":"gray","stable":"stable"}}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, `"path": "key"`) || !strings.Contains(body, "expected a string, got 5") {
+		t.Fatalf("PUT with key 5 = %d %s, want a 400 naming key and its value", code, body)
+	}
+	if code, _, body := a.do("GET", "/api/v1/rules/k", ""); code != http.StatusNotFound {
+		t.Errorf("after a refused PUT, GET = %d %s", code, body)
+	}
+}
+
+// FuzzDuplicateKeys: duplicateKeys never panics, finds nothing in a body
+// that encoding/json re-encoded (which cannot repeat a name), and finds a
+// top-level name given a second time.
+func FuzzDuplicateKeys(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":{"c":[1,{"d":2,"d":3}]},"a":2}`))
+	f.Add([]byte(`[{"x":1},{"x":1}]`))
+	f.Add([]byte(`{"a":{}, "b":[], "c":"}"}`))
+	f.Add([]byte(`{"a":`))
+	f.Add([]byte(`{"a":1}{"a":1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, fe := range strict.Fields(duplicateKeys(body)) {
+			if fe.Message == "" {
+				t.Fatalf("an empty message for %q", body)
+			}
+		}
+		var v any
+		if json.Unmarshal(body, &v) != nil {
+			return
+		}
+		clean, _ := json.Marshal(v)
+		if err := duplicateKeys(clean); err != nil {
+			t.Fatalf("duplicateKeys(%s) = %v, want none", clean, err)
+		}
+		m, ok := v.(map[string]any)
+		if !ok || len(m) == 0 {
+			return
+		}
+		for k := range m {
+			name, _ := json.Marshal(k)
+			dup := append([]byte(`{`+string(name)+`:null,`), clean[1:]...)
+			err := duplicateKeys(dup)
+			if err == nil || !strings.Contains(err.Error(), strict.Join("", k)+": duplicate key") {
+				t.Fatalf("duplicateKeys(%s) = %v, want %q named", dup, err, k)
+			}
+			break
+		}
+	})
+}
