@@ -543,3 +543,138 @@ func TestBrowserEditorPaths(t *testing.T) {
 		t.Errorf("editing saved something: version %v", r["version"])
 	}
 }
+
+// TestBrowserLoginRefusals: a login the API refuses says why, in the
+// API's own words: a token of a role that may not read the API (an
+// events token, 403), and a gateway started without any admin token
+// (401, which is not the operator's typo).
+func TestBrowserLoginRefusals(t *testing.T) {
+	b := newTab(t)
+	e := startGateway(t, nil)
+	b.open(e.admin + "/ui/")
+	b.typeInto("#token", eventsToken)
+	b.click("#login-submit")
+	b.waitText("#login-error", "HTTP 403")
+	b.waitText("#login-error", `token "backend" has role "events", which may only POST /api/v1/events`)
+	if got := eval[string](b, `sessionStorage.getItem('graygate.token') || ''`); got != "" {
+		t.Errorf("after a refused login, sessionStorage holds %q", got)
+	}
+
+	// A token that was fine when stored but no longer reads the API sends
+	// the page back to the login with the reason, not to a dead end.
+	eval[bool](b, fmt.Sprintf(`(sessionStorage.setItem('graygate.token', %s), true)`, js(eventsToken)))
+	b.open(e.admin + "/ui/#/status")
+	b.waitText("#login-error", "may only POST /api/v1/events")
+
+	// The same gateway without the admin section, and no --admin-token.
+	i, j := strings.Index(demoConfig, "admin:\n"), strings.Index(demoConfig, "upstreams:\n")
+	noTokens := startGatewayWith(t, demoConfig[:i]+demoConfig[j:], "", nil)
+	b.open(noTokens.admin + "/ui/")
+	b.typeInto("#token", adminToken)
+	b.click("#login-submit")
+	b.waitText("#login-error", "no admin token is configured")
+}
+
+// TestBrowserRevertIsCompareAndSet: Revert to this version applies to the
+// version the page shows. When someone else changed the rule since, or
+// deleted it, the operator is told so and nothing is written: the other
+// change keeps serving and a deleted rule stays deleted. A save of a rule
+// deleted meanwhile says it was deleted.
+func TestBrowserRevertIsCompareAndSet(t *testing.T) {
+	b := newTab(t)
+	e := startGateway(t, nil)
+	e.putRule("user_center_v2", func(r map[string]any) { r["gray_percent"] = 40 }) // version 2
+	b.login(e, adminToken)
+	b.open(e.admin + "/ui/#/rules/user_center_v2")
+	b.waitText(`#rule-fields tr[data-field="Version"] td`, "2")
+
+	// Meanwhile, another operator ramps it to 50%: version 3.
+	e.putRule("user_center_v2", func(r map[string]any) { r["gray_percent"] = 50 })
+	b.click(`#history li[data-version="1"] [data-revert="1"]`)
+	b.confirm("user_center_v2")
+	b.waitText("#toasts", "user_center_v2 changed since you opened it: you opened version 2, and it is now version 3 (by default")
+	b.waitText("#toasts", "Nothing was reverted.")
+	if _, r := e.api("GET", "/api/v1/rules/user_center_v2", nil); r["version"] != 3.0 || r["gray_percent"] != 50.0 {
+		t.Fatalf("after the refused revert the rule is %v, want the other operator's version 3 at 50%%", r)
+	}
+	e.checkSplit(50, 100)
+
+	// The page now shows version 3; someone deletes the rule. A revert
+	// from the page must not bring it back.
+	b.waitText(`#rule-fields tr[data-field="Version"] td`, "3")
+	if code, out := e.api("DELETE", "/api/v1/rules/user_center_v2", nil); code != 200 {
+		t.Fatalf("DELETE = %d %v", code, out)
+	}
+	b.click(`#history li[data-version="2"] [data-revert="2"]`)
+	b.confirm("user_center_v2")
+	b.waitText("#toasts", "you opened version 3, and it has since been deleted. Nothing was reverted.")
+	b.waitText("#rule-missing", "There is no rule named user_center_v2")
+	if code, r := e.api("GET", "/api/v1/rules/user_center_v2", nil); code != 404 {
+		t.Fatalf("after the refused revert GET = %d %v: the deleted rule came back", code, r)
+	}
+	if a := e.get("/api/user/profile", "10001"); a.rule != "" {
+		t.Errorf("the deleted rule still claims requests: rule %q group %q", a.rule, a.group)
+	}
+
+	// An edit of a rule deleted while it was being edited.
+	b.open(e.admin + "/ui/#/rules/checkout_button")
+	b.typeInto(`#editor input[data-path="groups[0].weight"]`, "60")
+	b.typeInto(`#editor input[data-path="groups[1].weight"]`, "40")
+	b.waitText("#validation", "valid")
+	if code, out := e.api("DELETE", "/api/v1/rules/checkout_button", nil); code != 200 {
+		t.Fatalf("DELETE = %d %v", code, out)
+	}
+	b.click("#review")
+	b.click("#save")
+	b.waitText("#conflict", "you opened version 1, and it has since been deleted. Nothing was saved.")
+	if code, r := e.api("GET", "/api/v1/rules/checkout_button", nil); code != 404 {
+		t.Fatalf("after the refused save GET = %d %v", code, r)
+	}
+}
+
+// TestBrowserRulePageNoticesChanges: a rule page says, within a refresh,
+// that the rule changed or was deleted after it was drawn, without
+// throwing away an edit in progress; the notice's button loads the latest
+// version.
+func TestBrowserRulePageNoticesChanges(t *testing.T) {
+	b := newTab(t)
+	e := startGateway(t, nil)
+	b.login(e, adminToken)
+	b.open(e.admin + "/ui/#/rules/user_center_v2")
+	percent := `#editor input[data-path="gray_percent"]`
+	b.typeInto(percent, "45")
+	b.waitText("#validation", "valid")
+
+	e.putRule("user_center_v2", func(r map[string]any) { r["gray_percent"] = 60 }) // another operator: version 2
+	b.waitText("#rule-stale", "user_center_v2 changed since this page loaded it: it is now version 2 (by default")
+	b.waitText("#rule-stale", "this page shows version 1")
+	if got := eval[string](b, `document.querySelector('`+percent+`').value`); got != "45" {
+		t.Errorf("the notice threw away the edit: the percent field says %q, want 45", got)
+	}
+	b.click("#rule-reload")
+	b.waitText(`#rule-fields tr[data-field="Version"] td`, "2")
+	b.waitFor("the percent field to show 60", `document.querySelector('`+percent+`').value === '60'`)
+	if got := b.text("#rule-notice"); got != "" {
+		t.Errorf("after loading the latest version the notice still says %q", got)
+	}
+	// The global switch changes no version, but what the page shows.
+	if code, out := e.api("POST", "/api/v1/rollback", nil); code != 200 {
+		t.Fatalf("POST /api/v1/rollback = %d %v", code, out)
+	}
+	b.waitText("#rule-stale", "user_center_v2 is rolled back now: every rule was rolled back since this page loaded it.")
+	b.click("#rule-reload")
+	b.waitText(`#rule-fields tr[data-field="Rolled back"] td`, "yes")
+	if code, out := e.api("POST", "/api/v1/resume", nil); code != 200 {
+		t.Fatalf("POST /api/v1/resume = %d %v", code, out)
+	}
+	b.waitText("#rule-stale", "no longer rolled back")
+	b.click("#rule-reload")
+	b.waitText(`#rule-fields tr[data-field="Rolled back"] td`, "no")
+
+	if code, out := e.api("DELETE", "/api/v1/rules/user_center_v2", nil); code != 200 {
+		t.Fatalf("DELETE = %d %v", code, out)
+	}
+	b.waitText("#rule-stale", "user_center_v2 has been deleted since this page loaded it; this page shows version 2 as it was.")
+	b.click("#rule-reload")
+	b.waitText("#rule-missing", "There is no rule named user_center_v2")
+}

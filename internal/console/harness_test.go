@@ -29,6 +29,8 @@ import (
 const (
 	adminToken  = "console-admin-token"
 	viewerToken = "console-viewer-token"
+	// eventsToken may only post experiment events: not a console token.
+	eventsToken = "console-events-token"
 	// version is what the test gateway reports as its build.
 	version = "v0.0.0-console-test"
 )
@@ -40,6 +42,7 @@ default_upstream: stable
 admin:
   tokens:
     - {name: dashboard, token: ` + viewerToken + `, role: viewer}
+    - {name: backend, token: ` + eventsToken + `, role: events}
 upstreams:
   stable: {instances: [{addr: "{{stable}}"}]}
   gray:   {instances: [{addr: "{{gray}}"}]}
@@ -64,7 +67,14 @@ type gw struct {
 // the admin handler (to add an API the gateway does not have yet).
 func startGateway(t *testing.T, wrap func(http.Handler) http.Handler) *gw {
 	t.Helper()
-	yaml := demoConfig
+	return startGatewayWith(t, demoConfig, adminToken, wrap)
+}
+
+// startGatewayWith is startGateway with another config (demoConfig's
+// shape, with its {{upstream}} placeholders) and admin token ("" for
+// none).
+func startGatewayWith(t *testing.T, yaml, token string, wrap func(http.Handler) http.Handler) *gw {
+	t.Helper()
 	for _, name := range []string{"stable", "gray", "exp-a", "exp-b"} {
 		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Backend", name)
@@ -83,7 +93,7 @@ func startGateway(t *testing.T, wrap func(http.Handler) http.Handler) *gw {
 		t.Fatalf("config: %v", err)
 	}
 	cfg.DataDir = t.TempDir()
-	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: slog.New(slog.DiscardHandler), Version: version})
+	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.DiscardHandler), Version: version})
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}

@@ -59,15 +59,24 @@ function showLogin() {
       render();
     } catch (ex) {
       clearToken();
-      err.textContent = ex instanceof APIError && ex.status === 401
-        ? 'That token was refused (HTTP 401). Check it and try again.'
-        : `Could not reach the admin API: ${ex.message}`;
+      err.textContent = refusal(ex);
       button.disabled = false;
       input.select();
     }
   });
   replace(app, h('main', {class: 'login-wrap'}, form));
   input.focus();
+}
+
+// refusal says why a login failed, with the API's own reason: a token it
+// does not know, a gateway started without any admin token, or a token
+// whose role may not read the API (an events token).
+function refusal(ex) {
+  if (!(ex instanceof APIError)) return `Could not reach the admin API: ${ex.message}`;
+  const why = ex.body && ex.body.error ? `: ${ex.body.error}` : '';
+  if (ex.status === 401) return `That token was refused (HTTP 401${why}). Check it and try again.`;
+  if (ex.status === 403) return `That token may not use the console (HTTP 403${why}). Log in with an admin or a viewer token.`;
+  return `The admin API answered HTTP ${ex.status}${why}.`;
 }
 
 async function whoami() {
@@ -97,7 +106,7 @@ async function render() {
     try {
       await whoami();
     } catch (ex) {
-      if (ex instanceof APIError && ex.status === 401) { logout('Your token was refused; log in again.'); return; }
+      if (ex instanceof APIError && (ex.status === 401 || ex.status === 403)) { logout(refusal(ex)); return; }
       replace(app, h('main', {class: 'page'}, h('p', {class: 'error'}, `Could not reach the admin API: ${ex.message}`)));
       return;
     }

@@ -58,6 +58,14 @@ export function rulePage(ctx, key) {
   // diff) that the gateway has for this rule; it is empty otherwise.
   const extras = h('div', {id: 'rule-extras'});
   const live = h('div', {id: 'rule-live'}, h('h2', null, 'Live traffic, last 10 s'), h('p', {class: 'muted'}, '…'));
+  // notice says when the rule changed or was deleted after the page
+  // drew it; noticeFor is what it says it about, so that a refresh that
+  // finds the same never replaces the button under the pointer. Its
+  // place is kept, one line high, whether it says something or not: a
+  // notice that pushed the page down would move a button away from a
+  // pointer about to press it.
+  const notice = h('div', {id: 'rule-notice', role: 'status'});
+  let noticeFor = '';
 
   async function load() {
     let view;
@@ -75,6 +83,8 @@ export function rulePage(ctx, key) {
       get('/api/v1/status').catch(() => ({}))]);
     if (!alive) return;
     shown = view;
+    replace(notice);
+    noticeFor = '';
     draw(view, hist.history || [], statusDoc);
     refreshLive(view);
     if (!optionals || optionalsType !== view.type) {
@@ -154,6 +164,56 @@ export function rulePage(ctx, key) {
 
   function back() { return h('p', null, h('a', {href: '#/', class: 'back'}, '← All rules')); }
 
+  // checkCurrent looks whether the rule is still the version the page
+  // shows, so that an operator looking at it (or editing it) learns that
+  // someone changed or deleted it before acting on what is no longer so.
+  // It never redraws the page by itself: an edit in progress stays.
+  async function checkCurrent() {
+    const was = shown;
+    let about, say;
+    try {
+      const now = await get(`/api/v1/rules/${enc(key)}`);
+      if (now.version !== was.version) {
+        about = `v${now.version}`;
+        say = `${key} changed since this page loaded it: it is now version ${now.version} (by ${now.updated_by || '—'} at ${fmtTime(now.updated_at)}); this page shows version ${was.version}.`;
+      } else if (now.rolled_back !== was.rolled_back) {
+        // The global switch changes no rule's version.
+        about = `rolled_back=${now.rolled_back}`;
+        say = now.rolled_back ? `${key} is rolled back now: every rule was rolled back since this page loaded it.`
+          : `${key} is no longer rolled back: every rule was resumed since this page loaded it.`;
+      } else {
+        about = '';
+      }
+    } catch (ex) {
+      if (!(ex instanceof APIError && ex.status === 404)) return;
+      about = 'deleted';
+      say = `${key} has been deleted since this page loaded it; this page shows version ${was.version} as it was.`;
+    }
+    if (!alive || shown !== was || about === noticeFor) return;
+    noticeFor = about;
+    if (!about) { replace(notice); return; }
+    const reload = h('button', {type: 'button', class: ['btn', 'small'], id: 'rule-reload'},
+      about === 'deleted' ? 'Reload' : session.canWrite ? 'Load the latest version (discards any edit)' : 'Load the latest version');
+    reload.addEventListener('click', load);
+    replace(notice, h('p', {class: 'stale', id: 'rule-stale', 'data-stale': about}, h('span', {title: say}, say), reload));
+  }
+
+  // since says how the rule stands now against view, the version the
+  // page shows, after a compare-and-set write got 409: ", and it is now
+  // version 3 (by alice at …)", or ", and it has since been deleted". It
+  // resolves null when the rule is still at view's version: the 409 was
+  // not about versions (the change would not serve), and the API's own
+  // message says what it was.
+  async function since(view) {
+    try {
+      const now = await get(`/api/v1/rules/${enc(key)}`);
+      if (now.version === view.version) return null;
+      return `, and it is now version ${now.version} (by ${now.updated_by || '—'} at ${fmtTime(now.updated_at)})`;
+    } catch (ex) {
+      return ex instanceof APIError && ex.status === 404 ? ', and it has since been deleted' : '';
+    }
+  }
+
   function draw(view, history, statusDoc) {
     const title = h('div', {class: 'titlebar'},
       h('h1', null, h('span', {id: 'rule-key'}, key), ' ', pill(view.type, view.type),
@@ -169,7 +229,7 @@ export function rulePage(ctx, key) {
       }
       if (statusDoc.rolled_back) actions.appendChild(h('span', {class: 'muted'}, 'Global rollback is on: Resume it on the overview.'));
     }
-    replace(main, back(), title, name, actions, extras,
+    replace(main, back(), title, notice, name, actions, extras,
       section('Fields', fieldsTable(view, statusDoc)),
       session.canWrite ? editor(view) : section('Rule JSON', h('pre', {class: 'json', id: 'rule-json'}, JSON.stringify(ruleOnly(view), null, 2))),
       h('section', {class: 'card'}, live),
@@ -244,10 +304,19 @@ export function rulePage(ctx, key) {
       confirm: `Revert ${key} to v${version}`});
     if (!yes) return;
     try {
-      const out = await post(`/api/v1/rules/${enc(key)}/revert`, {version});
+      // Compare-and-set, as a save is: the revert applies only to the
+      // version shown, so it neither overwrites a change made since nor
+      // brings back a rule deleted since.
+      const {data: out} = await request('POST', `/api/v1/rules/${enc(key)}/revert`,
+        {body: {version}, headers: {'If-Match': String(view.version)}});
       toast(`${key} reverted to version ${version}: now version ${out.version}.`);
     } catch (ex) {
-      toast(`Revert failed: ${ex.message}`, 'bad');
+      const now = ex instanceof APIError && ex.status === 409 ? await since(view) : null;
+      if (now !== null) {
+        toast(`${key} changed since you opened it: you opened version ${view.version}${now}. Nothing was reverted.`, 'bad');
+      } else {
+        toast(`Revert failed: ${ex.message}`, 'bad');
+      }
     }
     load();
   }
@@ -425,17 +494,15 @@ export function rulePage(ctx, key) {
           load();
         } catch (ex) {
           save.disabled = false;
-          if (ex instanceof APIError && ex.status === 409) {
-            let now = null;
-            try { now = await get(`/api/v1/rules/${enc(key)}`); } catch { /* named below without it */ }
+          const now = ex instanceof APIError && ex.status === 409 ? await since(view) : null;
+          if (now !== null) {
             const reload = h('button', {type: 'button', class: 'btn', id: 'load-latest', 'data-write': ''}, 'Load the latest version (discards this edit)');
             reload.addEventListener('click', load);
             replace(msg, h('p', {class: 'error conflict', id: 'conflict'},
-              `${key} changed since you opened it: you opened version ${view.version}` +
-              (now ? `, and it is now version ${now.version} (by ${now.updated_by || '—'} at ${fmtTime(now.updated_at)})` : '') +
+              `${key} changed since you opened it: you opened version ${view.version}${now}` +
               '. Nothing was saved. Your edit is still here.'), reload);
             save.disabled = true;
-          } else if (ex instanceof APIError && ex.status === 400) {
+          } else if (ex instanceof APIError && (ex.status === 400 || ex.details.length)) {
             replace(msg, h('p', {class: 'error'}, ex.message));
             showProblems(ex.details);
           } else {
@@ -459,6 +526,6 @@ export function rulePage(ctx, key) {
   }
 
   load();
-  timer = setInterval(() => { if (shown) { refreshLive(shown); refreshExtras(); } }, REFRESH_MS);
+  timer = setInterval(() => { if (shown) { refreshLive(shown); refreshExtras(); checkCurrent(); } }, REFRESH_MS);
   return {dispose() { alive = false; clearInterval(timer); }};
 }
