@@ -31,6 +31,11 @@ type Facts struct {
 
 	tagsDone bool
 	tags     tags.Result
+
+	// tokDone and tok hold the request's verified token, which the user id
+	// may come from and so is read before UID is known (JWTIdentity).
+	tokDone bool
+	tok     tags.Token
 }
 
 // NewFacts starts the facts of one request.
@@ -44,22 +49,38 @@ func (f *Facts) trusted() bool { return f.Req.PeerTrusted() }
 
 // Tags returns the user's tags and whether they are known. Sources that
 // fail (Redis down, a bad token) make them Unknown: tag conditions then do
-// not match, and the request is still served.
+// not match, and the request is still served. The tags are looked up for
+// UID, which must be set by then; the token, if JWTIdentity already
+// verified it, is not verified again.
 func (f *Facts) Tags() tags.Result {
 	if !f.tagsDone {
 		f.tagsDone = true
 		if f.src == nil || f.src.Tags == nil {
 			f.tags = tags.Result{Status: tags.None}
 		} else {
-			f.tags = f.src.Tags.Resolve(context.Background(), f.Req, f.trusted(), f.UID)
+			f.tags = f.src.Tags.ResolveWith(context.Background(), f.Req, f.trusted(), f.UID, f.token())
 		}
 	}
 	return f.tags
 }
 
+// token returns the request's verified token, verifying it on first use.
+func (f *Facts) token() tags.Token {
+	if !f.tokDone {
+		f.tokDone = true
+		if f.src != nil && f.src.Tags != nil {
+			f.tok = f.src.Tags.Token(f.Req)
+		}
+	}
+	return f.tok
+}
+
 // JWTIdentity returns the identity claim of the request's verified token.
+// It reads the token alone, not the tags: it is asked before the user id
+// is known, and tags resolved then would miss the Redis hash of a user
+// whose id comes from another source (identity.jwt "first" with no token).
 func (f *Facts) JWTIdentity() (string, bool) {
-	if c := f.Tags().Claims; c != nil && c.Identity != "" {
+	if c := f.token().Claims; c != nil && c.Identity != "" {
 		return c.Identity, true
 	}
 	return "", false
@@ -77,13 +98,13 @@ func (f *Facts) Region() (geo.Region, bool) {
 	return f.region, f.regionOK
 }
 
-// claim looks a phone claim up in the verified token, resolving tags (and
-// so the token) if needed.
+// claim looks a phone claim up in the verified token, verifying it if
+// needed.
 func (f *Facts) claim(string) (string, bool) {
 	if f.src == nil || f.src.Tags == nil {
 		return "", false
 	}
-	if c := f.Tags().Claims; c != nil && c.Phone != "" {
+	if c := f.token().Claims; c != nil && c.Phone != "" {
 		return c.Phone, true
 	}
 	return "", false

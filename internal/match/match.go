@@ -47,7 +47,8 @@ type Conditions struct {
 	// city, as a name or ISO code) is any of these (seed 004, 3.1.2).
 	RegionIn List `json:"region_in,omitempty"`
 	// Tags match when every condition on the user's tags holds (seed 004,
-	// 3.1.3). Unknown tags (a source failed) match nothing.
+	// 3.1.3). Unknown tags (a source failed) match nothing; a user without
+	// tags (every source answered) is one whose tags are all absent.
 	Tags []TagCond `json:"tags,omitempty"`
 }
 
@@ -207,12 +208,19 @@ func (p *Predicate) Match(f *Facts, trace *[]Result) bool {
 	}
 	if len(p.tags) > 0 {
 		res := f.Tags()
+		// None is an answer: every source replied and the user has no
+		// tags, so not_exists holds, as it does for a user with other
+		// tags. Unknown (a source failed) matches nothing, and neither
+		// does anything without a tag source (see Sources).
+		known := f.src != nil && f.src.Tags != nil && res.Status != tags.Unknown
 		for i := range p.tags {
 			c := &p.tags[i]
-			ok := res.Status == tags.Known && c.eval(res.Tags)
+			ok := known && c.eval(res.Tags)
 			if trace != nil {
 				got := res.Status.String()
-				if res.Status == tags.Known {
+				if f.src == nil || f.src.Tags == nil {
+					got = "no tag source configured"
+				} else if known {
 					if v, present := res.Tags[c.tag]; present {
 						got = v
 					} else {

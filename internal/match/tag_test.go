@@ -83,6 +83,54 @@ func TestUnknownTagsMatchNothing(t *testing.T) {
 	}
 }
 
+// TestNoTagsIsAnAnswer: a user for whom every source answered and none
+// had tags (status None) has every tag absent, exactly like a user with
+// other tags: not_exists holds and the rest fail. Before, not_exists
+// failed for None, so "not blacklisted" claimed users with some tags and
+// refused users with none.
+func TestNoTagsIsAnAnswer(t *testing.T) {
+	src := headerSources(t)
+	tests := []struct {
+		name, conds string
+		headers     map[string]string
+		trusted     bool
+		want        bool
+		got         string
+	}{
+		{"no header", `[{"tag":"blacklist_flag","operator":"not_exists"}]`, nil, true, true, "(absent)"},
+		{"blank header", `[{"tag":"blacklist_flag","operator":"not_exists"}]`, map[string]string{"X-User-Tags": " ; "}, true, true, "(absent)"},
+		{"other tags", `[{"tag":"blacklist_flag","operator":"not_exists"}]`, map[string]string{"X-User-Tags": "vip"}, true, true, "(absent)"},
+		{"the tag", `[{"tag":"blacklist_flag","operator":"not_exists"}]`, map[string]string{"X-User-Tags": "blacklist_flag"}, true, false, "true"},
+		{"no header, exists", `[{"tag":"vip","operator":"exists"}]`, nil, true, false, "(absent)"},
+		{"no header, eq", `[{"tag":"blacklist_flag","operator":"eq","value":false}]`, nil, true, false, "(absent)"},
+		{"no header, ne", `[{"tag":"vip","operator":"ne","value":true}]`, nil, true, false, "(absent)"},
+		{"untrusted header", `[{"tag":"vip","operator":"exists"}]`, map[string]string{"X-User-Tags": "vip"}, false, false, "(absent)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := compileTags(t, tt.conds, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := NewFacts(&attr.Map{Headers: tt.headers, Trusted: tt.trusted}, "u1", src)
+			var trace []Result
+			if got := p.Match(&f, &trace); got != tt.want {
+				t.Errorf("Match(%s) with %v = %v, want %v; trace %+v", tt.conds, tt.headers, got, tt.want, trace)
+			}
+			if len(trace) != 1 || trace[0].Got != tt.got {
+				t.Errorf("trace = %+v, want got %q", trace, tt.got)
+			}
+		})
+	}
+	// Without a tag source nothing is known, and tag conditions never
+	// match (see Sources).
+	p, _ := compileTags(t, `[{"tag":"blacklist_flag","operator":"not_exists"}]`, nil)
+	f := NewFacts(&attr.Map{}, "u1", &Sources{})
+	if p.Match(&f, nil) {
+		t.Error("not_exists without a tag source: want no match")
+	}
+}
+
 func TestTagValidation(t *testing.T) {
 	types := map[string]string{"multi_loan_index": KindNumber, "blacklist_flag": KindBool}
 	tests := []struct{ conds, want string }{

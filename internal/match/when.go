@@ -1,6 +1,9 @@
 package match
 
 import (
+	"errors"
+
+	"github.com/graygate/graygate/internal/tags"
 	"github.com/graygate/graygate/internal/when"
 )
 
@@ -38,6 +41,20 @@ func (c *celInput) Tag(name string) (string, bool) {
 	v, ok := res.Tags[name]
 	return v, ok
 }
+
+func (c *celInput) TagsErr() error {
+	res := c.f.Tags()
+	if res.Status != tags.Unknown {
+		return nil
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	return errTagsUnknown
+}
+
+// errTagsUnknown is TagsErr's answer for Unknown tags that carry no reason.
+var errTagsUnknown = errors.New("a tag source did not answer")
 
 func (c *celInput) TagNames() []string {
 	res := c.f.Tags()

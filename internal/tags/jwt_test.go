@@ -387,3 +387,50 @@ func TestJWTMethods(t *testing.T) {
 		t.Errorf("Methods() = %s, want ES256,HS256,RS256", got)
 	}
 }
+
+// FuzzVerify: a token is outside input. Verify never panics, and it either
+// refuses a token for one of its reasons or returns claims of a token that
+// has not expired; the identity it returns is never over the claim text.
+func FuzzVerify(f *testing.F) {
+	k := keysOnce()
+	f.Setenv("GG_TEST_HS256", string(k.secret))
+	pem := filepath.Join(f.TempDir(), "rsa.pem")
+	if err := os.WriteFile(pem, k.rsaPubPEM, 0o600); err != nil {
+		f.Fatal(err)
+	}
+	j, err := NewJWT(JWTConfig{HS256SecretEnv: "GG_TEST_HS256", PublicKeyFile: pem})
+	if err != nil {
+		f.Fatal(err)
+	}
+	j.now = func() time.Time { return testNow }
+	hs := func(c jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(k.secret)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return s
+	}
+	f.Add(hs(claims()))
+	f.Add(hs(claims("sub", 42, "exp", testNow.Add(-time.Hour).Unix())))
+	f.Add(hs(claims("tags", map[string]any{"a": []any{1}}, "nbf", "x")))
+	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiI0MiIsImV4cCI6OTk5OTk5OTk5OX0.")
+	f.Add("a.b.c")
+	f.Add("..")
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := j.Verify(tok)
+		if err != nil {
+			for _, reason := range []error{ErrNoToken, ErrMalformed, ErrAlgorithm, ErrUnknownKID, ErrMissingKID, ErrSignature, ErrExpired, ErrClaims} {
+				if errors.Is(err, reason) {
+					return
+				}
+			}
+			t.Fatalf("Verify(%q) = %v: not one of the refusal reasons", tok, err)
+		}
+		if !c.Expires.After(testNow) {
+			t.Fatalf("Verify(%q) accepted a token expiring at %v (now %v)", tok, c.Expires, testNow)
+		}
+		if len(c.Identity) > len(tok) {
+			t.Fatalf("Verify(%q) = identity of %d bytes", tok, len(c.Identity))
+		}
+	})
+}

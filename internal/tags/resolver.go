@@ -81,22 +81,53 @@ func (r *Resolver) Redis() *Redis { return r.redis }
 // bad, or a Redis lookup that did not answer, makes the Status Unknown, so
 // tag conditions fail closed.
 func (r *Resolver) Resolve(ctx context.Context, req attr.Request, trusted bool, uid string) Result {
+	return r.ResolveWith(ctx, req, trusted, uid, r.Token(req))
+}
+
+// Token is the outcome of verifying the token a request carries. The zero
+// Token means there is none (or no verifier is configured).
+type Token struct {
+	// Claims holds the verified token; nil when there is none or it was
+	// refused.
+	Claims *Claims
+	// Err says why a token the request carried was refused.
+	Err error
+}
+
+// Token finds and verifies the request's token, without reading any other
+// source. The identity resolver asks it for the token's identity before the
+// user id is known, and hands the answer to ResolveWith once it is: looking
+// Redis up then would key it by no user at all.
+func (r *Resolver) Token(req attr.Request) Token {
+	if r.jwt == nil {
+		return Token{}
+	}
+	tok, ok := r.jwt.Token(req)
+	if !ok {
+		return Token{}
+	}
+	c, err := r.jwt.Verify(tok)
+	if err != nil {
+		return Token{Err: err}
+	}
+	return Token{Claims: &c}
+}
+
+// ResolveWith is Resolve with the request's token already verified by
+// Token, so that it is verified once per request.
+func (r *Resolver) ResolveWith(ctx context.Context, req attr.Request, trusted bool, uid string, tok Token) Result {
 	var res Result
 	var sets [3]Set
 	failed := false
 
-	if r.jwt != nil {
-		if tok, ok := r.jwt.Token(req); ok {
-			c, err := r.jwt.Verify(tok)
-			if err != nil {
-				failed, res.Err = true, err
-			} else {
-				res.Claims = &c
-				sets[2] = c.Tags
-				if uid == "" {
-					uid = c.Identity
-				}
-			}
+	switch {
+	case tok.Err != nil:
+		failed, res.Err = true, tok.Err
+	case tok.Claims != nil:
+		res.Claims = tok.Claims
+		sets[2] = tok.Claims.Tags
+		if uid == "" {
+			uid = tok.Claims.Identity
 		}
 	}
 	if r.header != "" && trusted {
