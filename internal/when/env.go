@@ -75,7 +75,7 @@ func objectFields() [3]map[string]fieldDef {
 		},
 		objUser: {
 			"id":   {t: types.StringType, get: str(Input.UserID, maxUserIDLen), use: func(u *Uses) { u.UserID = true }},
-			"tags": {t: stringMap, get: func(a *activation) ref.Val { return &a.maps[mapTags] }, use: func(u *Uses) { u.Tags = true }},
+			"tags": {t: stringMap, get: tagsMap, use: func(u *Uses) { u.Tags = true }},
 			"region": {
 				t:     stringMap,
 				get:   func(a *activation) ref.Val { return &a.maps[mapRegion] },
@@ -87,6 +87,15 @@ func objectFields() [3]map[string]fieldDef {
 			"ip": {t: types.StringType, get: str(Input.ClientIP, maxIPLen), use: func(u *Uses) { u.ClientIP = true }},
 		},
 	}
+}
+
+// tagsMap reads user.tags: the map, or an error value while the tags are
+// unknown (Input.TagsErr), which fails every use of it.
+func tagsMap(a *activation) ref.Val {
+	if err := a.in.TagsErr(); err != nil {
+		return types.NewErr("user.tags: unknown: %v", err)
+	}
+	return &a.maps[mapTags]
 }
 
 // method reads request.method. The standard methods (RFC 9110, section 9;

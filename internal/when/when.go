@@ -23,7 +23,10 @@
 // Query and cookie names are case-sensitive.
 //
 // Indexing a missing key is an evaluation error, and Eval reports an error as
-// "no match". Guard optional keys with `"vip" in user.tags && ...` or
+// "no match". So is any read of user.tags while the tags are unknown (a
+// source failed; see Input.TagsErr): like a tag condition, an expression
+// fails closed rather than decide on the tags it happened to get, unless
+// its result does not depend on them (false && …, true || …). Guard optional keys with `"vip" in user.tags && ...` or
 // `has(user.tags.vip) && ...`; both work on every map above. Tag values are
 // strings: compare them as strings (user.tags["vip"] == "true") or convert
 // them (double(user.tags["score"]) > 0.7; a value that does not parse is an
@@ -224,6 +227,14 @@ type Input interface {
 	// TagNames returns the names of all user tags, for iteration and size;
 	// it may resolve the tags. Eval does not modify the slice.
 	TagNames() []string
+	// TagsErr reports, resolving the tags on first call, why they are
+	// unknown (a source failed: Redis did not answer, a token was
+	// refused), or nil when they are known or the user has none. While it
+	// is non-nil every read of user.tags is an evaluation error, so an
+	// expression whose result depends on the tags does not match: without
+	// it, !("blacklist_flag" in user.tags) would hold for a blacklisted
+	// user whenever Redis is down.
+	TagsErr() error
 	// Region returns where the client is. An empty part is reported as
 	// absent from user.region; ok false means nothing is known.
 	Region() (country, province, city string, ok bool)

@@ -23,6 +23,7 @@ type fakeInput struct {
 	cookies      map[string]string
 	userID       string
 	tags         map[string]string
+	tagsErr      error // the tags are unknown (TagsErr)
 	country      string
 	province     string
 	city         string
@@ -62,6 +63,7 @@ func (f *fakeInput) TagNames() []string {
 	slices.Sort(names)
 	return names
 }
+func (f *fakeInput) TagsErr() error { return f.tagsErr }
 func (f *fakeInput) Region() (string, string, string, bool) {
 	f.regionCalls.Add(1)
 	return f.country, f.province, f.city, f.hasRegion
@@ -216,6 +218,50 @@ func TestRegionUnknown(t *testing.T) {
 	}
 	if _, err := mustCompile(t, `user.region.country == "CN"`).Eval(in); err == nil {
 		t.Errorf(`Eval(user.region.country == "CN") without a region: want an error, got none`)
+	}
+}
+
+// TestTagsUnknown: while a tag source has failed, an expression that
+// depends on user.tags fails closed (an error, so no match), however it
+// reads them, as a tag condition does; one whose result does not depend on
+// them still decides.
+func TestTagsUnknown(t *testing.T) {
+	in := newFake()
+	in.tags = map[string]string{"vip": "true"} // what the sources that answered said
+	in.tagsErr = errors.New("redis: tags unknown")
+	for _, src := range []string{
+		`!("blacklist_flag" in user.tags)`,
+		`!has(user.tags.blacklist_flag)`,
+		`"vip" in user.tags`,
+		`user.tags.vip == "true"`,
+		`size(user.tags) < 3`,
+		`user.tags.all(k, k != "blacklist_flag")`,
+		`!user.tags.exists(k, k == "blacklist_flag")`,
+		`request.path.startsWith("/api/") && !("blacklist_flag" in user.tags)`,
+	} {
+		got, err := mustCompile(t, src).Eval(in)
+		if got || err == nil || !strings.Contains(err.Error(), "redis: tags unknown") {
+			t.Errorf("Eval(%q) with unknown tags = %v, %v; want false and the reason", src, got, err)
+		}
+	}
+	for _, tt := range []struct {
+		src  string
+		want bool
+	}{
+		{`request.path.startsWith("/web/") && !("blacklist_flag" in user.tags)`, false},
+		{`request.path.startsWith("/api/") || "vip" in user.tags`, true},
+		{`user.id == "u-1001"`, true},
+	} {
+		got, err := mustCompile(t, tt.src).Eval(in)
+		if err != nil || got != tt.want {
+			t.Errorf("Eval(%q) with unknown tags = %v, %v; want %v, nil", tt.src, got, err, tt.want)
+		}
+	}
+	in.tagsErr = nil
+	for _, src := range []string{`!("blacklist_flag" in user.tags)`, `"vip" in user.tags`} {
+		if got, err := mustCompile(t, src).Eval(in); !got || err != nil {
+			t.Errorf("Eval(%q) with known tags = %v, %v; want true, nil", src, got, err)
+		}
 	}
 }
 
@@ -690,6 +736,7 @@ func FuzzEval(f *testing.F) {
 	f.Add("/api/", "x-beta", "true", "0.9", false)
 	f.Add("", "", "", "", false)
 	f.Add("/\xff", "X-BETA", "(", "1e400", true)
+	f.Add("/api/", "x-beta", "?true", "0.9", false)
 	f.Fuzz(func(t *testing.T, path, header, vip, index string, long bool) {
 		if long {
 			// Beyond the estimate's bounds: the tracked program decides.
@@ -700,10 +747,16 @@ func FuzzEval(f *testing.F) {
 		in.path = path
 		in.headers = map[string]string{strings.ToLower(header): path}
 		in.tags = map[string]string{"vip": vip, "multi_loan_index": index}
+		if strings.HasPrefix(vip, "?") {
+			in.tagsErr = errors.New("tags unknown") // a source failed
+		}
 		for _, e := range exprs {
 			got, err := e.Eval(in)
 			if err != nil && got {
 				t.Errorf("Eval(%q) = true with error %v", e.Source(), err)
+			}
+			if in.tagsErr != nil && e.Uses() == (Uses{Tags: true}) && (got || err == nil) {
+				t.Errorf("Eval(%q) = %v, %v while the tags are unknown; it reads nothing else, so want false and an error", e.Source(), got, err)
 			}
 			if err != nil && err.Error() == errOversize.(error).Error() {
 				t.Errorf("Eval(%q) leaked the internal oversize error", e.Source())
