@@ -177,7 +177,13 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 		var v string
 		switch s.kind {
 		case 'h':
+			// A field value excludes the whitespace around it (RFC 9110,
+			// section 5.5). The HTTP/1.1 parser drops it but an HTTP/2
+			// request hands it over, so without the trim " 42" over h2
+			// would be another user, in another bucket, than 42 over
+			// HTTP/1.1 or explain.
 			v, _ = req.Header(s.name)
+			v = trimOWS(v)
 		case 'c':
 			v, _ = req.Cookie(s.name)
 		case 'q':
@@ -228,4 +234,16 @@ func (r *Resolver) refuse(label, what string, n int) ID {
 		Reason:  ReasonTooLong,
 		Message: fmt.Sprintf("identity %s is %d bytes, over identity.max_length %d", what, n, r.maxLen),
 	}}
+}
+
+// trimOWS trims the optional whitespace of RFC 9110 (SP and HTAB) around a
+// header value, without allocating.
+func trimOWS(s string) string {
+	for s != "" && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
 }

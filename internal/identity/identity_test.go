@@ -25,6 +25,9 @@ func TestResolveOrder(t *testing.T) {
 		{"header case-insensitive", def, map[string]string{"x-user-id": "h"}, nil, nil, "h", "header:X-User-Id", false},
 		{"cookie second", def, map[string]string{"X-User-Id": ""}, map[string]string{"user_id": "c"}, map[string]string{"user_id": "q"}, "c", "cookie:user_id", false},
 		{"query third", def, nil, nil, map[string]string{"user_id": "q"}, "q", "query:user_id", false},
+		{"header whitespace is not the id", def, map[string]string{"X-User-Id": " \t42 "}, nil, nil, "42", "header:X-User-Id", false},
+		{"blank header falls through", def, map[string]string{"X-User-Id": "  "}, map[string]string{"user_id": "c"}, nil, "c", "cookie:user_id", false},
+		{"cookie and query spaces are kept", def, nil, nil, map[string]string{"user_id": " q "}, " q ", "query:user_id", false},
 		{"non-ascii", def, map[string]string{"X-User-Id": "用户42"}, nil, nil, "用户42", "header:X-User-Id", false},
 		{"returning anonymous", def, nil, map[string]string{"gg_uid": "abc"}, nil, "abc", SourceAnonymousCookie, false},
 		{"new anonymous", def, nil, nil, nil, strings.Repeat("ab", 16), SourceAnonymousCookie, true},
@@ -138,6 +141,7 @@ func FuzzResolve(f *testing.F) {
 	f.Add("", "用户", "", "", "")
 	f.Add(strings.Repeat("x", 300), "", "", "", "")
 	f.Add("", "", "", strings.Repeat("g", 257), "")
+	f.Add(" \t42 ", "", "", "", "")
 	f.Fuzz(func(t *testing.T, h, c, q, anon, ip string) {
 		addr, _ := netip.ParseAddr(ip)
 		m := &attr.Map{
@@ -150,6 +154,9 @@ func FuzzResolve(f *testing.F) {
 			id := r.Resolve(m)
 			if id.Source == "" || (id.Value == "") == (id.Refused == nil) {
 				t.Fatalf("Resolve(%q,%q,%q,%q) = %+v: want a value or a refusal", h, c, q, anon, id)
+			}
+			if id.Source == "header:X-User-Id" && strings.Trim(id.Value, " \t") != id.Value {
+				t.Fatalf("Resolve(%q) = %q: a header value keeps its surrounding whitespace", h, id.Value)
 			}
 			if len(id.Value) > r.MaxLength() && !strings.HasPrefix(id.Source, "anonymous") {
 				t.Fatalf("Resolve(%q,%q,%q,%q) = %d bytes from %s, over %d", h, c, q, anon, len(id.Value), id.Source, r.MaxLength())
