@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"net"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/tags/redistest"
+	"github.com/graygate/graygate/internal/testport"
 )
 
 func newTestResolver(t *testing.T, cfg Config) *Resolver {
@@ -31,22 +31,12 @@ func bearer(t *testing.T, c jwt.MapClaims) map[string]string {
 	return map[string]string{"Authorization": "Bearer " + sign(t, tokenSpec{jwt.SigningMethodHS256, keysOnce().secret, "", c})}
 }
 
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestResolve covers the sources that need no redis-server.
 func TestResolve(t *testing.T) {
 	t.Setenv("GG_TEST_HS256", string(keysOnce().secret))
 	jwtCfg := &JWTConfig{HS256SecretEnv: "GG_TEST_HS256", TagsClaim: "tags"}
 	both := newTestResolver(t, Config{Header: "X-User-Tags", JWT: jwtCfg})
-	down := newTestResolver(t, Config{Header: "X-User-Tags", Redis: &RedisConfig{Addr: closedAddr(t)}})
+	down := newTestResolver(t, Config{Header: "X-User-Tags", Redis: &RedisConfig{Addr: testport.Refused(t)}})
 	empty := newTestResolver(t, Config{})
 
 	tests := []struct {
