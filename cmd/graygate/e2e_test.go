@@ -289,7 +289,23 @@ rules:
 	if code != 0 || !strings.Contains(out, "v2  update") || !strings.Contains(out, "full rollout") || !strings.Contains(out, "gray_percent: 0 → 100") {
 		t.Errorf("rules history: %d\n%s", code, out)
 	}
-	if out, code := runCLI(t, env, "rules", "revert", "canary", "1"); code != 0 || !strings.Contains(out, "now version 3") {
+	// A reason is someone else's text: its controls are printed escaped,
+	// never sent to the operator's terminal as they are.
+	req, _ := http.NewRequest("PUT", "http://"+p.admin+"/api/v1/rules/canary", strings.NewReader(fmt.Sprintf(
+		`{"type":"gray","gray_percent":100,"targets":{"gray":%q,"stable":"stable"},"reason":"x\u001b]0;pwned\u0007\rnothing to see"}`, gray)))
+	req.Header.Set("Authorization", "Bearer tok")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT with a control in its reason: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for o, want := range map[string]string{"text": `x\u001b]0;pwned\u0007\u000dnothing to see`, "json": `x\u001b]0;pwned\u0007\rnothing to see`} {
+		out, code := runCLI(t, env, "rules", "history", "canary", "-o", o)
+		if code != 0 || strings.ContainsAny(out, "\x1b\x07\r") || !strings.Contains(out, want) {
+			t.Errorf("rules history -o %s with a control in a reason: %d\n%q", o, code, out)
+		}
+	}
+	if out, code := runCLI(t, env, "rules", "revert", "canary", "1"); code != 0 || !strings.Contains(out, "now version 4") {
 		t.Errorf("rules revert: %d\n%s", code, out)
 	}
 	if got := get("anyone"); got != "stable/default" {

@@ -69,6 +69,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	default:
 		if c, ok := clientCommands[args[0]]; ok {
+			// What the admin API answers is printed escaped (safeWriter),
+			// errors included.
+			stdout, stderr = safeWriter{stdout}, safeWriter{stderr}
 			err = c(ctx, args[1:], stdout, stderr)
 			break
 		}
