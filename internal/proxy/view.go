@@ -221,18 +221,21 @@ func clientIP(peer netip.Addr, trusted func(netip.Addr) bool, xff [][]byte) neti
 }
 
 // parseForwardedAddr accepts "1.2.3.4", "::1", "[::1]", "1.2.3.4:80" and
-// "[::1]:80", the forms proxies write into X-Forwarded-For.
+// "[::1]:80", the forms proxies write into X-Forwarded-For. An IPv6 zone
+// ("fe80::1%eth0") is dropped: it names a link of the proxy that wrote it,
+// and a zoned address is in no CIDR (netip.Prefix.Contains), so it would
+// match no trusted_proxies entry and no ip: whitelist entry.
 func parseForwardedAddr(b []byte) (netip.Addr, bool) {
 	s := b2s(b)
 	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), true
+		return a.Unmap().WithZone(""), true
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
+		return ap.Addr().Unmap().WithZone(""), true
 	}
 	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return a.Unmap(), true
+			return a.Unmap().WithZone(""), true
 		}
 	}
 	return netip.Addr{}, false

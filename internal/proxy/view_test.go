@@ -120,6 +120,12 @@ func TestClientIP(t *testing.T) {
 		{"v4-mapped in XFF", "10.0.0.1", []string{"10.0.0.0/8"}, []string{"::ffff:8.8.4.4"}, "8.8.4.4"},
 		{"v4-mapped trusted prefix", "10.0.0.1", []string{"::ffff:10.0.0.0/104"}, []string{"8.8.8.8"}, "8.8.8.8"},
 		{"v6 peer", "2001:db8::9", []string{"2001:db8::/32"}, []string{"5.5.5.5"}, "5.5.5.5"},
+		// A zone names a link of the proxy that wrote it, nothing of ours:
+		// it is dropped, so the address matches CIDRs (netip.Prefix never
+		// contains a zoned address) and is one client, whatever the zone.
+		{"zoned v6 in XFF", "10.0.0.1", []string{"10.0.0.0/8"}, []string{"fe80::1%eth0"}, "fe80::1"},
+		{"zoned v6 with a port", "10.0.0.1", []string{"10.0.0.0/8"}, []string{"[fe80::2%eth1]:8080"}, "fe80::2"},
+		{"trusted zoned hop skipped", "10.0.0.1", []string{"10.0.0.0/8", "fe80::/10"}, []string{"9.9.9.9, fe80::3%eth0"}, "9.9.9.9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
