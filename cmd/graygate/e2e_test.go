@@ -226,6 +226,12 @@ func TestValidateCommand(t *testing.T) {
 	if out, code := runCLI(t, nil, "validate", good); code != 0 || !strings.Contains(out, "2 valid rule(s)") {
 		t.Errorf("validate good rules: exit %d\n%s", code, out)
 	}
+	// Flags may follow the file, as for every other command.
+	goodTxt := filepath.Join(dir, "good.rules")
+	os.WriteFile(goodTxt, []byte(`{"key":"g","type":"gray","gray_percent":10,"targets":{"gray":"127.0.0.1:1","stable":"127.0.0.1:2"}}`), 0o644)
+	if out, code := runCLI(t, nil, "validate", goodTxt, "--kind", "rule"); code != 0 || !strings.Contains(out, "1 valid rule(s)") {
+		t.Errorf("validate FILE --kind rule: exit %d\n%s", code, out)
+	}
 	overlap := filepath.Join(dir, "overlap.json")
 	os.WriteFile(overlap, []byte(`[{"key":"a","type":"ab","experiment_id":"e","layer":"checkout","layer_range":[0,5000],"groups":[{"name":"A","weight":100,"target":"127.0.0.1:3"}]},
 		{"key":"b","type":"ab","experiment_id":"f","layer":"checkout","layer_range":[4000,6000],"groups":[{"name":"B","weight":100,"target":"127.0.0.1:4"}]}]`), 0o644)
