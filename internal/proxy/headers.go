@@ -406,15 +406,24 @@ func (f *flow) dropResponseField(k []byte) bool {
 }
 
 // takeReported keeps, for a final response, the values of the fields the
-// upstream reports metrics in (Decision.Report) and appends their names,
-// each followed by a 0 byte, to del, for the caller to remove: the client
-// never sees them.
+// upstream reports metrics in (Decision.Report) and appends the names of
+// every field any rule reads metrics from (Decision.Strip, which holds
+// the Report's; without it, the Report's), each followed by a 0 byte, to
+// del, for the caller to remove: the client never sees them, whether the
+// request was claimed or not.
 func (f *flow) takeReported(h fields, status int, del []byte) []byte {
-	if r := f.d.Report; r != nil && len(r.Headers) > 0 && isFinal(status) {
+	r := f.d.Report
+	if r != nil && len(r.Headers) > 0 && isFinal(status) {
 		f.captureReported(h, r.Headers)
-		for _, n := range r.Headers {
-			del = append(append(del, n...), 0)
-		}
+	}
+	var names []string
+	if s := f.d.Strip; s != nil {
+		names = s.Headers
+	} else if r != nil {
+		names = r.Headers
+	}
+	for _, n := range names {
+		del = append(append(del, n...), 0)
 	}
 	return del
 }

@@ -84,6 +84,14 @@ type Decision struct {
 	// Report is what the claiming rule asks the data plane to collect
 	// (nil: nothing). It belongs to the snapshot and must not be modified.
 	Report *Report
+	// Strip names the response headers that any rule of the snapshot
+	// reads metric values from (from_header). The data plane removes them
+	// from every response, whichever rule claimed the request or none did:
+	// what an upstream reports for an experiment (a revenue figure) is
+	// never the client's to see. It belongs to the snapshot and must not
+	// be modified; nil when no rule reads any. (A pointer keeps Decision
+	// comparable.)
+	Strip *Strip
 	// Mirror, when set, asks the data plane to send a shadow copy of the
 	// request, with the primary's answer, to mirror.Set.Mirror once the
 	// primary has answered (see package mirror). The router sets it only
@@ -164,6 +172,11 @@ type Policy struct {
 
 // NoPolicy is the Policy of a route without limits.
 var NoPolicy = &Policy{FallbackBodyBytes: DefaultFallbackBodyBytes}
+
+// Strip names response headers the data plane removes (Decision.Strip).
+type Strip struct {
+	Headers []string
+}
 
 // Report is what a rule asks the data plane to collect from a request it
 // claimed, for its experiment's metrics.

@@ -94,6 +94,10 @@ type Snapshot struct {
 	// reports holds one Report per rule that asks for one, shared by every
 	// decision of the snapshot so that a request allocates none.
 	reports map[string]*Report
+	// strip names every response header a rule reads metric values from
+	// (once each, whatever its case), for Decision.Strip; nil when no
+	// rule reads any.
+	strip *Strip
 }
 
 type route struct {
@@ -198,9 +202,19 @@ func Build(in Input) (*Snapshot, error) {
 		versions:      in.Versions,
 		reports:       map[string]*Report{},
 	}
+	stripped := map[string]bool{}
 	for _, r := range in.Rules {
 		if len(r.ReportHeaders) > 0 {
 			s.reports[r.Key] = &Report{Headers: r.ReportHeaders}
+		}
+		for _, h := range r.ReportHeaders {
+			if k := strings.ToLower(h); !stripped[k] {
+				stripped[k] = true
+				if s.strip == nil {
+					s.strip = &Strip{}
+				}
+				s.strip.Headers = append(s.strip.Headers, h)
+			}
 		}
 	}
 	sorted := slices.Clone(in.Rules)
@@ -362,7 +376,7 @@ func (s *Snapshot) DecideInto(req attr.Request, tr *Trace, d *Decision) {
 	id := s.resolveIdentity(req, &f)
 	f.UID = id.Value
 	rt := s.route(req.Host(), req.Path())
-	*d = Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader}
+	*d = Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader, Strip: s.strip}
 	if tr != nil {
 		tr.Identity, tr.Route, tr.PeerTrusted = id, rt.name, req.PeerTrusted()
 		if ip := req.ClientIP(); ip.IsValid() {
