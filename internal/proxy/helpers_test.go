@@ -214,10 +214,11 @@ func rawExchange(t testing.TB, addr, method, raw string) (*http.Response, string
 	return resp, string(body)
 }
 
-// rawBackend is a backend that parses requests with net/http's reader and
-// answers with whatever respond writes to the connection, for tests that
-// need exact control of the response bytes.
-func rawBackend(t testing.TB, respond func(req *http.Request, w *bufio.Writer)) string {
+// serveConns listens on loopback and runs serve on every connection it
+// accepts, each on its own goroutine, until the test ends: then it closes
+// the listener and every connection still open, and waits for the
+// goroutines. It returns the address.
+func serveConns(t testing.TB, serve func(c net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -250,23 +251,33 @@ func rawBackend(t testing.TB, respond func(req *http.Request, w *bufio.Writer)) 
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				br := bufio.NewReader(c)
-				bw := bufio.NewWriter(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					respond(req, bw)
-					if bw.Flush() != nil {
-						return
-					}
-				}
+				serve(c)
 			}()
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// rawBackend is a backend that parses requests with net/http's reader and
+// answers with whatever respond writes to the connection, for tests that
+// need exact control of the response bytes.
+func rawBackend(t testing.TB, respond func(req *http.Request, w *bufio.Writer)) string {
+	t.Helper()
+	return serveConns(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		bw := bufio.NewWriter(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			respond(req, bw)
+			if bw.Flush() != nil {
+				return
+			}
+		}
+	})
 }
 
 // doneRecorder collects OnDone calls.

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,41 +58,20 @@ func (g *grayRoute) DecideInto(_ attr.Request, d *router.Decision) {
 // the connection without answering. It counts the requests it saw.
 func resetBackend(t *testing.T, readBody bool) (string, *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n atomic.Int64
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	addr := serveConns(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err == nil {
+			n.Add(1)
+			if readBody {
+				_, _ = io.Copy(io.Discard, req.Body)
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err == nil {
-					n.Add(1)
-					if readBody {
-						_, _ = io.Copy(io.Discard, req.Body)
-					}
-				}
-				_ = c.(*net.TCPConn).SetLinger(0) // close with RST
-				_ = c.Close()
-			}()
 		}
-	}()
-	return ln.Addr().String(), &n
+		_ = c.(*net.TCPConn).SetLinger(0) // close with RST
+		_ = c.Close()
+	})
+	return addr, &n
 }
 
 // statusBackend answers every request with status (and its name as body);
