@@ -194,6 +194,9 @@ type stream struct {
 	bodyEnd atomic.Int64
 	// out is the request last sent upstream (sentRequest).
 	out *http.Request
+	// asked counts, per attempt on an h2 or h2c pool, the requests the
+	// HTTP/2 transport made for it (refusedTwice).
+	asked int
 }
 
 func (p *Proxy) newStream() *stream {
@@ -254,6 +257,7 @@ func (s *stream) resetStream() {
 	s.deadline, s.deadlineBound = time.Time{}, false
 	s.bodyEnd.Store(0)
 	s.out = nil
+	s.asked = 0
 }
 
 // serve runs the flow's phases for the stream. It returns true when the
@@ -345,11 +349,36 @@ func (s *stream) replayOK() {
 	if s.replayable || s.body == nil {
 		return
 	}
-	if b, ok := s.body.replay(nil); ok {
+	b, ok := s.body.replay(nil)
+	if !ok && !s.sent {
+		// Nothing of the request was processed (refusedTwice): what the
+		// transport read of the body is sent again, then the rest.
+		b, ok = resumeBody(s.body, nil)
+	}
+	if ok {
 		s.replayable = true
 		s.body = nil
 		s.pending = b
 	}
+}
+
+// resumeBody returns, for another attempt, a body that was read only in
+// part by an attempt the upstream did not process: what b holds, then
+// what is left of its source. It fails when b does not hold all it read
+// (over the replay limit), or its source failed or is being read. b is
+// not read any more afterwards. Only a transport that is done with b may
+// ask: the HTTP/2 transport's retry (getBody), or the stream once the
+// attempt failed (replayOK).
+func resumeBody(b *upBody, call *netCall) (io.ReadCloser, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.over || b.reading || b.stopped || b.count.err != nil || b.count.tooLarge {
+		return nil, false
+	}
+	b.stopped = true
+	held := append([]byte(nil), b.held...)
+	return &upBody{src: io.MultiReader(newBytesReader(held), b.src), call: call, keep: b.keep, onEnd: b.onEnd,
+		count: bodyCount{size: b.count.size, max: b.count.max}}, true
 }
 
 // forward makes one attempt on s.d.Target through the pool's net/http
@@ -381,13 +410,18 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		start = s.p.now()
 	}
 	s.sent = true
+	s.asked = 0
 	var resp *http.Response
 	var err error
 	if fastH1(pool, out) {
 		resp, err = s.roundTripH1(out, call)
 	} else {
 		// Interim responses are forwarded as they come.
-		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{Got1xxResponse: s.interim}))
+		trace := &httptrace.ClientTrace{Got1xxResponse: s.interim}
+		if pool.Protocol != upstream.HTTP1 {
+			trace.GotConn = s.gotConn
+		}
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
 		resp, err = s.p.netTransport(pool).RoundTrip(out)
 	}
 	call.answered()
@@ -399,7 +433,17 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	}
 	if err != nil {
 		call.end()
+		unsent := errors.Is(err, errRefusedTwice)
+		refused := unsent || errors.Is(context.Cause(call.ctx), errRefusedTwice)
 		err = s.netError(err, call, s.r.Context())
+		if refused && s.clientErr == nil && !s.tooLarge && !s.canceled {
+			err = fmt.Errorf("sending request to %s: %w", s.inst.Addr, errRefusedTwice)
+			// Refused by getBody, nothing of the request was processed:
+			// it may go to stable as one that could not be sent
+			// (fallBackOK). Cancelled by gotConn, the third request may
+			// have gone out: only an idempotent one goes to stable.
+			s.sent = !unsent
+		}
 		s.recordOutcome(start, err)
 		return nil, err
 	}
@@ -522,16 +566,59 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 // markBodyEnd notes when the request body ended, for the breaker's latency.
 func (s *stream) markBodyEnd() { s.bodyEnd.Store(time.Now().UnixNano()) }
 
+// errRefusedTwice ends an attempt on an HTTP/2 upstream that refused the
+// request unprocessed twice in a row (REFUSED_STREAM, or a GOAWAY that
+// left it out).
+var errRefusedTwice = errors.New("upstream refused the stream unprocessed, twice")
+
+// refusedTwice counts a request the HTTP/2 transport makes for the
+// attempt, and reports whether two were refused before it. The transport
+// asks again, on the same instance, for as long as the server refuses
+// (up to seven times, backing off from 1 s to 32 s after the second), so
+// an instance that sheds load with REFUSED_STREAM or drains with GOAWAY
+// would hold the request until the header timeout: one immediate retry
+// covers a connection that was going away, and the attempt ends after
+// it, the request being one that was never processed (README: a stream
+// the server refused unread goes to stable).
+func (s *stream) refusedTwice() bool {
+	s.asked++
+	return s.asked > 2
+}
+
+// gotConn is the HTTP/2 transport's trace of each request it makes for
+// the attempt (h2 and h2c pools). The transport retries a request without
+// a body without asking getBody, and the third time after a back-off of
+// a second: that third request cancels the attempt, though it may already
+// be on its way.
+func (s *stream) gotConn(httptrace.GotConnInfo) {
+	if s.refusedTwice() {
+		s.call.cancel(errRefusedTwice)
+	}
+}
+
 // getBody is the upstream request's GetBody, which http2.Transport calls
 // to send a request again on another connection after the server refused
 // it unprocessed (GOAWAY, REFUSED_STREAM): the held body, if it can be.
+// The second time, the attempt ends (refusedTwice): the transport calls
+// it before it backs off.
 func (s *stream) getBody() (io.ReadCloser, error) {
+	if s.d.Target != nil && s.d.Target.Protocol != upstream.HTTP1 && s.asked >= 2 {
+		return nil, errRefusedTwice
+	}
 	if s.buffered {
 		return &heldBody{r: newBytesReader(s.body0())}, nil
 	}
 	if b := s.body; b != nil {
 		if r, ok := b.replay(b.call); ok {
 			return r, nil
+		}
+		if s.d.Target != nil && s.d.Target.Protocol != upstream.HTTP1 {
+			// The HTTP/2 transport asks only for a request the server
+			// did not process, once it is done with the body it read.
+			if r, ok := resumeBody(b, b.call); ok {
+				s.body = r.(*upBody)
+				return r, nil
+			}
 		}
 	}
 	return nil, errors.New("graygate: the request body was streamed and cannot be sent again")
@@ -563,6 +650,17 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		return false
 	}
 	flush := s.grpc || resp.ContentLength < 0 || isEventStream(s2b(resp.Header.Get("Content-Type")))
+	if flush && resp.ContentLength != 0 && s.grpcStatus < 0 {
+		// The header goes out now, as the HTTP/1.1 codec sends it, not
+		// with the first body bytes: a gRPC server may send its initial
+		// metadata and then wait for the client's first message (which
+		// a client that reads the header first never sends), and an
+		// event stream's first event may come much later. Not an answer
+		// that ended with its header (length 0; a gRPC trailers-only
+		// answer, whose grpc-status is in it): it must stay one HEADERS
+		// frame that ends the stream, or gRPC clients find no trailers.
+		_ = s.rc.Flush()
+	}
 	if s.buf == nil {
 		s.buf = make([]byte, 32<<10)
 	}
@@ -620,6 +718,17 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				s.clientErr = s.r.Context().Err()
 				return false // the client reset the stream; so is the upstream's
 			}
+			if s.body != nil {
+				s.body.collect(&s.flow)
+			}
+			if s.tooLarge {
+				// The client's body went over the route's limit while the
+				// answer streamed (a bidirectional call): the transport
+				// cut the upstream's stream. That is the client's fault,
+				// as it is before the answer (413, RESOURCE_EXHAUSTED),
+				// never the upstream's.
+				return s.tooLargeMidAnswer(h)
+			}
 			s.upErr = err
 			s.p.log.Warn("upstream body broke off", "upstream", s.inst.Addr, "bytes", s.bytesOut, "timeout", s.timeout, "error", err)
 			if s.grpc {
@@ -631,6 +740,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				}
 				h.Set(http.TrailerPrefix+hdrGRPCStatus, strconv.Itoa(code))
 				h.Set(http.TrailerPrefix+hdrGRPCMessage, msg)
+				s.grpcStatus = code
 				return false
 			}
 			return true
@@ -643,6 +753,28 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		h[http.TrailerPrefix+k] = vs
 	}
 	s.noteGRPCStatus(resp.Trailer)
+	return false
+}
+
+// tooLargeMidAnswer ends an answer whose request body went over the
+// route's limit after the answer began. The breaker hears the upstream's
+// outcome so far, a success (as for a client that went away); the access
+// log the gateway's 413. A gRPC client gets RESOURCE_EXHAUSTED in the
+// trailers with the gateway's message; any other has its stream reset
+// (it returns true), as the answer cannot be completed.
+func (s *stream) tooLargeMidAnswer(h http.Header) (abort bool) {
+	if s.brkPending {
+		s.brkPending = false
+		s.recordBody()
+	}
+	status, msg := s.failure(errBodyTooLarge)
+	if !s.grpc {
+		return true
+	}
+	code := grpcCode(status, false)
+	h.Set(http.TrailerPrefix+hdrGRPCStatus, strconv.Itoa(code))
+	h.Set(http.TrailerPrefix+hdrGRPCMessage, string(appendGRPCMessage(nil, msg)))
+	s.grpcStatus = code
 	return false
 }
 

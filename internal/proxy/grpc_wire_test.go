@@ -1,0 +1,301 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// grpcService is grpc-go's interop TestService as the tests of this file
+// need it: UnaryCall answers with the server's name in Username, or with
+// the status the request asks for (a trailers-only answer);
+// FullDuplexCall sends its initial metadata (x-session) before it reads
+// anything, then answers every message.
+type grpcService struct {
+	testpb.UnimplementedTestServiceServer
+	name string
+}
+
+func (s *grpcService) UnaryCall(_ context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	if st := req.GetResponseStatus(); st.GetCode() != 0 {
+		return nil, status.Error(codes.Code(st.GetCode()), st.GetMessage())
+	}
+	return &testpb.SimpleResponse{Username: s.name}, nil
+}
+
+func (s *grpcService) FullDuplexCall(stream testpb.TestService_FullDuplexCallServer) error {
+	if err := stream.SendHeader(metadata.Pairs("x-session", s.name)); err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: []byte(s.name)}}); err != nil {
+			return err
+		}
+	}
+}
+
+// grpcPool serves a grpcService named name over h2c on loopback until the
+// test ends, and returns an h2c pool of it.
+func grpcPool(t testing.TB, name string) *upstream.Pool {
+	t.Helper()
+	ln := listenLoopback(t)
+	srv := grpc.NewServer()
+	testpb.RegisterTestServiceServer(srv, &grpcService{name: name})
+	go srv.Serve(ln) //nolint:errcheck // returns on Stop
+	t.Cleanup(srv.Stop)
+	pool := poolOf(name, ln.Addr().String())
+	pool.Protocol = upstream.H2C
+	return pool
+}
+
+// grpcClient is a gRPC client of the gateway's h2c listener at addr.
+func grpcClient(t testing.TB, addr string) testpb.TestServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return testpb.NewTestServiceClient(cc)
+}
+
+// TestH2StreamHeaderFlushed: the header of a streamed answer reaches an
+// HTTP/2 client when the upstream sends it, not with the first body
+// bytes. A gRPC client that waits for a bidirectional call's initial
+// metadata before it sends gets it (with the decision headers), and an
+// event stream's header is not held back until its first event, as on
+// HTTP/1.1. A trailers-only gRPC answer stays one: its status reaches
+// the client.
+func TestH2StreamHeaderFlushed(t *testing.T) {
+	t.Run("grpc initial metadata", func(t *testing.T) {
+		pool := grpcPool(t, "stable")
+		_, addr := startProxyWith(t, Options{}, staticDecider(router.Decision{Rule: "r", Group: "stable", Target: pool}), listener.Protocols{H2C: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		client := grpcClient(t, addr)
+		var tr metadata.MD
+		_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseStatus: &testpb.EchoStatus{Code: int32(codes.NotFound), Message: "no such order"}}, grpc.Trailer(&tr))
+		if status.Code(err) != codes.NotFound || status.Convert(err).Message() != "no such order" || len(tr.Get("x-request-id")) != 1 {
+			t.Fatalf("trailers-only answer: %v (trailers %v), want NotFound \"no such order\" with x-request-id", err, tr)
+		}
+		stream, err := client.FullDuplexCall(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := stream.Header()
+		if err != nil || ctx.Err() != nil {
+			t.Fatalf("Header: %v (context %v)", err, ctx.Err())
+		}
+		if got := md.Get("x-session"); len(got) != 1 || got[0] != "stable" || len(md.Get("x-gray-rule")) != 1 || len(md.Get("x-request-id")) != 1 {
+			t.Fatalf("initial metadata %v, want x-session stable with x-gray-rule and x-request-id", md)
+		}
+		if err := stream.Send(&testpb.StreamingOutputCallRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := stream.Recv(); err != nil || string(m.GetPayload().GetBody()) != "stable" {
+			t.Fatalf("Recv: %v, %v", m, err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != io.EOF {
+			t.Fatalf("end of the call: %v, want io.EOF", err)
+		}
+	})
+	t.Run("event stream", func(t *testing.T) {
+		release := make(chan struct{})
+		b := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = io.WriteString(w, "data: first\n\n")
+		}))
+		defer close(release)
+		for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+			pool := poolOf("events", addrOf(b))
+			pool.Protocol = proto
+			_, addr := startProxyWith(t, Options{}, staticDecider(router.Decision{Rule: "r", Group: "g", Target: pool}), listener.Protocols{H2C: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/events", nil)
+			resp, err := h2cClient(t).Do(req)
+			if err != nil {
+				cancel()
+				t.Fatalf("upstream %v: no header before the first event: %v", proto, err)
+			}
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Gray-Rule") != "r" || resp.Header.Get("X-Request-Id") == "" {
+				t.Errorf("upstream %v: %d with %v, want 200 with the decision headers", proto, resp.StatusCode, resp.Header)
+			}
+			resp.Body.Close()
+			cancel()
+		}
+	})
+}
+
+// refusingUpstream is an h2c server that processes nothing: it answers
+// every request's HEADERS with RST_STREAM REFUSED_STREAM, or, with
+// goAway, with a GOAWAY that leaves the stream out. It counts the
+// requests it saw.
+func refusingUpstream(t testing.TB, goAway bool) (string, *atomic.Int64) {
+	t.Helper()
+	var seen atomic.Int64
+	addr := serveConns(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		if fr.WriteSettings() != nil {
+			return
+		}
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				seen.Add(1)
+				if goAway {
+					// As a draining server does, it reads on
+					// until the client closes.
+					_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+					continue
+				}
+				_ = fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
+			}
+		}
+	})
+	return addr, &seen
+}
+
+// TestH2RefusedStreamFallsBack: a gray h2c instance that refuses every
+// stream unprocessed (REFUSED_STREAM while it sheds load, a GOAWAY that
+// leaves the stream out while it drains) is tried once more at once, then
+// the call goes to stable with its body, as the README promises for "a
+// stream the server refused unread". The HTTP/2 transport alone would ask
+// the same instance again and again, backing off up to 32 s, and hold the
+// call until its deadline. Without a stable target the gRPC client gets
+// UNAVAILABLE at once, not its deadline; a GET is answered by stable too.
+func TestH2RefusedStreamFallsBack(t *testing.T) {
+	stable := grpcPool(t, "stable")
+	for _, goAway := range []bool{false, true} {
+		name := map[bool]string{false: "REFUSED_STREAM", true: "GOAWAY"}[goAway]
+		t.Run(name, func(t *testing.T) {
+			addr, seen := refusingUpstream(t, goAway)
+			gray := poolOf("gray", addr)
+			gray.Protocol = upstream.H2C
+			fallback := true
+			d := deciderFunc(func(attr.Request) router.Decision {
+				dec := router.Decision{Rule: "g", Group: "gray", Target: gray}
+				if fallback {
+					dec.Stable = stable
+				}
+				return dec
+			})
+			_, gw := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+			c := grpcClient(t, gw)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var hdr metadata.MD
+			resp, err := c.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("body")}}, grpc.Header(&hdr))
+			if err != nil || resp.GetUsername() != "stable" {
+				t.Fatalf("UnaryCall: %v from %q, want stable's answer", err, resp.GetUsername())
+			}
+			if got := hdr.Get("x-gray-degraded"); len(got) != 1 || got[0] != "fallback" {
+				t.Errorf("x-gray-degraded %v, want fallback", got)
+			}
+			if n := seen.Load(); n < 1 || n > 2 {
+				t.Errorf("gray saw the call %d times, want at most 2", n)
+			}
+
+			fallback = false
+			var tr metadata.MD
+			_, err = c.UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.Trailer(&tr))
+			if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), `upstream "gray"`) || len(tr.Get("x-request-id")) != 1 {
+				t.Fatalf("UnaryCall without stable: %v (trailers %v), want UNAVAILABLE naming the pool, with its request id", err, tr)
+			}
+
+			// A GET has no body for the transport to ask for again; it
+			// goes to stable too (after the transport's first back-off).
+			fallback = true
+			echo := h2cBackend(t, "echo")
+			stable := poolOf("stable", addrOf(echo))
+			d2 := staticDecider(router.Decision{Rule: "g", Group: "gray", Target: gray, Stable: stable})
+			_, gw2 := startProxyWith(t, Options{}, d2, listener.Protocols{H2C: true})
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gw2+"/x", nil)
+			r, err := h2cClient(t).Do(req)
+			if err != nil {
+				t.Fatalf("GET: %v", err)
+			}
+			if e := decodeEcho(t, r); e.Name != "echo" || r.Header.Get("X-Gray-Degraded") != "fallback" {
+				t.Errorf("GET answered by %q (degraded %q), want stable's echo, fallback", e.Name, r.Header.Get("X-Gray-Degraded"))
+			}
+		})
+	}
+}
+
+// TestGRPCBodyLimitMidCall: a bidirectional call whose client sends more
+// than the route's max_body_bytes after the answer began is ended with
+// RESOURCE_EXHAUSTED and the gateway's message, as before the answer, and
+// recorded as the gateway's 413; not as UNAVAILABLE "upstream broke off",
+// a failure of the upstream.
+func TestGRPCBodyLimitMidCall(t *testing.T) {
+	pool := grpcPool(t, "stable")
+	rec := newDoneRecorder()
+	d := staticDecider(router.Decision{Rule: "r", Group: "stable", Target: pool, Policy: &router.Policy{MaxBodyBytes: 1000}})
+	_, addr := startProxyWith(t, Options{OnDone: rec.onDone}, d, listener.Protocols{H2C: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := grpcClient(t, addr).FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	for i := 0; got == nil && i < 20; i++ {
+		if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: make([]byte, 300)}}); err != nil && err != io.EOF {
+			t.Fatalf("Send %d: %v", i, err)
+		}
+		_, got = stream.Recv()
+	}
+	if status.Code(got) != codes.ResourceExhausted || !strings.Contains(status.Convert(got).Message(), "request body larger than 1000 bytes (request id ") {
+		t.Fatalf("the call ended with %v, want RESOURCE_EXHAUSTED naming the limit and the request id", got)
+	}
+	if c := rec.next(t, 10*time.Second); c.status != http.StatusRequestEntityTooLarge {
+		t.Errorf("recorded status %d, want 413", c.status)
+	}
+}
