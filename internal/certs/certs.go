@@ -69,6 +69,9 @@ type Store struct {
 	base *tls.Config
 	// loads counts successful loads, for tests and logs.
 	loads atomic.Uint64
+	// updated tells Watch that Update replaced the settings, whose files
+	// may be in directories it does not watch yet.
+	updated chan struct{}
 }
 
 // New loads s. Every problem is an error naming the file.
@@ -76,7 +79,7 @@ func New(s Settings, logger *slog.Logger) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	st := &Store{log: logger.With("component", "tls")}
+	st := &Store{log: logger.With("component", "tls"), updated: make(chan struct{}, 1)}
 	if err := st.Update(s); err != nil {
 		return nil, err
 	}
@@ -113,6 +116,10 @@ func (st *Store) Update(s Settings) error {
 	st.settings, st.files = s, files
 	st.cur.Store(conf)
 	st.loads.Add(1)
+	select {
+	case st.updated <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -147,7 +154,10 @@ func (st *Store) Reload() (bool, error) {
 // changes, at most once per debounce, until ctx ends. It watches the
 // directories rather than the files, so that files replaced by a rename
 // (certificate managers, Kubernetes secret volumes) are seen. Directories
-// that Update adds later are watched from the next event on.
+// that Update adds are watched as soon as it returns. An error of the
+// watcher (the kernel's event queue overflowed, and changes may have gone
+// unseen) is logged and taken for a change: the watch goes on, so that a
+// burst of file activity does not end the reloads for good.
 func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -176,6 +186,14 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 	}
 	var timer *time.Timer
 	var fire <-chan time.Time
+	changed := func() {
+		if timer == nil {
+			timer = time.NewTimer(debounce)
+		} else {
+			timer.Reset(debounce)
+		}
+		fire = timer.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -187,12 +205,11 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 			if !ok {
 				return nil
 			}
-			if timer == nil {
-				timer = time.NewTimer(debounce)
-			} else {
-				timer.Reset(debounce)
+			changed()
+		case <-st.updated:
+			if err := addDirs(); err != nil {
+				st.log.Error("watch TLS files", "err", err)
 			}
-			fire = timer.C
 		case <-fire:
 			fire = nil
 			changed, err := st.Reload()
@@ -209,7 +226,8 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 			if !ok {
 				return nil
 			}
-			return fmt.Errorf("watch TLS files: %w", err)
+			st.log.Warn("watch TLS files: events may have been missed; the files are read again", "err", err)
+			changed()
 		}
 	}
 }

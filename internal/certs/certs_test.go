@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -135,11 +136,7 @@ func TestWatchRotates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watching := make(chan error, 1)
-	go func() { watching <- st.Watch(ctx, 20*time.Millisecond) }()
-	addr := serve(t, st)
+	addr, _, stop := watch(t, st)
 
 	old, err := tls.Dial("tcp", addr, &tls.Config{ServerName: "gw.test", RootCAs: ca.Pool})
 	if err != nil {
@@ -149,22 +146,8 @@ func TestWatchRotates(t *testing.T) {
 	if _, err := old.Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitSerial := func(want int64) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			got, err := serial(t, addr, "gw.test", ca, nil)
-			if err == nil && got == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("serial %d (%v) after rotation, want %d", got, err, want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	second := ca.Server("s.pem", "s.key", "gw.test")
-	waitSerial(second.Serial)
+	waitSerial(t, addr, ca, second.Serial)
 	if _, err := old.Write([]byte("y")); err != nil {
 		t.Errorf("the connection made before the rotation broke: %v", err)
 	}
@@ -184,13 +167,10 @@ func TestWatchRotates(t *testing.T) {
 	if st.Loads() != loads {
 		t.Errorf("a mismatched key was loaded")
 	}
-	waitSerial(second.Serial)
+	waitSerial(t, addr, ca, second.Serial)
 	third := ca.Server("s.pem", "s.key", "gw.test")
-	waitSerial(third.Serial)
-	cancel()
-	if err := <-watching; err != nil {
-		t.Errorf("Watch: %v", err)
-	}
+	waitSerial(t, addr, ca, third.Serial)
+	stop()
 }
 
 func TestNewErrors(t *testing.T) {
@@ -216,5 +196,64 @@ func TestNewErrors(t *testing.T) {
 				t.Errorf("New = %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestWatchFollowsUpdate: a config reload (Update) that moves a
+// certificate to a directory not watched before has that directory
+// watched at once: a rotation there reaches new handshakes though nothing
+// changed in the directories watched before.
+func TestWatchFollowsUpdate(t *testing.T) {
+	ca := certstest.NewCA(t, t.TempDir(), "test")
+	first := ca.Server("s.pem", "s.key", "gw.test")
+	st, err := New(Settings{Certificates: []Pair{{first.CertFile, first.KeyFile}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _, stop := watch(t, st)
+
+	other := t.TempDir()
+	moved := ca.Server(filepath.Join(other, "s.pem"), filepath.Join(other, "s.key"), "gw.test")
+	if err := st.Update(Settings{Certificates: []Pair{{moved.CertFile, moved.KeyFile}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitSerial(t, addr, ca, moved.Serial)
+	rotated := ca.Server(moved.CertFile, moved.KeyFile, "gw.test")
+	waitSerial(t, addr, ca, rotated.Serial)
+	stop()
+}
+
+// watch runs st.Watch (polling every 20 ms as well) and serves TLS with
+// st on loopback, until the test ends. ended reports a Watch that returned
+// early; stop ends the watch and fails the test unless it returned nil.
+func watch(t *testing.T, st *Store) (addr string, ended <-chan error, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- st.Watch(ctx, 20*time.Millisecond) }()
+	return serve(t, st), done, func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}
+}
+
+// waitSerial waits until a new handshake with addr for gw.test gets the
+// certificate with serial want, or fails the test after 10 s.
+func waitSerial(t *testing.T, addr string, ca *certstest.CA, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := serial(t, addr, "gw.test", ca, nil)
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serial %d (%v), want %d", got, err, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
