@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -66,7 +67,11 @@ func (v *netView) Header(name string) (string, bool) {
 	if len(vals) == 0 {
 		return "", false
 	}
-	return vals[0], true
+	// The whitespace around a field value is not part of it (RFC 9110
+	// section 5.5); the HTTP/1.1 parser drops it, Go's HTTP/2 server hands
+	// it over, and a header condition or user id must not differ between
+	// the two.
+	return strings.Trim(vals[0], " \t"), true
 }
 
 // Cookie returns the first cookie with that exact name, decoded as PHP

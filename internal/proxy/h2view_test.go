@@ -64,6 +64,10 @@ func TestViewsAgree(t *testing.T) {
 		{"/x//double//slash/?a=&c=3", [][2]string{{"Cookie", "a=1"}, {"Cookie", "user_id=x"}, {"X-User-Id", ""}}},
 		{"/xff", [][2]string{{"X-Forwarded-For", "203.0.113.9, 127.0.0.2"}, {"X-User-Id", "v"}}},
 		{"/Case/Kept?A=1&a=2", [][2]string{{"Cookie", "user_id = spaced ; b"}}},
+		// A field value is what lies between the optional whitespace
+		// around it (RFC 9110 section 5.5): HTTP/1.1's parser drops it,
+		// and HTTP/2 must show the same value.
+		{"/ows", [][2]string{{"X-User-Id", " \tpadded \t"}}},
 		// A path that starts with "//" is a path, not an authority.
 		{"//zzz/echo", nil},
 		{"//g/x", nil},
