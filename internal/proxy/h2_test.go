@@ -24,6 +24,7 @@ import (
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -240,9 +241,7 @@ func TestH2Paths(t *testing.T) {
 // gets the error mapping, gRPC-shaped for a gRPC client.
 func TestH2FallBack(t *testing.T) {
 	stable := h2cBackend(t, "stable")
-	dead := listenLoopback(t)
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := testport.Refused(t)
 	gray, st := poolOf("gray", deadAddr), poolOf("stable", addrOf(stable))
 	fallback := true
 	d := deciderFunc(func(r attr.Request) router.Decision {
