@@ -152,14 +152,17 @@ func watchRollout(ctx context.Context, c *client, key string, interval time.Dura
 				last = s
 			}
 		} else {
-			var frame bytes.Buffer
+			// The frame's own terminal control goes to the terminal as it
+			// is; what it shows of the rollout is escaped (safeWriter).
+			var shown, frame bytes.Buffer
+			renderRollout(&shown, key, plan, v, time.Now())
 			if first {
 				frame.WriteString(ansiReset)
 			}
 			frame.WriteString(ansiHome)
-			renderRollout(&frame, key, plan, v, time.Now())
+			_, _ = safeWriter{&frame}.Write(shown.Bytes())
 			frame.WriteString(ansiClear)
-			_, _ = c.stdout.Write(frame.Bytes())
+			_, _ = terminal(c.stdout).Write(frame.Bytes())
 			first = false
 		}
 		switch v.State {

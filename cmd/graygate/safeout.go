@@ -43,3 +43,14 @@ func (s safeWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// terminal returns the writer under w's escaping (w itself if it has
+// none), for a command's own terminal control: rollout --watch redraws
+// its frame with ANSI sequences. What it writes there that came from the
+// API must pass through a safeWriter first.
+func terminal(w io.Writer) io.Writer {
+	if s, ok := w.(safeWriter); ok {
+		return s.w
+	}
+	return w
+}
