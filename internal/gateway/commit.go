@@ -99,7 +99,7 @@ func refusal(err error) error {
 // a *layerConflict), if a rule that serves in base would stop, or if the
 // snapshot would not build. The caller holds g.mu.
 func (g *Gateway) judge(base, next store.State, c admin.Change) error {
-	in, broken, err := g.assemble(g.cfg, next, false)
+	in, broken, err := g.assemble(g.cfg, g.reg, next, false)
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (g *Gateway) judge(base, next store.State, c admin.Change) error {
 			return fmt.Errorf("rule %q: %w", c.Key, err)
 		}
 	}
-	_, was, err := g.assemble(g.cfg, base, false)
+	_, was, err := g.assemble(g.cfg, g.reg, base, false)
 	if err != nil {
 		return err
 	}

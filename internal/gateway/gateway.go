@@ -422,36 +422,9 @@ func tokens(cfg *config.Config, flagToken string) []admin.Token {
 // starts and reloads during an outage: Apply retries it after the store's
 // next change or resync. The caller holds g.mu, or is New.
 func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
-	keys := make([]string, len(cfg.Rules))
-	others, held := g.servingRules(), g.servingRule
-	if g.router == nil && len(cfg.Rules) > 0 {
-		// At start nothing serves yet: the rules to check against are
-		// the ones the store holds, which the first snapshot will serve.
-		others, held = g.storedRules(ctx, cfg)
-	}
-	first := map[string]int{}
-	for i, raw := range cfg.Rules {
-		r, err := rule.Decode(raw)
-		var c *rule.Compiled
-		if err == nil {
-			c, err = g.compileWith(cfg, g.reg, r)
-		}
-		if err != nil {
-			return fmt.Errorf("config rules[%d]: %w", i, err)
-		}
-		if j, dup := first[r.Key]; dup {
-			return strict.Errorf(strict.Join(strict.Index("rules", i), "key"), "duplicates rules[%d].key %q", j, r.Key)
-		}
-		first[r.Key] = i
-		// A rule that would overlap a serving rule (or an earlier rule of
-		// the file) in a layer is refused, so the store never holds one.
-		if _, served := held(r.Key); !served {
-			if err := rule.LayerConflicts(c, others); err != nil {
-				return fmt.Errorf("config rules[%d]: %w", i, err)
-			}
-			others = append(others, c)
-		}
-		keys[i] = r.Key
+	keys, err := g.seedKeys(ctx, cfg, g.reg)
+	if err != nil {
+		return err
 	}
 	g.seedPending = false
 	if len(cfg.Rules) == 0 {
@@ -484,6 +457,46 @@ func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	return nil
+}
+
+// seedKeys checks the config's rules as seed writes them, compiled under
+// cfg against reg, changing nothing, and returns their keys in order. A
+// rule that does not compile, a duplicate key, or an overlap in a layer
+// with a serving rule (or an earlier rule of the file) is an error. The
+// caller holds g.mu, or is New.
+func (g *Gateway) seedKeys(ctx context.Context, cfg *config.Config, reg *upstream.Registry) ([]string, error) {
+	keys := make([]string, len(cfg.Rules))
+	others, held := g.servingRules(), g.servingRule
+	if g.router == nil && len(cfg.Rules) > 0 {
+		// At start nothing serves yet: the rules to check against are
+		// the ones the store holds, which the first snapshot will serve.
+		others, held = g.storedRules(ctx, cfg)
+	}
+	first := map[string]int{}
+	for i, raw := range cfg.Rules {
+		r, err := rule.Decode(raw)
+		var c *rule.Compiled
+		if err == nil {
+			c, err = g.compileWith(cfg, reg, r)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("config rules[%d]: %w", i, err)
+		}
+		if j, dup := first[r.Key]; dup {
+			return nil, strict.Errorf(strict.Join(strict.Index("rules", i), "key"), "duplicates rules[%d].key %q", j, r.Key)
+		}
+		first[r.Key] = i
+		// A rule that would overlap a serving rule (or an earlier rule of
+		// the file) in a layer is refused, so the store never holds one.
+		if _, served := held(r.Key); !served {
+			if err := rule.LayerConflicts(c, others); err != nil {
+				return nil, fmt.Errorf("config rules[%d]: %w", i, err)
+			}
+			others = append(others, c)
+		}
+		keys[i] = r.Key
+	}
+	return keys, nil
 }
 
 func (g *Gateway) compileWith(cfg *config.Config, reg *upstream.Registry, r rule.Rule) (*rule.Compiled, error) {
@@ -595,7 +608,7 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, broken, err := g.assemble(g.cfg, st, true)
+	in, broken, err := g.assemble(g.cfg, g.reg, st, true)
 	if err != nil {
 		return nil, err
 	}
@@ -637,13 +650,16 @@ func (g *Gateway) load(ctx context.Context) (store.State, error) {
 	return store.State{}, fmt.Errorf("load rules: %w", err)
 }
 
-// assemble compiles the rules of st under cfg into a router input, with
-// the rules that do not compile (or whose breaker is invalid) by key. With
-// commit it is the real thing: it keeps the compile cache and the breaker
-// set in step with st. Without, it changes nothing, for checking a state
-// before it is written: compiled rules are not cached, breakers are only
-// validated, and routes get no limits. The caller holds g.mu, or is New.
-func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (router.Input, map[string]error, error) {
+// assemble compiles the rules of st under cfg, with targets resolved by
+// reg, into a router input, with the rules that do not compile (or whose
+// breaker is invalid) by key. With commit it is the real thing: it keeps
+// the compile cache and the breaker set in step with st. Without, it
+// changes nothing, for checking a state before it is written, or a config
+// before it is reloaded: compiled rules are not cached, breakers are only
+// validated, and routes get no limits. The cache holds rules compiled
+// against g.reg, so it is read only for reg == g.reg. The caller holds
+// g.mu, or is New.
+func (g *Gateway) assemble(cfg *config.Config, reg *upstream.Registry, st store.State, commit bool) (router.Input, map[string]error, error) {
 	var rules []*rule.Compiled
 	broken := map[string]error{}
 	rolled := map[string]bool{}
@@ -657,11 +673,14 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 			rolled[e.Key] = true
 		}
 		c, ok := g.cache[e.Key]
+		if reg != g.reg {
+			ok = false
+		}
 		if !ok || c.version != e.Version || c.gen != g.status.ConfigGen || !bytes.Equal(c.raw, e.Rule) {
 			c = cached{version: e.Version, raw: e.Rule, gen: g.status.ConfigGen}
 			r, err := rule.Decode(e.Rule)
 			if err == nil {
-				c.rule, err = g.compileWith(cfg, g.reg, r)
+				c.rule, err = g.compileWith(cfg, reg, r)
 			}
 			c.err = err
 			if commit {
@@ -740,7 +759,7 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 		in.Holdout = rule.NewHoldout(h.Percent, h.Salt)
 	}
 	if cfg.DefaultUpstream != "" {
-		p, err := g.reg.Resolve(cfg.DefaultUpstream)
+		p, err := reg.Resolve(cfg.DefaultUpstream)
 		if err != nil {
 			return in, nil, fmt.Errorf("default_upstream: %w", err)
 		}
@@ -753,7 +772,7 @@ func (g *Gateway) assemble(cfg *config.Config, st store.State, commit bool) (rou
 			spec.UpstreamHost = !*rt.PreserveHost
 		}
 		if rt.Upstream != "" {
-			p, err := g.reg.Resolve(rt.Upstream)
+			p, err := reg.Resolve(rt.Upstream)
 			if err != nil {
 				return in, nil, fmt.Errorf("routes %q upstream: %w", rt.Name, err)
 			}

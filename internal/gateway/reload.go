@@ -9,8 +9,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/graygate/graygate/internal/certs"
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/logfile"
 	"github.com/graygate/graygate/internal/proxy"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // ReloadConfig validates a new config and, if it compiles with every stored
@@ -48,6 +52,15 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return fail(err)
 	}
+	if cfg != oldCfg {
+		// Before anything that serves is touched: building the pools
+		// sets the concurrency caps and health-check settings the
+		// running pools share, and building the snapshot reconfigures
+		// (and drops) breakers.
+		if err := g.dryRun(ctx, cfg); err != nil {
+			return fail(err)
+		}
+	}
 	pools, err := g.pools(cfg)
 	if err != nil {
 		return fail(err)
@@ -57,6 +70,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 		t, err := newTargeting(cfg.Targeting, g.opts.Logger)
 		if err != nil {
 			newReg.Retire(oldReg)
+			g.restorePools(oldCfg, oldReg)
 			return fail(err)
 		}
 		g.tgt.Store(t)
@@ -95,6 +109,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 			_ = t.close()
 		}
 		newReg.Retire(oldReg)
+		g.restorePools(oldCfg, oldReg)
 		g.cfg, g.reg, g.status.ConfigGen = oldCfg, oldReg, oldGen
 		if _, rerr := g.build(ctx); rerr != nil { // restore the cache and status of the old config
 			g.log.Error("rebuild with the previous config", "err", rerr)
@@ -117,6 +132,9 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	if cfg == oldCfg {
 		return nil // the pools were rebuilt for discovery; nothing else changed
 	}
+	// The file that failed to load before has been replaced by one that
+	// serves: its error is history.
+	g.status.LastError, g.status.LastErrorAt = "", nil
 	g.admin.SetTokens(tokens(cfg, g.opts.AdminToken))
 	g.syncWatchers(cfg)
 	restart := config.RestartRequired(g.boot, cfg)
@@ -132,6 +150,70 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	g.log.Info("config reloaded", "generation", g.status.ConfigGen, "result", g.status.LastResult,
 		"changed", config.Changed(oldCfg, cfg))
 	return nil
+}
+
+// dryRun reloads cfg in a dry run, changing nothing that serves: the stored
+// rules and the config's own are compiled under it against pools built
+// without health checks or concurrency caps, and the TLS files and the
+// access log's new path are opened. Whatever it refuses, a reload would
+// have refused after building the pools and the snapshot. The caller holds
+// g.mu.
+func (g *Gateway) dryRun(ctx context.Context, cfg *config.Config) error {
+	pools, err := cfg.Pools(nil, g.discovered)
+	if err != nil {
+		return err
+	}
+	reg := upstream.NewRegistry(pools)
+	st, err := g.load(ctx)
+	if err != nil {
+		return err
+	}
+	in, broken, err := g.assemble(cfg, reg, st, false)
+	if err != nil {
+		return err
+	}
+	msgs := make(map[string]string, len(broken))
+	for k, e := range broken {
+		msgs[k] = e.Error()
+	}
+	if err := newlyBroken(g.status.BrokenRules, msgs); err != nil {
+		return err
+	}
+	if _, err := router.Build(in); err != nil {
+		return err
+	}
+	if _, err := g.seedKeys(ctx, cfg, reg); err != nil {
+		return err
+	}
+	if g.certs != nil && !reflect.DeepEqual(cfg.TLS, g.cfg.TLS) {
+		if err := certs.Check(tlsSettings(cfg)); err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+	}
+	if g.opts.AccessLog == nil && cfg.AccessLog.Enabled && (g.alog == nil || g.alog.Path() != cfg.AccessLog.Path) {
+		w, err := logfile.Open(cfg.AccessLog.Path, logfile.Options{Stdout: g.opts.Stdout, Stderr: g.opts.Stderr})
+		if err != nil {
+			return fmt.Errorf("access_log.path: %w", err)
+		}
+		if err := w.Close(); err != nil {
+			return fmt.Errorf("access_log.path: %w", err)
+		}
+	}
+	return nil
+}
+
+// restorePools puts back what building a refused config's pools changed
+// in the state the running pools share: the concurrency caps of their
+// gates and the settings of their health checks (the pools built last
+// set them). Pools of the running config are built again and closed at
+// once. The caller holds g.mu.
+func (g *Gateway) restorePools(running *config.Config, reg *upstream.Registry) {
+	pools, err := g.pools(running)
+	if err != nil {
+		g.log.Error("restore the running upstreams' settings", "err", err)
+		return
+	}
+	reg.WithNamed(pools).Retire(reg)
 }
 
 // ReloadConfigFile loads a config with load and makes it current; a config
