@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -44,5 +45,187 @@ func TestWatchSeesRenames(t *testing.T) {
 	case <-hits:
 		t.Fatal("a change to another file triggered a reload")
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// watchHits starts Watch on path and returns a channel that receives the
+// file's contents at every call of changed. It returns once the watch is
+// seen to work: path is rewritten until a call comes, and that call is
+// drained.
+func watchHits(t *testing.T, path string, debounce time.Duration) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	hits := make(chan string, 100)
+	go Watch(ctx, path, debounce, func() {
+		b, _ := os.ReadFile(path)
+		hits <- string(b)
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("listen: ':%d'\n", 1000+i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-hits:
+			for len(hits) > 0 {
+				<-hits
+			}
+			return hits
+		case <-time.After(20 * debounce):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch never saw a write")
+		}
+	}
+}
+
+// TestWatchWaitsForTheSecondWrite: a config saved as a truncation, a
+// pause, then the new contents (a config manager, "cat > file" from a
+// slow pipe) is loaded once, whole; the empty file between is never
+// loaded, as it would be a config with no upstreams, routes or tokens.
+func TestWatchWaitsForTheSecondWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "graygate.yaml")
+	const debounce = 20 * time.Millisecond
+	hits := watchHits(t, path, debounce)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer pauses between its two writes well past the debounce.
+	time.Sleep(10 * debounce)
+	if _, err := f.WriteString("listen: ':2'\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	select {
+	case got := <-hits:
+		if got != "listen: ':2'\n" {
+			t.Fatalf("changed was called while the file held %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the completed write was never seen")
+	}
+}
+
+// TestWatchSymlinkSwap: a Kubernetes ConfigMap volume updates by swapping
+// the ..data symlink; the file's own name never appears in an event.
+// Writing or touching another file of the directory calls nothing.
+func TestWatchSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	for _, v := range []string{"v1", "v2"} {
+		if err := os.Mkdir(filepath.Join(dir, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, v, "graygate.yaml"), []byte("listen: ':"+v[1:]+"'\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "graygate.yaml")
+	if err := os.Symlink(filepath.Join("..data", "graygate.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hits := make(chan string, 10)
+	go Watch(ctx, path, 20*time.Millisecond, func() {
+		b, _ := os.ReadFile(path)
+		hits <- string(b)
+	})
+	// The swap is retried, to v2 and back, until one is seen: the watch
+	// may not be up yet.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		v := []string{"v2", "v1"}[i%2]
+		// What kubelet does: a new symlink renamed over ..data.
+		tmp := filepath.Join(dir, "..data_tmp")
+		os.Remove(tmp)
+		if err := os.Symlink(v, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-hits:
+			if want := "listen: ':" + v[1:] + "'\n"; got != want {
+				t.Fatalf("changed saw %q, want %q", got, want)
+			}
+			return
+		case <-time.After(time.Second):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the symlink swap was never seen")
+		}
+	}
+}
+
+// TestWatchIgnoresUnchanged: touching the file, or rewriting it with the
+// same contents, reloads nothing; a real change after that is seen.
+func TestWatchIgnoresUnchanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "graygate.yaml")
+	const debounce = 20 * time.Millisecond
+	hits := watchHits(t, path, debounce)
+	same, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, same, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	os.Chtimes(path, now, now)
+	// Well past the debounce, so that the real change comes on its own.
+	time.Sleep(10 * debounce)
+	if err := os.WriteFile(path, []byte("listen: ':7'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-hits:
+		if got != "listen: ':7'\n" {
+			t.Fatalf("changed was called for an unchanged file (%q)", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the change was never seen")
+	}
+}
+
+// TestWatchBusyNeighbour: a file written all the time next to the config
+// (an access log in the same directory) neither reloads anything nor
+// keeps the debounce from ending: a change of the config is still seen.
+func TestWatchBusyNeighbour(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "graygate.yaml")
+	const debounce = 20 * time.Millisecond
+	hits := watchHits(t, path, debounce)
+	log, err := os.Create(filepath.Join(dir, "access.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(debounce / 4):
+				fmt.Fprintln(log, `{"status":200}`)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	if err := os.WriteFile(path, []byte("listen: ':8'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-hits:
+		if got != "listen: ':8'\n" {
+			t.Fatalf("changed saw %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a config change next to a busy log was never seen")
 	}
 }
