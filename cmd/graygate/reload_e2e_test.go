@@ -92,4 +92,33 @@ func TestSIGHUPRevokesToken(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+
+	// A SIGHUP that lands mid-save, the file truncated and not yet
+	// written, loads nothing: an empty file would be a config without
+	// the ops token or the default upstream.
+	if err := os.WriteFile(cfg, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		logged := strings.Contains(p.stderr.String(), "config file is empty")
+		p.mu.Unlock()
+		if logged {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say the empty file was skipped:\n%s", p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, _ := call("ops-0123456789abcdef"); code != 200 {
+		t.Errorf("token ops after a SIGHUP on an empty file: %d", code)
+	}
+	if b, err := dataGet(p.data, "someone"); err != nil || b != "stable" {
+		t.Errorf("data plane after a SIGHUP on an empty file: %q %v", b, err)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -205,7 +206,7 @@ func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, log
 			default:
 			}
 		}); err != nil {
-			logger.Error("config file watch stopped; SIGHUP still reloads", "err", err)
+			logger.Error("config file not watched; SIGHUP still reloads", "err", err)
 		}
 	}()
 	for {
@@ -214,6 +215,13 @@ func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, log
 			return
 		case <-hup:
 		case <-changed:
+		}
+		// An empty file is a save in progress (truncated, not yet
+		// written), not a config with no upstreams, routes or tokens; the
+		// file watch waits for the write, and so does a SIGHUP.
+		if b, err := os.ReadFile(src.path); err == nil && len(bytes.TrimSpace(b)) == 0 {
+			logger.Warn("config file is empty (a save in progress?): nothing reloaded; the running config keeps serving", "path", src.path)
+			continue
 		}
 		if err := g.ReloadConfigFile(ctx, src.load); err != nil && !errors.Is(err, context.Canceled) {
 			logger.Error("config reload failed; the previous config keeps serving", "err", err)
