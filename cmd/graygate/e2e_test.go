@@ -226,6 +226,11 @@ func TestValidateCommand(t *testing.T) {
 	if out, code := runCLI(t, nil, "validate", good); code != 0 || !strings.Contains(out, "2 valid rule(s)") {
 		t.Errorf("validate good rules: exit %d\n%s", code, out)
 	}
+	dup := filepath.Join(dir, "dup.json")
+	os.WriteFile(dup, []byte(`[{"key":"g","type":"gray","gray_percent":10,"gray_percent":90,"targets":{"gray":"127.0.0.1:1","stable":"127.0.0.1:2"}}]`), 0o644)
+	if out, code := runCLI(t, nil, "validate", dup); code != 1 || !strings.Contains(out, `rules[0].gray_percent: duplicate key: "gray_percent" is given more than once`) {
+		t.Errorf("validate a rule with a key given twice: exit %d\n%s", code, out)
+	}
 	// Flags may follow the file, as for every other command.
 	goodTxt := filepath.Join(dir, "good.rules")
 	os.WriteFile(goodTxt, []byte(`{"key":"g","type":"gray","gray_percent":10,"targets":{"gray":"127.0.0.1:1","stable":"127.0.0.1:2"}}`), 0o644)

@@ -67,7 +67,13 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		if len(raws) == 1 && !bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) {
 			prefix = "" // a single rule: paths are the rule's own
 		}
-		problems = validateRules(cfg, raws, prefix)
+		// A key given twice is refused as the admin API refuses it: PUT
+		// would not take the file that validate passed.
+		dups := strict.DuplicateKeys(data)
+		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) {
+			dups = strict.Prefix("rules", dups)
+		}
+		problems = errors.Join(dups, validateRules(cfg, raws, prefix))
 		summary = fmt.Sprintf("%s: %d valid rule(s)", path, len(raws))
 	default:
 		return usageError{fmt.Sprintf("--kind must be rule or config, got %q", k)}

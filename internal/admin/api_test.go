@@ -13,7 +13,6 @@ import (
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
-	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -260,43 +259,4 @@ func TestRuleBodyKeyType(t *testing.T) {
 	if code, _, body := a.do("GET", "/api/v1/rules/k", ""); code != http.StatusNotFound {
 		t.Errorf("after a refused PUT, GET = %d %s", code, body)
 	}
-}
-
-// FuzzDuplicateKeys: duplicateKeys never panics, finds nothing in a body
-// that encoding/json re-encoded (which cannot repeat a name), and finds a
-// top-level name given a second time.
-func FuzzDuplicateKeys(f *testing.F) {
-	f.Add([]byte(`{"a":1,"b":{"c":[1,{"d":2,"d":3}]},"a":2}`))
-	f.Add([]byte(`[{"x":1},{"x":1}]`))
-	f.Add([]byte(`{"a":{}, "b":[], "c":"}"}`))
-	f.Add([]byte(`{"a":`))
-	f.Add([]byte(`{"a":1}{"a":1}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, fe := range strict.Fields(duplicateKeys(body)) {
-			if fe.Message == "" {
-				t.Fatalf("an empty message for %q", body)
-			}
-		}
-		var v any
-		if json.Unmarshal(body, &v) != nil {
-			return
-		}
-		clean, _ := json.Marshal(v)
-		if err := duplicateKeys(clean); err != nil {
-			t.Fatalf("duplicateKeys(%s) = %v, want none", clean, err)
-		}
-		m, ok := v.(map[string]any)
-		if !ok || len(m) == 0 {
-			return
-		}
-		for k := range m {
-			name, _ := json.Marshal(k)
-			dup := append([]byte(`{`+string(name)+`:null,`), clean[1:]...)
-			err := duplicateKeys(dup)
-			if err == nil || !strings.Contains(err.Error(), strict.Join("", k)+": duplicate key") {
-				t.Fatalf("duplicateKeys(%s) = %v, want %q named", dup, err, k)
-			}
-			break
-		}
-	})
 }

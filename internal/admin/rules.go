@@ -111,7 +111,7 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 	// A bad reason or key, or a key given twice, is reported with whatever
 	// else is wrong, and the rest is still decoded (under the URL's key),
 	// so that it is checked as it is, not reported as missing.
-	errs := []error{duplicateKeys(body)}
+	errs := []error{strict.DuplicateKeys(body)}
 	reason := ""
 	if raw, ok := generic["reason"]; ok {
 		if err := json.Unmarshal(raw, &reason); err != nil {
