@@ -123,14 +123,15 @@ func (ex *exchange) keepUpstreamReadDeadline() error {
 
 // forwardTrailers hands the trailer fields that ended a chunked upstream
 // body to the client's response, which fasthttp writes after the last
-// chunk. The response header has been written by then, so a trailer the
-// upstream did not announce is added to the trailer section only.
+// chunk, but those dropTrailerField refuses. The response header has been
+// written by then, so a trailer the upstream did not announce is added to
+// the trailer section only.
 func (ex *exchange) forwardTrailers() {
 	if ex.respOut == nil {
 		return
 	}
 	for _, k := range ex.resp.Header.PeekTrailerKeys() {
-		if !ex.opts.AllowUnderscoresInHeaders && hasUnderscore(k) {
+		if ex.dropTrailerField(k) {
 			continue
 		}
 		v := ex.resp.Header.PeekBytes(k)

@@ -50,6 +50,12 @@
 //     Transfer-Encoding, Upgrade, and every header named in Connection) are
 //     removed in both directions, before the gateway adds its own headers,
 //     so "Connection: X-Forwarded-For" cannot strip what the gateway sets.
+//     An upstream's trailer fields are filtered as its header is, on every
+//     path (dropTrailerField): no hop-by-hop field, decision header,
+//     X-Request-Id, Via or reported metric field is relayed, or announced,
+//     as a trailer, so the gateway's own fields cannot be forged at the
+//     end of an answer (nor moved there: fasthttp files a field set under
+//     an announced name in the trailer section).
 //   - Inbound X-Forwarded-For/-Proto/-Host (and Forwarded, X-Real-Ip) are
 //     dropped unless the TCP peer is in Options.TrustedProxies. X-Gray-Tag is
 //     always replaced by the router's decision (which honours an inbound
@@ -280,7 +286,14 @@
 //     trailers, and any other stream is reset.
 //
 // An HTTP/1.1 client reaches h2 and h2c pools through the same
-// transports (h1net.go); a WebSocket handshake to one is refused.
+// transports (h1net.go); a WebSocket handshake to one is refused. A
+// stream an h2 or h2c instance refuses unprocessed is handled alike for
+// both codecs (netAttempt): asked once more at once, then the attempt
+// ends as one never sent and may go to stable with its whole body (a
+// streamed one resumed, what the transport read of it first, if that
+// fits in Policy.FallbackBodyBytes); a request without a body waits out
+// the transport's first one-second back-off, and then goes to stable only
+// if idempotent.
 //
 // # Shadow traffic
 //

@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -264,6 +267,98 @@ func TestH2RefusedStreamFallsBack(t *testing.T) {
 			}
 			if e := decodeEcho(t, r); e.Name != "echo" || r.Header.Get("X-Gray-Degraded") != "fallback" {
 				t.Errorf("GET answered by %q (degraded %q), want stable's echo, fallback", e.Name, r.Header.Get("X-Gray-Degraded"))
+			}
+		})
+	}
+}
+
+// TestH1RefusedStreamFallsBack is TestH2RefusedStreamFallsBack for an
+// HTTP/1.1 client of an h2c pool, through the real listener: a GET and a
+// POST are answered by stable, promptly (the HTTP/2 transport alone held
+// the GET until the response header timeout and answered the POST 502,
+// "define Request.GetBody"); an upload larger than fallback_body_bytes
+// that the gray instance refused while it streamed goes to stable whole,
+// what was read of it first; without stable the answer is a prompt 502
+// naming the pool. Stable is an http1 pool in one case and an h2c pool
+// in the other: both resume the body.
+func TestH1RefusedStreamFallsBack(t *testing.T) {
+	const headerTimeout = 8 * time.Second
+	for _, goAway := range []bool{false, true} {
+		name := map[bool]string{false: "REFUSED_STREAM", true: "GOAWAY"}[goAway]
+		t.Run(name, func(t *testing.T) {
+			addr, seen := refusingUpstream(t, goAway)
+			gray := poolOf("gray", addr)
+			gray.Protocol = upstream.H2C
+			stable := poolOf("stable", addrOf(h2cBackend(t, "stable")))
+			if goAway {
+				stable.Protocol = upstream.H2C
+			}
+			var noStable atomic.Bool
+			d := deciderFunc(func(attr.Request) router.Decision {
+				dec := router.Decision{Rule: "g", Group: "gray", Target: gray, Stable: stable}
+				if noStable.Load() {
+					dec.Stable = nil
+				}
+				return dec
+			})
+			_, gw := startProxyWith(t, Options{ResponseHeaderTimeout: headerTimeout}, d, listener.Protocols{H2C: true})
+			c := httpClient(t)
+			for _, method := range []string{"GET", "POST"} {
+				body := map[string]string{"POST": "payload"}[method]
+				start := time.Now()
+				req, _ := http.NewRequest(method, "http://"+gw+"/x", strings.NewReader(body))
+				resp, e := getEcho(t, c, req)
+				if took := time.Since(start); took > headerTimeout/2 {
+					t.Errorf("%s answered after %v, want well under the %v header timeout", method, took, headerTimeout)
+				}
+				if resp.StatusCode != 200 || e.Name != "stable" || e.Body != body || resp.Header.Get("X-Gray-Degraded") != "fallback" {
+					t.Errorf("%s: %d from %q, body %q, degraded %q; want stable's answer to the whole request, fallback",
+						method, resp.StatusCode, e.Name, e.Body, resp.Header.Get("X-Gray-Degraded"))
+				}
+			}
+
+			// An upload over fallback_body_bytes is streamed, not held:
+			// the client sends it in steps, each after gray refused (the
+			// first is the 8 KiB fasthttp reads before the handler runs).
+			const size, first = 200 << 10, 8 << 10
+			big := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+			conn := dialBounded(t, gw, 20*time.Second)
+			defer conn.Close()
+			waitSeen := func(n int64) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for seen.Load() < n {
+					if time.Now().After(deadline) {
+						t.Fatalf("gray saw %d requests, want %d", seen.Load(), n)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			before := seen.Load()
+			fmt.Fprintf(conn, "POST /big HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", size, big[:first])
+			waitSeen(before + 1)
+			_, _ = conn.Write(big[first : first+10])
+			waitSeen(before + 2)
+			_, _ = conn.Write(big[first+10:])
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("upload: %v", err)
+			}
+			if e := decodeEcho(t, resp); resp.StatusCode != 200 || e.Name != "stable" || e.Body != string(big) || resp.Header.Get("X-Gray-Degraded") != "fallback" {
+				t.Errorf("upload: %d from %q with %d bytes (whole: %v), degraded %q; want stable's answer to all %d bytes, fallback",
+					resp.StatusCode, e.Name, len(e.Body), e.Body == string(big), resp.Header.Get("X-Gray-Degraded"), size)
+			}
+
+			noStable.Store(true)
+			for _, method := range []string{"GET", "POST"} {
+				start := time.Now()
+				code, body := fetch(t, c, method, "http://"+gw+"/x", map[string]string{"POST": "payload"}[method])
+				if took := time.Since(start); took > headerTimeout/2 {
+					t.Errorf("%s without stable answered after %v, want well under the %v header timeout", method, took, headerTimeout)
+				}
+				if code != http.StatusBadGateway || !strings.Contains(body, `upstream "gray"`) {
+					t.Errorf("%s without stable: %d %q, want 502 naming the pool", method, code, body)
+				}
 			}
 		})
 	}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -18,8 +20,7 @@ import (
 // nethttp.go, so that a gray release can move a service to HTTP/2 (or
 // gRPC) behind clients that still speak HTTP/1.1.
 type netUpstream struct {
-	call *netCall
-	body *upBody
+	att  netAttempt
 	resp *http.Response
 	// stopBody ends the transport's reads of the client's body before the
 	// exchange, and the connection fasthttp reads it from, are reused.
@@ -42,7 +43,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	in := &ctx.Request.Header
 	pool := ex.d.Target
 	call := newNetCall(context.Background(), ex.headerTimeout)
-	nu := &netUpstream{call: call}
+	nu := &netUpstream{att: netAttempt{call: call, h2: true}}
 	ex.net = nu
 
 	h := make(http.Header, in.Len()+8)
@@ -87,20 +88,25 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	case bodyBuffered:
 		out.Body = &heldBody{r: newBytesReader(ex.sendBody), call: call}
 		out.ContentLength = int64(len(ex.sendBody))
+		nu.att.held = holding(ex.sendBody)
 	case bodyFixed, bodyChunked:
 		var src io.Reader = ex.reqBody.src
 		if pre := ex.reqBody.pre; pre != nil {
 			src = io.MultiReader(newBytesReader(pre), src)
 		}
-		nu.body = &upBody{src: src, call: call, count: bodyCount{size: ex.reqBody.size, max: ex.pol.MaxBodyBytes}}
-		out.Body = nu.body
+		nu.att.body = &upBody{src: src, call: call, keep: ex.keepForResume(),
+			count: bodyCount{size: ex.reqBody.size, max: ex.pol.MaxBodyBytes}}
+		out.Body = nu.att.body
 		out.ContentLength = ex.reqBody.size
 		conn := ctx.Conn()
 		nu.stopBody = func() { _ = conn.SetReadDeadline(aLongTimeAgo) }
 	default:
 		call.arm()
 	}
-	out = out.WithContext(call.ctx)
+	if out.Body != nil {
+		out.GetBody = nu.att.getBody
+	}
+	out = out.WithContext(nu.att.trace(call.ctx, &httptrace.ClientTrace{}))
 	ex.netOut = out
 
 	var start time.Time
@@ -113,12 +119,16 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	if err == nil {
 		err = unrelayableStatus(resp)
 	}
-	if nu.body != nil {
-		nu.body.collect(&ex.flow)
+	if nu.att.body != nil {
+		nu.att.body.collect(&ex.flow)
 	}
 	if err != nil {
+		var unsent bool
+		err, unsent = ex.refused(&nu.att, err, ex.netError(err, call, context.Background()))
+		if unsent {
+			ex.resumeRefused(nu.att.body)
+		}
 		ex.endNet()
-		err = ex.netError(err, call, context.Background())
 		if ex.clientErr != nil && isBadBody(ctx, ex.clientErr) {
 			err = errors.Join(errBadRequestBody, err)
 		}
@@ -153,7 +163,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	ex.setDecisionHeaders(&o.Header)
 	ex.addVia(&o.Header)
 	ensureDate(&o.Header)
-	if nu.body != nil && !nu.body.ended() {
+	if nu.att.body != nil && !nu.att.body.ended() {
 		// The upstream answered before the upload ended: what is left of
 		// it is not read, so the connection cannot carry another request.
 		ctx.SetConnectionClose()
@@ -177,6 +187,39 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	return true, nil
 }
 
+// keepForResume is how much of a streamed body the transport's reads
+// hold (upBody.keep), to send it again after the upstream refused it
+// unprocessed (netAttempt.getBody, resumeRefused): Policy.FallbackBodyBytes,
+// as for an HTTP/2 client's body.
+func (ex *exchange) keepForResume() int {
+	if k := ex.pol.FallbackBodyBytes; k > 0 {
+		return int(k)
+	}
+	return int(router.DefaultFallbackBodyBytes)
+}
+
+// resumeRefused makes the streamed body b of an attempt the upstream refused
+// unprocessed (netAttempt.refused) the next attempt's, if b holds all it
+// read (upBody.unread): what it read goes first (reqBody.pre), then what
+// is left of the client's body, and the request may fall back. b may
+// have started with the previous pre, which either it holds whole, or is
+// still to be sent whole.
+func (ex *exchange) resumeRefused(b *upBody) {
+	if ex.replayable || b == nil {
+		return
+	}
+	held, ok := b.unread()
+	if !ok {
+		return
+	}
+	rb := &ex.reqBody
+	if len(held) >= len(rb.pre) {
+		rb.pre = held
+	}
+	rb.n = int64(len(rb.pre))
+	ex.replayable = true
+}
+
 // endNet ends the net/http call of ex: the transport stops reading the
 // client's body, and the call's context is canceled.
 func (ex *exchange) endNet() {
@@ -184,10 +227,10 @@ func (ex *exchange) endNet() {
 	if nu == nil {
 		return
 	}
-	if nu.body != nil {
-		nu.body.stop(nu.stopBody)
+	if nu.att.body != nil {
+		nu.att.body.stop(nu.stopBody)
 	}
-	nu.call.end()
+	nu.att.call.end()
 	if nu.resp != nil {
 		_ = nu.resp.Body.Close()
 	}
@@ -212,11 +255,14 @@ func (b *netRespBody) Read(p []byte) (int, error) {
 		tr := ex.net.resp.Trailer
 		ex.noteGRPCStatus(tr)
 		for k, vs := range tr {
-			if len(vs) == 0 || (!ex.opts.AllowUnderscoresInHeaders && hasUnderscore(s2b(k))) {
+			if len(vs) == 0 || ex.dropTrailerField(s2b(k)) {
 				continue
 			}
-			_ = ex.respOut.AddTrailer(k)
-			ex.respOut.Set(k, vs[0])
+			// A name fasthttp refuses as a trailer (RFC 9110 section
+			// 6.5.1) would be set in the header, which is gone.
+			if ex.respOut.AddTrailer(k) == nil {
+				ex.respOut.Set(k, vs[0])
+			}
 		}
 	case err != nil:
 		ex.upErr = err

@@ -178,11 +178,10 @@ type stream struct {
 	cbody *clientBody
 	buf   []byte
 
-	// Per attempt: the net/http call and the body it reads. Both may be
-	// touched by a transport goroutine after the handler returned, so
-	// they are made per request, never pooled.
-	call *netCall
-	body *upBody
+	// att is the attempt under way: its net/http call and the body it
+	// reads. Both may be touched by a transport goroutine after the
+	// handler returned, so they are made per attempt, never pooled.
+	att netAttempt
 	// pending is the body of the next attempt, kept from the failed one
 	// (replayOK).
 	pending io.ReadCloser
@@ -194,9 +193,6 @@ type stream struct {
 	bodyEnd atomic.Int64
 	// out is the request last sent upstream (sentRequest).
 	out *http.Request
-	// asked counts, per attempt on an h2 or h2c pool, the requests the
-	// HTTP/2 transport made for it (refusedTwice).
-	asked int
 }
 
 func (p *Proxy) newStream() *stream {
@@ -249,15 +245,14 @@ func (s *stream) resetStream() {
 	clear(s.in.vals)
 	s.in.vals = s.in.vals[:0]
 	s.w, s.r, s.rc, s.info = nil, nil, nil, nil
-	if s.body != nil {
-		s.body.stop(nil)
+	if s.att.body != nil {
+		s.att.body.stop(nil)
 	}
 	s.cbody = nil
-	s.call, s.body, s.pending = nil, nil, nil
+	s.att, s.pending = netAttempt{}, nil
 	s.deadline, s.deadlineBound = time.Time{}, false
 	s.bodyEnd.Store(0)
 	s.out = nil
-	s.asked = 0
 }
 
 // serve runs the flow's phases for the stream. It returns true when the
@@ -346,39 +341,21 @@ func (s *stream) admitStream(cl int64, src io.Reader) error {
 // holds it (a gRPC call whose upstream then failed). The policy's
 // fallBackOK decides the rest.
 func (s *stream) replayOK() {
-	if s.replayable || s.body == nil {
+	if s.replayable || s.att.body == nil {
 		return
 	}
-	b, ok := s.body.replay(nil)
+	b, ok := s.att.body.replay(nil)
 	if !ok && !s.sent {
-		// Nothing of the request was processed (refusedTwice): what the
-		// transport read of the body is sent again, then the rest.
-		b, ok = resumeBody(s.body, nil)
+		// Nothing of the request was processed (netAttempt.refused):
+		// what the transport read of the body is sent again, then the
+		// rest.
+		b, ok = resumeBody(s.att.body, nil)
 	}
 	if ok {
 		s.replayable = true
-		s.body = nil
+		s.att.body = nil
 		s.pending = b
 	}
-}
-
-// resumeBody returns, for another attempt, a body that was read only in
-// part by an attempt the upstream did not process: what b holds, then
-// what is left of its source. It fails when b does not hold all it read
-// (over the replay limit), or its source failed or is being read. b is
-// not read any more afterwards. Only a transport that is done with b may
-// ask: the HTTP/2 transport's retry (getBody), or the stream once the
-// attempt failed (replayOK).
-func resumeBody(b *upBody, call *netCall) (io.ReadCloser, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.over || b.reading || b.stopped || b.count.err != nil || b.count.tooLarge {
-		return nil, false
-	}
-	b.stopped = true
-	held := append([]byte(nil), b.held...)
-	return &upBody{src: io.MultiReader(newBytesReader(held), b.src), call: call, keep: b.keep, onEnd: b.onEnd,
-		count: bodyCount{size: b.count.size, max: b.count.max}}, true
 }
 
 // forward makes one attempt on s.d.Target through the pool's net/http
@@ -399,7 +376,7 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		}
 	}
 	call := newNetCall(s.r.Context(), timeout)
-	s.call = call
+	s.att = netAttempt{call: call, h2: pool.Protocol != upstream.HTTP1}
 	out := s.upstreamRequest(pool, trusted, call)
 	s.out = out
 	if out.Body == nil || out.Body == http.NoBody {
@@ -410,40 +387,25 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		start = s.p.now()
 	}
 	s.sent = true
-	s.asked = 0
 	var resp *http.Response
 	var err error
 	if fastH1(pool, out) {
 		resp, err = s.roundTripH1(out, call)
 	} else {
 		// Interim responses are forwarded as they come.
-		trace := &httptrace.ClientTrace{Got1xxResponse: s.interim}
-		if pool.Protocol != upstream.HTTP1 {
-			trace.GotConn = s.gotConn
-		}
-		out = out.WithContext(httptrace.WithClientTrace(out.Context(), trace))
+		out = out.WithContext(s.att.trace(out.Context(), &httptrace.ClientTrace{Got1xxResponse: s.interim}))
 		resp, err = s.p.netTransport(pool).RoundTrip(out)
 	}
 	call.answered()
 	if err == nil {
 		err = unrelayableStatus(resp)
 	}
-	if s.body != nil {
-		s.body.collect(&s.flow)
+	if s.att.body != nil {
+		s.att.body.collect(&s.flow)
 	}
 	if err != nil {
 		call.end()
-		unsent := errors.Is(err, errRefusedTwice)
-		refused := unsent || errors.Is(context.Cause(call.ctx), errRefusedTwice)
-		err = s.netError(err, call, s.r.Context())
-		if refused && s.clientErr == nil && !s.tooLarge && !s.canceled {
-			err = fmt.Errorf("sending request to %s: %w", s.inst.Addr, errRefusedTwice)
-			// Refused by getBody, nothing of the request was processed:
-			// it may go to stable as one that could not be sent
-			// (fallBackOK). Cancelled by gotConn, the third request may
-			// have gone out: only an idempotent one goes to stable.
-			s.sent = !unsent
-		}
+		err, _ = s.refused(&s.att, err, s.netError(err, call, s.r.Context()))
 		s.recordOutcome(start, err)
 		return nil, err
 	}
@@ -524,7 +486,7 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 		out.ContentLength = s.r.ContentLength
 		switch b := out.Body.(type) {
 		case *upBody:
-			s.body = b
+			s.att.body = b
 		case *heldBody:
 			b.call = call
 			out.ContentLength = int64(b.r.Len())
@@ -535,6 +497,7 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 	case s.buffered:
 		out.Body = &heldBody{r: newBytesReader(s.body0()), call: call}
 		out.ContentLength = int64(len(s.flow.body))
+		s.att.held = holding(s.body0())
 	case s.r.ContentLength == 0:
 		out.Body = nil
 		return
@@ -547,9 +510,9 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 		if keep <= 0 {
 			keep = 64 << 10
 		}
-		s.body = &upBody{src: src, call: call, keep: int(keep),
+		s.att.body = &upBody{src: src, call: call, keep: int(keep),
 			count: bodyCount{size: s.r.ContentLength, max: s.pol.MaxBodyBytes}}
-		out.Body = s.body
+		out.Body = s.att.body
 		out.ContentLength = s.r.ContentLength
 		if s.grpc {
 			out.ContentLength = -1
@@ -560,69 +523,11 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 		ub.call, ub.onEnd = call, s.markBodyEnd
 		ub.mu.Unlock()
 	}
-	out.GetBody = s.getBody
+	out.GetBody = s.att.getBody
 }
 
 // markBodyEnd notes when the request body ended, for the breaker's latency.
 func (s *stream) markBodyEnd() { s.bodyEnd.Store(time.Now().UnixNano()) }
-
-// errRefusedTwice ends an attempt on an HTTP/2 upstream that refused the
-// request unprocessed twice in a row (REFUSED_STREAM, or a GOAWAY that
-// left it out).
-var errRefusedTwice = errors.New("upstream refused the stream unprocessed, twice")
-
-// refusedTwice counts a request the HTTP/2 transport makes for the
-// attempt, and reports whether two were refused before it. The transport
-// asks again, on the same instance, for as long as the server refuses
-// (up to seven times, backing off from 1 s to 32 s after the second), so
-// an instance that sheds load with REFUSED_STREAM or drains with GOAWAY
-// would hold the request until the header timeout: one immediate retry
-// covers a connection that was going away, and the attempt ends after
-// it, the request being one that was never processed (README: a stream
-// the server refused unread goes to stable).
-func (s *stream) refusedTwice() bool {
-	s.asked++
-	return s.asked > 2
-}
-
-// gotConn is the HTTP/2 transport's trace of each request it makes for
-// the attempt (h2 and h2c pools). The transport retries a request without
-// a body without asking getBody, and the third time after a back-off of
-// a second: that third request cancels the attempt, though it may already
-// be on its way.
-func (s *stream) gotConn(httptrace.GotConnInfo) {
-	if s.refusedTwice() {
-		s.call.cancel(errRefusedTwice)
-	}
-}
-
-// getBody is the upstream request's GetBody, which http2.Transport calls
-// to send a request again on another connection after the server refused
-// it unprocessed (GOAWAY, REFUSED_STREAM): the held body, if it can be.
-// The second time, the attempt ends (refusedTwice): the transport calls
-// it before it backs off.
-func (s *stream) getBody() (io.ReadCloser, error) {
-	if s.d.Target != nil && s.d.Target.Protocol != upstream.HTTP1 && s.asked >= 2 {
-		return nil, errRefusedTwice
-	}
-	if s.buffered {
-		return &heldBody{r: newBytesReader(s.body0())}, nil
-	}
-	if b := s.body; b != nil {
-		if r, ok := b.replay(b.call); ok {
-			return r, nil
-		}
-		if s.d.Target != nil && s.d.Target.Protocol != upstream.HTTP1 {
-			// The HTTP/2 transport asks only for a request the server
-			// did not process, once it is done with the body it read.
-			if r, ok := resumeBody(b, b.call); ok {
-				s.body = r.(*upBody)
-				return r, nil
-			}
-		}
-	}
-	return nil, errors.New("graygate: the request body was streamed and cannot be sent again")
-}
 
 func (s *stream) body0() []byte { return s.flow.body }
 
@@ -632,7 +537,7 @@ func (s *stream) body0() []byte { return s.flow.body }
 // true when the stream must be reset: the upstream broke off mid-body.
 func (s *stream) respond(resp *http.Response) (abort bool) {
 	defer resp.Body.Close()
-	defer s.call.end()
+	defer s.att.call.end()
 	w := s.w
 	h := w.Header()
 	for k, vs := range resp.Header {
@@ -666,7 +571,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	}
 	var idle *readIdle
 	if !s.grpc && s.opts.UpstreamReadTimeout > 0 {
-		idle = newReadIdle(s.opts.UpstreamReadTimeout, s.call)
+		idle = newReadIdle(s.opts.UpstreamReadTimeout, s.att.call)
 		defer idle.stop()
 	}
 	// The stream's write deadline bounds each write by WriteTimeout
@@ -718,8 +623,8 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				s.clientErr = s.r.Context().Err()
 				return false // the client reset the stream; so is the upstream's
 			}
-			if s.body != nil {
-				s.body.collect(&s.flow)
+			if s.att.body != nil {
+				s.att.body.collect(&s.flow)
 			}
 			if s.tooLarge {
 				// The client's body went over the route's limit while the
@@ -747,7 +652,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		}
 	}
 	for k, vs := range resp.Trailer {
-		if !s.opts.AllowUnderscoresInHeaders && hasUnderscore(s2b(k)) {
+		if s.dropTrailerField(s2b(k)) {
 			continue
 		}
 		h[http.TrailerPrefix+k] = vs

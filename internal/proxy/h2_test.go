@@ -411,3 +411,79 @@ func TestH1ClientKeepsAliveToH2Pool(t *testing.T) {
 	read(2)
 	read(3)
 }
+
+// TestTrailersFiltered: an upstream cannot forge the gateway's fields in
+// its trailers (the decision headers, X-Request-Id, Via, a reported
+// metric field) nor relay hop-by-hop ones, on every path: HTTP/1.1 and
+// HTTP/2 clients, http1 and h2c pools, through the real listener. It
+// announces some of them (an HTTP/1.1 client saw the gateway's own
+// X-Gray-Rule moved into the trailers and overwritten) and sends others
+// unannounced; its own trailer field comes through.
+func TestTrailersFiltered(t *testing.T) {
+	forged := []string{"X-Gray-Rule", "X-Gray-Group", "X-Gray-Degraded", "X-Request-Id", "Via", "X-Gray-Metric-Revenue", "Upgrade", "X_Sum"}
+	backend := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Trailer", "X-Gray-Rule, X-Request-Id, Via, X-Gray-Metric-Revenue, X-Sum")
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "body")
+		for _, k := range forged[:4] {
+			w.Header().Set(k, "forged")
+		}
+		w.Header().Set("Via", "1.1 forged")
+		w.Header().Set("X-Gray-Metric-Revenue", "12.5")
+		w.Header().Set(http.TrailerPrefix+"X-Gray-Group", "forged")
+		w.Header().Set(http.TrailerPrefix+"X-Gray-Degraded", "forged")
+		w.Header().Set(http.TrailerPrefix+"Upgrade", "forged")
+		w.Header().Set(http.TrailerPrefix+"X_Sum", "forged")
+		w.Header().Set("X-Sum", "4")
+	}))
+	pools := map[string]*upstream.Pool{"http1": poolOf("h1", addrOf(backend)), "h2c": poolOf("h2c", addrOf(backend))}
+	pools["h2c"].Protocol = upstream.H2C
+	d := deciderFunc(func(r attr.Request) router.Decision {
+		return router.Decision{Rule: "r", Group: "gray", Target: pools[strings.Trim(r.Path(), "/")],
+			Report: &router.Report{Headers: []string{"X-Gray-Metric-Revenue"}}}
+	})
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
+	for _, cl := range []string{"http/1.1", "h2c"} {
+		for _, up := range []string{"http1", "h2c"} {
+			for _, method := range []string{"GET", "POST"} {
+				t.Run(cl+" from "+up+" "+method, func(t *testing.T) {
+					req, _ := http.NewRequest(method, "http://"+addr+"/"+up, strings.NewReader(map[string]string{"POST": "up"}[method]))
+					req.Header.Set("Te", "trailers")
+					resp, err := clients[cl].Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != 200 || string(body) != "body" {
+						t.Fatalf("%d %q %v", resp.StatusCode, body, err)
+					}
+					for _, k := range forged {
+						if v, ok := resp.Trailer[http.CanonicalHeaderKey(k)]; ok {
+							t.Errorf("trailer %s announced or relayed: %q", k, v)
+						}
+					}
+					if got := resp.Trailer.Get("X-Sum"); got != "4" {
+						t.Errorf("trailer X-Sum = %q, want 4", got)
+					}
+					checks := []struct{ what, got, want string }{
+						{"X-Gray-Rule", strings.Join(resp.Header.Values("X-Gray-Rule"), ","), "r"},
+						{"X-Gray-Group", strings.Join(resp.Header.Values("X-Gray-Group"), ","), "gray"},
+						{"X-Gray-Degraded", strings.Join(resp.Header.Values("X-Gray-Degraded"), ","), ""},
+						{"X-Request-Id count", fmt.Sprint(len(resp.Header.Values("X-Request-Id"))), "1"},
+						{"Via count", fmt.Sprint(len(resp.Header.Values("Via"))), "1"},
+						{"X-Gray-Metric-Revenue", resp.Header.Get("X-Gray-Metric-Revenue"), ""},
+					}
+					for _, c := range checks {
+						if c.got != c.want {
+							t.Errorf("header %s = %q, want %q", c.what, c.got, c.want)
+						}
+					}
+				})
+			}
+		}
+	}
+}

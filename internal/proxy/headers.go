@@ -270,9 +270,13 @@ func (ex *exchange) setBodyKind(ctx *fasthttp.RequestCtx, ws bool) {
 	case ex.buffered:
 		ex.bodyKind, ex.sendBody = bodyBuffered, ex.body
 	case ex.reqBody.pre != nil:
-		// A chunked body that outgrew the replay buffer: what was read,
-		// then the rest of the stream.
+		// A chunked body that outgrew the replay buffer, or a body an
+		// HTTP/2 upstream refused unprocessed (resumeRefused): what was
+		// read, then the rest of the stream.
 		ex.bodyKind = bodyChunked
+		if ex.reqBody.size >= 0 {
+			ex.bodyKind = bodyFixed
+		}
 	case cl == 0 || cl == -2:
 		// No body.
 	default:
@@ -375,6 +379,9 @@ func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
 		h.SetProtocol(strHTTP11)
 	}
 	ex.tokens = appendConnTokens(ex.tokens[:0], h.PeekAll(fasthttp.HeaderConnection))
+	if len(h.PeekTrailerKeys()) > 0 {
+		ex.filterTrailerKeys(h)
+	}
 	del := ex.scratch[:0]
 	for k := range h.All() {
 		if eqFold(k, fasthttp.HeaderTrailer) || eqFold(k, fasthttp.HeaderContentLength) {
@@ -393,6 +400,70 @@ func (ex *exchange) filterResponseHeader(h *fasthttp.ResponseHeader) {
 		del = del[i+1:]
 	}
 	ex.scratch = ex.scratch[:0]
+}
+
+// filterTrailerKeys removes from the trailer fields an upstream's header
+// announces those that dropTrailerField refuses, and those its Connection
+// field names (ex.tokens). Announced, a name would also take the
+// gateway's own field of that name into the trailer section: fasthttp
+// files a value set under an announced name there.
+func (ex *exchange) filterTrailerKeys(h *fasthttp.ResponseHeader) {
+	keep := ex.scratch[:0]
+	dropped := false
+	for _, k := range h.PeekTrailerKeys() {
+		if ex.dropTrailerField(k) {
+			dropped = true
+			continue
+		}
+		if len(keep) > 0 {
+			keep = append(keep, ", "...)
+		}
+		keep = append(keep, k...)
+	}
+	if dropped {
+		if len(keep) == 0 {
+			h.Del(fasthttp.HeaderTrailer)
+		} else {
+			_ = h.SetTrailerBytes(keep)
+		}
+	}
+	ex.scratch = keep[:0]
+}
+
+// dropTrailerField is the response phase's verdict on one trailer field
+// of an upstream's answer, on every path (forwardTrailers, netRespBody,
+// stream.respond): the fields dropResponseField removes from a header
+// (hop-by-hop, the decision headers), the gateway's X-Request-Id and Via,
+// the reported metric fields (takeReported), and a name with "_" unless
+// allowed. The gateway's own fields are in its header, and an upstream
+// must not add to them, or stand in for them, at the end of the answer.
+// Fields the header's Connection field names are refused too while
+// f.tokens holds them (filterTrailerKeys); a trailer section that arrives
+// later is checked without them.
+func (f *flow) dropTrailerField(k []byte) bool {
+	return f.dropResponseField(k) || eqFold(k, hdrRequestID) || eqFold(k, hdrVia) ||
+		(!f.opts.AllowUnderscoresInHeaders && hasUnderscore(k)) || f.reportedField(k)
+}
+
+// reportedField reports whether k is a field takeReported removes.
+func (f *flow) reportedField(k []byte) bool {
+	for _, n := range f.reportedNames() {
+		if eqFold(k, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// reportedNames names the fields any rule reads metrics from
+// (Decision.Strip, which holds the Report's; without it, the Report's).
+func (f *flow) reportedNames() []string {
+	if s := f.d.Strip; s != nil {
+		return s.Headers
+	} else if r := f.d.Report; r != nil {
+		return r.Headers
+	}
+	return nil
 }
 
 // dropResponseField is the response phase's verdict on one upstream
@@ -416,13 +487,7 @@ func (f *flow) takeReported(h fields, status int, del []byte) []byte {
 	if r != nil && len(r.Headers) > 0 && isFinal(status) {
 		f.captureReported(h, r.Headers)
 	}
-	var names []string
-	if s := f.d.Strip; s != nil {
-		names = s.Headers
-	} else if r != nil {
-		names = r.Headers
-	}
-	for _, n := range names {
+	for _, n := range f.reportedNames() {
 		del = append(append(del, n...), 0)
 	}
 	return del

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 
@@ -245,6 +246,122 @@ func (c *netCall) end() {
 	c.cancel(context.Canceled)
 }
 
+// netAttempt is one attempt through a net/http transport, whichever codec
+// makes it (stream.forward for HTTP/2 clients, forwardNet for HTTP/1.1
+// clients of h2 and h2c pools): its call, the body the transport reads,
+// and, toward an h2 or h2c pool, the requests the HTTP/2 transport made
+// for it. Its hooks (gotConn, getBody) and refused are the one policy for
+// a stream an instance refused unprocessed (REFUSED_STREAM, or a GOAWAY
+// that left it out). The transport asks again, on the same instance, for
+// as long as the server refuses (up to seven times, backing off from 1 s
+// to 32 s after the second), so an instance that sheds load or drains
+// would hold the request until the header timeout: one immediate retry
+// covers a connection that was going away, and the attempt ends after
+// it, the request being one that was never processed (README: a stream
+// the server refused unread goes to stable). The hooks run on the
+// goroutine that called RoundTrip.
+type netAttempt struct {
+	call *netCall
+	// body is the client's body as the transport streams it; held is a
+	// body the gateway holds whole (buffered at admit). At most one is set.
+	body *upBody
+	held []byte
+	// h2: the pool speaks HTTP/2, whose transport retries refused streams.
+	h2 bool
+	// asked counts the requests the HTTP/2 transport made (refusedTwice).
+	asked int
+}
+
+// holding returns b, a body held whole, as netAttempt.held: never nil.
+func holding(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// errRefusedTwice ends an attempt on an HTTP/2 upstream that refused the
+// request unprocessed twice in a row (REFUSED_STREAM, or a GOAWAY that
+// left it out).
+var errRefusedTwice = errors.New("upstream refused the stream unprocessed, twice")
+
+// trace returns ctx with the attempt's hook (toward an h2 or h2c pool)
+// added to t, whose Got1xxResponse the caller may have set.
+func (a *netAttempt) trace(ctx context.Context, t *httptrace.ClientTrace) context.Context {
+	if a.h2 {
+		t.GotConn = a.gotConn
+	}
+	if t.GotConn == nil && t.Got1xxResponse == nil {
+		return ctx
+	}
+	return httptrace.WithClientTrace(ctx, t)
+}
+
+// refusedTwice counts a request the HTTP/2 transport makes for the
+// attempt, and reports whether two were refused before it.
+func (a *netAttempt) refusedTwice() bool {
+	a.asked++
+	return a.asked > 2
+}
+
+// gotConn is the HTTP/2 transport's trace of each request it makes for
+// the attempt. The transport retries a request without a body without
+// asking getBody, and the third time after a back-off of a second: that
+// third request cancels the attempt, though it may already be on its way.
+func (a *netAttempt) gotConn(httptrace.GotConnInfo) {
+	if a.refusedTwice() {
+		a.call.cancel(errRefusedTwice)
+	}
+}
+
+// getBody is the upstream request's GetBody, which a transport calls to
+// send a request again on another connection (http2.Transport after the
+// server refused it unprocessed: GOAWAY, REFUSED_STREAM): the held body,
+// or the streamed one if it can be sent again. Toward an h2 or h2c pool
+// the second call ends the attempt (refusedTwice): the transport calls it
+// before it backs off.
+func (a *netAttempt) getBody() (io.ReadCloser, error) {
+	if a.h2 && a.asked >= 2 {
+		return nil, errRefusedTwice
+	}
+	if a.held != nil {
+		return &heldBody{r: newBytesReader(a.held), call: a.call}, nil
+	}
+	if b := a.body; b != nil {
+		if r, ok := b.replay(b.call); ok {
+			return r, nil
+		}
+		if a.h2 {
+			// The HTTP/2 transport asks only for a request the server
+			// did not process, once it is done with the body it read.
+			if r, ok := resumeBody(b, b.call); ok {
+				a.body = r.(*upBody)
+				return r, nil
+			}
+		}
+	}
+	return nil, errors.New("graygate: the request body was streamed and cannot be sent again")
+}
+
+// refused maps the failure of a round trip (rtErr, which netError made
+// err) on an h2 or h2c pool that refused the request twice unprocessed:
+// refused by getBody, nothing of the request was processed, and it may go
+// to stable as one that could not be sent (fallBackOK); cancelled by
+// gotConn, the third request may have gone out, and only an idempotent
+// one goes to stable. unsent reports the first case. A failure of the
+// client's, or any other, is left as it is.
+func (f *flow) refused(a *netAttempt, rtErr, err error) (_ error, unsent bool) {
+	if !a.h2 {
+		return err, false
+	}
+	unsent = errors.Is(rtErr, errRefusedTwice)
+	if (!unsent && !errors.Is(context.Cause(a.call.ctx), errRefusedTwice)) || f.clientErr != nil || f.tooLarge || f.canceled {
+		return err, false
+	}
+	f.sent = !unsent
+	return fmt.Errorf("sending request to %s: %w", f.inst.Addr, errRefusedTwice), unsent
+}
+
 // upBody is the client's request body as a net/http transport reads it,
 // on the transport's goroutine. It counts the body against the route's
 // limit and its declared size (bodyCount, the same accounting reqBody
@@ -343,6 +460,34 @@ func (b *upBody) stop(wake func()) {
 	for b.reading {
 		b.cond.Wait()
 	}
+}
+
+// unread takes, for another attempt, what b read of a body that an
+// attempt the upstream did not process read only in part: the bytes it
+// holds, which the next attempt sends before what is left of b's source.
+// It fails when b does not hold all it read (over the replay limit), or
+// its source failed or is being read. b is not read any more afterwards.
+// Only a transport that is done with b may ask: the HTTP/2 transport's
+// retry (getBody), or the codec once the attempt failed.
+func (b *upBody) unread() ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.over || b.reading || b.stopped || b.count.err != nil || b.count.tooLarge {
+		return nil, false
+	}
+	b.stopped = true
+	return append([]byte(nil), b.held...), true
+}
+
+// resumeBody returns, for another attempt, b's body resumed (unread): what
+// b holds, then what is left of its source, counted as b counts.
+func resumeBody(b *upBody, call *netCall) (io.ReadCloser, bool) {
+	held, ok := b.unread()
+	if !ok {
+		return nil, false
+	}
+	return &upBody{src: io.MultiReader(newBytesReader(held), b.src), call: call, keep: b.keep, onEnd: b.onEnd,
+		count: bodyCount{size: b.count.size, max: b.count.max}}, true
 }
 
 // ended reports whether the body was read to its end.
