@@ -433,7 +433,7 @@ func (ex *exchange) filterTrailerKeys(h *fasthttp.ResponseHeader) {
 // dropTrailerField is the response phase's verdict on one trailer field
 // of an upstream's answer, on every path (forwardTrailers, netRespBody,
 // stream.respond): the fields dropResponseField removes from a header
-// (hop-by-hop, the decision headers), the gateway's X-Request-Id and Via,
+// (hop-by-hop, the decision headers, X-Request-Id), the gateway's Via,
 // the reported metric fields (takeReported), and a name with "_" unless
 // allowed. The gateway's own fields are in its header, and an upstream
 // must not add to them, or stand in for them, at the end of the answer.
@@ -441,7 +441,7 @@ func (ex *exchange) filterTrailerKeys(h *fasthttp.ResponseHeader) {
 // f.tokens holds them (filterTrailerKeys); a trailer section that arrives
 // later is checked without them.
 func (f *flow) dropTrailerField(k []byte) bool {
-	return f.dropResponseField(k) || eqFold(k, hdrRequestID) || eqFold(k, hdrVia) ||
+	return f.dropResponseField(k) || eqFold(k, hdrVia) ||
 		(!f.opts.AllowUnderscoresInHeaders && hasUnderscore(k)) || f.reportedField(k)
 }
 
@@ -470,10 +470,12 @@ func (f *flow) reportedNames() []string {
 // response header field: hop-by-hop fields and those named in the
 // upstream's Connection header (f.tokens) are removed, and so are the
 // decision headers an upstream tried to set (X-Gray-Rule, X-Gray-Group
-// and X-Gray-Degraded are the gateway's to say).
+// and X-Gray-Degraded are the gateway's to say), and X-Request-Id: the
+// gateway adds its own to every answer, and an upstream that echoes the
+// id (many frameworks do) would give the client two or three.
 func (f *flow) dropResponseField(k []byte) bool {
 	return isHopByHop(k) || isConnToken(b2s(k), f.tokens) ||
-		eqFold(k, hdrGrayRule) || eqFold(k, hdrGrayGroup) || eqFold(k, hdrGrayDegraded)
+		eqFold(k, hdrGrayRule) || eqFold(k, hdrGrayGroup) || eqFold(k, hdrGrayDegraded) || eqFold(k, hdrRequestID)
 }
 
 // takeReported keeps, for a final response, the values of the fields the

@@ -476,6 +476,26 @@ func TestRequestID(t *testing.T) {
 	}
 }
 
+// TestRequestIDNotDoubled: an upstream that echoes a request id in its
+// answer (many frameworks do) does not give the client a second one: the
+// answer carries the gateway's id alone, over HTTP/1.1 and HTTP/2.
+func TestRequestIDNotDoubled(t *testing.T) {
+	up := rawBackend(t, func(req *http.Request, w *bufio.Writer) {
+		fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nX-Request-Id: app-7\r\nx-request-id: %s\r\nContent-Length: 2\r\n\r\nok", req.Header.Get("X-Request-Id"))
+	})
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	for name, c := range map[string]*http.Client{"HTTP/1.1": httpClient(t), "HTTP/2": h2cClient(t)} {
+		resp, err := c.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if ids := resp.Header.Values("X-Request-Id"); len(ids) != 1 || len(ids[0]) != 32 {
+			t.Errorf("%s: X-Request-Id %q, want the gateway's id alone", name, ids)
+		}
+	}
+}
+
 // TestUpstreamClientsAreDropped: the pool of an instance no request uses
 // any more (it left the registry, or a reload removed it) is dropped.
 func TestUpstreamClientsAreDropped(t *testing.T) {
