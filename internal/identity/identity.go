@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/strict"
@@ -183,7 +184,7 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 			// would be another user, in another bucket, than 42 over
 			// HTTP/1.1 or explain.
 			v, _ = req.Header(s.name)
-			v = trimOWS(v)
+			v = strings.Trim(v, " \t")
 		case 'c':
 			v, _ = req.Cookie(s.name)
 		case 'q':
@@ -234,16 +235,4 @@ func (r *Resolver) refuse(label, what string, n int) ID {
 		Reason:  ReasonTooLong,
 		Message: fmt.Sprintf("identity %s is %d bytes, over identity.max_length %d", what, n, r.maxLen),
 	}}
-}
-
-// trimOWS trims the optional whitespace of RFC 9110 (SP and HTAB) around a
-// header value, without allocating.
-func trimOWS(s string) string {
-	for s != "" && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
 }
