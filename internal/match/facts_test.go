@@ -2,7 +2,6 @@ package match
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/tags"
 	"github.com/graygate/graygate/internal/tags/redistest"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/when"
 )
 
@@ -89,7 +89,7 @@ func TestJWTIdentityThenRedisTags(t *testing.T) {
 // said, so !("blacklist_flag" in user.tags) sent a blacklisted user to gray
 // whenever Redis was down.
 func TestWhenFailsClosedOnUnknownTags(t *testing.T) {
-	r, err := tags.New(tags.Config{Header: "X-User-Tags", Redis: &tags.RedisConfig{Addr: closedAddr(t), Timeout: tags.Duration(time.Second)}}, nil)
+	r, err := tags.New(tags.Config{Header: "X-User-Tags", Redis: &tags.RedisConfig{Addr: testport.Refused(t), Timeout: tags.Duration(time.Second)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +122,4 @@ func TestWhenFailsClosedOnUnknownTags(t *testing.T) {
 			t.Errorf("EvalWhen(%s) with tags %q known = %v, %v; want true, nil", notBlacklisted.Source(), hdr, ok, err)
 		}
 	}
-}
-
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
