@@ -130,9 +130,10 @@ func TestBrowserEditSaveRevert(t *testing.T) {
 	e.checkSplit(30, 200)
 }
 
-// TestBrowserConcurrentEdit: a rule changed by someone else after the page
-// was opened is not overwritten; the operator is told so.
-func TestBrowserConcurrentEdit(t *testing.T) {
+// editPercent opens user_center_v2's page as an admin and types 45 as its
+// percent: a valid edit, not yet saved. It returns the tab, the gateway
+// and the percent field's selector.
+func editPercent(t *testing.T) (*tab, *gw, string) {
 	b := newTab(t)
 	e := startGateway(t, nil)
 	b.login(e, adminToken)
@@ -140,6 +141,13 @@ func TestBrowserConcurrentEdit(t *testing.T) {
 	percent := `#editor input[data-path="gray_percent"]`
 	b.typeInto(percent, "45")
 	b.waitText("#validation", "valid")
+	return b, e, percent
+}
+
+// TestBrowserConcurrentEdit: a rule changed by someone else after the page
+// was opened is not overwritten; the operator is told so.
+func TestBrowserConcurrentEdit(t *testing.T) {
+	b, e, _ := editPercent(t)
 
 	// Meanwhile, another operator ramps the rule through the API.
 	_, cur := e.api("GET", "/api/v1/rules/user_center_v2", nil)
@@ -637,13 +645,7 @@ func TestBrowserRevertIsCompareAndSet(t *testing.T) {
 // throwing away an edit in progress; the notice's button loads the latest
 // version.
 func TestBrowserRulePageNoticesChanges(t *testing.T) {
-	b := newTab(t)
-	e := startGateway(t, nil)
-	b.login(e, adminToken)
-	b.open(e.admin + "/ui/#/rules/user_center_v2")
-	percent := `#editor input[data-path="gray_percent"]`
-	b.typeInto(percent, "45")
-	b.waitText("#validation", "valid")
+	b, e, percent := editPercent(t)
 
 	e.putRule("user_center_v2", func(r map[string]any) { r["gray_percent"] = 60 }) // another operator: version 2
 	b.waitText("#rule-stale", "user_center_v2 changed since this page loaded it: it is now version 2 (by default")
