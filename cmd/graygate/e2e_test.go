@@ -90,6 +90,27 @@ func startServe(t *testing.T, args ...string) *proc {
 	}
 }
 
+// waitLog waits up to 5 s for the process's log to contain s, and fails
+// the test, showing the log, if it does not.
+func (p *proc) waitLog(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		logged := strings.Contains(p.stderr.String(), s)
+		p.mu.Unlock()
+		if logged {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			t.Fatalf("the log does not say %s:\n%s", s, p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (p *proc) kill(sig syscall.Signal) {
 	if p.cmd.Process == nil || p.cmd.ProcessState != nil {
 		return

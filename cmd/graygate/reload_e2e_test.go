@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,19 +78,7 @@ func TestSIGHUPRevokesToken(t *testing.T) {
 	if st["last_reload_result"] != "ok; restart required: store.history_limit" || fmt.Sprint(st["restart_required"]) != "[store.history_limit]" {
 		t.Errorf("status after the reload: last_reload_result %q, restart_required %v", st["last_reload_result"], st["restart_required"])
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p.mu.Lock()
-		logged := strings.Contains(p.stderr.String(), `"msg":"restart required: store.history_limit"`)
-		p.mu.Unlock()
-		if logged {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log does not say restart required: store.history_limit:\n%s", p.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p.waitLog(t, `"msg":"restart required: store.history_limit"`)
 
 	// A SIGHUP that lands mid-save, the file truncated and not yet
 	// written, loads nothing: an empty file would be a config without
@@ -102,19 +89,7 @@ func TestSIGHUPRevokesToken(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		p.mu.Lock()
-		logged := strings.Contains(p.stderr.String(), "config file is empty")
-		p.mu.Unlock()
-		if logged {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log does not say the empty file was skipped:\n%s", p.stderr)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p.waitLog(t, "config file is empty")
 	if code, _ := call("ops-0123456789abcdef"); code != 200 {
 		t.Errorf("token ops after a SIGHUP on an empty file: %d", code)
 	}
