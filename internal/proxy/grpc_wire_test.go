@@ -164,11 +164,11 @@ func TestH2StreamHeaderFlushed(t *testing.T) {
 	})
 }
 
-// refusingUpstream is an h2c server that processes nothing: it answers
-// every request's HEADERS with RST_STREAM REFUSED_STREAM, or, with
-// goAway, with a GOAWAY that leaves the stream out. It counts the
-// requests it saw.
-func refusingUpstream(t testing.TB, goAway bool) (string, *atomic.Int64) {
+// refusingGray is the h2c pool "gray" of one server that processes
+// nothing: it answers every request's HEADERS with RST_STREAM
+// REFUSED_STREAM, or, with goAway, with a GOAWAY that leaves the stream
+// out. It counts the requests it saw.
+func refusingGray(t testing.TB, goAway bool) (*upstream.Pool, *atomic.Int64) {
 	t.Helper()
 	var seen atomic.Int64
 	addr := serveConns(t, func(c net.Conn) {
@@ -203,7 +203,9 @@ func refusingUpstream(t testing.TB, goAway bool) (string, *atomic.Int64) {
 			}
 		}
 	})
-	return addr, &seen
+	gray := poolOf("gray", addr)
+	gray.Protocol = upstream.H2C
+	return gray, &seen
 }
 
 // TestH2RefusedStreamFallsBack: a gray h2c instance that refuses every
@@ -219,9 +221,7 @@ func TestH2RefusedStreamFallsBack(t *testing.T) {
 	for _, goAway := range []bool{false, true} {
 		name := map[bool]string{false: "REFUSED_STREAM", true: "GOAWAY"}[goAway]
 		t.Run(name, func(t *testing.T) {
-			addr, seen := refusingUpstream(t, goAway)
-			gray := poolOf("gray", addr)
-			gray.Protocol = upstream.H2C
+			gray, seen := refusingGray(t, goAway)
 			fallback := true
 			d := deciderFunc(func(attr.Request) router.Decision {
 				dec := router.Decision{Rule: "g", Group: "gray", Target: gray}
@@ -286,9 +286,7 @@ func TestH1RefusedStreamFallsBack(t *testing.T) {
 	for _, goAway := range []bool{false, true} {
 		name := map[bool]string{false: "REFUSED_STREAM", true: "GOAWAY"}[goAway]
 		t.Run(name, func(t *testing.T) {
-			addr, seen := refusingUpstream(t, goAway)
-			gray := poolOf("gray", addr)
-			gray.Protocol = upstream.H2C
+			gray, seen := refusingGray(t, goAway)
 			stable := poolOf("stable", addrOf(h2cBackend(t, "stable")))
 			if goAway {
 				stable.Protocol = upstream.H2C
