@@ -124,3 +124,50 @@ targeting:
 	}
 	t.Logf("%d requests during the Redis outage, none failed", total.Load())
 }
+
+// TestCELTagsFailClosedWhileRedisDown: a CEL "when" that reads user.tags
+// decides on them while Redis answers, and matches no one while Redis is
+// down, through the listener: "not blacklisted" must not send the
+// blacklisted user to gray because her tags could not be read. A user
+// Redis holds no tags for is not blacklisted either.
+func TestCELTagsFailClosedWhileRedisDown(t *testing.T) {
+	rs := redistest.Start(t)
+	e := start(t, baseConfig+fmt.Sprintf(`
+targeting:
+  tags:
+    redis: {addr: %q, timeout: 50ms, cache_ttl: 100ms}
+`, rs.Addr()), "")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.HSet(context.Background(), "tags:777", "blacklist_flag", "true").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.mustPut("not_blacklisted", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(100).Targets,
+		"when": `!("blacklist_flag" in user.tags)`})
+	for uid, want := range map[string]string{"777": "default", "42": "gray"} {
+		if a, err := e.get("/", "X-User-Id", uid); err != nil || a.group != want {
+			t.Fatalf("with Redis up, user %s: %+v %v, want group %s", uid, a, err, want)
+		}
+	}
+	rs.Stop()
+	// Past the cache's 100 ms, every lookup fails: nobody matches.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, err := e.get("/", "X-User-Id", "42")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.group == "default" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("user 42 still matched %+v with Redis down", a)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 5 {
+		if a, err := e.get("/", "X-User-Id", "777"); err != nil || a.group != "default" || a.status != 200 {
+			t.Fatalf("with Redis down, blacklisted user 777: %+v %v, want the default group, served", a, err)
+		}
+	}
+}
