@@ -171,3 +171,32 @@ targeting:
 		}
 	}
 }
+
+// TestJWTFirstKeepsRedisTags: with identity.jwt "first", a request without
+// a token is identified by X-User-Id, and its Redis tags are looked up
+// under that id, through the listener (they were looked up for no user
+// before the id was known, and the empty answer kept).
+func TestJWTFirstKeepsRedisTags(t *testing.T) {
+	rs := redistest.Start(t)
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secretFile, []byte(strings.Repeat("k", 32)), 0o600)
+	e := start(t, baseConfig+fmt.Sprintf(`
+identity: {jwt: first}
+targeting:
+  tags:
+    jwt: {hs256_secret_file: %q}
+    redis: {addr: %q, timeout: 50ms}
+`, secretFile, rs.Addr()), "")
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	if err := rdb.HSet(context.Background(), "tags:42", "vip", "true").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.mustPut("vip", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(100).Targets,
+		"conditions": map[string]any{"tags": []map[string]any{{"tag": "vip", "operator": "eq", "value": true}}}})
+	for uid, want := range map[string]string{"42": "gray", "43": "default"} {
+		if a, err := e.get("/", "X-User-Id", uid); err != nil || a.group != want {
+			t.Errorf("user %s without a token: %+v %v, want group %s", uid, a, err, want)
+		}
+	}
+}
