@@ -6,7 +6,9 @@
 package attr
 
 import (
+	"math"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -97,4 +99,51 @@ func ValidToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// ParseDecimal reads s as a plain decimal number, the way a person writes
+// one in a header or a tag: an optional sign, digits with an optional
+// fraction (".5" and "5." too), and an optional exponent ("1e3"). It
+// refuses what strconv.ParseFloat accepts beyond that: digit separators
+// ("1_0" is not 10), hexadecimal floats ("0x1p3"), "Inf", "NaN", and
+// values too large for a float64 ("1e999"). Tag comparisons and the
+// experiments' reported values read numbers through it.
+func ParseDecimal(s string) (float64, bool) {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := 0
+	for ; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
+		digits++
+	}
+	if i < len(s) && s[i] == '.' {
+		for i++; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
+			digits++
+		}
+	}
+	if digits == 0 {
+		return 0, false
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		exp := 0
+		for ; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
+			exp++
+		}
+		if exp == 0 {
+			return 0, false
+		}
+	}
+	if i != len(s) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
 }

@@ -123,6 +123,8 @@ func TestParseMicro(t *testing.T) {
 		{"0.0000006", 1, true}, {"1000000000000", 1e18, true}, {"1000000000001", 0, false}, {"", 0, false},
 		{".", 0, false}, {"-", 0, false}, {"1.2.3", 0, false}, {"abc", 0, false}, {"NaN", 0, false}, {"Inf", 0, false},
 		{"12,5", 0, false}, {"0x10", 0, false}, {"99999999999999999999", 0, false},
+		// strconv reads these as numbers; a reported value is a plain decimal.
+		{"1_0", 0, false}, {"0x1p3", 0, false}, {"Infinity", 0, false}, {"1e999", 0, false},
 	}
 	for _, tt := range tests {
 		got, ok := parseMicro([]byte(tt.in))

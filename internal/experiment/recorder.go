@@ -18,6 +18,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/router"
 )
 
@@ -746,8 +747,8 @@ func nonZero(b []byte) bool {
 }
 
 func slowMicro(b []byte) (int64, bool) {
-	f, err := strconv.ParseFloat(b2s(b), 64)
-	if err != nil {
+	f, ok := attr.ParseDecimal(b2s(b))
+	if !ok {
 		return 0, false
 	}
 	return micro(f)

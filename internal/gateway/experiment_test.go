@@ -449,3 +449,33 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestReportedValuesArePlainDecimals: a value the upstream reports in a
+// from_header metric counts only when it is a plain decimal. strconv reads
+// "1_0" as 10, "0x1p3" as 8 and "Inf" as +Inf; through the listener they
+// are dropped as bad values, and only the decimal ones reach the results.
+func TestReportedValuesArePlainDecimals(t *testing.T) {
+	e := start(t, shopConfig(t, ""), "")
+	var reqs []preq
+	for i, a := range []string{"12.5", "1_0", "0x1p3", "Inf", "2e1", "1e999"} {
+		uid := fmt.Sprintf("decimal-%d", i)
+		reqs = append(reqs,
+			preq{method: "GET", path: "/shop/item", uid: uid, status: 200},
+			preq{method: "POST", path: "/api/order/new", uid: uid, hdr: []string{"X-Order-Amount", a}, status: 201})
+	}
+	pipeline(t, e, reqs, 1)
+	e.flushExperiments()
+	res, body := e.results("checkout")
+	var count int64
+	var sum float64
+	for _, g := range res.Groups {
+		count += g.Metrics["revenue"].Count
+		sum += g.Metrics["revenue"].Sum
+	}
+	if count != 2 || sum != 32.5 {
+		t.Errorf("revenue: %d values summing to %v, want 12.5 and 2e1 only: %s", count, sum, body)
+	}
+	if m := e.metricsText(); !strings.Contains(m, `graygate_experiment_events_dropped_total{reason="bad_value"} 4`) {
+		t.Errorf("four bad values not counted:\n%s", grepLines(m, "dropped"))
+	}
+}

@@ -3,10 +3,10 @@ package match
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/tags"
 )
@@ -168,8 +168,8 @@ func compileTag(c TagCond, path string, types map[string]string) (tagCond, error
 func parse(raw string, k string) (scalar, bool) {
 	switch k {
 	case KindNumber:
-		f, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
-		if err != nil || math.IsNaN(f) {
+		f, ok := attr.ParseDecimal(strings.TrimSpace(raw))
+		if !ok {
 			return scalar{}, false
 		}
 		return scalar{kind: k, num: f}, true

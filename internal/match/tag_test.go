@@ -51,6 +51,13 @@ func TestTagConditions(t *testing.T) {
 		{`[{"tag":"city","operator":"contains","value":"jing"}]`, "city=beijing", true, true},
 		{`[{"tag":"age","operator":"gte","value":18},{"tag":"age","operator":"lt","value":30}]`, "age=18", true, true},
 		{`[{"tag":"age","operator":"lte","value":17}]`, "age=18", true, false},
+		// A number tag is a plain decimal: not a digit-separated, hex or
+		// infinite one, which strconv would read as 10, 16 and +Inf.
+		{`[{"tag":"score","operator":"gt","value":5}]`, "score=1_0", true, false},
+		{`[{"tag":"score","operator":"gt","value":5}]`, "score=0x1p4", true, false},
+		{`[{"tag":"score","operator":"gt","value":5}]`, "score=Inf", true, false},
+		{`[{"tag":"score","operator":"gt","value":5}]`, "score=1e999", true, false},
+		{`[{"tag":"score","operator":"gt","value":5}]`, "score=1e1", true, true},
 		{`[{"tag":"name","operator":"gt","value":"m"}]`, "name=zed", true, true},
 		{`[{"tag":"vip","operator":"exists"}]`, "vip=0", true, true},
 		{`[{"tag":"vip","operator":"not_exists"}]`, "other=1", true, true},
