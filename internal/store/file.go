@@ -106,6 +106,7 @@ func OpenFile(dir string, opts FileOptions) (*FileStore, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	used := dirUsed(dir)
 	if err := ensureDir(dir); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
@@ -122,7 +123,7 @@ func OpenFile(dir string, opts FileOptions) (*FileStore, error) {
 		lock:         lock,
 		changes:      make(chan int64, 1),
 	}
-	if err := s.load(opts.HistoryLimit); err != nil {
+	if err := s.load(opts.HistoryLimit, used); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
@@ -165,9 +166,23 @@ func ensureDir(dir string) error {
 	return nil
 }
 
+// dirUsed reports whether dir exists and holds anything: the lock file of
+// an earlier run, experiment data, a journal.
+func dirUsed(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) > 0
+}
+
 // load reads the journal, or creates an empty one, and opens it for
-// appending.
-func (s *FileStore) load(limit int) error {
+// appending. used says the directory held something before it was opened:
+// a journal missing from it was most likely deleted, or the data dir is
+// not the one meant, and the empty store that starts is worth a warning.
+func (s *FileStore) load(limit int, used bool) error {
 	tmp := s.path + tmpSuffix
 	if err := os.Remove(tmp); err == nil {
 		s.log.Warn("removed an unfinished checkpoint", "file", tmp)
@@ -186,7 +201,12 @@ func (s *FileStore) load(limit int) error {
 		}
 		s.st = st
 		s.j = journal{f: f, size: size, base: size}
-		s.log.Info("created store", "file", s.path)
+		if used {
+			s.log.Warn("the data directory was used before but holds no journal; starting with an empty store (rules written through the API and all history are absent): if the journal was deleted or this is not the data dir meant, stop and restore it",
+				"file", s.path)
+		} else {
+			s.log.Info("created store", "file", s.path)
+		}
 		return nil
 	}
 	if err != nil {

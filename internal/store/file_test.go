@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -195,6 +196,34 @@ func TestLock(t *testing.T) {
 	s2 := openTest(t, dir, FileOptions{})
 	if _, err := s2.Get(t.Context(), "a"); err != nil {
 		t.Fatalf("Get after reopen = %v", err)
+	}
+}
+
+// TestMissingJournalWarns: a data dir that was used before (its lock file
+// and experiment data are there) but has lost its journal opens empty, and
+// says so as a warning; a new or empty dir opens quietly.
+func TestMissingJournalWarns(t *testing.T) {
+	open := func(dir string) string {
+		var logs bytes.Buffer
+		s, err := OpenFile(dir, FileOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		return logs.String()
+	}
+	used := t.TempDir()
+	if out := open(used); strings.Contains(out, "WARN") {
+		t.Errorf("an empty dir: %s", out)
+	}
+	if err := os.Remove(filepath.Join(used, journalName)); err != nil {
+		t.Fatal(err)
+	}
+	if out := open(used); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "holds no journal") {
+		t.Errorf("a used dir whose journal was deleted opened without a warning: %s", out)
+	}
+	if out := open(filepath.Join(t.TempDir(), "new")); strings.Contains(out, "WARN") {
+		t.Errorf("a new dir: %s", out)
 	}
 }
 
