@@ -231,6 +231,20 @@ func TestInfiniteBound(t *testing.T) {
 	}
 }
 
+// TestOverflowingBoundIsOneProblem: a bound JSON can write but float64
+// cannot hold ("max": 1e999) is one problem, at the bound, and not also a
+// check "needing max and/or min".
+func TestOverflowingBoundIsOneProblem(t *testing.T) {
+	for _, check := range []string{`{"metric":"error_rate","max":1e999}`, `{"prometheus":{"address":"http://p:9090","query":"up","min":-1e999}}`} {
+		js := `{"key":"k","type":"gray","gray_percent":0,"targets":{"gray":"h:2","stable":"h:1"},"rollout":{"steps":[{"analysis":"a"}],"analyses":{"a":{"interval":"30s","checks":[` + check + `]}}}}`
+		_, err := Parse([]byte(js), testEnv())
+		fields := strict.Fields(err)
+		if len(fields) != 1 || !strings.HasSuffix(fields[0].Path, "max") && !strings.HasSuffix(fields[0].Path, "min") || !strings.Contains(fields[0].Message, "expected a number, got") {
+			t.Errorf("Parse(%s) = %v, want one problem at the bound", js, err)
+		}
+	}
+}
+
 func TestRolloutValidPlans(t *testing.T) {
 	for _, ro := range []string{
 		`{"steps":[{"percent":5},{"pause":"1s"},{"percent":5},{"percent":100}]}`,

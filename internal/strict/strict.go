@@ -362,9 +362,11 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 }
 
 // Merge joins decoding problems with validation problems of the partly
-// decoded value, leaving out validation problems at or below a path that
-// already has a decoding problem (a field of the wrong type is not also
-// "required").
+// decoded value, leaving out what follows from a decoding problem: a
+// validation problem at or below its path (a field of the wrong type is
+// not also "required"), and one of the object holding the field that
+// names the field (a bound that did not decode does not also leave its
+// check with "needs max and/or min").
 func Merge(decodeErr, validateErr error) error {
 	if decodeErr == nil {
 		return validateErr
@@ -372,16 +374,49 @@ func Merge(decodeErr, validateErr error) error {
 	bad := Fields(decodeErr)
 	errs := []error{decodeErr}
 	for _, f := range Fields(validateErr) {
-		dup := false
-		for _, b := range bad {
-			if b.Path == "" || f.Path == b.Path || strings.HasPrefix(f.Path, b.Path+".") || strings.HasPrefix(f.Path, b.Path+"[") {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+		if !slices.ContainsFunc(bad, func(b FieldError) bool { return follows(f, b.Path) }) {
 			errs = append(errs, &FieldError{Path: f.Path, Message: f.Message})
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// follows reports whether validation problem f follows from a decoding
+// problem at path bad (see Merge).
+func follows(f FieldError, bad string) bool {
+	if bad == "" || f.Path == bad || strings.HasPrefix(f.Path, bad+".") || strings.HasPrefix(f.Path, bad+"[") {
+		return true
+	}
+	parent, name, ok := cutLast(bad)
+	return ok && f.Path == parent && mentions(f.Message, name)
+}
+
+// cutLast splits a path at its last object key: "a.b[2].max" is "a.b[2]"
+// and "max". A path ending in an index has no key to cut.
+func cutLast(path string) (parent, name string, ok bool) {
+	i := strings.LastIndexByte(path, '.')
+	if i < 0 {
+		return "", path, path != "" && !strings.HasSuffix(path, "]")
+	}
+	name = path[i+1:]
+	return path[:i], name, name != "" && !strings.Contains(name, "[")
+}
+
+// mentions reports whether msg names the key name as a word of its own.
+func mentions(msg, name string) bool {
+	word := func(b byte) bool {
+		return b == '_' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9'
+	}
+	for i := 0; ; {
+		j := strings.Index(msg[i:], name)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(name)
+		if (j == 0 || !word(msg[j-1])) && (end == len(msg) || !word(msg[end])) {
+			return true
+		}
+		i = j + 1
+	}
 }

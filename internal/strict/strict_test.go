@@ -79,6 +79,20 @@ func TestMergeDropsDuplicates(t *testing.T) {
 	if Merge(nil, v) != v {
 		t.Error("Merge(nil, v) must be v")
 	}
+	// A problem of the object holding a field that did not decode is left
+	// out when it names that field, and only then.
+	d = errors.Join(Errorf("checks[0].max", "expected a number, got 1e999"), Errorf("top", "expected an integer"))
+	v = errors.Join(Errorf("checks[0]", "needs max and/or min: the bound a measurement is held to"),
+		Errorf("checks[0]", "sets metric and webhook; a check does one thing"), Errorf("checks", "needs max"),
+		Errorf("checks[0]", "needs maximum"), Errorf("", "top is required"), Errorf("", "other is required"), Errorf("checks[0].min", "x"))
+	var msgs []string
+	for _, f := range Fields(Merge(d, v))[2:] {
+		msgs = append(msgs, f.Path+": "+f.Message)
+	}
+	want := "checks[0]: sets metric and webhook; a check does one thing|checks: needs max|checks[0]: needs maximum|: other is required|checks[0].min: x"
+	if strings.Join(msgs, "|") != want {
+		t.Errorf("Merge kept %q, want %q", strings.Join(msgs, "|"), want)
+	}
 }
 
 func TestPrefix(t *testing.T) {
