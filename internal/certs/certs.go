@@ -25,9 +25,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,38 +154,80 @@ func (st *Store) Reload() (bool, error) {
 	return true, nil
 }
 
-// Watch reloads the files whenever something in their directories
-// changes, at most once per debounce, until ctx ends. It watches the
-// directories rather than the files, so that files replaced by a rename
-// (certificate managers, Kubernetes secret volumes) are seen. Directories
-// that Update adds are watched as soon as it returns. An error of the
-// watcher (the kernel's event queue overflowed, and changes may have gone
-// unseen) is logged and taken for a change: the watch goes on, so that a
-// burst of file activity does not end the reloads for good.
+// Watch reloads the files whenever one of them changes, at most once per
+// debounce, until ctx ends. It watches directories rather than the files,
+// so that files replaced by a rename are seen, and it follows symbolic
+// links: for each file it watches the directory of every link met while
+// resolving the configured path, in any component, and the directory of
+// the file the path ends at. An event reloads when it names one of those
+// links, that file or a watched directory itself; other files of the
+// directories are left alone, so that a busy neighbour (a log written
+// beside the certificates) cannot keep the debounce from ever ending.
+// That covers the layouts certificate managers keep:
+//   - certbot: live/example.com/fullchain.pem links to
+//     ../../archive/example.com/fullchain3.pem. A renewal writes
+//     fullchain4.pem and re-points the link (an event in live/); a tool
+//     that rewrites the target in place is seen in archive/.
+//   - Kubernetes Secret and ConfigMap volumes: tls.crt links to
+//     ..data/tls.crt and ..data to a timestamped directory; an update
+//     renames a new ..data over the old one, and no event names tls.crt.
+//   - an operator's own link (/etc/graygate/tls/api.pem) to either.
+//
+// Before every reload the links are resolved again and the watches moved
+// to where they lead now (a directory no longer on any path is dropped);
+// only then are the files read, so that a change made after the read is
+// an event again. A link missing for a moment (removed, then made again)
+// is watched for in its directory.
+// Directories that Update adds are watched as soon as it returns. An
+// error of the watcher (the kernel's event queue overflowed, and changes
+// may have gone unseen) is logged and taken for a change: the watch goes
+// on, so that a burst of file activity does not end the reloads for good.
 func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch TLS files: %w", err)
 	}
 	defer w.Close()
-	watched := map[string]bool{}
-	addDirs := func() error {
+	// relevant holds the paths whose events reload: the links and files
+	// of every chain, and the watched directories.
+	var relevant map[string]bool
+	follow := func() error {
 		st.mu.Lock()
 		ps := paths(st.settings)
 		st.mu.Unlock()
+		relevant = map[string]bool{}
+		dirs := map[string]bool{}
 		for _, p := range ps {
-			d := filepath.Dir(p)
+			for _, e := range chain(p) {
+				relevant[e] = true
+				dirs[filepath.Dir(e)] = true
+			}
+		}
+		// fsnotify forgets a watch whose directory was removed or moved,
+		// so its list is what is watched now.
+		watched := map[string]bool{}
+		for _, d := range w.WatchList() {
+			watched[d] = true
+		}
+		var errs []error
+		for _, d := range slices.Sorted(maps.Keys(dirs)) {
+			relevant[d] = true
 			if watched[d] {
 				continue
 			}
 			if err := w.Add(d); err != nil {
-				return fmt.Errorf("watch %s: %w", d, err)
+				errs = append(errs, fmt.Errorf("watch %s: %w", d, err))
 			}
-			watched[d] = true
 		}
-		return nil
+		for d := range watched {
+			if !dirs[d] {
+				// An error means the kernel dropped it already.
+				_ = w.Remove(d)
+			}
+		}
+		return errors.Join(errs...)
 	}
-	if err := addDirs(); err != nil {
+	if err := follow(); err != nil {
 		return err
 	}
 	var timer *time.Timer
@@ -201,26 +247,28 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 				timer.Stop()
 			}
 			return nil
-		case _, ok := <-w.Events:
+		case ev, ok := <-w.Events:
 			if !ok {
 				return nil
 			}
-			changed()
+			if relevant[filepath.Clean(ev.Name)] {
+				changed()
+			}
 		case <-st.updated:
-			if err := addDirs(); err != nil {
+			if err := follow(); err != nil {
 				st.log.Error("watch TLS files", "err", err)
 			}
 		case <-fire:
 			fire = nil
+			if err := follow(); err != nil {
+				st.log.Error("watch TLS files", "err", err)
+			}
 			changed, err := st.Reload()
 			switch {
 			case err != nil:
 				st.log.Error("TLS files not reloaded; the previous certificates keep serving", "err", err)
 			case changed:
 				st.log.Info("TLS files reloaded", "loads", st.loads.Load())
-			}
-			if err := addDirs(); err != nil {
-				st.log.Error("watch TLS files", "err", err)
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -230,6 +278,77 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 			changed()
 		}
 	}
+}
+
+// maxLinks is how many symbolic links chain follows, as Linux does
+// (MAXSYMLINKS), before it gives up on a loop.
+const maxLinks = 40
+
+// chain lists the entries whose change can change what reading path
+// gives: every symbolic link met while resolving it, in any component and
+// in the order met, then the file it ends at, or instead the first entry
+// that is missing (a link between its removal and its re-creation), whose
+// creation is an event in its directory. Each is named under its real
+// directory, one without links, which is what a watch reports events in.
+// It resolves as the kernel does: ".." after a link is taken in the
+// link's target, not lexically.
+func chain(path string) []string {
+	if !filepath.IsAbs(path) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return []string{filepath.Clean(path)}
+		}
+		path = wd + string(filepath.Separator) + path
+	}
+	root := func(p string) (string, []string) {
+		v := filepath.VolumeName(p)
+		return v + string(filepath.Separator), components(p[len(v):])
+	}
+	var out []string
+	dir, rest := root(path)
+	for links := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		if name == ".." {
+			dir = filepath.Dir(dir)
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			return append(out, p)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			out = append(out, p)
+			target, err := os.Readlink(p)
+			if links++; err != nil || links > maxLinks {
+				return out
+			}
+			if filepath.IsAbs(target) {
+				var more []string
+				dir, more = root(target)
+				rest = append(more, rest...)
+			} else {
+				rest = append(components(target), rest...)
+			}
+		case len(rest) == 0:
+			return append(out, p)
+		default:
+			dir = p
+		}
+	}
+	return out
+}
+
+// components splits a path into its names, without empty ones and ".".
+func components(p string) []string {
+	var out []string
+	for _, c := range strings.Split(p, string(filepath.Separator)) {
+		if c != "" && c != "." {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // paths lists the files s reads.

@@ -33,6 +33,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+func (l *lockedBuffer) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
+}
+
 // TestWatchSurvivesOverflow: when the kernel's inotify queue overflows (a
 // burst of file activity in a watched directory while the watcher was
 // busy), the watch logs it, reads the files again and goes on, instead of
