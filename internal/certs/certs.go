@@ -25,18 +25,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"maps"
 	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/graygate/graygate/internal/fswatch"
 )
 
 // Pair is one certificate (chain) and its private key, as PEM files.
@@ -188,44 +185,14 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 		return fmt.Errorf("watch TLS files: %w", err)
 	}
 	defer w.Close()
-	// relevant holds the paths whose events reload: the links and files
-	// of every chain, and the watched directories.
+	// relevant holds the names whose events reload (see fswatch.Follow).
 	var relevant map[string]bool
-	follow := func() error {
+	follow := func() (err error) {
 		st.mu.Lock()
 		ps := paths(st.settings)
 		st.mu.Unlock()
-		relevant = map[string]bool{}
-		dirs := map[string]bool{}
-		for _, p := range ps {
-			for _, e := range chain(p) {
-				relevant[e] = true
-				dirs[filepath.Dir(e)] = true
-			}
-		}
-		// fsnotify forgets a watch whose directory was removed or moved,
-		// so its list is what is watched now.
-		watched := map[string]bool{}
-		for _, d := range w.WatchList() {
-			watched[d] = true
-		}
-		var errs []error
-		for _, d := range slices.Sorted(maps.Keys(dirs)) {
-			relevant[d] = true
-			if watched[d] {
-				continue
-			}
-			if err := w.Add(d); err != nil {
-				errs = append(errs, fmt.Errorf("watch %s: %w", d, err))
-			}
-		}
-		for d := range watched {
-			if !dirs[d] {
-				// An error means the kernel dropped it already.
-				_ = w.Remove(d)
-			}
-		}
-		return errors.Join(errs...)
+		relevant, err = fswatch.Follow(w, ps)
+		return err
 	}
 	if err := follow(); err != nil {
 		return err
@@ -251,7 +218,7 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 			if !ok {
 				return nil
 			}
-			if relevant[filepath.Clean(ev.Name)] {
+			if fswatch.Relevant(relevant, ev) {
 				changed()
 			}
 		case <-st.updated:
@@ -278,77 +245,6 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 			changed()
 		}
 	}
-}
-
-// maxLinks is how many symbolic links chain follows, as Linux does
-// (MAXSYMLINKS), before it gives up on a loop.
-const maxLinks = 40
-
-// chain lists the entries whose change can change what reading path
-// gives: every symbolic link met while resolving it, in any component and
-// in the order met, then the file it ends at, or instead the first entry
-// that is missing (a link between its removal and its re-creation), whose
-// creation is an event in its directory. Each is named under its real
-// directory, one without links, which is what a watch reports events in.
-// It resolves as the kernel does: ".." after a link is taken in the
-// link's target, not lexically.
-func chain(path string) []string {
-	if !filepath.IsAbs(path) {
-		wd, err := os.Getwd()
-		if err != nil {
-			return []string{filepath.Clean(path)}
-		}
-		path = wd + string(filepath.Separator) + path
-	}
-	root := func(p string) (string, []string) {
-		v := filepath.VolumeName(p)
-		return v + string(filepath.Separator), components(p[len(v):])
-	}
-	var out []string
-	dir, rest := root(path)
-	for links := 0; len(rest) > 0; {
-		name := rest[0]
-		rest = rest[1:]
-		if name == ".." {
-			dir = filepath.Dir(dir)
-			continue
-		}
-		p := filepath.Join(dir, name)
-		fi, err := os.Lstat(p)
-		switch {
-		case err != nil:
-			return append(out, p)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			out = append(out, p)
-			target, err := os.Readlink(p)
-			if links++; err != nil || links > maxLinks {
-				return out
-			}
-			if filepath.IsAbs(target) {
-				var more []string
-				dir, more = root(target)
-				rest = append(more, rest...)
-			} else {
-				rest = append(components(target), rest...)
-			}
-		case len(rest) == 0:
-			return append(out, p)
-		default:
-			dir = p
-		}
-	}
-	return out
-}
-
-// components splits a path into its names, without empty ones and ".".
-func components(p string) []string {
-	var out []string
-	for _, c := range strings.Split(p, string(filepath.Separator)) {
-		if c != "" && c != "." {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // paths lists the files s reads.

@@ -8,23 +8,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/graygate/graygate/internal/fswatch"
 )
 
 // Watch calls changed whenever the contents of the file at path change, at
 // most once per debounce interval after the directory goes quiet. It
-// watches the directory, not the file, because editors and config managers
+// watches directories, not the file, because editors and config managers
 // replace files by renaming a new one over the old, which a watch on the
-// file itself would lose. An event makes it read the file again when it
-// names the file, the file a symlink at path points to (in that file's
-// directory, watched too), or a name starting with ".." (a Kubernetes
-// ConfigMap volume swaps its ..data symlink and never names the file).
-// Other files of the directory are left alone: an access log written next
-// to the config would otherwise keep the debounce from ever ending.
-// Watch returns when ctx ends.
+// file itself would lose. It follows symbolic links (see fswatch.Follow):
+// an event makes it read the file again when it names the file, a link on
+// the way to it (a Kubernetes ConfigMap volume swaps its ..data link and
+// never names the file), or the file a link leads to, in whatever
+// directory; the links are resolved again after every event, so the watch
+// moves with them. Other files of the directories are left alone: an
+// access log written next to the config would otherwise keep the debounce
+// from ever ending. Watch returns when ctx ends.
 //
 // It calls changed only for a file that differs from the one it last saw
 // (at first, the one there when Watch started), so that touching the file
@@ -44,21 +46,9 @@ func Watch(ctx context.Context, path string, debounce time.Duration, changed fun
 		return fmt.Errorf("watch %s: %w", path, err)
 	}
 	defer w.Close()
-	dirs := []string{filepath.Dir(abs)}
-	real, err := filepath.EvalSymlinks(abs)
-	if err == nil && filepath.Dir(real) != dirs[0] {
-		// A symlink to a file elsewhere: edits of the target happen in
-		// its own directory.
-		dirs = append(dirs, filepath.Dir(real))
-	}
-	relevant := func(ev fsnotify.Event) bool {
-		n := filepath.Clean(ev.Name)
-		return n == abs || (real != "" && n == real) || strings.HasPrefix(filepath.Base(n), "..")
-	}
-	for _, d := range dirs {
-		if err := w.Add(d); err != nil {
-			return fmt.Errorf("watch %s: %w", d, err)
-		}
+	relevant, err := fswatch.Follow(w, []string{abs})
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", path, err)
 	}
 	last, _ := os.ReadFile(abs)
 	var timer *time.Timer
@@ -82,11 +72,15 @@ func Watch(ctx context.Context, path string, debounce time.Duration, changed fun
 			if !ok {
 				return nil
 			}
-			if relevant(ev) {
+			if fswatch.Relevant(relevant, ev) {
 				arm()
 			}
 		case <-fire:
 			fire = nil
+			// Where the links lead now, before the file is read. A
+			// directory that cannot be watched now is tried again at the
+			// next event.
+			relevant, _ = fswatch.Follow(w, []string{abs})
 			data, err := os.ReadFile(abs)
 			switch {
 			case errors.Is(err, fs.ErrNotExist):

@@ -229,3 +229,85 @@ func TestWatchBusyNeighbour(t *testing.T) {
 		t.Fatal("a config change next to a busy log was never seen")
 	}
 }
+
+// TestWatchFollowsLinksAsTheyMove: the watch moves with the links. A
+// link re-pointed to a file in another directory is followed there, so
+// an edit of the new file in place reloads; and an operator's own link to
+// a file in a ConfigMap volume sees the volume's ..data swap, which
+// happens in a directory the link itself is not in.
+func TestWatchFollowsLinksAsTheyMove(t *testing.T) {
+	const debounce = 20 * time.Millisecond
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// swap renames a new link to target over link, as kubelet and
+	// certbot-style tools do.
+	swap := func(target, link string) {
+		t.Helper()
+		tmp := link + ".tmp"
+		if err := os.Symlink(target, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(hits <-chan string, what, s string) {
+		t.Helper()
+		select {
+		case got := <-hits:
+			if got != s {
+				t.Fatalf("%s: changed saw %q, want %q", what, got, s)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s was never seen", what)
+		}
+	}
+	t.Run("re-pointed link", func(t *testing.T) {
+		dir := t.TempDir()
+		write(filepath.Join(dir, "a", "graygate.yaml"), "listen: ':1'\n")
+		write(filepath.Join(dir, "b", "graygate.yaml"), "listen: ':2'\n")
+		path := filepath.Join(dir, "etc", "graygate.yaml")
+		write(filepath.Join(dir, "etc", "README"), "")
+		if err := os.Symlink(filepath.Join(dir, "a", "graygate.yaml"), path); err != nil {
+			t.Fatal(err)
+		}
+		hits := watchHits(t, path, debounce)
+		swap(filepath.Join(dir, "b", "graygate.yaml"), path)
+		want(hits, "the re-pointed link", "listen: ':2'\n")
+		write(filepath.Join(dir, "b", "graygate.yaml"), "listen: ':3'\n")
+		want(hits, "an edit of the new target in place", "listen: ':3'\n")
+	})
+	t.Run("own link into a volume", func(t *testing.T) {
+		dir := t.TempDir()
+		vol := filepath.Join(dir, "vol")
+		write(filepath.Join(vol, "..ts1", "graygate.yaml"), "listen: ':1'\n")
+		write(filepath.Join(vol, "..ts2", "graygate.yaml"), "listen: ':2'\n")
+		if err := os.Symlink("..ts1", filepath.Join(vol, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..data", "graygate.yaml"), filepath.Join(vol, "graygate.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "etc", "graygate.yaml")
+		write(filepath.Join(dir, "etc", "README"), "")
+		if err := os.Symlink(filepath.Join(vol, "graygate.yaml"), path); err != nil {
+			t.Fatal(err)
+		}
+		hits := watchHits(t, path, debounce)
+		swap("..ts2", filepath.Join(vol, "..data"))
+		want(hits, "the volume's ..data swap", "listen: ':2'\n")
+		if err := os.RemoveAll(filepath.Join(vol, "..ts1")); err != nil {
+			t.Fatal(err)
+		}
+		write(filepath.Join(vol, "..ts3", "graygate.yaml"), "listen: ':3'\n")
+		swap("..ts3", filepath.Join(vol, "..data"))
+		want(hits, "a second swap", "listen: ':3'\n")
+	})
+}
