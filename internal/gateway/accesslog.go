@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/logfile"
@@ -18,6 +20,15 @@ func (g *Gateway) accessLog() io.Writer {
 		return nil
 	}
 	return g.alog
+}
+
+// accessLogFor returns where the data plane writes the access log under
+// cfg: nowhere when it is off. The file must be open (openAccessLog).
+func (g *Gateway) accessLogFor(cfg *config.Config) io.Writer {
+	if !cfg.AccessLog.Enabled {
+		return nil
+	}
+	return g.accessLog()
 }
 
 // openAccessLog opens access_log.path when the access log is on and the
@@ -42,10 +53,30 @@ func (g *Gateway) openAccessLog(cfg *config.Config) error {
 	return nil
 }
 
+// dropAccessLog closes the file the gateway opened for the access log once
+// a reload has turned the log off, so that a file logrotate deleted is
+// freed; a later reload that turns it on opens the file again. It is
+// called after the data plane took the new options: proxy.Reconfigure has
+// drained and stopped the writer over the file, and a request that still
+// holds that writer only has its line dropped, never written to the file
+// (a write that comes in after all, because draining timed out, gets
+// os.ErrClosed from the logfile.Writer). The caller holds g.mu.
+func (g *Gateway) dropAccessLog(cfg *config.Config) {
+	if cfg.AccessLog.Enabled || g.alog == nil {
+		return
+	}
+	w := g.alog
+	g.alog = nil
+	if err := w.Close(); err != nil {
+		g.log.Error("close the access log", "path", w.Path(), "err", err)
+	}
+}
+
 // ReopenAccessLog reopens the access log file under its name, so that a
 // log rotator that renamed it away (and then signals graygate with
 // SIGUSR1) sees no further writes to the renamed file. It does nothing when
-// the access log goes to a standard stream or to Options.AccessLog.
+// the access log is off or goes to a standard stream or to
+// Options.AccessLog.
 func (g *Gateway) ReopenAccessLog() error {
 	g.mu.Lock()
 	w := g.alog
@@ -54,6 +85,9 @@ func (g *Gateway) ReopenAccessLog() error {
 		return nil
 	}
 	if err := w.Reopen(); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return nil // a reload turned the log off meanwhile
+		}
 		return fmt.Errorf("reopen the access log: %w", err)
 	}
 	g.log.Info("access log reopened", "path", w.Path())

@@ -58,8 +58,8 @@ type Options struct {
 	// AccessLog, when set, receives the JSON access log when
 	// Config.AccessLog.Enabled, and access_log.path is ignored. When nil,
 	// the gateway writes to access_log.path itself: "stdout" (Stdout),
-	// "stderr" (Stderr) or a file, reopened by ReopenAccessLog and switched
-	// when a reload changes the path.
+	// "stderr" (Stderr) or a file, reopened by ReopenAccessLog, switched
+	// when a reload changes the path and closed when one turns it off.
 	AccessLog io.Writer
 	// Stdout and Stderr are the standard streams access_log.path names;
 	// nil means the process's own.
@@ -109,7 +109,7 @@ type Gateway struct {
 	tgt        atomic.Pointer[targeting]
 	serveCtx   context.Context // set by Serve, for watches started on reload
 	// alog is the access log file the gateway opened for access_log.path
-	// (nil while Options.AccessLog is set, or the log was never enabled).
+	// (nil while Options.AccessLog is set, or the log is off).
 	alog *logfile.Writer
 
 	// wmu serializes what changes what serves from outside the store:
@@ -141,6 +141,9 @@ type Gateway struct {
 	// compiled, and epoch that of the state that serves: within one epoch
 	// a lower revision is never published.
 	builtEpoch, epoch int64
+	// limiters are the keys in limits of the rate limiters the snapshot
+	// build last compiled hands out; publish drops the others.
+	limiters map[string]bool
 }
 
 // cached is a rule compiled under a config generation. It is reused only
@@ -393,12 +396,19 @@ func (g *Gateway) freeze(ctx context.Context, key string, version int64, reason 
 
 // publish makes snap, the last snapshot built, serve, with its
 // experiments. The experiments go first, so that no request decided by
-// snap finds its rule unknown to them. The caller holds g.mu.
+// snap finds its rule unknown to them. The rate limiters of routes snap
+// does not limit (removed, or their limit taken off) are dropped then, not
+// when a build drops them: a reload refused after its build puts the old
+// routes back with their tokens, and a route added back later starts with
+// a full bucket, as a new one does. Requests decided by an older snapshot
+// may still take tokens from a dropped limiter, which is then forgotten.
+// The caller holds g.mu.
 func (g *Gateway) publish(snap *router.Snapshot) {
 	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
 	g.syncMirrors(snap)
 	g.router.Store(snap)
 	g.epoch = g.builtEpoch
+	g.limits.Retain(func(k string) bool { return g.limiters[k] }, func(string) bool { return true })
 }
 
 func tokens(cfg *config.Config, flagToken string) []admin.Token {
@@ -653,7 +663,8 @@ func (g *Gateway) load(ctx context.Context) (store.State, error) {
 // assemble compiles the rules of st under cfg, with targets resolved by
 // reg, into a router input, with the rules that do not compile (or whose
 // breaker is invalid) by key. With commit it is the real thing: it keeps
-// the compile cache and the breaker set in step with st. Without, it
+// the compile cache and the breaker set in step with st, and records the
+// routes' rate limiters it hands out (publish drops the others). Without, it
 // changes nothing, for checking a state before it is written, or a config
 // before it is reloaded: compiled rules are not cached, breakers are only
 // validated, and routes get no limits. The cache holds rules compiled
@@ -735,9 +746,13 @@ func (g *Gateway) assemble(cfg *config.Config, reg *upstream.Registry, st store.
 			g.metrics.ForgetBreaker(rk, target)
 		}
 	}
+	limiters := map[string]bool{}
 	policy := func(route string, l config.Limits) *router.Policy {
 		if !commit {
 			return nil
+		}
+		if l.RateLimit != nil {
+			limiters[limiterKey(route)] = true
 		}
 		return g.policy(route, l)
 	}
@@ -780,6 +795,9 @@ func (g *Gateway) assemble(cfg *config.Config, reg *upstream.Registry, st store.
 		}
 		in.Routes = append(in.Routes, spec)
 	}
+	if commit {
+		g.limiters = limiters
+	}
 	return in, broken, nil
 }
 
@@ -799,17 +817,21 @@ func (g *Gateway) pools(cfg *config.Config) (map[string]*upstream.Pool, error) {
 }
 
 // policy builds a route's limits; its rate limiter keeps its tokens across
-// reloads.
+// reloads while the route keeps a rate limit (see publish).
 func (g *Gateway) policy(route string, l config.Limits) *router.Policy {
 	p := &router.Policy{UpstreamTimeout: l.Timeout.Std(), MaxBodyBytes: l.MaxBodyBytes, FallbackBodyBytes: l.FallbackBodyBytes}
 	if p.FallbackBodyBytes == 0 {
 		p.FallbackBodyBytes = router.DefaultFallbackBodyBytes
 	}
 	if l.RateLimit != nil {
-		p.Limiter = g.limits.Limiter("route:"+route, *l.RateLimit)
+		p.Limiter = g.limits.Limiter(limiterKey(route), *l.RateLimit)
 	}
 	return p
 }
+
+// limiterKey names a route's rate limiter in g.limits; route "" is the
+// requests no route owns.
+func limiterKey(route string) string { return "route:" + route }
 
 // breakerKey names a gray rule's breaker: rule and gray target, so that a
 // rule pointed at a new gray target starts with a fresh breaker.

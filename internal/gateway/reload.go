@@ -138,11 +138,15 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	g.admin.SetTokens(tokens(cfg, g.opts.AdminToken))
 	g.syncWatchers(cfg)
 	restart := config.RestartRequired(g.boot, cfg)
+	// The access log file a reload turned on was not open yet when popts
+	// were built.
+	popts.AccessLog = g.accessLogFor(cfg)
 	for _, p := range g.applyProxy(popts) {
 		if !slices.Contains(restart, p) {
 			restart = append(restart, p)
 		}
 	}
+	g.dropAccessLog(cfg) // the data plane no longer writes to it
 	g.setRestartRequired(restart)
 	for _, p := range restart {
 		g.log.Warn("restart required: "+p, "field", p)
@@ -303,9 +307,7 @@ func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 		// reuses the request's start time for its network deadlines.
 		o.Now = g.opts.Now
 	}
-	if cfg.AccessLog.Enabled {
-		o.AccessLog = g.accessLog()
-	}
+	o.AccessLog = g.accessLogFor(cfg)
 	return o, nil
 }
 

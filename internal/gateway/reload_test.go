@@ -235,18 +235,9 @@ func TestReloadAppliesLive(t *testing.T) {
 			before: "access_log: {enabled: true, path: " + filepath.Join(dir, "a.log") + "}\n",
 			next:   "access_log: {enabled: true, path: " + filepath.Join(dir, "b.log") + "}\n",
 			check: func(e *env) string {
-				// A request marked with the time, then wait for its line.
-				mark := fmt.Sprintf("/mark-%d", time.Now().UnixNano())
-				e.get(mark, "X-User-Id", "1")
-				deadline := time.Now().Add(10 * time.Second)
-				for time.Now().Before(deadline) {
-					for _, f := range []string{"a.log", "b.log"} {
-						data, _ := os.ReadFile(filepath.Join(dir, f))
-						if strings.Contains(string(data), mark) {
-							return f
-						}
-					}
-					time.Sleep(20 * time.Millisecond)
+				mark, _ := e.logMark()
+				if f := loggedIn(mark, filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")); f != "" {
+					return filepath.Base(f)
 				}
 				return "no line"
 			},
@@ -355,5 +346,65 @@ func TestProxyClock(t *testing.T) {
 				t.Error("the proxy was not handed the gateway's fake clock")
 			}
 		})
+	}
+}
+
+// TestReloadDropsRemovedRouteLimiter: a route's rate limiter keeps its
+// spent tokens across a reload that keeps the route, also one that
+// changes its limit, and is dropped by one that removes the route: added
+// back later, the route starts with a full bucket. Reloads through ever
+// new route names keep only the limiters of the routes there are.
+func TestReloadDropsRemovedRouteLimiter(t *testing.T) {
+	route := func(name string, burst int) string {
+		return fmt.Sprintf("routes: [{name: %s, path_prefix: /api/, upstream: a, rate_limit: {rps: 0.001, burst: %d}}]\n", name, burst)
+	}
+	e := start(t, baseConfig+route("api", 1), "")
+	statuses := func(n int) string {
+		var out []string
+		for range n {
+			a, err := e.get("/api/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprint(a.status))
+		}
+		return strings.Join(out, " ")
+	}
+	if got := statuses(2); got != "200 429" {
+		t.Fatalf("before any reload: %s, want 200 429", got)
+	}
+	steps := []struct {
+		name, config string
+		want         string
+	}{
+		{"an unrelated reload", strings.Replace(baseConfig, "default_upstream: stable", "default_upstream: b", 1) + route("api", 1), "429"},
+		{"a changed limit", baseConfig + route("api", 2), "429"},
+		{"the route removed", baseConfig, "200 200"},
+		{"the route back", baseConfig + route("api", 1), "200 429"},
+	}
+	for _, s := range steps {
+		if err := e.reload(s.config); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := statuses(len(strings.Fields(s.want))); got != s.want {
+			t.Errorf("after %s: %s, want %s", s.name, got, s.want)
+		}
+	}
+	for i := range 20 {
+		if err := e.reload(baseConfig + route(fmt.Sprintf("r%d", i), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := e.gw.limits.Len(); n != 1 {
+		t.Errorf("after reloads through 20 route names, %d rate limiters are kept, want 1", n)
+	}
+	if err := e.reload(baseConfig + "limits: {rate_limit: {rps: 10}}\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reload(baseConfig); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := e.gw.limits.Len(); n != 0 {
+		t.Errorf("with no rate limit configured, %d rate limiters are kept, want 0", n)
 	}
 }

@@ -2,6 +2,8 @@
 // concurrency caps. Both outlive rule and config reloads: a Set hands out
 // the same Limiter or Gate for the same key, reconfigured in place, so a
 // reload neither resets a token bucket nor forgets requests in flight.
+// Retain drops the keys a reload no longer uses, so that state does not
+// pile up over reloads and a key that comes back starts afresh.
 //
 // # Per-identity buckets
 //
@@ -392,6 +394,13 @@ func (s *Set) Gate(key string, max int) *Gate {
 	}
 	g.max.Store(int64(max))
 	return g
+}
+
+// Len returns how many limiters and gates the set holds.
+func (s *Set) Len() (limiters, gates int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.limiters), len(s.gates)
 }
 
 // Retain drops limiters and gates whose keys keep rejects.

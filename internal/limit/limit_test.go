@@ -76,6 +76,42 @@ func TestConfigureKeepsState(t *testing.T) {
 	}
 }
 
+// TestSetRetainDropsLimiters is what a gateway does on every reload: it
+// asks for the limiters of the routes there are, then retains only those.
+// Through ever new route names the set holds only the current ones; a kept
+// route's bucket stays spent, one that comes back after it was dropped
+// starts full, and gates are left to their own keep function.
+func TestSetRetainDropsLimiters(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	s := NewSet(c.now)
+	cfg := Config{RPS: 0.001, Burst: 1}
+	kept := s.Limiter("route:kept", cfg)
+	kept.Allow("")
+	gone := s.Limiter("route:gone", cfg)
+	gone.Allow("")
+	s.Gate("pool", 10)
+	for i := range 100 {
+		live := map[string]bool{"route:kept": true, fmt.Sprintf("route:r%d", i): true}
+		for k := range live {
+			s.Limiter(k, cfg)
+		}
+		s.Retain(func(k string) bool { return live[k] }, func(string) bool { return true })
+		if limiters, gates := s.Len(); limiters != 2 || gates != 1 {
+			t.Fatalf("reload %d: Len() = %d limiters, %d gates; want 2 and 1", i, limiters, gates)
+		}
+	}
+	if l := s.Limiter("route:kept", cfg); l != kept {
+		t.Error("the kept route got a new limiter")
+	} else if ok, _ := l.Allow(""); ok {
+		t.Error("the kept route's spent bucket was refilled")
+	}
+	if l := s.Limiter("route:gone", cfg); l == gone {
+		t.Error("the route that came back got its dropped limiter again")
+	} else if ok, _ := l.Allow(""); !ok {
+		t.Error("the route that came back does not start with a full bucket")
+	}
+}
+
 func TestValidate(t *testing.T) {
 	c := Config{RPS: 0, Burst: -1, MaxIdentities: -2, MaxIdentityBytes: 4096}
 	err := c.Validate("routes[0].rate_limit")

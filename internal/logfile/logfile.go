@@ -32,7 +32,8 @@ type Options struct {
 // or a SetPath, so a line written whole lands whole in one file.
 type Writer struct {
 	opts Options
-	// swapMu serializes Reopen and SetPath, which open outside mu.
+	// swapMu serializes Reopen, SetPath and Close: Reopen and SetPath open
+	// outside mu, and must not open (create) a file once Close has run.
 	swapMu sync.Mutex
 
 	mu   sync.Mutex
@@ -117,11 +118,16 @@ func (w *Writer) SetPath(path string) error {
 	return w.swapLocked(path, false)
 }
 
-// swapLocked opens path and makes it the destination; swapMu is held.
+// swapLocked opens path and makes it the destination; swapMu is held. A
+// closed Writer opens nothing: a Reopen (SIGUSR1) that races the Close of
+// a log being turned off does not create the file again.
 func (w *Writer) swapLocked(path string, reopen bool) error {
 	w.mu.Lock()
-	same := path == w.path
+	same, closed := path == w.path, w.w == nil
 	w.mu.Unlock()
+	if closed {
+		return os.ErrClosed
+	}
 	if same && !reopen {
 		return nil
 	}
@@ -132,13 +138,6 @@ func (w *Writer) swapLocked(path string, reopen bool) error {
 	}
 	w.mu.Lock()
 	old := w.f
-	if w.w == nil { // closed meanwhile
-		w.mu.Unlock()
-		if f != nil {
-			_ = f.Close()
-		}
-		return os.ErrClosed
-	}
 	w.path, w.w, w.f = path, dst, f
 	w.mu.Unlock()
 	if old != nil && old != f {
@@ -149,8 +148,11 @@ func (w *Writer) swapLocked(path string, reopen bool) error {
 	return nil
 }
 
-// Close closes the file, if any; later writes fail with os.ErrClosed.
+// Close closes the file, if any; later writes fail with os.ErrClosed, and
+// later Reopen and SetPath calls too, without opening anything.
 func (w *Writer) Close() error {
+	w.swapMu.Lock()
+	defer w.swapMu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f := w.f

@@ -3,6 +3,7 @@ package logfile
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -155,5 +156,38 @@ func TestRotateUnderLoad(t *testing.T) {
 	}
 	if len(seen) != writers*lines {
 		t.Errorf("%d lines across the files, want %d", len(seen), writers*lines)
+	}
+}
+
+// TestClosedOpensNothing: once closed (the access log turned off by a
+// reload), a Writer opens nothing, so a Reopen for a SIGUSR1 that raced the
+// Close does not create the file logrotate just deleted; Reopen and
+// SetPath say os.ErrClosed.
+func TestClosedOpensNothing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "access.log")
+	w, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.log")
+	for name, call := range map[string]func() error{"Reopen": w.Reopen, "SetPath": func() error { return w.SetPath(other) }} {
+		if err := call(); !errors.Is(err, os.ErrClosed) {
+			t.Errorf("%s after Close = %v, want os.ErrClosed", name, err)
+		}
+	}
+	for _, p := range []string{path, other} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s exists after Reopen and SetPath on a closed Writer (stat: %v)", p, err)
+		}
+	}
+	if _, err := w.Write([]byte("x\n")); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Write after Close = %v, want os.ErrClosed", err)
 	}
 }
