@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/rule"
+	"github.com/graygate/graygate/internal/rulekey"
 	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/traffic"
@@ -209,8 +211,33 @@ func (s *Server) SetTokens(tokens []Token) {
 	s.tokens.Store(&hashed)
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A path of the API that is not in
+// canonical form ("/api//v1/rules", "/api/v1/../v1/rules") is answered
+// 404 in the API's JSON shape, naming the canonical path, not with
+// ServeMux's redirect: an HTML body is no answer for an API client, and a
+// redirect of a write would have the client send it again.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "//") {
+		if c := canonicalPath(p); c != p && strings.HasPrefix(c, "/api/") {
+			if _, ok := s.authenticate(w, r); !ok {
+				return
+			}
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s is not a canonical path; use %s", r.Method, p, c), nil)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// canonicalPath is p as ServeMux routes it: cleaned of empty, "." and ".."
+// segments, keeping a trailing slash.
+func canonicalPath(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
 
 type principal struct{ name, role string }
 
@@ -229,6 +256,17 @@ func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.
 			}
 			writeError(w, http.StatusForbidden, msg, nil)
 			return
+		}
+		if strings.Contains(pattern, "/rules/{key}") {
+			// One answer for a malformed key on every endpoint that names
+			// a rule, before the endpoint looks at anything else. The
+			// global rollback flag has a history too.
+			key := r.PathValue("key")
+			if !rule.ValidKey(key) && !(key == store.GlobalKey && strings.HasSuffix(pattern, "/history")) {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid rule key %q in the URL", key),
+					[]strict.FieldError{{Path: "key", Message: fmt.Sprintf("invalid key %q in the URL: must match %s", key, rulekey.Pattern)}})
+				return
+			}
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		h(w, r, p)

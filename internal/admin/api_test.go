@@ -260,3 +260,70 @@ func TestRuleBodyKeyType(t *testing.T) {
 		t.Errorf("after a refused PUT, GET = %d %s", code, body)
 	}
 }
+
+// TestInvalidKeyIsOneAnswer: every endpoint that names a rule answers a
+// malformed key the same way, a 400 whose details name the key and the
+// form it must have, before it looks at anything else (a revert's body,
+// the store). The global rollback flag's history is not a malformed key.
+func TestInvalidKeyIsOneAnswer(t *testing.T) {
+	a := startAPI(t)
+	for _, ep := range []struct{ method, path, body string }{
+		{"GET", "/api/v1/rules/bad%20key", ""},
+		{"PUT", "/api/v1/rules/bad%20key", grayBody("5")},
+		{"DELETE", "/api/v1/rules/bad%20key", ""},
+		{"GET", "/api/v1/rules/bad%20key/history", ""},
+		{"POST", "/api/v1/rules/bad%20key/revert", `{}`},
+		{"POST", "/api/v1/rules/bad%20key/rollback", ""},
+		{"POST", "/api/v1/rules/bad%20key/resume", ""},
+		{"POST", "/api/v1/rules/_x/rollback", ""},
+	} {
+		code, _, body := a.do(ep.method, ep.path, ep.body)
+		var out struct {
+			Error   string `json:"error"`
+			Details []struct{ Path, Message string }
+		}
+		_ = json.Unmarshal([]byte(body), &out)
+		if code != http.StatusBadRequest || !strings.Contains(out.Error, "invalid rule key") || len(out.Details) != 1 ||
+			out.Details[0].Path != "key" || !strings.Contains(out.Details[0].Message, "must match ^[A-Za-z0-9]") {
+			t.Errorf("%s %s = %d %s, want a 400 naming the key", ep.method, ep.path, code, body)
+		}
+	}
+	if code, _, body := a.do("GET", "/api/v1/rules/_global/history", ""); code == http.StatusBadRequest {
+		t.Errorf("the global flag's history = %d %s", code, body)
+	}
+}
+
+// TestNonCanonicalPath: a path of the API with an empty, "." or ".."
+// segment gets a JSON 404 naming the canonical path, for reads and writes
+// alike, never ServeMux's redirect with an HTML body; and nothing is
+// written.
+func TestNonCanonicalPath(t *testing.T) {
+	a := startAPI(t)
+	for _, ep := range []struct{ method, path string }{
+		{"GET", "/api//v1/rules"},
+		{"GET", "/api/v1/./rules"},
+		{"GET", "/api/v1/x/../rules"},
+		{"PUT", "/api/v1//rules/k"},
+		{"POST", "/api//v1/rollback"},
+	} {
+		code, hdr, body := a.do(ep.method, ep.path, grayBody("5"))
+		if code != http.StatusNotFound || hdr.Get("Content-Type") != "application/json" || !strings.Contains(body, "not a canonical path; use /api/v1/") {
+			t.Errorf("%s %s = %d %s %s, want a JSON 404", ep.method, ep.path, code, hdr.Get("Content-Type"), body)
+		}
+	}
+	if code, _, body := a.do("GET", "/api/v1/rules/k", ""); code != http.StatusNotFound {
+		t.Errorf("a write to a non-canonical path wrote: %d %s", code, body)
+	}
+	req, _ := http.NewRequest("GET", a.url+"/api//v1/rules", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without a token: %d, want 401", resp.StatusCode)
+	}
+	if code, _, body := a.do("GET", "/api/v1/rules", ""); code != http.StatusOK {
+		t.Errorf("GET /api/v1/rules = %d %s", code, body)
+	}
+}

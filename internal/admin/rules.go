@@ -167,11 +167,7 @@ func changeReason(r *http.Request, bodyReason string) string {
 }
 
 func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
-	key := r.PathValue("key")
-	if !rule.ValidKey(key) {
-		writeError(w, http.StatusBadRequest, "invalid rule", []strict.FieldError{{Path: "key", Message: fmt.Sprintf("invalid key %q in the URL", key)}})
-		return
-	}
+	key := r.PathValue("key") // valid: handle checked it
 	ifVersion, err := parseIfMatch(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
