@@ -3,9 +3,11 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -325,5 +327,62 @@ func TestNonCanonicalPath(t *testing.T) {
 	}
 	if code, _, body := a.do("GET", "/api/v1/rules", ""); code != http.StatusOK {
 		t.Errorf("GET /api/v1/rules = %d %s", code, body)
+	}
+}
+
+// TestHistoryPages: ?limit pages the history, newest first, and
+// next_before says where the next page starts; ?before alone gives the
+// older versions; without either the whole history comes, as always. A
+// bad value is a 400 naming the parameter and the value.
+func TestHistoryPages(t *testing.T) {
+	a := startAPI(t)
+	for p := 1; p <= 7; p++ { // versions 1 to 7
+		if code, _, body := a.do("PUT", "/api/v1/rules/k", grayBody(strconv.Itoa(p))); code/100 != 2 {
+			t.Fatalf("PUT = %d %s", code, body)
+		}
+	}
+	page := func(query string) ([]float64, any) {
+		t.Helper()
+		code, _, body := a.do("GET", "/api/v1/rules/k/history"+query, "")
+		var out struct {
+			History    []struct{ Version float64 }
+			NextBefore any `json:"next_before"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &out) != nil {
+			t.Fatalf("history%s = %d %s", query, code, body)
+		}
+		var vs []float64
+		for _, h := range out.History {
+			vs = append(vs, h.Version)
+		}
+		return vs, out.NextBefore
+	}
+	var all []float64
+	for q := "?limit=3"; ; {
+		vs, next := page(q)
+		all = append(all, vs...)
+		if next == nil {
+			break
+		}
+		q = fmt.Sprintf("?limit=3&before=%v", next)
+	}
+	if fmt.Sprint(all) != "[7 6 5 4 3 2 1]" {
+		t.Errorf("pages of 3 gave versions %v", all)
+	}
+	if vs, next := page(""); fmt.Sprint(vs) != "[7 6 5 4 3 2 1]" || next != nil {
+		t.Errorf("the whole history: %v, next_before %v", vs, next)
+	}
+	if vs, next := page("?before=3"); fmt.Sprint(vs) != "[2 1]" || next != nil {
+		t.Errorf("?before=3: %v, next_before %v", vs, next)
+	}
+	if vs, next := page("?limit=7"); len(vs) != 7 || next != nil {
+		t.Errorf("?limit=7: %v, next_before %v (nothing is left)", vs, next)
+	}
+	for _, q := range []string{"limit=0", "limit=abc", "limit=1001", "before=-1", "before=x"} {
+		code, _, body := a.do("GET", "/api/v1/rules/k/history?"+q, "")
+		name, value, _ := strings.Cut(q, "=")
+		if code != http.StatusBadRequest || !strings.Contains(body, `"path": "`+name+`"`) || !strings.Contains(body, `got \"`+value+`\"`) {
+			t.Errorf("history?%s = %d %s, want a 400 naming %s", q, code, body, name)
+		}
 	}
 }

@@ -289,8 +289,45 @@ type historyItem struct {
 	After      json.RawMessage `json:"after,omitempty"`
 }
 
+// maxHistoryPage bounds the history's limit parameter.
+const maxHistoryPage = 1000
+
+// historyPage reads the history's paging parameters: limit (1 to
+// maxHistoryPage; 0 when absent: everything) and before (a version:
+// only older ones; 0 when absent).
+func historyPage(r *http.Request) (limit int, before int64, err error) {
+	q := r.URL.Query()
+	var errs []error
+	if q.Has("limit") {
+		v := q.Get("limit")
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 1 || n > maxHistoryPage {
+			errs = append(errs, strict.Errorf("limit", "must be a whole number from 1 to %d, got %q", maxHistoryPage, v))
+		}
+		limit = n
+	}
+	if q.Has("before") {
+		v := q.Get("before")
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || n < 1 {
+			errs = append(errs, strict.Errorf("before", "must be a version number >= 1, got %q", v))
+		}
+		before = n
+	}
+	return limit, before, errors.Join(errs...)
+}
+
+// history serves a rule's retained changes, newest first. With limit, at
+// most that many, and when older ones remain, next_before says where the
+// next page starts (?before=next_before); with before, only versions
+// older than it. Without either, the whole retained history, as always.
 func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
 	key := r.PathValue("key")
+	limit, before, err := historyPage(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid query for the history of %q", key), strict.Fields(err))
+		return
+	}
 	hs, err := s.opts.Store.History(r.Context(), key)
 	if err != nil {
 		storeError(w, err)
@@ -300,6 +337,21 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q has no history", key), nil)
 		return
 	}
+	if before > 0 {
+		// A new slice: the store's may be its own.
+		older := make([]store.Change, 0, len(hs))
+		for _, c := range hs {
+			if c.Version < before {
+				older = append(older, c)
+			}
+		}
+		hs = older
+	}
+	body := map[string]any{"key": key}
+	if limit > 0 && len(hs) > limit {
+		hs = hs[:limit]
+		body["next_before"] = hs[limit-1].Version
+	}
 	out := make([]historyItem, 0, len(hs))
 	for _, c := range hs {
 		out = append(out, historyItem{
@@ -307,7 +359,8 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
 			RolledBack: c.RolledBackAfter, Diff: Diff(c.Before, c.After), Before: c.Before, After: c.After,
 		})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"key": key, "history": out})
+	body["history"] = out
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
