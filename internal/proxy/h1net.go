@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -25,6 +29,29 @@ type netUpstream struct {
 	// stopBody ends the transport's reads of the client's body before the
 	// exchange, and the connection fasthttp reads it from, are reused.
 	stopBody func()
+	// start is when the attempt began, for the breaker's latency (zero
+	// without a breaker).
+	start time.Time
+
+	// For an HTTP/1.1 client, the round trip runs on a goroutine of its
+	// own (roundTrip), so that the interim responses its transport reports
+	// (got1xx) can be forwarded while the answer is awaited, as
+	// respondHijacked does those of an HTTP/1.1 upstream; wake is nil
+	// otherwise. The two goroutines share what follows wake, under mu.
+	wake chan struct{} // signalled when an interim response or the answer came
+	mu   sync.Mutex
+	got  []netInterim // interim responses reported and not yet taken
+	n1xx int          // interim responses reported, 100 Continue included
+	// answered: the round trip returned upResp (until it is taken) and upErr.
+	answered bool
+	upResp   *http.Response
+	upErr    error
+}
+
+// netInterim is an interim (1xx) response the transport reported.
+type netInterim struct {
+	code int
+	h    http.Header
 }
 
 // errWebSocketH2 refuses a WebSocket handshake to an HTTP/2 pool, which
@@ -33,8 +60,11 @@ var errWebSocketH2 = errors.New("a WebSocket upgrade cannot be forwarded to an H
 
 // forwardNet is forward's attempt on an h2 or h2c pool: the request, with
 // the fields the policy keeps and adds, goes through the pool's net/http
-// transport; the answer is relayed as forwardNet's response body stream.
-// An error means nothing has been written to the client.
+// transport, and the answer is relayed (netAnswer). An error means
+// nothing has been written to the client. For an HTTP/1.1 client the
+// round trip runs on its own goroutine: an interim response that comes
+// before the answer hands the rest of the exchange to respondHijacked,
+// which forwards it and those that follow, and then the answer.
 func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) (bool, error) {
 	if ws {
 		ex.recordOutcome(time.Time{}, errWebSocketH2)
@@ -106,15 +136,53 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	if out.Body != nil {
 		out.GetBody = nu.att.getBody
 	}
-	out = out.WithContext(nu.att.trace(call.ctx, &httptrace.ClientTrace{}))
+	trace := &httptrace.ClientTrace{}
+	if in.IsHTTP11() {
+		// RFC 9110 section 15.2: a proxy forwards interim responses, but
+		// never to an HTTP/1.0 client (whose transport skips them).
+		trace.Got1xxResponse = nu.got1xx
+		nu.wake = make(chan struct{}, 1)
+	}
+	out = out.WithContext(nu.att.trace(call.ctx, trace))
 	ex.netOut = out
 
-	var start time.Time
 	if ex.d.Breaker != nil {
-		start = p.now()
+		nu.start = p.now()
 	}
 	ex.sent = true
-	resp, err := p.netTransport(pool).RoundTrip(out)
+	rt := p.netTransport(pool)
+	if nu.wake == nil {
+		resp, err := rt.RoundTrip(out)
+		return ex.netAnswer(ctx, resp, err)
+	}
+	go nu.roundTrip(rt, out)
+	if nu.wait(true) {
+		// Interim responses came first: respondHijacked forwards them,
+		// once fasthttp has flushed the answers to earlier pipelined
+		// requests, and then the answer.
+		ex.respStarted = true
+		ex.takeInterim()
+		p.respondHijacked(ctx, ex)
+		return true, nil
+	}
+	resp, err := nu.take()
+	return ex.netAnswer(ctx, resp, err)
+}
+
+// netAnswer relays the answer of forwardNet's round trip (resp, or err)
+// into the client's response: its header, with the fields the policy
+// removes and adds, and its body. A body with a Content-Length of at most
+// maxInlineBody bytes is read whole first (readNetInline), as an HTTP/1.1
+// upstream's is (prepareBody), so that one that breaks off is answered
+// 502 (a stall 504) and not with a header that promised more; any other
+// streams, as netRespBody. It returns true when the body streams, in
+// which case netRespBody finishes the exchange, and an error when the
+// request failed with nothing of the answer written to the client. It
+// runs on the handler's goroutine, or on respondHijacked's after an
+// interim response.
+func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err error) (bool, error) {
+	nu := ex.net
+	call := nu.att.call
 	call.answered()
 	if err == nil {
 		err = unrelayableStatus(resp)
@@ -132,7 +200,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 		if ex.clientErr != nil && isBadBody(ctx, ex.clientErr) {
 			err = errors.Join(errBadRequestBody, err)
 		}
-		ex.recordOutcome(start, err)
+		ex.recordOutcome(nu.start, err)
 		return false, err
 	}
 	ex.respStarted = true
@@ -143,7 +211,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	}
 	ex.filterNetResponse(resp.Header, resp.StatusCode)
 	if ex.d.Breaker != nil {
-		ex.brkLatency = max(p.now().Sub(start), 0)
+		ex.brkLatency = max(ex.p.now().Sub(nu.start), 0)
 		ex.brkPending = true
 	}
 
@@ -163,6 +231,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	ex.setDecisionHeaders(&o.Header)
 	ex.addVia(&o.Header)
 	ensureDate(&o.Header)
+	ex.completed = true // what completeHeader does has been done
 	if nu.att.body != nil && !nu.att.body.ended() {
 		// The upstream answered before the upload ended: what is left of
 		// it is not read, so the connection cannot carry another request.
@@ -180,11 +249,176 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 		// the trailers an upstream announced.
 		size = -1
 		o.ImmediateHeaderFlush = true
+	} else if size <= maxInlineBody {
+		b, err := ex.readNetInline(resp.Body, size)
+		if err != nil {
+			ex.brkPending = false
+			ex.endNet()
+			ex.recordOutcome(nu.start, err)
+			return false, err
+		}
+		o.SetBody(b)
+		ex.teeBody(b)
+		ex.bytesOut = int64(len(b))
+		ex.upEOF, ex.respEnded = true, true
+		ex.endNet()
+		return false, nil
 	}
 	ex.streaming = true
 	ex.respOut = &o.Header
-	o.SetBodyStream(&netRespBody{ex: ex}, size)
+	body := &netRespBody{ex: ex}
+	if ex.hijacked {
+		// respondHijacked writes the body itself; one set on ctx would
+		// be closed when fasthttp resets ctx, after the exchange ended.
+		o.Header.SetContentLength(size)
+		ex.upBody = body
+		return true, nil
+	}
+	o.SetBodyStream(body, size)
 	return true, nil
+}
+
+// readNetInline reads the whole body of size bytes (at most
+// maxInlineBody) of an h2 or h2c upstream's answer into the exchange's
+// copy buffer, each read bounded by the read timeout, as readInline does
+// an HTTP/1.1 upstream's. The client has been sent nothing of the answer
+// yet, so a body that breaks off (or stalls) is the upstream's failure,
+// answered 502 (504); one the transport cut because the client's upload
+// failed or went over the route's limit is the client's (bodyFailure).
+func (ex *exchange) readNetInline(body io.Reader, size int) ([]byte, error) {
+	call := ex.net.att.call
+	buf := ex.copyBuf()[:size]
+	idle := newReadIdle(ex.opts.UpstreamReadTimeout, call)
+	defer idle.stop()
+	n := 0
+	var err error
+	for n < size && err == nil {
+		idle.keep()
+		var m int
+		m, err = body.Read(buf[n:])
+		n += m
+	}
+	if n == size {
+		return buf, nil
+	}
+	if idle.fired() {
+		err = context.Cause(call.ctx)
+	}
+	if b := ex.net.att.body; b != nil {
+		b.collect(&ex.flow)
+	}
+	if ex.tooLarge || ex.clientErr != nil {
+		return nil, ex.bodyFailure(err)
+	}
+	return nil, ex.brokeOff(n, size, err)
+}
+
+// roundTrip makes the round trip of an HTTP/1.1 client's request on the
+// goroutine forwardNet starts for it, and hands over its answer (take).
+func (nu *netUpstream) roundTrip(rt http.RoundTripper, req *http.Request) {
+	resp, err := rt.RoundTrip(req)
+	nu.mu.Lock()
+	nu.answered, nu.upResp, nu.upErr = true, resp, err
+	nu.mu.Unlock()
+	nu.signal()
+}
+
+// got1xx is the transport's Got1xxResponse for an HTTP/1.1 client's
+// request, on the transport's goroutine: it queues the interim response
+// for the exchange (takeInterim), which forwards it. Like the HTTP/1.1
+// transport (finishHeader), it allows maxInterimResponses, and forwards
+// neither 100 Continue (the gateway answered the client's Expect itself)
+// nor 101, which is final, and not HTTP/2 (RFC 9113 section 8.6).
+func (nu *netUpstream) got1xx(code int, h textproto.MIMEHeader) error {
+	nu.mu.Lock()
+	defer nu.mu.Unlock()
+	if nu.n1xx >= maxInterimResponses {
+		return errTooManyInterim
+	}
+	nu.n1xx++
+	if isInterim(code) && code != http.StatusContinue {
+		nu.got = append(nu.got, netInterim{code: code, h: http.Header(h)})
+		nu.signal()
+	}
+	return nil
+}
+
+// signal wakes the exchange waiting for the round trip (wait,
+// awaitNetAnswer).
+func (nu *netUpstream) signal() {
+	select {
+	case nu.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits for the round trip's answer, or, with interim, for an
+// interim response if one comes first, and reports whether one is queued
+// (takeInterim has it).
+func (nu *netUpstream) wait(interim bool) (queued bool) {
+	for {
+		nu.mu.Lock()
+		queued, answered := len(nu.got) > 0, nu.answered
+		nu.mu.Unlock()
+		if answered || (interim && queued) {
+			return queued
+		}
+		<-nu.wake
+	}
+}
+
+// take returns the round trip's answer, which has come.
+func (nu *netUpstream) take() (*http.Response, error) {
+	nu.mu.Lock()
+	defer nu.mu.Unlock()
+	resp, err := nu.upResp, nu.upErr
+	nu.upResp = nil
+	return resp, err
+}
+
+// takeInterim appends the interim responses the transport reported so far
+// to ex.interim, in the HTTP/1.1 form respondHijacked writes, without the
+// fields the policy removes from any response header (filterNetResponse:
+// hop-by-hop fields and the gateway's own); it reports whether the answer
+// has come too.
+func (ex *exchange) takeInterim() (answered bool) {
+	nu := ex.net
+	nu.mu.Lock()
+	got := nu.got
+	nu.got = nil
+	answered = nu.answered
+	nu.mu.Unlock()
+	for _, r := range got {
+		ex.filterNetResponse(r.h, r.code)
+		w := bytes.NewBuffer(ex.interim)
+		fmt.Fprintf(w, "HTTP/1.1 %d %s\r\n", r.code, http.StatusText(r.code))
+		_ = r.h.Write(w)
+		w.WriteString("\r\n")
+		ex.interim = w.Bytes()
+	}
+	return answered
+}
+
+// awaitNetAnswer is respondHijacked's wait for the answer to a request to
+// an h2 or h2c pool whose first interim responses it has forwarded: those
+// that follow are forwarded as they come, and the answer is taken
+// (netAnswer) under the route's header timeout, counted from now, as
+// for an HTTP/1.1 upstream.
+func (ex *exchange) awaitNetAnswer(ctx *fasthttp.RequestCtx) error {
+	nu := ex.net
+	nu.att.call.rearm()
+	for !ex.takeInterim() {
+		if err := ex.writeInterim(); err != nil {
+			return err
+		}
+		<-nu.wake
+	}
+	if err := ex.writeInterim(); err != nil {
+		return err
+	}
+	resp, err := nu.take()
+	_, err = ex.netAnswer(ctx, resp, err)
+	return err
 }
 
 // keepForResume is how much of a streamed body the transport's reads
@@ -226,6 +460,18 @@ func (ex *exchange) endNet() {
 	nu := ex.net
 	if nu == nil {
 		return
+	}
+	if nu.wake != nil {
+		// An exchange that ends after interim responses (the client
+		// went away) may not have its answer yet: the call is canceled,
+		// and its round trip waited for, which then returns at once, so
+		// that the transport is done with the attempt's body (getBody)
+		// before it is stopped. An answer not taken is closed.
+		nu.att.call.end()
+		nu.wait(false)
+		if resp, _ := nu.take(); resp != nil {
+			_ = resp.Body.Close()
+		}
 	}
 	if nu.att.body != nil {
 		nu.att.body.stop(nu.stopBody)

@@ -412,6 +412,156 @@ func TestH1ClientKeepsAliveToH2Pool(t *testing.T) {
 	read(3)
 }
 
+// TestH1ClientInterimFromH2Pool: an HTTP/1.1 client of an h2c pool gets
+// the upstream's interim responses as it gets an http1 pool's
+// (TestInterimResponses): each as soon as it is sent, before the final
+// response, also behind a pipelined request; with its Link and without
+// the gateway's own fields, which the final response has. The connection
+// closes after such a response, as after an http1 pool's. An upstream
+// that breaks off after a 103, or sends more than maxInterimResponses,
+// gets the client the gateway's 502 after the interim responses it
+// forwarded. An HTTP/1.0 client gets none.
+func TestH1ClientInterimFromH2Pool(t *testing.T) {
+	release := make(chan struct{}, 4)
+	b := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		interim := func(code int, link string) {
+			if link != "" {
+				w.Header().Set("Link", link)
+				w.Header().Set("X-Gray-Group", "forged")
+			}
+			w.WriteHeader(code)
+			w.Header().Del("Link")
+			w.Header().Del("X-Gray-Group")
+		}
+		switch r.URL.Path {
+		case "/hints":
+			interim(http.StatusEarlyHints, "</a.css>; rel=preload")
+			// The rest waits until the client has the 103.
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+			interim(http.StatusProcessing, "")
+		case "/hints-then-break":
+			interim(http.StatusEarlyHints, "</a.css>; rel=preload")
+			panic(http.ErrAbortHandler)
+		case "/too-many":
+			for range maxInterimResponses + 5 {
+				interim(http.StatusEarlyHints, "</a.css>; rel=preload")
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	pool := poolOf("h2c", addrOf(b))
+	pool.Protocol = upstream.H2C
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "g", Target: pool})
+	read := func(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%d: reading the body: %v", resp.StatusCode, err)
+		}
+		return resp, string(body)
+	}
+	// answers reads the rest of the connection: the interim responses, the
+	// final answer, and the end of the connection. It releases the held
+	// answer after a 103 with the hint's Link and none of the gateway's
+	// fields, and returns the statuses and the last answer.
+	answers := func(t *testing.T, br *bufio.Reader) ([]int, *http.Response, string) {
+		t.Helper()
+		var got []int
+		for {
+			resp, body := read(t, br)
+			got = append(got, resp.StatusCode)
+			if resp.StatusCode == http.StatusEarlyHints {
+				if l, g := resp.Header.Get("Link"), resp.Header.Get("X-Gray-Group"); l != "</a.css>; rel=preload" || g != "" {
+					t.Errorf("103 with Link %q, X-Gray-Group %q; want the hint's Link and no X-Gray-Group", l, g)
+				}
+				select { // one held answer at most is waiting for it
+				case release <- struct{}{}:
+				default:
+				}
+			}
+			if resp.StatusCode >= 200 {
+				if !resp.Close {
+					t.Errorf("%d after interim responses without Connection: close", resp.StatusCode)
+				}
+				if _, err := br.Peek(1); err != io.EOF {
+					t.Errorf("after the answer: %v, want the connection closed", err)
+				}
+				return got, resp, body
+			}
+		}
+	}
+	drain := func() {
+		for len(release) > 0 {
+			<-release
+		}
+	}
+
+	t.Run("before the final response", func(t *testing.T) {
+		defer drain()
+		c := dialRaw(t, addr)
+		fmt.Fprint(c, "GET /hints HTTP/1.1\r\nHost: a\r\n\r\n")
+		got, resp, body := answers(t, bufio.NewReader(c))
+		if fmt.Sprint(got) != "[103 102 200]" || body != "ok" {
+			t.Errorf("answers %v, final body %q; want [103 102 200] in that order, \"ok\"", got, body)
+		}
+		if resp.Header.Get("Link") != "" || resp.Header.Get("X-Gray-Group") != "g" || resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("final answer with Link %q, X-Gray-Group %q, X-Request-Id %q; want no Link and the gateway's fields",
+				resp.Header.Get("Link"), resp.Header.Get("X-Gray-Group"), resp.Header.Get("X-Request-Id"))
+		}
+	})
+	t.Run("behind a pipelined request", func(t *testing.T) {
+		defer drain()
+		c := dialRaw(t, addr)
+		fmt.Fprint(c, "GET /first HTTP/1.1\r\nHost: a\r\n\r\nGET /hints HTTP/1.1\r\nHost: a\r\n\r\n")
+		br := bufio.NewReader(c)
+		first, body := read(t, br)
+		if first.StatusCode != 200 || body != "ok" || first.Close {
+			t.Errorf("first answer %d %q, close %v; want 200 \"ok\" on a kept connection", first.StatusCode, body, first.Close)
+		}
+		if got, _, body := answers(t, br); fmt.Sprint(got) != "[103 102 200]" || body != "ok" {
+			t.Errorf("then %v, final body %q; want [103 102 200], \"ok\"", got, body)
+		}
+	})
+	t.Run("the upstream fails after them", func(t *testing.T) {
+		for _, tt := range []struct {
+			path string
+			want int // interim responses before the 502
+		}{
+			{"/hints-then-break", 1},
+			{"/too-many", maxInterimResponses},
+		} {
+			func() {
+				defer drain()
+				c := dialRaw(t, addr)
+				fmt.Fprint(c, "GET "+tt.path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+				got, resp, body := answers(t, bufio.NewReader(c))
+				id := resp.Header.Get("X-Request-Id")
+				if len(got) != tt.want+1 || resp.StatusCode != http.StatusBadGateway || id == "" || !strings.Contains(body, id) || resp.Header.Get("X-Gray-Group") != "g" {
+					t.Errorf("%s: %d interim responses, then %d with X-Request-Id %q, body %q; want %d, then the gateway's 502 with its request id",
+						tt.path, len(got)-1, resp.StatusCode, id, body, tt.want)
+				}
+			}()
+		}
+	})
+	t.Run("none to an HTTP/1.0 client", func(t *testing.T) {
+		defer drain()
+		release <- struct{}{}
+		c := dialRaw(t, addr)
+		fmt.Fprint(c, "GET /hints HTTP/1.0\r\n\r\n")
+		resp, body := read(t, bufio.NewReader(c))
+		if resp.StatusCode != 200 || body != "ok" {
+			t.Errorf("HTTP/1.0 client got %d %q first, want the final 200 \"ok\"", resp.StatusCode, body)
+		}
+	})
+}
+
 // TestTrailersFiltered: an upstream cannot forge the gateway's fields in
 // its trailers (the decision headers, X-Request-Id, Via, a reported
 // metric field) nor relay hop-by-hop ones, on every path: HTTP/1.1 and

@@ -98,7 +98,9 @@ func eqFold(b []byte, s string) bool { return len(b) == len(s) && strings.EqualF
 // known size, chunked (with the client's trailer fields) otherwise.
 func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) {
 	in := &ctx.Request.Header
-	ex.netOut = nil
+	// An attempt on an h2 or h2c pool before this one (forwardNet) has
+	// ended; this one is the HTTP/1.1 transport's.
+	ex.net, ex.netOut = nil, nil
 	ex.setBodyKind(ctx, ws)
 	uri := ex.originForm(in.RequestURI())
 	h := append(ex.head[:0], in.Method()...)

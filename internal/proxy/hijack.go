@@ -18,9 +18,11 @@ import (
 //
 //   - interim (1xx) responses, which must reach the client before the final
 //     one (RFC 9110 section 15.2) and as soon as they arrive, while fasthttp
-//     only writes a response once the handler has returned. A hijack
-//     handler runs after fasthttp has flushed the answers to earlier
-//     pipelined requests, so the order on the connection stays right;
+//     only writes a response once the handler has returned: those an
+//     HTTP/1.1 upstream sends (finishHeader) and those an h2 or h2c
+//     upstream's transport reports (forwardNet). A hijack handler runs
+//     after fasthttp has flushed the answers to earlier pipelined
+//     requests, so the order on the connection stays right;
 //   - a body of unknown length to an HTTP/1.0 client, which cannot read the
 //     chunked coding fasthttp would use: the body is delimited by closing
 //     the connection (RFC 9112 section 6.3).
@@ -40,6 +42,7 @@ func (p *Proxy) respondHijacked(ctx *fasthttp.RequestCtx, ex *exchange) {
 		}
 		ex.streaming = false
 		ex.releaseUpstream(ex.upEOF || (ex.resp.IsBodyStream() == false && err == nil))
+		ex.endNet()
 		ex.finish()
 	})
 }
@@ -55,15 +58,12 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 			return err
 		}
 		ex.interim = ex.interim[:0]
-		// The final header is waited for under the route's header
-		// timeout, counted from now.
-		if err := ex.up.Conn().SetReadDeadline(time.Now().Add(ex.headerTimeout)); err != nil {
-			return err
-		}
 		ex.hijackedConn = c
-		err := out.Read(ex.br)
-		if err == nil {
-			err = ex.finishHeader(ctx, ex.up.Conn(), ex.br)
+		var err error
+		if ex.net != nil {
+			err = ex.awaitNetAnswer(ctx)
+		} else {
+			err = ex.readFinalHeader(ctx)
 		}
 		if err != nil {
 			if isTimeout(err) && ex.timeout == "" {
@@ -75,20 +75,32 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 			ex.writeFailure(c, fmt.Errorf("after an interim response: %w", err))
 			return err
 		}
-		if ex.resp.IsBodyStream() {
-			if err := ex.up.Conn().SetReadDeadline(time.Time{}); err != nil {
-				return err
-			}
-			ex.upBody = ex.resp.BodyStream()
-		}
 	}
 	ex.completeHeader(out)
 	out.SetConnectionClose()
-	chunked := false
+	// The body: held whole (whole), in the upstream's reader (ex.inline)
+	// or in the response (an h2 or h2c upstream's, readNetInline), or
+	// streamed (body), or none.
+	var held []byte
+	var body io.Reader
+	whole := false
 	switch {
 	case ex.inline >= 0:
-		out.SetContentLength(ex.inline)
-	case !ex.resp.IsBodyStream():
+		held, _ = ex.br.Peek(ex.inline)
+		ex.teeBody(held)
+		ex.respEnded, whole = true, true
+	case ex.resp.IsBodyStream():
+		body = &ex.respBody
+	case ex.net != nil && ex.upBody != nil:
+		body = ex.upBody // netRespBody
+	case ex.net != nil && !ctx.Response.SkipBody:
+		held, whole = ctx.Response.Body(), true
+	}
+	chunked := false
+	switch {
+	case whole:
+		out.SetContentLength(len(held))
+	case body == nil:
 		// No body; the header keeps what the upstream announced.
 	case out.ContentLength() >= 0:
 	case !ctx.Request.Header.IsHTTP11():
@@ -105,25 +117,24 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 		return err
 	}
 	switch {
-	case ex.inline >= 0:
-		b, _ := ex.br.Peek(ex.inline)
-		ex.teeBody(b)
-		ex.respEnded = true
-		n, err := c.Write(b)
+	case whole:
+		n, err := c.Write(held)
 		ex.bytesOut = int64(n)
-		_, _ = ex.br.Discard(ex.inline)
+		if ex.inline >= 0 {
+			_, _ = ex.br.Discard(ex.inline)
+		}
 		if err != nil {
 			ex.writeErr = err
 		}
 		return err
-	case !ex.resp.IsBodyStream() || b2s(ex.method) == fasthttp.MethodHead:
+	case body == nil || b2s(ex.method) == fasthttp.MethodHead:
 		ex.respEnded = true
 		return nil
 	}
 	bw := bufio.NewWriterSize(c, 32<<10)
 	buf := ex.copyBuf()
 	for {
-		n, rerr := ex.respBody.Read(buf)
+		n, rerr := body.Read(buf)
 		if n > 0 {
 			var werr error
 			if chunked {
@@ -158,6 +169,29 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 		ex.writeErr = err
 		return err
 	}
+	return nil
+}
+
+// readFinalHeader reads, after the interim responses writeHijacked has
+// forwarded, the final response header of an HTTP/1.1 upstream into the
+// client's response (forwarding the interim responses that come first),
+// under the route's header timeout counted from now, and prepares its
+// body.
+func (ex *exchange) readFinalHeader(ctx *fasthttp.RequestCtx) error {
+	if err := ex.up.Conn().SetReadDeadline(time.Now().Add(ex.headerTimeout)); err != nil {
+		return err
+	}
+	err := ctx.Response.Header.Read(ex.br)
+	if err == nil {
+		err = ex.finishHeader(ctx, ex.up.Conn(), ex.br)
+	}
+	if err != nil || !ex.resp.IsBodyStream() {
+		return err
+	}
+	if err := ex.up.Conn().SetReadDeadline(time.Time{}); err != nil {
+		return err
+	}
+	ex.upBody = ex.resp.BodyStream()
 	return nil
 }
 

@@ -240,6 +240,17 @@ func (c *netCall) answered() {
 	}
 }
 
+// rearm restarts the header timer if it runs: an interim response went to
+// the client, and the final one is waited for a whole timeout from now,
+// as the HTTP/1.1 transport does (writeHijacked).
+func (c *netCall) rearm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timer != nil && !c.done {
+		c.timer.Reset(c.limit)
+	}
+}
+
 // end cancels what is left of the call.
 func (c *netCall) end() {
 	c.answered()

@@ -359,8 +359,9 @@ type exchange struct {
 	respOut *fasthttp.ResponseHeader
 	upEOF   bool
 	// net is the state of a request forwarded to an HTTP/2 pool
-	// (forwardNet), nil otherwise. netOut is the request forwardNet sent
-	// last, nil once buildRequest wrote a head (sentRequest).
+	// (forwardNet), nil otherwise (buildRequest). netOut is the request
+	// forwardNet sent last, nil once buildRequest wrote a head
+	// (sentRequest).
 	net    *netUpstream
 	netOut *http.Request
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // stallBackend is an upstream whose behaviour a test scripts on the raw
@@ -49,11 +51,17 @@ func (s *syncBuffer) lines() []map[string]any {
 
 func newStallRig(t *testing.T, upstreamAddr string, opts Options) *stallRig {
 	t.Helper()
+	return newStallRigFor(t, poolOf("gray", upstreamAddr), opts)
+}
+
+// newStallRigFor is newStallRig for the gray pool given (of any protocol),
+// which it gives the gate.
+func newStallRigFor(t *testing.T, pool *upstream.Pool, opts Options) *stallRig {
+	t.Helper()
 	b, err := breaker.New(breaker.Config{}, breaker.Options{Name: "r1/gray"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := poolOf("gray", upstreamAddr)
 	pool.Gate = limit.NewSet(nil).Gate("gray", 10)
 	r := &stallRig{gate: pool.Gate, b: b, log: &syncBuffer{}}
 	opts.AccessLog = r.log
@@ -65,14 +73,14 @@ func newStallRig(t *testing.T, upstreamAddr string, opts Options) *stallRig {
 // settle waits until the slot is free, no goroutine is left in the
 // proxy's code (busyGoroutines; fasthttp keeps idle workers of its own
 // for a while, so the total is not a measure), and the access log has a
-// line whose timeout is want; it returns that line.
+// line whose timeout is want ("": none fired); it returns that line.
 func (r *stallRig) settle(t *testing.T, want string) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var line map[string]any
 		for _, l := range r.log.lines() {
-			if l["timeout"] == want {
+			if got, _ := l["timeout"].(string); got == want {
 				line = l
 			}
 		}
@@ -571,6 +579,65 @@ func TestSmallBodyInParts(t *testing.T) {
 			}
 			if n := len(conns); n != tt.upstreams {
 				t.Errorf("the upstream accepted %d connections by now, want %d", n, tt.upstreams)
+			}
+		})
+	}
+}
+
+// TestH2PoolBodyBreaksOff: an h2c upstream whose answer ends before its
+// Content-Length (its stream reset) or stalls within it. A small body is
+// read whole before the client is answered, as an http1 pool's is, so the
+// client gets the gateway's 502 (504 for the stall) with its request id
+// and no instance address, the breaker counts a failure, and the access
+// log says so; a large body streams, so the client gets its header and a
+// cut-off body.
+func TestH2PoolBodyBreaksOff(t *testing.T) {
+	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		size, _ := strconv.Atoi(r.URL.Query().Get("size"))
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = w.Write(bytes.Repeat([]byte("x"), size/3))
+		w.(http.Flusher).Flush()
+		if r.URL.Query().Has("stall") {
+			<-r.Context().Done()
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}))
+	pool := poolOf("gray", addrOf(up))
+	pool.Protocol = upstream.H2C
+	for _, tt := range []struct {
+		name, query string
+		status      int
+		timeout     string
+	}{
+		{"small body broken off", "size=100", http.StatusBadGateway, ""},
+		{"small body stalled", "size=100&stall", http.StatusGatewayTimeout, "read_timeout"},
+		{"large body broken off", "size=100000", http.StatusOK, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newStallRigFor(t, pool, Options{UpstreamReadTimeout: shortTimeout, ResponseHeaderTimeout: 5 * time.Second})
+			c := dialRaw(t, r.addr)
+			fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", tt.query)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, berr := io.ReadAll(resp.Body)
+			id := resp.Header.Get("X-Request-Id")
+			switch {
+			case resp.StatusCode != tt.status:
+				t.Fatalf("status %d, body %q; want %d", resp.StatusCode, body, tt.status)
+			case tt.status == http.StatusOK && (berr == nil || len(body) >= 100000):
+				t.Errorf("client read %d bytes, %v; want the body cut off", len(body), berr)
+			case tt.status != http.StatusOK && (id == "" || !strings.Contains(string(body), id) || strings.Contains(string(body), addrOf(up))):
+				t.Errorf("error answer with X-Request-Id %q, body %q; want the id in the body and no instance address", id, body)
+			}
+			line := r.settle(t, tt.timeout)
+			if line["status"] != float64(tt.status) {
+				t.Errorf("logged status %v, want %d: %v", line["status"], tt.status, line)
+			}
+			if f := r.failures(); f != 1 {
+				t.Errorf("breaker failures = %d, want 1", f)
 			}
 		})
 	}

@@ -1017,15 +1017,24 @@ func (ex *exchange) readInline(conn net.Conn, br *bufio.Reader, cl int) error {
 			if ex.canceled {
 				return err
 			}
-			if isTimeout(err) {
-				ex.timeout = timeoutUpstreamRead
-			} else if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return fmt.Errorf("%w after %d of %d bytes from %s: %w", errBodyBrokeOff, br.Buffered(), cl, ex.inst.Addr, err)
+			return ex.brokeOff(br.Buffered(), cl, err)
 		}
 	}
 	return nil
+}
+
+// brokeOff is the failure of an upstream whose answer's body, of size
+// bytes, which the gateway reads whole before it answers (readInline,
+// readNetInline), ended after got bytes with err, or stalled (err a
+// timeout): the client has been sent nothing of the answer, and gets a
+// 502 (504).
+func (f *flow) brokeOff(got, size int, err error) error {
+	if isTimeout(err) {
+		f.timeout = timeoutUpstreamRead
+	} else if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w after %d of %d bytes from %s: %w", errBodyBrokeOff, got, size, f.inst.Addr, err)
 }
 
 // checkFinal refuses a final response header that no client may be
