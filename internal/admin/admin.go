@@ -168,19 +168,25 @@ func New(opts Options) *Server {
 		s.handle("POST /api/v1/events", RoleEvents, s.postEvents)
 	}
 	s.routeConsole()
-	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := s.authenticate(w, r); !ok {
-			return
-		}
-		if allow := s.allowed(r); len(allow) > 0 {
-			// RFC 9110 section 15.5.6: the path exists, the method does not.
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")), nil)
-			return
-		}
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
-	})
+	s.mux.HandleFunc("/api/", s.noEndpoint)
+	// Without it, ServeMux would redirect /api to /api/ with an HTML body.
+	s.mux.HandleFunc("/api", s.noEndpoint)
 	return s
+}
+
+// noEndpoint answers a path of the API that no route serves: 405 with
+// Allow when the path is an endpoint's, 404 otherwise.
+func (s *Server) noEndpoint(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.authenticate(w, r); !ok {
+		return
+	}
+	if allow := s.allowed(r); len(allow) > 0 {
+		// RFC 9110 section 15.5.6: the path exists, the method does not.
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")), nil)
+		return
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), nil)
 }
 
 // allowed returns the methods the API serves on r's path (none when the
@@ -211,33 +217,43 @@ func (s *Server) SetTokens(tokens []Token) {
 	s.tokens.Store(&hashed)
 }
 
-// ServeHTTP implements http.Handler. A path of the API that is not in
-// canonical form ("/api//v1/rules", "/api/v1/../v1/rules") is answered
-// 404 in the API's JSON shape, naming the canonical path, not with
-// ServeMux's redirect: an HTML body is no answer for an API client, and a
-// redirect of a write would have the client send it again.
+// ServeHTTP implements http.Handler. A request that ServeMux would
+// redirect to the canonical form of its path ("/api//v1/rules",
+// "/api/v1/x/../rules", "/x/../api/v1/rules") is answered 404 in the API's
+// JSON shape, naming the canonical path, when either path is the API's:
+// an HTML body is no answer for an API client, and a client that follows
+// a 307 or 308 sends a write again, to a path it did not name. The paths
+// outside the API (the console, /healthz, /metrics) keep ServeMux's
+// redirect, which is what a browser wants.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := r.URL.Path; strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "//") {
-		if c := canonicalPath(p); c != p && strings.HasPrefix(c, "/api/") {
-			if _, ok := s.authenticate(w, r); !ok {
-				return
-			}
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s is not a canonical path; use %s", r.Method, p, c), nil)
+	p := r.URL.EscapedPath() // what ServeMux cleans and matches
+	if c := canonicalPath(p); c != p && (isAPIPath(p) || isAPIPath(c)) {
+		if _, ok := s.authenticate(w, r); !ok {
 			return
 		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s is not a canonical path; use %s", r.Method, p, c), nil)
+		return
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
-// canonicalPath is p as ServeMux routes it: cleaned of empty, "." and ".."
-// segments, keeping a trailing slash.
+// canonicalPath is the escaped path p as ServeMux routes it: cleaned of
+// empty, "." and ".." segments, keeping a trailing slash. An escaped
+// slash or dot ("a%2F..%2Fb") is part of a segment, as it is for
+// ServeMux, not a separator.
 func canonicalPath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
 	c := path.Clean(p)
 	if strings.HasSuffix(p, "/") && c != "/" {
 		c += "/"
 	}
 	return c
 }
+
+// isAPIPath reports whether the escaped path p is under /api.
+func isAPIPath(p string) bool { return p == "/api" || strings.HasPrefix(p, "/api/") }
 
 type principal struct{ name, role string }
 
@@ -257,20 +273,28 @@ func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.
 			writeError(w, http.StatusForbidden, msg, nil)
 			return
 		}
-		if strings.Contains(pattern, "/rules/{key}") {
-			// One answer for a malformed key on every endpoint that names
-			// a rule, before the endpoint looks at anything else. The
-			// global rollback flag has a history too.
-			key := r.PathValue("key")
-			if !rule.ValidKey(key) && !(key == store.GlobalKey && strings.HasSuffix(pattern, "/history")) {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid rule key %q in the URL", key),
-					[]strict.FieldError{{Path: "key", Message: fmt.Sprintf("invalid key %q in the URL: must match %s", key, rulekey.Pattern)}})
-				return
-			}
+		if strings.Contains(pattern, "/rules/{key}") && !validKeyInURL(w, r, strings.HasSuffix(pattern, "/history")) {
+			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		h(w, r, p)
 	})
+}
+
+// validKeyInURL checks the rule key in r's URL, and answers 400 with
+// details naming key when it is malformed. It is the one answer for a
+// malformed key on every endpoint that names a rule (GET, PUT, DELETE,
+// history, diff, revert, rollback, resume, rollout), given before the
+// endpoint looks at anything else. history admits store.GlobalKey: the
+// global rollback flag has a history too.
+func validKeyInURL(w http.ResponseWriter, r *http.Request, history bool) bool {
+	key := r.PathValue("key")
+	if rule.ValidKey(key) || history && key == store.GlobalKey {
+		return true
+	}
+	writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid rule key %q in the URL", key),
+		[]strict.FieldError{{Path: "key", Message: fmt.Sprintf("invalid key %q in the URL: must match %s", key, rulekey.Pattern)}})
+	return false
 }
 
 // allowed reports whether a token of role may use a route that needs

@@ -63,6 +63,9 @@ func startAPI(t *testing.T) *testAPI {
 			return err
 		},
 		Status: func() any { return map[string]any{} },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "graygate_up 1\n")
+		}),
 		Tokens: []Token{
 			{Name: "ops", Value: testAdminToken, Role: RoleAdmin},
 			{Name: "dash", Value: testViewerToken, Role: RoleViewer},
@@ -75,7 +78,8 @@ func startAPI(t *testing.T) *testAPI {
 }
 
 // do sends one request as the admin, with header name/value pairs, and
-// returns the status, the headers and the body.
+// returns the status, the headers and the body. It does not follow
+// redirects: the API answers none, and one followed would hide it.
 func (a *testAPI) do(method, path, body string, hdr ...string) (int, http.Header, string) {
 	a.t.Helper()
 	req, err := http.NewRequest(method, a.url+path, strings.NewReader(body))
@@ -86,7 +90,7 @@ func (a *testAPI) do(method, path, body string, hdr ...string) (int, http.Header
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	client := &http.Client{Timeout: 20 * time.Second}
+	client := &http.Client{Timeout: 20 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Do(req)
 	if err != nil {
 		a.t.Fatalf("%s %s: %v", method, path, err)
@@ -278,6 +282,10 @@ func TestInvalidKeyIsOneAnswer(t *testing.T) {
 		{"POST", "/api/v1/rules/bad%20key/rollback", ""},
 		{"POST", "/api/v1/rules/bad%20key/resume", ""},
 		{"POST", "/api/v1/rules/_x/rollback", ""},
+		// Escaped slashes are part of the key, as ServeMux routes them:
+		// never a path to clean into another rule's ("/api/v1/rules/b").
+		{"DELETE", "/api/v1/rules/a%2F..%2Fb", ""},
+		{"GET", "/api/v1/rules/%2e%2e/history", ""},
 	} {
 		code, _, body := a.do(ep.method, ep.path, ep.body)
 		var out struct {
@@ -296,21 +304,50 @@ func TestInvalidKeyIsOneAnswer(t *testing.T) {
 }
 
 // TestNonCanonicalPath: a path of the API with an empty, "." or ".."
-// segment gets a JSON 404 naming the canonical path, for reads and writes
-// alike, never ServeMux's redirect with an HTML body; and nothing is
-// written.
+// segment, or one that cleans into the API, gets a JSON 404 naming the
+// canonical path, for reads and writes alike, never ServeMux's redirect
+// with an HTML body; and nothing is written. /api itself is a JSON 404
+// too. The paths outside the API keep ServeMux's behaviour.
 func TestNonCanonicalPath(t *testing.T) {
 	a := startAPI(t)
-	for _, ep := range []struct{ method, path string }{
-		{"GET", "/api//v1/rules"},
-		{"GET", "/api/v1/./rules"},
-		{"GET", "/api/v1/x/../rules"},
-		{"PUT", "/api/v1//rules/k"},
-		{"POST", "/api//v1/rollback"},
+	for _, ep := range []struct{ method, path, canonical string }{
+		{"GET", "/api//v1/rules", "/api/v1/rules"},
+		{"GET", "/api/v1/./rules", "/api/v1/rules"},
+		{"GET", "/api/v1/x/../rules", "/api/v1/rules"},
+		{"GET", "//api/v1/rules", "/api/v1/rules"},
+		{"GET", "/x/../api/v1/rules", "/api/v1/rules"},
+		{"GET", "/api/v1/..", "/api"},
+		{"GET", "/api/..", "/"},
+		{"PUT", "/api/v1//rules/k", "/api/v1/rules/k"},
+		{"DELETE", "/api/v1/rules/x/../k", "/api/v1/rules/k"},
+		{"POST", "/api//v1/rollback", "/api/v1/rollback"},
 	} {
 		code, hdr, body := a.do(ep.method, ep.path, grayBody("5"))
-		if code != http.StatusNotFound || hdr.Get("Content-Type") != "application/json" || !strings.Contains(body, "not a canonical path; use /api/v1/") {
-			t.Errorf("%s %s = %d %s %s, want a JSON 404", ep.method, ep.path, code, hdr.Get("Content-Type"), body)
+		if code != http.StatusNotFound || hdr.Get("Content-Type") != "application/json" || hdr.Get("Location") != "" ||
+			!strings.Contains(body, "not a canonical path; use "+ep.canonical+`"`) {
+			t.Errorf("%s %s = %d %s %s, want a JSON 404 naming %s", ep.method, ep.path, code, hdr.Get("Content-Type"), body, ep.canonical)
+		}
+	}
+	for _, method := range []string{"GET", "POST"} {
+		if code, hdr, body := a.do(method, "/api", ""); code != http.StatusNotFound || hdr.Get("Content-Type") != "application/json" {
+			t.Errorf("%s /api = %d %s %s, want a JSON 404", method, code, hdr.Get("Content-Type"), body)
+		}
+	}
+	for _, ep := range []struct {
+		path     string
+		code     int
+		location string
+	}{
+		{"/healthz", http.StatusOK, ""},
+		{"/readyz", http.StatusOK, ""},
+		{"/metrics", http.StatusOK, ""},
+		{"/ui/", http.StatusOK, ""},
+		{"/", http.StatusFound, "/ui/"},
+		{"/ui//", http.StatusTemporaryRedirect, "/ui/"},
+		{"//healthz", http.StatusTemporaryRedirect, "/healthz"},
+	} {
+		if code, hdr, body := a.do("GET", ep.path, ""); code != ep.code || hdr.Get("Location") != ep.location {
+			t.Errorf("GET %s = %d (Location %q) %.80s, want %d (Location %q)", ep.path, code, hdr.Get("Location"), body, ep.code, ep.location)
 		}
 	}
 	if code, _, body := a.do("GET", "/api/v1/rules/k", ""); code != http.StatusNotFound {

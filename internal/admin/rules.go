@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -338,14 +339,10 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
 		return
 	}
 	if before > 0 {
-		// A new slice: the store's may be its own.
-		older := make([]store.Change, 0, len(hs))
-		for _, c := range hs {
-			if c.Version < before {
-				older = append(older, c)
-			}
-		}
-		hs = older
+		// Newest first, and a key's versions only grow, so the older
+		// versions are a tail: a subslice, not a second copy of what may
+		// be a long history (store.history_limit has no upper bound).
+		hs = hs[sort.Search(len(hs), func(i int) bool { return hs[i].Version < before }):]
 	}
 	body := map[string]any{"key": key}
 	if limit > 0 && len(hs) > limit {
