@@ -303,9 +303,12 @@ routes:
 	for err := range errs {
 		t.Fatal(err)
 	}
-	want := 20*time.Since(first).Seconds() + 5 // the rate plus the initial burst
-	if n := float64(ok.Load()); limited.Load() == 0 || n < want*0.8 || n > want*1.1 {
-		t.Errorf("admitted %v in %v at 20 rps (want %.0f, -20%% to +10%%), limited %d", n, time.Since(first), want, limited.Load())
+	// The rate plus the initial burst. The bound above is strict; the one
+	// below is loose, as a client stalled by a loaded machine for longer
+	// than the burst takes to refill (250 ms) loses those tokens.
+	want := 20*time.Since(first).Seconds() + 5
+	if n := float64(ok.Load()); limited.Load() == 0 || n < want*0.65 || n > want*1.1 {
+		t.Errorf("admitted %v in %v at 20 rps (want %.0f, -35%% to +10%%), limited %d", n, time.Since(first), want, limited.Load())
 	}
 	if a, _ := e.get("/other"); a.status != 200 {
 		t.Errorf("another route is limited too: %d", a.status)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -232,8 +233,15 @@ func TestRolloutAbortsFailingGray(t *testing.T) {
 			}
 			_, r := e.api("GET", "/api/v1/rules/canary", nil)
 			f := r["rollout"].(map[string]any)["status"].(map[string]any)["failure"].(map[string]any)
-			if val, _ := f["value"].(float64); f["check"] != "error_rate" || f["threshold"] != "max 0.05" || val < 0.15 || val > 0.45 {
-				t.Errorf("failure = %v", f)
+			// The gray backend fails 3 of every 10 answers, in a fixed
+			// pattern, so n of them in a row hold between 3*(n/10) and
+			// 3*(n/10)+3 failures: a window of few requests (a loaded
+			// machine) may read anywhere in that range.
+			val, _ := f["value"].(float64)
+			n, _ := f["requests"].(float64)
+			lo, hi := 3*math.Floor(n/10)/n, (3*math.Floor(n/10)+3)/n
+			if f["check"] != "error_rate" || f["threshold"] != "max 0.05" || n < 5 || val < lo-1e-9 || val > hi+1e-9 {
+				t.Errorf("failure = %v, want a value in [%.2f, %.2f] for %v requests", f, lo, hi, n)
 			}
 			waitServing(t, e, "canary")
 			before := grayHits.Load()
