@@ -91,12 +91,17 @@
 // client socket to the upstream socket through fixed buffers; the response
 // body is read from the upstream connection as a stream and handed to
 // fasthttp as the response body stream. Neither is ever held in memory,
-// with one exception: a response body of at most 16 KiB that arrived
-// together with its header (the common small API answer) is copied into the
-// response, so that the upstream connection goes back to the pool at once
-// and the exchange ends in the handler. OnDone then runs just before
-// fasthttp writes the response rather than after, and a client write error
-// is not seen.
+// with one exception: a response body with a Content-Length of at most
+// 16 KiB (the common small API answer) is read to its end and copied into
+// the response (readInline; readNetInline toward h2 and h2c pools), so
+// that the upstream connection goes back to the pool at once and the
+// exchange ends in the handler, and so that an upstream that breaks off
+// or stalls within it gets the client the gateway's 502 or 504 rather
+// than a header that promised more: nothing has been written yet
+// (brokeOff). A larger body, or one of unknown length, streams, and one
+// that breaks off is cut off and the client connection closed. OnDone
+// then runs just before fasthttp writes the response rather than after,
+// and a client write error is not seen.
 //
 // The upstream request's head and framing are written by the gateway
 // (buildRequest): Content-Length for a body of known size, else chunked,
@@ -109,6 +114,10 @@
 // hop-by-hop ones are then removed (filterResponseHeader). Interim (1xx)
 // responses are forwarded on the hijacked connection as they arrive
 // (respondHijacked), as is a body of unknown length to an HTTP/1.0 client.
+// Toward h2 and h2c pools the same holds for an HTTP/1.1 client: its
+// round trip runs on a goroutine of its own, whose transport reports the
+// interim responses (got1xx), and the first one hands the exchange to
+// respondHijacked, which forwards them and then the answer (netAnswer).
 //
 // Every stall is bounded. fasthttp's ReadTimeout bounds the request line
 // and header (ReadHeaderTimeout) and its IdleTimeout the keep-alive wait;

@@ -584,27 +584,49 @@ func TestSmallBodyInParts(t *testing.T) {
 	}
 }
 
-// TestH2PoolBodyBreaksOff: an h2c upstream whose answer ends before its
-// Content-Length (its stream reset) or stalls within it. A small body is
-// read whole before the client is answered, as an http1 pool's is, so the
-// client gets the gateway's 502 (504 for the stall) with its request id
-// and no instance address, the breaker counts a failure, and the access
-// log says so; a large body streams, so the client gets its header and a
-// cut-off body.
-func TestH2PoolBodyBreaksOff(t *testing.T) {
-	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		size, _ := strconv.Atoi(r.URL.Query().Get("size"))
-		w.Header().Set("Content-Length", strconv.Itoa(size))
-		_, _ = w.Write(bytes.Repeat([]byte("x"), size/3))
+// TestBodyBreaksOff: an upstream whose answer ends before its
+// Content-Length (an http1 upstream closes its connection, an h2c one
+// resets its stream), or stalls within it, or ends a chunked body without
+// its last chunk. A small body is read whole before the client is
+// answered, on either pool, so the client gets the gateway's 502 (504 for
+// the stall) with its request id and no instance address, rather than
+// nothing; a large or chunked one streams, so the client gets its header
+// and then a cut-off body on a closed connection. Either way the breaker
+// counts a failure, and the access log has the status the client got
+// (and the timeout that fired).
+func TestBodyBreaksOff(t *testing.T) {
+	// The answer to /?size=n (chunked without it; stall: no end) is n/3
+	// bytes of its body, or 10 bytes of a chunked one, then the break.
+	h1 := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		q := req.URL.Query()
+		if size, err := strconv.Atoi(q.Get("size")); err == nil {
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("x"), size/3))
+		} else {
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nxxxxxxxxxx\r\n")
+		}
+		if q.Has("stall") {
+			_, _ = io.Copy(io.Discard, c) // until the gateway gives up
+		}
+	})
+	h2c := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		part := []byte("xxxxxxxxxx")
+		if size, err := strconv.Atoi(q.Get("size")); err == nil {
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			part = bytes.Repeat([]byte("x"), size/3)
+		}
+		_, _ = w.Write(part)
 		w.(http.Flusher).Flush()
-		if r.URL.Query().Has("stall") {
+		if q.Has("stall") {
 			<-r.Context().Done()
 			return
 		}
 		panic(http.ErrAbortHandler)
 	}))
-	pool := poolOf("gray", addrOf(up))
-	pool.Protocol = upstream.H2C
 	for _, tt := range []struct {
 		name, query string
 		status      int
@@ -613,32 +635,41 @@ func TestH2PoolBodyBreaksOff(t *testing.T) {
 		{"small body broken off", "size=100", http.StatusBadGateway, ""},
 		{"small body stalled", "size=100&stall", http.StatusGatewayTimeout, "read_timeout"},
 		{"large body broken off", "size=100000", http.StatusOK, ""},
+		{"chunked body broken off", "", http.StatusOK, ""},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newStallRigFor(t, pool, Options{UpstreamReadTimeout: shortTimeout, ResponseHeaderTimeout: 5 * time.Second})
-			c := dialRaw(t, r.addr)
-			fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", tt.query)
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, berr := io.ReadAll(resp.Body)
-			id := resp.Header.Get("X-Request-Id")
-			switch {
-			case resp.StatusCode != tt.status:
-				t.Fatalf("status %d, body %q; want %d", resp.StatusCode, body, tt.status)
-			case tt.status == http.StatusOK && (berr == nil || len(body) >= 100000):
-				t.Errorf("client read %d bytes, %v; want the body cut off", len(body), berr)
-			case tt.status != http.StatusOK && (id == "" || !strings.Contains(string(body), id) || strings.Contains(string(body), addrOf(up))):
-				t.Errorf("error answer with X-Request-Id %q, body %q; want the id in the body and no instance address", id, body)
-			}
-			line := r.settle(t, tt.timeout)
-			if line["status"] != float64(tt.status) {
-				t.Errorf("logged status %v, want %d: %v", line["status"], tt.status, line)
-			}
-			if f := r.failures(); f != 1 {
-				t.Errorf("breaker failures = %d, want 1", f)
-			}
-		})
+		for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+			t.Run(tt.name+"/"+proto.String(), func(t *testing.T) {
+				addr := h1
+				if proto == upstream.H2C {
+					addr = addrOf(h2c)
+				}
+				pool := poolOf("gray", addr)
+				pool.Protocol = proto
+				r := newStallRigFor(t, pool, Options{UpstreamReadTimeout: shortTimeout, ResponseHeaderTimeout: 5 * time.Second})
+				c := dialRaw(t, r.addr)
+				fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", tt.query)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatalf("reading the answer: %v", err)
+				}
+				body, berr := io.ReadAll(resp.Body)
+				id := resp.Header.Get("X-Request-Id")
+				switch {
+				case resp.StatusCode != tt.status:
+					t.Fatalf("status %d, body %q; want %d", resp.StatusCode, body, tt.status)
+				case tt.status == http.StatusOK && (berr == nil || len(body) >= 100000):
+					t.Errorf("client read %d bytes, %v; want the body cut off", len(body), berr)
+				case tt.status != http.StatusOK && (id == "" || !strings.Contains(string(body), id) || strings.Contains(string(body), addr)):
+					t.Errorf("error answer with X-Request-Id %q, body %q; want the id in the body and no instance address", id, body)
+				}
+				line := r.settle(t, tt.timeout)
+				if line["status"] != float64(tt.status) {
+					t.Errorf("logged status %v, want %d: %v", line["status"], tt.status, line)
+				}
+				if f := r.failures(); f != 1 {
+					t.Errorf("breaker failures = %d, want 1", f)
+				}
+			})
+		}
 	}
 }
