@@ -486,11 +486,31 @@ func (ex *exchange) endNet() {
 // to the HTTP/1.1 client; when fasthttp closes it, the exchange ends.
 // Trailers are forwarded after a chunked body, as forwardTrailers does for
 // an HTTP/1.1 upstream.
-type netRespBody struct{ ex *exchange }
+// netRespBody streams an h2 or h2c upstream's answer body to an HTTP/1.1
+// client. Each read of it waits at most read_timeout for the upstream
+// (idle): the timer runs only while a read waits, not while the client is
+// written to, which client_write_timeout bounds.
+type netRespBody struct {
+	ex   *exchange
+	idle *readIdle
+}
 
 func (b *netRespBody) Read(p []byte) (int, error) {
 	ex := b.ex
+	if d := ex.opts.UpstreamReadTimeout; d > 0 {
+		if b.idle == nil {
+			b.idle = newReadIdle(d, ex.net.att.call)
+		} else {
+			b.idle.t.Reset(d)
+		}
+	}
 	n, err := ex.net.resp.Body.Read(p)
+	if b.idle != nil {
+		b.idle.stop()
+		if err != nil && err != io.EOF && b.idle.fired() && ex.timeout == "" {
+			ex.timeout = timeoutUpstreamRead
+		}
+	}
 	ex.bytesOut += int64(n)
 	if ex.mirror == mirrorOn {
 		ex.teeBody(p[:n])

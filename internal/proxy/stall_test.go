@@ -636,6 +636,9 @@ func TestBodyBreaksOff(t *testing.T) {
 		{"small body stalled", "size=100&stall", http.StatusGatewayTimeout, "read_timeout"},
 		{"large body broken off", "size=100000", http.StatusOK, ""},
 		{"chunked body broken off", "", http.StatusOK, ""},
+		// A streamed body that stalls is bounded by read_timeout too.
+		{"large body stalled", "size=100000&stall", http.StatusOK, "read_timeout"},
+		{"chunked body stalled", "stall", http.StatusOK, "read_timeout"},
 	} {
 		for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
 			t.Run(tt.name+"/"+proto.String(), func(t *testing.T) {
