@@ -260,6 +260,8 @@ type principal struct{ name, role string }
 type ctxKey struct{}
 
 func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.Request, principal)) {
+	// Known when the route is added, not worked out per request.
+	namesRule, history := strings.Contains(pattern, "/rules/{key}"), strings.HasSuffix(pattern, "/history")
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, ok := s.authenticate(w, r)
 		if !ok {
@@ -273,7 +275,7 @@ func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.
 			writeError(w, http.StatusForbidden, msg, nil)
 			return
 		}
-		if strings.Contains(pattern, "/rules/{key}") && !validKeyInURL(w, r, strings.HasSuffix(pattern, "/history")) {
+		if namesRule && !validKeyInURL(w, r, history) {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
