@@ -501,7 +501,7 @@ func (b *netRespBody) Read(p []byte) (int, error) {
 		if b.idle == nil {
 			b.idle = newReadIdle(d, ex.net.att.call)
 		} else {
-			b.idle.t.Reset(d)
+			b.idle.restart()
 		}
 	}
 	n, err := ex.net.resp.Body.Read(p)

@@ -821,5 +821,8 @@ func (ri *readIdle) keep() {
 	}
 }
 
+// restart runs the timer d from now, after a stop.
+func (ri *readIdle) restart() { ri.t.Reset(ri.d) }
+
 func (ri *readIdle) fired() bool { return ri.expire.Load() }
 func (ri *readIdle) stop()       { ri.t.Stop() }
