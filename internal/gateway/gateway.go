@@ -402,13 +402,26 @@ func (g *Gateway) freeze(ctx context.Context, key string, version int64, reason 
 // routes back with their tokens, and a route added back later starts with
 // a full bucket, as a new one does. Requests decided by an older snapshot
 // may still take tokens from a dropped limiter, which is then forgotten.
-// The caller holds g.mu.
+// Concurrency gates are dropped at the same moment (see capped). The
+// caller holds g.mu.
 func (g *Gateway) publish(snap *router.Snapshot) {
 	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
 	g.syncMirrors(snap)
 	g.router.Store(snap)
 	g.epoch = g.builtEpoch
-	g.limits.Retain(func(k string) bool { return g.limiters[k] }, func(string) bool { return true })
+	g.limits.Retain(func(k string) bool { return g.limiters[k] }, g.capped)
+}
+
+// capped reports whether the serving config caps the upstream named key,
+// so that publish keeps its concurrency gate. The gate of an upstream
+// removed or uncapped is dropped once no request holds a slot in it (one
+// still held keeps it to a later publish); an upstream capped again starts
+// from an empty gate. A request of the retired pool may still take a slot
+// in a dropped gate, which is then forgotten: for that moment the new and
+// the old gate together may admit more than the cap.
+func (g *Gateway) capped(key string) bool {
+	u, ok := g.cfg.Upstreams[key]
+	return ok && u.MaxConcurrent > 0
 }
 
 func tokens(cfg *config.Config, flagToken string) []admin.Token {

@@ -408,3 +408,31 @@ func TestReloadDropsRemovedRouteLimiter(t *testing.T) {
 		t.Errorf("with no rate limit configured, %d rate limiters are kept, want 0", n)
 	}
 }
+
+// TestReloadDropsRemovedUpstreamGate: reloads through ever new capped
+// upstream names keep only the concurrency gates of the upstreams the
+// serving config caps, and taking a cap off drops its gate too.
+func TestReloadDropsRemovedUpstreamGate(t *testing.T) {
+	capped := func(name string) string {
+		return baseConfig + fmt.Sprintf("  %s: {instances: [{addr: \"{{a}}\"}], max_concurrent: 4}\n", name)
+	}
+	e := start(t, capped("c0"), "")
+	for i := range 20 {
+		if err := e.reload(capped(fmt.Sprintf("c%d", i+1))); err != nil {
+			t.Fatal(err)
+		}
+		a, err := e.get("/api/x")
+		if err != nil || a.status != 200 {
+			t.Fatalf("after reload %d: %v, %+v", i, err, a)
+		}
+	}
+	if _, n := e.gw.limits.Len(); n != 1 {
+		t.Errorf("after reloads through 21 capped upstream names, %d gates are kept, want 1", n)
+	}
+	if err := e.reload(baseConfig); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := e.gw.limits.Len(); n != 0 {
+		t.Errorf("with no upstream capped, %d gates are kept, want 0", n)
+	}
+}
