@@ -133,6 +133,7 @@ func (g *Gateway) exportStoreMetrics() {
 			return float64(s.WatchRestarts())
 		},
 		PropagationLag: func() float64 { return s.PropagationLag().Seconds() },
+		HistoryResets:  func() float64 { return float64(s.HistoryResets()) },
 	})
 }
 

@@ -121,6 +121,9 @@ func TestFleetRestoredFromBackup(t *testing.T) {
 				if st.Store.State != StoreSynced || st.Sync == nil || st.Sync.HistoryResets != 1 || st.Revision != 4 {
 					t.Errorf("gateway %d: store %+v, sync %+v, revision %d; want synced, one history reset, revision 4", i+1, st.Store, st.Sync, st.Revision)
 				}
+				if m := g.metricsText(); !strings.Contains(m, "\ngraygate_store_history_resets_total 1\n") {
+					t.Errorf("gateway %d: /metrics lacks graygate_store_history_resets_total 1", i+1)
+				}
 			}
 		})
 	}

@@ -166,6 +166,9 @@ type StoreFuncs struct {
 	Synced, Stale  func() bool
 	WatchRestarts  func() float64
 	PropagationLag func() float64 // seconds
+	// HistoryResets counts the times etcd's history was found replaced
+	// (a restore from backup); nil exports nothing.
+	HistoryResets func() float64
 }
 
 // Store exports a shared store's sync state, watch restarts and
@@ -177,6 +180,9 @@ func (m *Metrics) Store(f StoreFuncs) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "graygate_store_watch_restarts_total", Help: "Times the etcd watch was re-established (compaction, lost connection)."}, f.WatchRestarts),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_store_propagation_lag_seconds", Help: "Time from the last rule change's commit in etcd to its application here."}, f.PropagationLag),
 	)
+	if f.HistoryResets != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "graygate_store_history_resets_total", Help: "Times etcd's history was found replaced (etcd restored from a backup) and the gateway went over to what it holds."}, f.HistoryResets))
+	}
 }
 
 // Pools exports per-pool size, healthy instances and in-flight requests,
