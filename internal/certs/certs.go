@@ -175,7 +175,10 @@ func (st *Store) Reload() (bool, error) {
 // only then are the files read, so that a change made after the read is
 // an event again. A link missing for a moment (removed, then made again)
 // is watched for in its directory.
-// Directories that Update adds are watched as soon as it returns. An
+// Directories that Update adds are watched as soon as it returns. Once
+// its watches are in place, at the start and after every Update, Watch
+// reads the files again, so that a change made before it could see
+// events is not lost. An
 // error of the watcher (the kernel's event queue overflowed, and changes
 // may have gone unseen) is logged and taken for a change: the watch goes
 // on, so that a burst of file activity does not end the reloads for good.
@@ -207,6 +210,11 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 		}
 		fire = timer.C
 	}
+	// A renewal written after New or Update read the files but before
+	// the watches above existed raised no event here: the files are read
+	// once now that they are watched, and reloaded only if they differ
+	// from what serves.
+	changed()
 	for {
 		select {
 		case <-ctx.Done():
@@ -225,6 +233,7 @@ func (st *Store) Watch(ctx context.Context, debounce time.Duration) error {
 			if err := follow(); err != nil {
 				st.log.Error("watch TLS files", "err", err)
 			}
+			changed() // as at the start, for directories watched only now
 		case <-fire:
 			fire = nil
 			if err := follow(); err != nil {

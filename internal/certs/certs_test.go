@@ -223,7 +223,23 @@ func TestWatchFollowsUpdate(t *testing.T) {
 	stop()
 }
 
-// watch runs st.Watch (polling every 20 ms as well) and serves TLS with
+// TestWatchSeesChangeBeforeStart: a renewal written after New read the
+// files but before Watch had its watches in place raises no event Watch
+// can see; it is served all the same, once Watch has started.
+func TestWatchSeesChangeBeforeStart(t *testing.T) {
+	ca := certstest.NewCA(t, t.TempDir(), "test")
+	first := ca.Server("s.pem", "s.key", "gw.test")
+	st, err := New(Settings{Certificates: []Pair{{first.CertFile, first.KeyFile}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := ca.Server(first.CertFile, first.KeyFile, "gw.test")
+	addr, _, stop := watch(t, st)
+	waitSerial(t, addr, ca, renewed.Serial)
+	stop()
+}
+
+// watch runs st.Watch (debounce 20 ms) and serves TLS with
 // st on loopback, until the test ends. ended reports a Watch that returned
 // early; stop ends the watch and fails the test unless it returned nil.
 func watch(t *testing.T, st *Store) (addr string, ended <-chan error, stop func()) {
