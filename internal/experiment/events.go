@@ -53,7 +53,7 @@ func ParseEvents(body []byte, cat *Catalog, now time.Time) ([]Event, EventsResul
 		Events []json.RawMessage `json:"events"`
 	}
 	var res EventsResult
-	if err := strict.Decode(body, &doc); err != nil {
+	if err := errors.Join(outsideEvents(strict.DuplicateKeys(body)), strict.Decode(body, &doc)); err != nil {
 		return nil, res, err
 	}
 	if doc.Events == nil {
@@ -82,7 +82,10 @@ func ParseEvents(body []byte, cat *Catalog, now time.Time) ([]Event, EventsResul
 
 func parseEvent(raw json.RawMessage, p string, cat *Catalog, now time.Time) ([]Event, []error) {
 	var pe PostedEvent
-	if err := strict.Decode(raw, &pe); err != nil {
+	// A member given twice ({"unit": "a", "unit": "b"}) would be read as
+	// its last value by encoding/json; the event is refused instead, as
+	// a rule is (strict.DuplicateKeys), and the rest of the batch goes on.
+	if err := errors.Join(strict.DuplicateKeys(raw), strict.Decode(raw, &pe)); err != nil {
 		return nil, []error{strict.Prefix(p, err)}
 	}
 	var errs []error
@@ -204,4 +207,17 @@ func (r *Recorder) PostEvents(ctx context.Context, body []byte) (EventsResult, e
 		return res, fmt.Errorf("record events: %w", err)
 	}
 	return res, nil
+}
+
+// outsideEvents keeps the problems of err (strict.DuplicateKeys on the
+// whole body) that lie outside the events array, which refuse the body;
+// an event's own duplicates are the event's problem (see parseEvent).
+func outsideEvents(err error) error {
+	var out []error
+	for _, f := range strict.Fields(err) {
+		if !strings.HasPrefix(f.Path, "events[") {
+			out = append(out, &strict.FieldError{Path: f.Path, Message: f.Message})
+		}
+	}
+	return errors.Join(out...)
 }

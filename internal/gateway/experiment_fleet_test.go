@@ -251,6 +251,66 @@ func TestExperimentRestart(t *testing.T) {
 	}
 }
 
+// TestEventsDuplicateKeys: an event that gives a member twice is refused,
+// named by its index and the member, and the rest of the batch is
+// recorded; "events" given twice refuses the body and records nothing.
+// encoding/json alone would have read the last value of each.
+func TestEventsDuplicateKeys(t *testing.T) {
+	e, _, _ := startShop(t, "")
+	pipeline(t, e, exposures("exp_checkout_2026", []string{"dup-1", "dup-2"}), 1)
+	code, out := e.postEvents("events-token", []any{
+		json.RawMessage(`{"unit": "dup-1", "unit": "dup-2", "metric": "signup"}`),
+		json.RawMessage(`{"unit": "dup-2", "metric": "revenue", "value": 5, "value": 500}`),
+		map[string]any{"unit": "dup-1", "metric": "signup"},
+	})
+	if code != 400 || out["accepted"] != 1.0 || out["rejected"] != 2.0 {
+		t.Fatalf("POST /api/v1/events = %d %v, want 400 with 1 accepted and 2 rejected", code, out)
+	}
+	d, _ := json.Marshal(out["details"])
+	for _, want := range []string{
+		`{"message":"duplicate key: \"unit\" is given more than once in the same object","path":"events[0].unit"}`,
+		`{"message":"duplicate key: \"value\" is given more than once in the same object","path":"events[1].value"}`,
+	} {
+		if !strings.Contains(string(d), want) {
+			t.Errorf("details %s lack %s", d, want)
+		}
+	}
+	res, _ := e.results("checkout")
+	signups, revenue := int64(0), 0.0
+	for _, g := range res.Groups {
+		signups += g.Metrics["signup"].Count
+		revenue += g.Metrics["revenue"].Sum
+	}
+	if signups != 1 || revenue != 0 {
+		t.Errorf("recorded %d signups and revenue %v, want 1 and 0", signups, revenue)
+	}
+
+	body := `{"events": [{"unit": "dup-2", "metric": "signup"}], "events": []}`
+	req, _ := http.NewRequest("POST", e.admin+"/api/v1/events", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer events-token")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var refused struct {
+		Details []struct{ Path, Message string }
+	}
+	_ = json.Unmarshal(raw, &refused)
+	if resp.StatusCode != 400 || len(refused.Details) != 1 || refused.Details[0].Path != "events" || !strings.HasPrefix(refused.Details[0].Message, "duplicate key") {
+		t.Errorf("a body with events twice = %d %s, want 400 naming events as a duplicate key", resp.StatusCode, raw)
+	}
+	res, _ = e.results("checkout")
+	signups = 0
+	for _, g := range res.Groups {
+		signups += g.Metrics["signup"].Count
+	}
+	if signups != 1 {
+		t.Errorf("after the refused body, %d signups, want 1", signups)
+	}
+}
+
 // TestExperimentEventsAPI: per-event errors named by index and field,
 // the valid events of the batch recorded; the events role may post events
 // and nothing else; a viewer may not post them.
