@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -37,15 +38,108 @@ var clientCommands = map[string]func(ctx context.Context, args []string, stdout,
 // client is the admin API client shared by the CLI commands.
 type client struct {
 	addr, token, output, reason string
+	limit, before               string // rules history's page, checked by historyQuery
 	http                        *http.Client
 	stdout, stderr              io.Writer
 }
 
-func (c *client) register(fs *flag.FlagSet) {
+// cmdKind says which of the flags that only some commands take a client
+// command takes. Every command parses them all, so that one given where
+// it does not apply is refused by name (refuseFlags) instead of being
+// sent, or ignored, without a word.
+type cmdKind struct {
+	changes bool // it changes rules: --reason is recorded with the change
+	pages   bool // rules history: --limit and --before
+}
+
+var (
+	readOnly = cmdKind{}
+	changing = cmdKind{changes: true}
+)
+
+// changingCommands are the commands that take --reason, for its error.
+const changingCommands = "rules put, delete and revert, rollback, resume, rollout promote, pause, resume, abort and retry"
+
+func (c *client) register(fs *flag.FlagSet, kind cmdKind) {
 	fs.StringVar(&c.addr, "admin", os.Getenv("GRAYGATE_ADMIN"), "admin API `ADDR` or URL (env GRAYGATE_ADMIN, default 127.0.0.1:9080)")
 	fs.StringVar(&c.token, "token", os.Getenv("GRAYGATE_ADMIN_TOKEN"), "bearer `TOKEN` (env GRAYGATE_ADMIN_TOKEN)")
 	fs.StringVar(&c.output, "o", "text", "output `FORMAT`: text or json")
-	fs.StringVar(&c.reason, "reason", "", "change `REASON` recorded in the history")
+	registerScoped(fs, kind, &c.reason, &c.limit, &c.before)
+}
+
+// registerScoped registers --reason, --limit and --before on fs, and makes
+// fs's -h list only those of them that kind takes.
+func registerScoped(fs *flag.FlagSet, kind cmdKind, reason, limit, before *string) {
+	fs.StringVar(reason, "reason", "", "change `REASON` recorded in the history")
+	fs.StringVar(limit, "limit", "", fmt.Sprintf("print at most `N` versions (1 to %d), and the --before that shows the next ones", historyPageMax))
+	fs.StringVar(before, "before", "", "print only the versions older than `VERSION`")
+	hidden := map[string]bool{"reason": !kind.changes, "limit": !kind.pages, "before": !kind.pages}
+	fs.Usage = func() {
+		shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+		shown.SetOutput(fs.Output())
+		fs.VisitAll(func(f *flag.Flag) {
+			if !hidden[f.Name] {
+				shown.Var(f.Value, f.Name, f.Usage)
+				shown.Lookup(f.Name).DefValue = f.DefValue
+			}
+		})
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		shown.PrintDefaults()
+	}
+}
+
+// refuseFlags refuses, naming it and its value, a flag given to command
+// name that its kind does not take.
+func refuseFlags(fs *flag.FlagSet, name string, kind cmdKind) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		switch {
+		case f.Name == "reason" && !kind.changes:
+			err = usageError{fmt.Sprintf("--reason %q: only applies to commands that change rules (%s); %s changes nothing", f.Value, changingCommands, name)}
+		case (f.Name == "limit" || f.Name == "before") && !kind.pages:
+			err = usageError{fmt.Sprintf("--%s %q: only applies to rules history, not to %s", f.Name, f.Value, name)}
+		}
+	})
+	return err
+}
+
+// isSet reports whether flag name was given, even as "".
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// historyPageMax is the admin API's largest history page (limit 1 to
+// 1000, internal/admin's maxHistoryPage); --limit is checked against it
+// before anything is sent.
+const historyPageMax = 1000
+
+// historyQuery turns rules history's --limit and --before into the
+// history's query, refusing a value the admin API would.
+func (c *client) historyQuery(fs *flag.FlagSet) (string, error) {
+	q := url.Values{}
+	if isSet(fs, "limit") {
+		n, err := strconv.Atoi(c.limit)
+		if err != nil || n < 1 || n > historyPageMax {
+			return "", usageError{fmt.Sprintf("--limit must be a whole number from 1 to %d, got %q", historyPageMax, c.limit)}
+		}
+		q.Set("limit", strconv.Itoa(n))
+	}
+	if isSet(fs, "before") {
+		n, err := strconv.ParseInt(c.before, 10, 64)
+		if err != nil || n < 1 {
+			return "", usageError{fmt.Sprintf("--before must be a version number >= 1, got %q", c.before)}
+		}
+		q.Set("before", strconv.FormatInt(n, 10))
+	}
+	if len(q) == 0 {
+		return "", nil
+	}
+	return "?" + q.Encode(), nil
 }
 
 func (c *client) base() string {
@@ -134,16 +228,21 @@ func (c *client) printJSON(raw json.RawMessage) {
 	fmt.Fprintln(c.stdout, strings.TrimSpace(buf.String()))
 }
 
-func newClient(name string, args []string, stdout, stderr io.Writer, extra func(*flag.FlagSet)) (*client, *flag.FlagSet, error) {
+// newClient parses a client command's flags: the shared ones, those kind
+// takes, and extra's.
+func newClient(name string, kind cmdKind, args []string, stdout, stderr io.Writer, extra func(*flag.FlagSet)) (*client, *flag.FlagSet, error) {
 	c := &client{stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.register(fs)
+	c.register(fs, kind)
 	if extra != nil {
 		extra(fs)
 	}
 	if err := fs.Parse(interleave(fs, args)); err != nil {
 		return nil, nil, usageError{err.Error()}
+	}
+	if err := refuseFlags(fs, name, kind); err != nil {
+		return nil, nil, err
 	}
 	if c.output != "text" && c.output != "json" {
 		return nil, nil, usageError{fmt.Sprintf("-o must be text or json, got %q", c.output)}
@@ -188,9 +287,19 @@ const rulesUsage = `usage: graygate rules COMMAND [flags]
   get KEY                      show one rule
   put -f FILE [--if-match N]   create or replace the rule(s) in FILE (a rule, or a list); KEY is taken from the file
   delete KEY [--if-match N]    delete a rule (its history is kept)
-  history KEY                  versions with who, when, why and a diff
+  history KEY [--limit N] [--before VERSION]
+                               versions with who, when, why and a diff, newest first (all of them by default);
+                               --limit N (1 to 1000) prints N and, while older ones remain, a last line
+                               "more: --before V": add it for the next page; --before VERSION: only older ones
   revert KEY VERSION           restore VERSION as a new version
-flags for every command: --admin ADDR --token TOKEN -o text|json --reason TEXT`
+flags for every command: --admin ADDR --token TOKEN -o text|json
+--reason TEXT, recorded in the history: put, delete and revert (the commands that change rules) only`
+
+// rulesKinds are the rules commands, and the flags each takes.
+var rulesKinds = map[string]cmdKind{
+	"list": readOnly, "get": readOnly, "history": {pages: true},
+	"put": changing, "delete": changing, "revert": changing,
+}
 
 func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -201,10 +310,14 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	sub := args[0]
+	kind, ok := rulesKinds[sub]
+	if !ok {
+		return usageError{rulesUsage}
+	}
 	var file string
 	var ifMatch int64 = -1
 	var dryRun bool
-	c, fs, err := newClient("rules "+sub, args[1:], stdout, stderr, func(fs *flag.FlagSet) {
+	c, fs, err := newClient("rules "+sub, kind, args[1:], stdout, stderr, func(fs *flag.FlagSet) {
 		if sub == "put" {
 			fs.StringVar(&file, "f", "", "rule `FILE` (JSON; - for stdin)")
 			fs.BoolVar(&dryRun, "dry-run", false, "validate only")
@@ -351,16 +464,21 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := need(1, "KEY"); err != nil {
 			return err
 		}
-		raw, err := c.do(ctx, "GET", "/api/v1/rules/"+pos[0]+"/history", nil, nil)
+		query, err := c.historyQuery(fs)
+		if err != nil {
+			return err
+		}
+		raw, err := c.do(ctx, "GET", "/api/v1/rules/"+pos[0]+"/history"+query, nil, nil)
 		if err != nil {
 			return err
 		}
 		if c.output == "json" {
-			c.printJSON(raw)
+			c.printJSON(raw) // next_before, when there is one, is in it
 			return nil
 		}
 		var h struct {
-			History []struct {
+			NextBefore *int64 `json:"next_before"`
+			History    []struct {
 				Version int64     `json:"version"`
 				Op      string    `json:"op"`
 				At      time.Time `json:"at"`
@@ -396,6 +514,14 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 					fmt.Fprintf(stdout, "      - %s: %s\n", d.Path, compact(d.Before))
 				}
 			}
+		}
+		if len(h.History) == 0 && isSet(fs, "before") {
+			// The API answers 404 for a rule with no history at all; an
+			// empty page is a --before at or below its oldest version.
+			fmt.Fprintf(stdout, "rule %s has no versions older than %s\n", pos[0], c.before)
+		}
+		if h.NextBefore != nil {
+			fmt.Fprintf(stdout, "more: --before %d\n", *h.NextBefore)
 		}
 		return nil
 	case "revert":
@@ -453,7 +579,7 @@ func readFileOrStdin(name string) ([]byte, error) {
 }
 
 func cmdRollback(ctx context.Context, what string, args []string, stdout, stderr io.Writer) error {
-	c, fs, err := newClient(what, args, stdout, stderr, nil)
+	c, fs, err := newClient(what, changing, args, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -507,7 +633,7 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		RemoteAddr string            `json:"remote_addr,omitempty"`
 	}{Headers: kvFlag{}, Cookies: kvFlag{}, Query: kvFlag{}}
 	var uid string
-	c, fs, err := newClient("explain", args, stdout, stderr, func(fs *flag.FlagSet) {
+	c, fs, err := newClient("explain", readOnly, args, stdout, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&uid, "user-id", "", "user `ID` (sent as X-User-Id)")
 		fs.StringVar(&req.Path, "path", "/", "request `PATH`")
 		fs.StringVar(&req.Method, "method", "GET", "request `METHOD`")
@@ -606,7 +732,7 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, _, err := newClient("status", args, stdout, stderr, nil)
+	c, _, err := newClient("status", readOnly, args, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 // cmdDiff prints a rule's mirror diff: GET /api/v1/rules/{key}/diff as a
 // table of fields, regressions first.
 func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, fs, err := newClient("diff", args, stdout, stderr, nil)
+	c, fs, err := newClient("diff", readOnly, args, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}

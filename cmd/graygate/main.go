@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,8 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "validate":
 		err = cmdValidate(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "graygate", versionString())
-		return 0
+		err = cmdVersion(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -98,6 +98,36 @@ var errReported = errors.New("reported")
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+const versionUsage = `usage: graygate version
+  print the version: the one set when it was built (-ldflags "-X main.version=…"),
+  or else the VCS revision it was built from`
+
+// cmdVersion prints the version, or with -h its usage. It takes no
+// arguments; --reason, --limit and --before are refused as every command
+// that does not take them refuses them.
+func cmdVersion(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run prints the error once
+	var reason, limit, before string
+	registerScoped(fs, readOnly, &reason, &limit, &before)
+	err := fs.Parse(interleave(fs, args))
+	if errors.Is(err, flag.ErrHelp) || err == nil && fs.NArg() > 0 && isHelp(fs.Arg(0)) {
+		fmt.Fprintln(stdout, versionUsage)
+		return nil
+	}
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if err := refuseFlags(fs, "version", readOnly); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("version takes no arguments, got %q", fs.Arg(0))}
+	}
+	fmt.Fprintln(stdout, "graygate", versionString())
+	return nil
+}
 
 func versionString() string {
 	if version != "" {

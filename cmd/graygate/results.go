@@ -22,7 +22,7 @@ const resultsUsage = `usage: graygate results KEY [--admin ADDR] [--token TOKEN]
 // cmdResults prints an experiment's results (GET
 // /api/v1/experiments/{key}/results) as a table.
 func cmdResults(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, fs, err := newClient("results", args, stdout, stderr, nil)
+	c, fs, err := newClient("results", readOnly, args, stdout, stderr, nil)
 	if err != nil {
 		return err
 	}

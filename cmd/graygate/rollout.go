@@ -25,7 +25,8 @@ const rolloutUsage = `usage: graygate rollout COMMAND KEY [flags]
   resume KEY                          go on after pause, or after inconclusive measurements (the analysis runs again)
   abort KEY                           gray_percent to 0 and stop
   retry KEY                           restart an aborted rollout from step 0
-flags for every command: --admin ADDR --token TOKEN -o text|json --reason TEXT`
+flags for every command: --admin ADDR --token TOKEN -o text|json
+--reason TEXT, recorded in the rule's history: every command but get (the ones that change the rule)`
 
 // errAborted is get --watch's answer when the rollout it watched aborted.
 var errAborted = errors.New("the rollout aborted")
@@ -39,9 +40,17 @@ func cmdRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	sub := args[0]
+	kind := changing
+	switch sub {
+	case "get":
+		kind = readOnly
+	case "promote", "pause", "resume", "abort", "retry":
+	default:
+		return usageError{rolloutUsage}
+	}
 	var watch, full bool
 	var interval time.Duration
-	c, fs, err := newClient("rollout "+sub, args[1:], stdout, stderr, func(fs *flag.FlagSet) {
+	c, fs, err := newClient("rollout "+sub, kind, args[1:], stdout, stderr, func(fs *flag.FlagSet) {
 		switch sub {
 		case "get":
 			fs.BoolVar(&watch, "watch", false, "redraw in place until the rollout completes or aborts")
