@@ -98,6 +98,12 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("serve takes no arguments, got %q", fs.Args())}
 	}
+	// Read before the load, so that what the watch compares with is
+	// never newer than what serves (see config.WatchSince).
+	var loaded []byte
+	if f.config != "" {
+		loaded, _ = os.ReadFile(f.config)
+	}
 	cfg, err := f.load(fs)
 	if err != nil {
 		return err
@@ -107,7 +113,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	redis.SetLogger(tags.RedisLogger{L: logger}) // go-redis logs through a process-wide logger
 	var src *configSource
 	if f.config != "" {
-		src = &configSource{path: f.config, load: func() (*config.Config, error) { return f.load(fs) }}
+		src = &configSource{path: f.config, loaded: loaded, load: func() (*config.Config, error) { return f.load(fs) }}
 	}
 	return serve(ctx, cfg, src, f.adminToken, logger, stdout, stderr, nil)
 }
@@ -116,7 +122,10 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // applied over it).
 type configSource struct {
 	path string
-	load func() (*config.Config, error)
+	// loaded is the file as it was read just before the first load: a
+	// change made after it, before the watch began, is reloaded.
+	loaded []byte
+	load   func() (*config.Config, error)
 }
 
 // serve runs a gateway until ctx ends. src, if set, is reloaded on SIGHUP
@@ -200,7 +209,7 @@ func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, log
 	defer signal.Stop(hup)
 	changed := make(chan struct{}, 1)
 	go func() {
-		if err := config.Watch(ctx, src.path, 200*time.Millisecond, func() {
+		if err := config.WatchSince(ctx, src.path, src.loaded, 200*time.Millisecond, func() {
 			select {
 			case changed <- struct{}{}:
 			default:

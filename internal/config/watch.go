@@ -37,6 +37,23 @@ import (
 // error (the kernel's event queue overflowed: events may have been lost)
 // is taken for a change, and the watch goes on.
 func Watch(ctx context.Context, path string, debounce time.Duration, changed func()) error {
+	return watch(ctx, path, nil, debounce, changed)
+}
+
+// WatchSince is Watch for a file whose contents were loaded, as loaded,
+// before the watch began: a change made in between raised no event the
+// watch could see, so once its watches are in place it reads the file,
+// and calls changed (after debounce, as for an event) if it differs from
+// loaded. Read the file before loading it, so that loaded is never newer
+// than what serves: a change made between the two reads then costs one
+// reload of the same file, never a lost one.
+func WatchSince(ctx context.Context, path string, loaded []byte, debounce time.Duration, changed func()) error {
+	return watch(ctx, path, &loaded, debounce, changed)
+}
+
+// watch is Watch, comparing with *loaded (if set) instead of the file
+// there when it starts.
+func watch(ctx context.Context, path string, loaded *[]byte, debounce time.Duration, changed func()) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", path, err)
@@ -60,6 +77,12 @@ func Watch(ctx context.Context, path string, debounce time.Duration, changed fun
 			timer.Reset(debounce)
 		}
 		fire = timer.C
+	}
+	if loaded != nil && !bytes.Equal(last, *loaded) {
+		// Changed before the watches existed: judged at fire as an
+		// event's change is (a save in progress waits for its event).
+		last = *loaded
+		arm()
 	}
 	for {
 		select {

@@ -311,3 +311,44 @@ func TestWatchFollowsLinksAsTheyMove(t *testing.T) {
 		want(hits, "a second swap", "listen: ':3'\n")
 	})
 }
+
+// TestWatchSinceSeesEarlierChange: a change made after the file was loaded
+// but before the watch began raises no event the watch sees; WatchSince
+// reloads it all the same, and reloads nothing when the file is what was
+// loaded.
+func TestWatchSinceSeesEarlierChange(t *testing.T) {
+	tests := []struct {
+		name   string
+		loaded string
+		want   bool
+	}{
+		{"changed before the watch", "listen: ':1'\n", true},
+		{"unchanged", "listen: ':2'\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "graygate.yaml")
+			if err := os.WriteFile(path, []byte("listen: ':2'\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			hits := make(chan struct{}, 10)
+			go WatchSince(ctx, path, []byte(tt.loaded), 20*time.Millisecond, func() { hits <- struct{}{} })
+			wait := 300 * time.Millisecond
+			if tt.want {
+				wait = 5 * time.Second
+			}
+			select {
+			case <-hits:
+				if !tt.want {
+					t.Error("a file unchanged since it was loaded was reloaded")
+				}
+			case <-time.After(wait):
+				if tt.want {
+					t.Error("a change made before the watch began was never reloaded")
+				}
+			}
+		})
+	}
+}
