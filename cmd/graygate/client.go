@@ -239,7 +239,7 @@ func newClient(name string, kind cmdKind, args []string, stdout, stderr io.Write
 		extra(fs)
 	}
 	if err := fs.Parse(interleave(fs, args)); err != nil {
-		return nil, nil, usageError{err.Error()}
+		return nil, nil, flagError(err)
 	}
 	if err := refuseFlags(fs, name, kind); err != nil {
 		return nil, nil, err

@@ -37,7 +37,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dataDir := fs.String("data-dir", "", "store `DIR` (default: a temporary directory removed on exit)")
 	accessLog := fs.Bool("access-log", true, "print a JSON access log line per request")
 	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+		return flagError(err)
 	}
 	logger := newLogger(stderr, slog.LevelWarn)
 	upstreams := map[string]string{}

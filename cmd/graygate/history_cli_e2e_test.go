@@ -280,8 +280,15 @@ func TestClientHelp(t *testing.T) {
 		{[]string{"rules", "history", "-h"}, []string{"-limit N", "-before VERSION"}, []string{"-reason"}},
 		{[]string{"rules", "put", "-h"}, []string{"-reason REASON", "-f FILE"}, []string{"-limit", "-before"}},
 		{[]string{"status", "-h"}, []string{"-token"}, []string{"-reason", "-limit"}},
+		{[]string{"validate", "-h"}, []string{"Usage of validate"}, nil},
+		{[]string{"serve", "--help"}, []string{"-listen"}, nil},
+		{[]string{"register", "-h"}, []string{"-service"}, nil},
+		{[]string{"demo", "-h"}, []string{"Usage of demo"}, nil},
 	} {
-		out, _ := runCLI(t, nil, tc.args...)
+		out, code := runCLI(t, nil, tc.args...)
+		if code != 0 || strings.Contains(out, "help requested") {
+			t.Errorf("%v = %d, want its usage and 0:\n%s", tc.args, code, out)
+		}
 		for _, s := range tc.has {
 			if !strings.Contains(out, s) {
 				t.Errorf("%v does not list %s:\n%s", tc.args, s, out)

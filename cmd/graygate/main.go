@@ -79,6 +79,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h: the flag package printed the command's usage
+		}
 		var ue usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintln(stderr, "graygate:", err)
@@ -98,6 +101,16 @@ var errReported = errors.New("reported")
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// flagError is a command's answer to its flag set's parse error: -h or
+// --help (flag.ErrHelp; the usage is printed) ends it with status 0, as
+// rules --help does, and any other error is a usage error.
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return flag.ErrHelp
+	}
+	return usageError{err.Error()}
+}
 
 const versionUsage = `usage: graygate version
   print the version: the one set when it was built (-ldflags "-X main.version=…"),

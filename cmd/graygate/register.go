@@ -28,7 +28,7 @@ func cmdRegister(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	meta := kvFlag{}
 	fs.Var(meta, "meta", "metadata `K=V` (repeatable), e.g. version=2")
 	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+		return flagError(err)
 	}
 	var missing []string
 	for name, v := range map[string]string{"--store": *storeURL, "--service": *service, "--addr": *addr} {

@@ -93,7 +93,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var f serveFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+		return flagError(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("serve takes no arguments, got %q", fs.Args())}

@@ -23,7 +23,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config `FILE` whose upstreams and routes rule targets may name")
 	kind := fs.String("kind", "", "`rule` or `config`; by default .json files are rules and others configs")
 	if err := fs.Parse(interleave(fs, args)); err != nil {
-		return usageError{err.Error()}
+		return flagError(err)
 	}
 	if fs.NArg() != 1 {
 		return usageError{"validate takes exactly one FILE"}
