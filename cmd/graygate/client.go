@@ -142,6 +142,14 @@ func (c *client) historyQuery(fs *flag.FlagSet) (string, error) {
 	return "?" + q.Encode(), nil
 }
 
+// rulePath is the admin API path of the rule key: the key escaped, so
+// that a mistyped one ("a?b", "a#") is refused by the API as an invalid
+// key instead of being cut at the "?" or "#" into another rule's path:
+// "rules delete a#" must never delete rule a.
+func rulePath(key string) string {
+	return "/api/v1/rules/" + url.PathEscape(key)
+}
+
 func (c *client) base() string {
 	a := c.addr
 	if a == "" {
@@ -366,7 +374,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := need(1, "KEY"); err != nil {
 			return err
 		}
-		raw, err := c.do(ctx, "GET", "/api/v1/rules/"+pos[0], nil, nil)
+		raw, err := c.do(ctx, "GET", rulePath(pos[0]), nil, nil)
 		if err != nil {
 			return err
 		}
@@ -408,7 +416,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			// half written.
 			var bad []error
 			for i, raw := range raws {
-				if _, err := c.do(ctx, "PUT", "/api/v1/rules/"+keys[i]+"?dry_run=1", raw, hdr); err != nil {
+				if _, err := c.do(ctx, "PUT", rulePath(keys[i])+"?dry_run=1", raw, hdr); err != nil {
 					bad = append(bad, ruleError(keys[i], err))
 				}
 			}
@@ -422,7 +430,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if dryRun {
 				q = "?dry_run=1"
 			}
-			out, err := c.do(ctx, "PUT", "/api/v1/rules/"+key+q, raw, hdr)
+			out, err := c.do(ctx, "PUT", rulePath(key)+q, raw, hdr)
 			if err != nil {
 				if i > 0 && !dryRun {
 					return fmt.Errorf("%w\nsaved before it: %s; not attempted: %s", ruleError(key, err), strings.Join(keys[:i], ", "), orNone(keys[i+1:]))
@@ -450,7 +458,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if ifMatch >= 0 {
 			hdr["If-Match"] = strconv.FormatInt(ifMatch, 10)
 		}
-		raw, err := c.do(ctx, "DELETE", "/api/v1/rules/"+pos[0], nil, hdr)
+		raw, err := c.do(ctx, "DELETE", rulePath(pos[0]), nil, hdr)
 		if err != nil {
 			return err
 		}
@@ -468,7 +476,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		raw, err := c.do(ctx, "GET", "/api/v1/rules/"+pos[0]+"/history"+query, nil, nil)
+		raw, err := c.do(ctx, "GET", rulePath(pos[0])+"/history"+query, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -533,7 +541,7 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageError{fmt.Sprintf("VERSION must be a number, got %q", pos[1])}
 		}
 		body, _ := json.Marshal(map[string]int64{"version": v})
-		raw, err := c.do(ctx, "POST", "/api/v1/rules/"+pos[0]+"/revert", body, nil)
+		raw, err := c.do(ctx, "POST", rulePath(pos[0])+"/revert", body, nil)
 		if err != nil {
 			return err
 		}
@@ -588,7 +596,7 @@ func cmdRollback(ctx context.Context, what string, args []string, stdout, stderr
 	switch fs.NArg() {
 	case 0:
 	case 1:
-		path = "/api/v1/rules/" + fs.Arg(0) + "/" + what
+		path = rulePath(fs.Arg(0)) + "/" + what
 		target = "rule " + fs.Arg(0)
 	default:
 		return usageError{what + " takes at most one KEY"}

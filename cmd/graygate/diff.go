@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 
@@ -22,7 +21,7 @@ func cmdDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fs.NArg() != 1 {
 		return usageError{"usage: graygate diff KEY [--admin ADDR --token TOKEN -o text|json]: the response diff of a rule's mirror"}
 	}
-	raw, err := c.do(ctx, "GET", "/api/v1/rules/"+url.PathEscape(fs.Arg(0))+"/diff", nil, nil)
+	raw, err := c.do(ctx, "GET", rulePath(fs.Arg(0))+"/diff", nil, nil)
 	if err != nil {
 		return err
 	}

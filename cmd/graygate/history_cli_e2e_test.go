@@ -305,3 +305,30 @@ func TestClientHelp(t *testing.T) {
 		t.Errorf("rules --help does not document the paging: %d\n%s", code, out)
 	}
 }
+
+// TestMistypedKeyTouchesNoOtherRule: a key with "?" or "#" in it is
+// refused by the admin API as an invalid key, naming it; before, the
+// client sent it unescaped, so "rules delete paged#" deleted rule paged
+// and "rules get paged?x" showed it.
+func TestMistypedKeyTouchesNoOtherRule(t *testing.T) {
+	_, env := startHistoryServe(t, 2)
+	for _, args := range [][]string{
+		{"rules", "delete", "paged#"},
+		{"rules", "delete", "paged?x"},
+		{"rules", "revert", "paged#", "1"},
+		{"rules", "get", "paged?x"},
+		{"rules", "history", "paged#"},
+		{"rollback", "paged#"},
+		{"rollout", "abort", "paged?x"},
+		{"diff", "paged?x"},
+	} {
+		out, code := runCLI(t, env, args...)
+		if code == 0 || !strings.Contains(out, "HTTP 400") || !strings.Contains(out, args[len(args)-1]) && !strings.Contains(out, args[len(args)-2]) {
+			t.Errorf("%v = exit %d, want a refusal (HTTP 400) naming the key:\n%s", args, code, out)
+		}
+	}
+	out, code := runCLI(t, env, "rules", "list")
+	if code != 0 || !strings.Contains(out, "revision 2, 1 rule(s), global rollback false") {
+		t.Errorf("after the mistyped keys, rules list = %d, want rule paged untouched at revision 2:\n%s", code, out)
+	}
+}

@@ -89,7 +89,7 @@ func cmdRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if full {
 			body = []byte(`{"full":true}`)
 		}
-		raw, err := c.do(ctx, "POST", "/api/v1/rules/"+key+"/rollout/"+sub, body, nil)
+		raw, err := c.do(ctx, "POST", rulePath(key)+"/rollout/"+sub, body, nil)
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func cmdRollout(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // fetchRollout reads the rule's plan and the rollout's state.
 func fetchRollout(ctx context.Context, c *client, key string) (*rule.Rollout, rollout.View, json.RawMessage, error) {
-	rawRule, err := c.do(ctx, "GET", "/api/v1/rules/"+key, nil, nil)
+	rawRule, err := c.do(ctx, "GET", rulePath(key), nil, nil)
 	if err != nil {
 		return nil, rollout.View{}, nil, err
 	}
@@ -120,7 +120,7 @@ func fetchRollout(ctx context.Context, c *client, key string) (*rule.Rollout, ro
 	if err := json.Unmarshal(rawRule, &doc); err != nil {
 		return nil, rollout.View{}, nil, fmt.Errorf("decode rule %s: %w", key, err)
 	}
-	raw, err := c.do(ctx, "GET", "/api/v1/rules/"+key+"/rollout", nil, nil)
+	raw, err := c.do(ctx, "GET", rulePath(key)+"/rollout", nil, nil)
 	if err != nil {
 		return nil, rollout.View{}, nil, err
 	}
