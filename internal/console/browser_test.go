@@ -314,6 +314,46 @@ func TestBrowserViewer(t *testing.T) {
 	}
 }
 
+// TestBrowserRoleLoweredByReload: a config reload lowers a logged-in
+// token's role from admin to viewer while its operator edits a rule. The
+// save is refused (403), and the console then shows the new role, takes
+// its write controls away and says why, instead of keeping buttons the
+// API refuses until the next login.
+func TestBrowserRoleLoweredByReload(t *testing.T) {
+	const opsToken = "console-ops-token"
+	withOps := func(role string) string {
+		return strings.Replace(demoConfig, "  tokens:\n", "  tokens:\n    - {name: ops, token: "+opsToken+", role: "+role+"}\n", 1)
+	}
+	b := newTab(t)
+	e := startGatewayWith(t, withOps("admin"), adminToken, nil)
+	b.login(e, opsToken)
+	b.waitText("#whoami", "ops · admin")
+	b.open(e.admin + "/ui/#/rules/user_center_v2")
+	percent := `#editor input[data-path="gray_percent"]`
+	b.typeInto(percent, "45")
+	b.waitText("#validation", "valid")
+	b.click("#review")
+	b.waitFor("the save button", `document.querySelector('#save')`)
+
+	e.reload(withOps("viewer"))
+	b.click("#save")
+	b.waitText("#whoami", "ops · viewer")
+	b.waitText("#role-notice", "role is now viewer (it was admin)")
+	b.waitText("#rule-json", `"gray_percent": 30`)
+	if n := eval[int](b, writeControlsJS); n != 0 {
+		t.Errorf("after the role was lowered, the rule page shows %d write controls", n)
+	}
+	if _, r := e.api("GET", "/api/v1/rules/user_center_v2", nil); r["gray_percent"] != 30.0 || r["version"] != 1.0 {
+		t.Errorf("the refused save changed the rule: %v", r)
+	}
+	// Navigating keeps the notice and the read-only screens.
+	b.open(e.admin + "/ui/#/")
+	b.waitText(`tr[data-rule="user_center_v2"] .split`, "30% gray")
+	if n := eval[int](b, writeControlsJS); n != 0 {
+		t.Errorf("after the role was lowered, the overview shows %d write controls", n)
+	}
+}
+
 // TestBrowserXSS stores a rule whose rule_name is markup: the console
 // shows it literally everywhere and no script runs.
 func TestBrowserXSS(t *testing.T) {

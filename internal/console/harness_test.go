@@ -57,10 +57,30 @@ rules:
 
 // gw is a running gateway on loopback with backends that name themselves.
 type gw struct {
-	t      *testing.T
-	data   string // http://127.0.0.1:port, the data plane
-	admin  string // http://127.0.0.1:port, the admin listener (and the console)
-	client *http.Client
+	t       *testing.T
+	data    string // http://127.0.0.1:port, the data plane
+	admin   string // http://127.0.0.1:port, the admin listener (and the console)
+	client  *http.Client
+	g       *gateway.Gateway
+	addrs   map[string]string // {{name}} placeholder → backend address
+	dataDir string
+}
+
+// reload gives the running gateway yaml (demoConfig's shape, with its
+// {{upstream}} placeholders) as a config reload does.
+func (e *gw) reload(yaml string) {
+	e.t.Helper()
+	for name, addr := range e.addrs {
+		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", addr)
+	}
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		e.t.Fatalf("config: %v", err)
+	}
+	cfg.DataDir = e.dataDir
+	if err := e.g.ReloadConfig(context.Background(), cfg); err != nil {
+		e.t.Fatalf("reload: %v", err)
+	}
 }
 
 // startGateway runs a gateway with the demo config. wrap, if set, wraps
@@ -75,6 +95,7 @@ func startGateway(t *testing.T, wrap func(http.Handler) http.Handler) *gw {
 // none).
 func startGatewayWith(t *testing.T, yaml, token string, wrap func(http.Handler) http.Handler) *gw {
 	t.Helper()
+	addrs := map[string]string{}
 	for _, name := range []string{"stable", "gray", "exp-a", "exp-b"} {
 		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Backend", name)
@@ -86,6 +107,7 @@ func startGatewayWith(t *testing.T, yaml, token string, wrap func(http.Handler) 
 		ln := listen(t)
 		go srv.Serve(ln)
 		t.Cleanup(func() { srv.Close() })
+		addrs[name] = ln.Addr().String()
 		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", ln.Addr().String())
 	}
 	cfg, err := config.Parse([]byte(yaml))
@@ -99,7 +121,7 @@ func startGatewayWith(t *testing.T, yaml, token string, wrap func(http.Handler) 
 	}
 	dl, al := listen(t), listen(t)
 	e := &gw{t: t, data: "http://" + dl.Addr().String(), admin: "http://" + al.Addr().String(),
-		client: &http.Client{Timeout: 20 * time.Second}}
+		client: &http.Client{Timeout: 20 * time.Second}, g: g, addrs: addrs, dataDir: cfg.DataDir}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	if wrap == nil {

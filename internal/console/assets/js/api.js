@@ -23,6 +23,11 @@ let onUnauthorized = () => {};
 // setUnauthorizedHandler is called when the server refuses the token.
 export function setUnauthorizedHandler(f) { onUnauthorized = f; }
 
+let onForbidden = () => {};
+// setForbiddenHandler is called when the server refuses a change (403):
+// the token's role may have been lowered by a config reload since login.
+export function setForbiddenHandler(f) { onForbidden = f; }
+
 // request calls the admin API and returns {status, data, headers}; a
 // non-2xx answer throws an APIError.
 export async function request(method, path, {body, headers = {}, quiet401 = false} = {}) {
@@ -39,6 +44,7 @@ export async function request(method, path, {body, headers = {}, quiet401 = fals
     try { data = JSON.parse(text); } catch { data = {error: text.trim()}; }
   }
   if (resp.status === 401 && !quiet401) onUnauthorized(data && data.error);
+  if (resp.status === 403 && method !== 'GET') onForbidden(data && data.error);
   if (!resp.ok) throw new APIError(resp.status, data);
   return {status: resp.status, data, headers: resp.headers};
 }

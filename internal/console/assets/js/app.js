@@ -1,7 +1,7 @@
 // The console's shell: login, the header, and a hash router over the
 // screens. Routes: #/ (overview), #/rules/{key}, #/explain, #/status.
 import {h, replace} from './dom.js';
-import {APIError, clearToken, getToken, request, setToken, setUnauthorizedHandler} from './api.js';
+import {APIError, clearToken, getToken, request, setForbiddenHandler, setToken, setUnauthorizedHandler} from './api.js';
 import {overview} from './overview.js';
 import {rulePage} from './rule.js';
 import {explain} from './explain.js';
@@ -11,6 +11,7 @@ const app = document.getElementById('app');
 let session = null; // {name, role, canWrite}
 let current = null; // the mounted screen: {dispose}
 let loginNotice = '';
+let roleNotice = ''; // why the write controls went away while logged in
 
 function route() {
   const hash = location.hash || '#/';
@@ -34,6 +35,7 @@ function logout(notice) {
   unmount();
   clearToken();
   session = null;
+  roleNotice = '';
   loginNotice = notice || '';
   showLogin();
 }
@@ -99,6 +101,26 @@ function header(r) {
       logoutBtn));
 }
 
+// roleChanged asks the API again who the token is, after it refused a
+// change: a config reload may have lowered the token's role since login
+// (admin to viewer). The console then shows the screen again without the
+// write controls, and says why, instead of offering buttons the API
+// refuses.
+async function roleChanged() {
+  if (!session) return;
+  const before = session.role;
+  try {
+    await whoami();
+  } catch (ex) {
+    if (ex instanceof APIError && (ex.status === 401 || ex.status === 403)) logout(refusal(ex));
+    return;
+  }
+  if (session.role === before) return;
+  roleNotice = session.canWrite ? '' :
+    `Your token's role is now ${session.role} (it was ${before}): the gateway no longer lets it change rules, so the console shows them read-only.`;
+  render();
+}
+
 async function render() {
   unmount();
   if (!getToken()) { showLogin(); return; }
@@ -113,7 +135,7 @@ async function render() {
   }
   const r = route();
   const main = h('main', {class: 'page', id: 'main'});
-  replace(app, header(r), main);
+  replace(app, header(r), h('p', {class: ['error', 'role-notice'], id: 'role-notice', role: 'alert'}, roleNotice), main);
   const ctx = {session, main};
   switch (r.name) {
     case 'rule': current = rulePage(ctx, r.key); break;
@@ -124,5 +146,6 @@ async function render() {
 }
 
 setUnauthorizedHandler(() => { if (session) logout('Your token was refused; log in again.'); });
+setForbiddenHandler(roleChanged);
 window.addEventListener('hashchange', render);
 render();
