@@ -414,7 +414,11 @@
 // (the pool that served it), rule, group, degraded, intended_upstream (the
 // pool the rule chose, for a degraded request), identity_source, latency_ms,
 // bytes, request_id and, when one fired, timeout (its config key), encoded
-// by hand into a pooled buffer. Lines are appended to a
+// by hand into a pooled buffer. A value the request does not have is
+// empty: the upstream of a request refused before one was picked, or the
+// method and path of a connection answered 408, 400 or 431 before
+// fasthttp parsed a request head (one that sent nothing, say). Lines are
+// appended to a
 // bounded buffer that one writer goroutine writes out in batches of at most
 // 64 KiB; when the buffer is full lines are dropped and counted rather than
 // slowing requests.

@@ -116,9 +116,20 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	ex.setBodyKind(ctx, false)
 	switch ex.bodyKind {
 	case bodyBuffered:
-		out.Body = &heldBody{r: newBytesReader(ex.sendBody), call: call}
-		out.ContentLength = int64(len(ex.sendBody))
-		nu.att.held = holding(ex.sendBody)
+		held := ex.sendBody
+		if ex.buffered {
+			// The flow's pooled buffer, which the transport may read
+			// after the exchange ended (bodyLoan).
+			nu.att.loan = ex.loanBody()
+		} else {
+			// fasthttp's, in a server that does not stream bodies:
+			// valid only until the handler returns, which the
+			// transport may outlive.
+			held = bytes.Clone(held)
+		}
+		out.Body = nu.att.loan.lend(held, call)
+		out.ContentLength = int64(len(held))
+		nu.att.held = holding(held)
 	case bodyFixed, bodyChunked:
 		var src io.Reader = ex.reqBody.src
 		if pre := ex.reqBody.pre; pre != nil {
@@ -159,7 +170,15 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	if nu.wait(true) {
 		// Interim responses came first: respondHijacked forwards them,
 		// once fasthttp has flushed the answers to earlier pipelined
-		// requests, and then the answer.
+		// requests, and then the answer. The breaker's outcome is the
+		// answer's (netAnswer); should the exchange end before it (the
+		// client went away while interim responses were forwarded), it
+		// is recorded when the exchange ends, as the breaker must hear
+		// of every request it let through.
+		if ex.d.Breaker != nil {
+			ex.brkLatency = max(p.now().Sub(nu.start), 0)
+			ex.brkPending = true
+		}
 		ex.respStarted = true
 		ex.takeInterim()
 		p.respondHijacked(ctx, ex)
@@ -245,6 +264,25 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 	}
 	size := int(resp.ContentLength)
 	if size < 0 || len(resp.Trailer) > 0 || isEventStream(o.Header.ContentType()) {
+		if !ctx.Request.Header.IsHTTP11() && !ex.hijacked {
+			// fasthttp would send the stream chunked, which an HTTP/1.0
+			// client cannot decode (RFC 9112 section 6.1), nor take the
+			// trailers from: respondHijacked writes it with the length
+			// the upstream gave, if any, or else delimited by closing
+			// the connection (RFC 9112 section 6.3), as respond does an
+			// http1 pool's. (A length of -1 would add a
+			// Transfer-Encoding field to the header, and -2 keeps the
+			// Content-Length the header may have by default.)
+			if size < 0 {
+				o.Header.Del(fasthttp.HeaderContentLength)
+				size = -2
+			}
+			o.Header.SetContentLength(size)
+			ex.streaming = true
+			ex.upBody = &netRespBody{ex: ex}
+			ex.p.respondHijacked(ctx, ex)
+			return true, nil
+		}
 		// Chunked, flushed as it comes; the only framing that can carry
 		// the trailers an upstream announced.
 		size = -1

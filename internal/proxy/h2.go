@@ -193,6 +193,9 @@ type stream struct {
 	bodyEnd atomic.Int64
 	// out is the request last sent upstream (sentRequest).
 	out *http.Request
+	// n1xx counts the interim responses of the attempt (interim), on
+	// the goroutine of the transport's hook while the round trip runs.
+	n1xx int
 }
 
 func (p *Proxy) newStream() *stream {
@@ -253,6 +256,7 @@ func (s *stream) resetStream() {
 	s.deadline, s.deadlineBound = time.Time{}, false
 	s.bodyEnd.Store(0)
 	s.out = nil
+	s.n1xx = 0
 }
 
 // serve runs the flow's phases for the stream. It returns true when the
@@ -387,6 +391,7 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		start = s.p.now()
 	}
 	s.sent = true
+	s.n1xx = 0
 	var resp *http.Response
 	var err error
 	if fastH1(pool, out) {
@@ -495,7 +500,10 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 			out.ContentLength = -1
 		}
 	case s.buffered:
-		out.Body = &heldBody{r: newBytesReader(s.body0()), call: call}
+		// The flow's pooled buffer, which the transport may read after
+		// the stream ended (bodyLoan).
+		s.att.loan = s.loanBody()
+		out.Body = s.att.loan.lend(s.body0(), call)
 		out.ContentLength = int64(len(s.flow.body))
 		s.att.held = holding(s.body0())
 	case s.r.ContentLength == 0:
@@ -505,6 +513,12 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 		var src io.Reader = s.cbody
 		if pre := s.reqBody.pre; pre != nil {
 			src = io.MultiReader(newBytesReader(pre), s.cbody)
+			// pre is the start of the flow's buffer (prepareReplay).
+			// The stream stops the transport's reads of upBody without
+			// waiting for one under way (it may wait on the client),
+			// so the buffer goes with the body and is not pooled
+			// again (see bodyLoan).
+			s.flow.body = nil
 		}
 		keep := s.pol.FallbackBodyBytes
 		if keep <= 0 {
@@ -533,11 +547,34 @@ func (s *stream) body0() []byte { return s.flow.body }
 
 // respond relays the upstream's response: its header with the decision
 // headers and Via, its body as it arrives (flushed at once for gRPC, event
-// streams and bodies of unknown length), and its trailers. It returns
-// true when the stream must be reset: the upstream broke off mid-body.
+// streams and bodies of unknown length), and its trailers. A body of at
+// most maxInlineBody bytes is read whole first (readWhole), as the
+// HTTP/1.1 codec does (readInline, readNetInline), so that an upstream
+// that breaks off (or stalls) within it gets the client the gateway's 502
+// (504) rather than a header that promised more and a reset stream. It
+// returns true when the stream must be reset: the upstream broke off
+// mid-body.
 func (s *stream) respond(resp *http.Response) (abort bool) {
 	defer resp.Body.Close()
 	defer s.att.call.end()
+	var idle *readIdle
+	if !s.grpc && s.opts.UpstreamReadTimeout > 0 {
+		idle = newReadIdle(s.opts.UpstreamReadTimeout, s.att.call)
+		defer idle.stop()
+	}
+	// held is the body read whole, in s.buf; the first pass of the copy
+	// below sends it.
+	var held []byte
+	if s.readsWhole(resp) {
+		b, err := s.readWhole(resp.Body, int(resp.ContentLength), idle)
+		if err != nil {
+			// Nothing of the answer has gone out: the client is told,
+			// as for any failure before the answer.
+			s.fail(err)
+			return false
+		}
+		held = b
+	}
 	w := s.w
 	h := w.Header()
 	for k, vs := range resp.Header {
@@ -569,11 +606,6 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	if s.buf == nil {
 		s.buf = make([]byte, 32<<10)
 	}
-	var idle *readIdle
-	if !s.grpc && s.opts.UpstreamReadTimeout > 0 {
-		idle = newReadIdle(s.opts.UpstreamReadTimeout, s.att.call)
-		defer idle.stop()
-	}
 	// The stream's write deadline bounds each write by WriteTimeout
 	// (client_write_timeout) as on HTTP/1.1. The connection's
 	// WriteByteTimeout does not: a stream the client gives no flow-control
@@ -584,10 +616,16 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	wto := s.opts.WriteTimeout
 	var wdl time.Time
 	for {
-		if idle != nil {
-			idle.keep()
+		var n int
+		var err error
+		if held != nil {
+			n, held = len(held), nil
+		} else {
+			if idle != nil {
+				idle.keep()
+			}
+			n, err = resp.Body.Read(s.buf)
 		}
-		n, err := resp.Body.Read(s.buf)
 		if n > 0 {
 			if s.mirror == mirrorOn {
 				s.teeBody(s.buf[:n])
@@ -659,6 +697,57 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	}
 	s.noteGRPCStatus(resp.Trailer)
 	return false
+}
+
+// readsWhole reports whether respond reads resp's body whole before the
+// header goes out: a body with a Content-Length of at most maxInlineBody
+// bytes, but not a gRPC call's or an event stream's, whose messages and
+// events are relayed as they come whatever their length.
+func (s *stream) readsWhole(resp *http.Response) bool {
+	return resp.ContentLength > 0 && resp.ContentLength <= maxInlineBody && !s.grpc &&
+		s.r.Method != http.MethodHead && hasBody(resp.StatusCode) &&
+		!isEventStream(s2b(resp.Header.Get("Content-Type")))
+}
+
+// readWhole reads the whole body of size bytes (at most maxInlineBody) of
+// the upstream's answer into s.buf, each read bounded by the read
+// timeout (idle), before anything of the answer goes to the client. A
+// body that breaks off or stalls is the upstream's failure (brokeOff:
+// 502, or 504 and read_timeout); one the transport cut because the
+// client's upload failed or went over the route's limit is the client's
+// (bodyFailure), as is a client that reset its stream (499).
+func (s *stream) readWhole(body io.Reader, size int, idle *readIdle) ([]byte, error) {
+	if s.buf == nil {
+		s.buf = make([]byte, 32<<10)
+	}
+	buf := s.buf[:size]
+	n := 0
+	var err error
+	for n < size && err == nil {
+		if idle != nil {
+			idle.keep()
+		}
+		var m int
+		m, err = body.Read(buf[n:])
+		n += m
+	}
+	if n == size {
+		return buf, nil
+	}
+	if idle != nil && idle.fired() {
+		err = context.Cause(s.att.call.ctx)
+	}
+	if cerr := s.r.Context().Err(); cerr != nil {
+		s.clientErr = cerr
+		return nil, fmt.Errorf("%w: %w", errClientGone, cerr)
+	}
+	if s.att.body != nil {
+		s.att.body.collect(&s.flow)
+	}
+	if s.tooLarge || s.clientErr != nil {
+		return nil, s.bodyFailure(err)
+	}
+	return nil, s.brokeOff(n, size, err)
 }
 
 // tooLargeMidAnswer ends an answer whose request body went over the

@@ -144,8 +144,15 @@ var errSwitchedProtocols = errors.New("upstream switched protocols unasked")
 // informational HEADERS frame, and are removed again so that the final
 // response does not carry them. 100 Continue is the gateway's business
 // (the client's Expect) and is not forwarded. It is the
-// Got1xxResponse of the Transport's calls too.
+// Got1xxResponse of the Transport's calls too, which put no bound of
+// their own on the interim responses they hand to the hook: like the
+// HTTP/1.1 transport (finishHeader) it allows maxInterimResponses per
+// attempt, 100 Continue included, and past them the upstream is broken
+// (errTooManyInterim fails the round trip: 502, a breaker failure).
 func (s *stream) interim(code int, h textproto.MIMEHeader) error {
+	if s.n1xx++; s.n1xx > maxInterimResponses {
+		return errTooManyInterim
+	}
 	if code == http.StatusContinue {
 		return nil
 	}

@@ -64,8 +64,20 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 			err = ex.awaitNetAnswer(ctx)
 		} else {
 			err = ex.readFinalHeader(ctx)
+			if ex.brkPending {
+				// The breaker's latency runs to the final header (or
+				// the failure to read it), as on an h2 pool.
+				ex.brkLatency = max(ex.p.now().Sub(ex.brkFrom)-ex.bodyWait, 0)
+			}
 		}
 		if err != nil {
+			if ex.writeErr != nil {
+				// Forwarding an interim response failed: the client went
+				// away (499), which is not the upstream's failure, and
+				// there is no one to answer.
+				ex.failure(fmt.Errorf("%w: %w", errClientGone, err))
+				return err
+			}
 			if isTimeout(err) && ex.timeout == "" {
 				ex.timeout = timeoutResponseHeader
 			}
@@ -77,6 +89,9 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 		}
 	}
 	ex.completeHeader(out)
+	// fasthttp has added "Connection: keep-alive" for an HTTP/1.0 client
+	// that asked to keep the connection; it ends with this response.
+	out.Del(fasthttp.HeaderConnection)
 	out.SetConnectionClose()
 	// The body: held whole (whole), in the upstream's reader (ex.inline)
 	// or in the response (an h2 or h2c upstream's, readNetInline), or

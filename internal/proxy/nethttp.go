@@ -277,6 +277,9 @@ type netAttempt struct {
 	// body the gateway holds whole (buffered at admit). At most one is set.
 	body *upBody
 	held []byte
+	// loan is the loan held is lent under, when it is the flow's
+	// buffer (bodyLoan).
+	loan *bodyLoan
 	// h2: the pool speaks HTTP/2, whose transport retries refused streams.
 	h2 bool
 	// asked counts the requests the HTTP/2 transport made (refusedTwice).
@@ -336,7 +339,7 @@ func (a *netAttempt) getBody() (io.ReadCloser, error) {
 		return nil, errRefusedTwice
 	}
 	if a.held != nil {
-		return &heldBody{r: newBytesReader(a.held), call: a.call}, nil
+		return a.loan.lend(a.held, a.call), nil
 	}
 	if b := a.body; b != nil {
 		if r, ok := b.replay(b.call); ok {
@@ -539,21 +542,130 @@ func (b *upBody) collect(f *flow) {
 
 func newBytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
-// heldBody is a body sent again from memory.
+// heldBody is a request body a transport reads from memory: the body
+// the flow buffered at admit (lent from its pooled buffer, see bodyLoan),
+// or what an attempt's upBody kept of a body it read whole (memory of its
+// own, loan nil).
 type heldBody struct {
 	r    *bytes.Reader
 	call *netCall
+	// loan is set when r reads the flow's pooled buffer. Then Read and
+	// Close run under loan.mu, and back and closed are kept under it.
+	loan   *bodyLoan
+	back   bool // counted as given back to the loan
+	closed bool
 }
 
 func (h *heldBody) Read(p []byte) (int, error) {
-	n, err := h.r.Read(p)
+	var n int
+	var err error
+	if l := h.loan; l != nil {
+		l.mu.Lock()
+		if h.closed {
+			l.mu.Unlock()
+			return 0, errBodyStopped
+		}
+		n, err = h.r.Read(p)
+		if h.r.Len() == 0 {
+			// A bytes.Reader at its end reads no byte of the buffer
+			// again.
+			h.giveBack()
+		}
+		l.mu.Unlock()
+	} else {
+		n, err = h.r.Read(p)
+	}
 	if err == io.EOF && h.call != nil {
 		h.call.arm()
 	}
 	return n, err
 }
 
-func (h *heldBody) Close() error { return nil }
+// Close ends the reads: a transport calls it once it is done with the
+// body, possibly from another goroutine than the one that reads it, and
+// a read after it gets errBodyStopped.
+func (h *heldBody) Close() error {
+	if l := h.loan; l != nil {
+		l.mu.Lock()
+		h.closed = true
+		h.giveBack()
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// giveBack counts h as given back to its loan, once; under loan.mu.
+func (h *heldBody) giveBack() {
+	if !h.back {
+		h.back = true
+		h.loan.out--
+	}
+}
+
+// bodyLoan is the flow's buffered request body (flow.body, filled at
+// admit and pooled with the flow) while net/http transports may read it.
+// A transport reads a request body on a goroutine of its own, and may go
+// on after RoundTrip has returned (http.RoundTripper allows it; it must
+// only close the body at some point): the HTTP/2 transport's body writer
+// runs until it notices that the stream is over, so when an upstream
+// answers before it has read an upload, the answer is relayed and the
+// request ends while the writer is still copying the body, and it closes
+// the body from yet another goroutine. The next request that takes the
+// pooled buffer must not fill it then: the writer would read it unordered
+// with that, a data race (TestEarlyAnswerBodyNotReused shows it on an h2c
+// pool; the HTTP/2 writer then drops what it read, but net/http's HTTP/1
+// write loop, which checks nothing between its reads and its writes,
+// would send the next request's bytes as this one's body if it read them
+// before its connection was closed). Waiting for the transport to let go
+// of the body could
+// hold the request for as long as the upstream takes to read its socket
+// (up to UpstreamWriteTimeout); instead each reader lent the buffer
+// (heldBody) counts as given back once it has been read to its end or
+// closed, both under mu, after which it touches the buffer no more, and
+// resetFlow pools the buffer again only if every reader was given back.
+// Otherwise the buffer is left to the transport (and the garbage
+// collector), and the next request that buffers a body allocates one: a
+// cost only an early answer pays.
+type bodyLoan struct {
+	mu  sync.Mutex
+	out int // readers lent and not given back
+}
+
+// lend returns a reader of b, which is the flow's buffer, for a
+// transport, counted by the loan (l nil: b is memory of the caller's
+// own, and not counted).
+func (l *bodyLoan) lend(b []byte, call *netCall) *heldBody {
+	h := &heldBody{r: newBytesReader(b), call: call, loan: l}
+	if l == nil {
+		return h
+	}
+	l.mu.Lock()
+	if len(b) == 0 {
+		h.back = true // nothing to read
+	} else {
+		l.out++
+	}
+	l.mu.Unlock()
+	return h
+}
+
+// settled reports whether every reader lent was given back.
+func (l *bodyLoan) settled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.out == 0
+}
+
+// loanBody returns the loan under which f.body is lent to a transport,
+// made on first use: it is kept with the flow for as long as it settles,
+// and resetFlow looks at it only after a request that lent the body.
+func (f *flow) loanBody() *bodyLoan {
+	if f.loan == nil {
+		f.loan = &bodyLoan{}
+	}
+	f.lent = true
+	return f.loan
+}
 
 // bodyCount accounts for a request body as it streams: bytes against
 // Policy.MaxBodyBytes (past it the read fails with errBodyTooLarge, and

@@ -64,6 +64,8 @@ type flow struct {
 	gate          *limit.Gate   // acquired for the pool being tried, released by finish
 	retryAfter    time.Duration // for a 429
 	body          []byte        // a request body buffered for a replay on stable
+	loan          *bodyLoan     // body as lent to net/http transports (kept while it settles)
+	lent          bool          // body was lent under loan by this request
 	buffered      bool          // body holds the whole request body
 	replayable    bool          // the request may be sent again, to stable
 	fellBack      bool
@@ -323,6 +325,15 @@ func (f *flow) resetFlow() {
 	f.pol, f.headerTimeout, f.gate, f.retryAfter = nil, 0, nil, 0
 	if cap(f.body) > maxPooledBody {
 		f.body = nil // a route with a large FallbackBodyBytes; don't pool it
+	}
+	if f.lent {
+		f.lent = false
+		if !f.loan.settled() {
+			// A transport may still read the body (bodyLoan): the
+			// buffer, and the loan that counts its readers, are left
+			// to it.
+			f.body, f.loan = nil, nil
+		}
 	}
 	f.body = f.body[:0]
 	f.buffered, f.replayable, f.fellBack, f.fallbackErr, f.fallbackAddr = false, false, false, nil, ""

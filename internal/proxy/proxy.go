@@ -352,6 +352,10 @@ type exchange struct {
 	hijacked  bool // the response is written by respondHijacked
 	completed bool // completeHeader has run
 	interim   []byte
+	// brkFrom is when the attempt began, for the breaker's latency of a
+	// response that began with an interim one (roundTrip); it is set and
+	// read only then.
+	brkFrom time.Time
 	// hijackedConn is the client connection respondHijacked writes to.
 	hijackedConn net.Conn
 	// respOut is the client's response header while its body streams, for
@@ -650,11 +654,21 @@ func isEventStream(ct []byte) bool {
 // errorHandler answers requests that fasthttp or the listener's Guard
 // refused to parse: the Guard's status (400, 431 or 505), 431 for a header
 // over fasthttp's buffer, 408 for a read timeout, 400 otherwise. They are
-// recorded like any other request.
+// recorded like any other request; with the method and path only when
+// fasthttp parsed a request head (RawHeaders holds it then). Before that
+// its request header answers defaults (GET, /) for a request line it
+// never read: a connection that sent nothing before the head's timeout,
+// a head that never ended or did not fit, or one the Guard or fasthttp's
+// parser refused, are logged with an empty method and path, as the
+// access log has any other value it lacks. (A head whose request line
+// was valid but whose fields fasthttp refused, or one without any field
+// whose target it could not parse, is among them.)
 func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	ex := p.getExchange()
-	ex.method = append(ex.method[:0], ctx.Request.Header.Method()...)
-	ex.path = append(ex.path[:0], ctx.Request.URI().Path()...)
+	if len(ctx.Request.Header.RawHeaders()) > 0 {
+		ex.method = append(ex.method[:0], ctx.Request.Header.Method()...)
+		ex.path = append(ex.path[:0], ctx.Request.URI().Path()...)
+	}
 	ex.ctx = ctx
 	ex.peer = peerAddr(ctx)
 	ex.setRequestID(nil, false)

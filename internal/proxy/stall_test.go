@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -597,36 +598,7 @@ func TestSmallBodyInParts(t *testing.T) {
 func TestBodyBreaksOff(t *testing.T) {
 	// The answer to /?size=n (chunked without it; stall: no end) is n/3
 	// bytes of its body, or 10 bytes of a chunked one, then the break.
-	h1 := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		q := req.URL.Query()
-		if size, err := strconv.Atoi(q.Get("size")); err == nil {
-			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("x"), size/3))
-		} else {
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nxxxxxxxxxx\r\n")
-		}
-		if q.Has("stall") {
-			_, _ = io.Copy(io.Discard, c) // until the gateway gives up
-		}
-	})
-	h2c := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		part := []byte("xxxxxxxxxx")
-		if size, err := strconv.Atoi(q.Get("size")); err == nil {
-			w.Header().Set("Content-Length", strconv.Itoa(size))
-			part = bytes.Repeat([]byte("x"), size/3)
-		}
-		_, _ = w.Write(part)
-		w.(http.Flusher).Flush()
-		if q.Has("stall") {
-			<-r.Context().Done()
-			return
-		}
-		panic(http.ErrAbortHandler)
-	}))
+	h1, h2c := breakingBackends(t)
 	for _, tt := range []struct {
 		name, query string
 		status      int
@@ -675,4 +647,44 @@ func TestBodyBreaksOff(t *testing.T) {
 			})
 		}
 	}
+}
+
+// breakingBackends starts an http1 and an h2c upstream whose answer to
+// /?size=n promises n bytes (Content-Length) and sends n/3 of them; without
+// size, a chunked body's first chunk. Then the answer breaks off (the
+// http1 upstream closes its connection, the h2c one resets its stream),
+// or with stall, stops until the gateway gives up.
+func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
+	t.Helper()
+	h1 = stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		q := req.URL.Query()
+		if size, err := strconv.Atoi(q.Get("size")); err == nil {
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("x"), size/3))
+		} else {
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nxxxxxxxxxx\r\n")
+		}
+		if q.Has("stall") {
+			_, _ = io.Copy(io.Discard, c) // until the gateway gives up
+		}
+	})
+	h2c = h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		part := []byte("xxxxxxxxxx")
+		if size, err := strconv.Atoi(q.Get("size")); err == nil {
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			part = bytes.Repeat([]byte("x"), size/3)
+		}
+		_, _ = w.Write(part)
+		w.(http.Flusher).Flush()
+		if q.Has("stall") {
+			<-r.Context().Done()
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}))
+	return h1, h2c
 }

@@ -392,17 +392,24 @@ var errBadRequestBody = errors.New("malformed request body")
 // the client's response (see send), and reports the outcome to the
 // decision's breaker: at once when the exchange is over with the header,
 // or, for a response whose body streams, when the body has ended, so that
-// an upstream that stalls or breaks off mid-body is a failure. Only a
-// request guarded by a breaker reads the clock here.
+// an upstream that stalls or breaks off mid-body is a failure. A response
+// that began with an interim (1xx) one is not over either: its final
+// header and body are read by respondHijacked, and the outcome is theirs
+// (a 5xx, a break-off or a stall is a failure), with the latency to the
+// final header (brkFrom). Only a request guarded by a breaker reads the
+// clock here.
 func (p *Proxy) roundTrip(ctx *fasthttp.RequestCtx, ex *exchange) error {
 	if ex.d.Breaker == nil {
 		return p.send(ctx, ex)
 	}
 	start := p.now()
 	err := p.send(ctx, ex)
-	if err == nil && ex.resp.IsBodyStream() {
+	if err == nil && (ex.resp.IsBodyStream() || len(ex.interim) > 0) {
 		ex.brkLatency = max(p.now().Sub(start)-ex.bodyWait, 0)
 		ex.brkPending = true
+		if len(ex.interim) > 0 {
+			ex.brkFrom = start
+		}
 		return nil
 	}
 	ex.recordOutcome(start, err)
