@@ -262,7 +262,8 @@ func b2f(b bool) float64 {
 
 // ProtocolViolations exports, by reason, how many upstream connections the
 // data plane closed because the upstream broke HTTP/1.1 framing (bytes
-// after a complete response, bytes on an idle pooled connection), read at
+// after a complete response, bytes on an idle pooled connection, a
+// response framed two ways), read at
 // scrape time. reasons and read's result are in the same order.
 func (m *Metrics) ProtocolViolations(reasons []string, read func() []uint64) {
 	m.reg.MustRegister(&violationCollector{reasons: reasons, read: read})

@@ -111,7 +111,9 @@
 // is not sent. The upstream's response header is read straight into the
 // client's response (readResponse), so nothing is copied and the
 // upstream's own fields, Date among them, are what the client gets; the
-// hop-by-hop ones are then removed (filterResponseHeader). Interim (1xx)
+// hop-by-hop ones are then removed (filterResponseHeader). A head whose
+// lines end in a bare LF is taken, and one framed two ways closes its
+// upstream connection after it (framing.go). Interim (1xx)
 // responses are forwarded on the hijacked connection as they arrive
 // (respondHijacked), as is a body of unknown length to an HTTP/1.0 client.
 // Toward h2 and h2c pools the same holds for an HTTP/1.1 client: its
@@ -350,7 +352,11 @@
 // Shutdown closes the listeners, closes idle client connections, answers
 // requests in flight with "Connection: close" and waits for them until its
 // context ends; then it closes what is still open. HTTP/2 connections get
-// a GOAWAY and their streams are waited for the same way. For a restart
+// a GOAWAY and their streams are waited for the same way, and so are
+// WebSocket tunnels and the other connections fasthttp has handed over
+// (hijacked), which fasthttp's own Shutdown neither waits for nor closes;
+// a WebSocket handshake that comes once Shutdown has begun gets a 503.
+// For a restart
 // without downtime (the TLS listener included) the new process binds the same address with Listen(..., true)
 // (SO_REUSEPORT, Linux), and the old one is sent SIGTERM and calls
 // Shutdown: from the moment it closes its listener the kernel gives new

@@ -80,7 +80,7 @@ func FuzzReadResponseH1(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		br := bufio.NewReaderSize(bytes.NewReader(in), 512)
 		req, _ := http.NewRequest("GET", "http://up.test/", nil)
-		resp, err := readResponseH1(br, req, nil)
+		resp, _, err := readResponseH1(br, req, nil)
 		if err != nil {
 			return
 		}

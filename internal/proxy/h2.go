@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"sync"
@@ -397,9 +398,12 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	if fastH1(pool, out) {
 		resp, err = s.roundTripH1(out, call)
 	} else {
-		// Interim responses are forwarded as they come.
-		out = out.WithContext(s.att.trace(out.Context(), &httptrace.ClientTrace{Got1xxResponse: s.interim}))
+		// Interim responses are forwarded as they come, through a gate
+		// that closes when the round trip returns (interimGate).
+		gate := &interimGate{s: s}
+		out = out.WithContext(s.att.trace(out.Context(), &httptrace.ClientTrace{Got1xxResponse: gate.got1xx}))
 		resp, err = s.p.netTransport(pool).RoundTrip(out)
+		gate.shut()
 	}
 	call.answered()
 	if err == nil {
@@ -434,6 +438,47 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	}
 	return resp, nil
 }
+
+// interimGate hands the interim responses a net/http transport reports to
+// the stream (stream.interim) until the round trip returns. The transport
+// calls its Got1xxResponse hook on a goroutine of its own (http2.Transport's
+// read loop, net/http's persistConn), and RoundTrip returns as soon as the
+// call's context ends (the response header timeout, the client gone)
+// without waiting for a hook call under way, or stopping one that comes
+// just after. Unguarded, the hook would then write an interim response to
+// the ResponseWriter while the handler writes its error answer (two
+// goroutines on one ResponseWriter and its header map), or after the
+// stream has gone back to the pool (a nil ResponseWriter, or another
+// request's). shut, called by the handler when RoundTrip returns and
+// before it writes anything else, waits for a hook call under way and
+// turns the later ones into errors (the transport then drops the call,
+// which is over). One gate per attempt, so a late call can never reach a
+// stream that serves another request by then.
+type interimGate struct {
+	mu sync.Mutex
+	s  *stream // nil once shut
+}
+
+// got1xx is the transport's Got1xxResponse hook.
+func (g *interimGate) got1xx(code int, h textproto.MIMEHeader) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.s == nil {
+		return errInterimLate
+	}
+	return g.s.interim(code, h)
+}
+
+// shut closes the gate: after it returns, no hook call touches the stream.
+func (g *interimGate) shut() {
+	g.mu.Lock()
+	g.s = nil
+	g.mu.Unlock()
+}
+
+// errInterimLate refuses an interim response reported after the round trip
+// returned.
+var errInterimLate = errors.New("interim response after the call ended")
 
 // upstreamRequest builds the request for the instance picked: the
 // client's fields the policy keeps, the gateway's (addForwarded), the

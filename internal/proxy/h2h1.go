@@ -117,11 +117,17 @@ func (s *stream) sendH1(uc *upstreamClient, c upstreamConn, conn net.Conn, out *
 		// connection), or the call ended (netError tells which).
 		return fail(&staleError{fmt.Errorf("reading response header from %s: %w", uc.addr, err)})
 	}
-	resp, err := readResponseH1(br, out, s.interim)
+	resp, conflict, err := readResponseH1(br, out, s.interim)
 	if err != nil {
 		return fail(fmt.Errorf("reading response header from %s: %w", uc.addr, err))
 	}
-	b := &h1Body{r: resp.Body, br: br, c: c, uc: uc, stop: stop, keep: !resp.Close}
+	if conflict {
+		// Framed two ways: relayed as net/http framed it (chunked, its
+		// Content-Length removed), on a connection closed after it, as
+		// the HTTP/1.1 codec does (readHead).
+		s.p.violation(violationFramingConflict)
+	}
+	b := &h1Body{r: resp.Body, br: br, c: c, uc: uc, stop: stop, keep: !resp.Close && !conflict}
 	if resp.Body == http.NoBody {
 		b.finish(true) // nothing more on the wire: the connection goes back now
 		return resp, nil
@@ -206,28 +212,38 @@ func unrelayableStatus(resp *http.Response) error {
 
 // readResponseH1 reads the final response to req from br: interim (1xx)
 // responses, up to maxInterimResponses, are handed to interim (when not
-// nil) and skipped; each header must fit in br (headerFits).
-func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textproto.MIMEHeader) error) (*http.Response, error) {
+// nil) and skipped; each header must fit in br (headerFits). conflict
+// reports a final response framed two ways (framingConflict), whose
+// connection must not be reused: net/http's reader frames it as RFC 9112
+// says (chunked wins, and its Content-Length is removed) but leaves the
+// connection open.
+func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textproto.MIMEHeader) error) (resp *http.Response, conflict bool, err error) {
 	for i := 0; ; i++ {
 		if err := headerFits(br); err != nil {
-			return nil, err
+			return nil, false, err
 		}
+		// The head is all in br (headerFits), so reading it does not
+		// refill br: head still holds it afterwards.
+		buf, _ := br.Peek(br.Buffered())
+		head := buf[:headEnd(buf)]
 		resp, err := http.ReadResponse(br, req)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		switch {
 		case resp.StatusCode == http.StatusSwitchingProtocols || !validStatus(resp.StatusCode):
-			return nil, unrelayableStatus(resp)
+			return nil, false, unrelayableStatus(resp)
 		case resp.StatusCode >= 200:
-			return resp, nil
+			chunked := len(resp.TransferEncoding) > 0
+			http11 := resp.ProtoAtLeast(1, 1)
+			return resp, (chunked || !http11) && framingConflict(head, chunked, http11), nil
 		}
 		if i >= maxInterimResponses {
-			return nil, errTooManyInterim
+			return nil, false, errTooManyInterim
 		}
 		if interim != nil {
 			if err := interim(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 	}

@@ -36,7 +36,14 @@ func (p *Proxy) respondHijacked(ctx *fasthttp.RequestCtx, ex *exchange) {
 	ex.respOut = &ctx.Response.Header
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
+		// Shutdown waits for the response, and closes it at its deadline.
+		h := &hijackedResponse{c: c}
+		if !ex.p.hijacks.add(h) {
+			h.close()
+		}
+		ex.hj = h
 		err := ex.writeHijacked(ctx, c)
+		ex.p.hijacks.remove(h)
 		if err != nil && ex.upErr == nil && ex.writeErr == nil {
 			ex.upErr = err
 		}
@@ -124,6 +131,9 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 		out.SetContentLength(-1)
 		chunked = true
 	}
+	if err := ex.cutByShutdown(); err != nil {
+		return err
+	}
 	head := out.AppendBytes(ex.scratch[:0])
 	_, err := c.Write(head)
 	ex.scratch = head[:0]
@@ -151,8 +161,8 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
-			var werr error
-			if chunked {
+			werr := ex.cutByShutdown()
+			if werr == nil && chunked {
 				_, werr = bw.WriteString(strconv.FormatInt(int64(n), 16) + "\r\n")
 			}
 			if werr == nil {
@@ -187,6 +197,17 @@ func (ex *exchange) writeHijacked(ctx *fasthttp.RequestCtx, c net.Conn) error {
 	return nil
 }
 
+// cutByShutdown returns errCutByShutdown, noted as the failure to write to
+// the client, once Shutdown has cut the hijacked response at its
+// deadline.
+func (ex *exchange) cutByShutdown() error {
+	if ex.hj == nil || !ex.hj.cut.Load() {
+		return nil
+	}
+	ex.writeErr = errCutByShutdown
+	return errCutByShutdown
+}
+
 // readFinalHeader reads, after the interim responses writeHijacked has
 // forwarded, the final response header of an HTTP/1.1 upstream into the
 // client's response (forwarding the interim responses that come first),
@@ -196,7 +217,7 @@ func (ex *exchange) readFinalHeader(ctx *fasthttp.RequestCtx) error {
 	if err := ex.up.Conn().SetReadDeadline(time.Now().Add(ex.headerTimeout)); err != nil {
 		return err
 	}
-	err := ctx.Response.Header.Read(ex.br)
+	err := ex.readHeadFrom(&ctx.Response.Header, ex.br)
 	if err == nil {
 		err = ex.finishHeader(ctx, ex.up.Conn(), ex.br)
 	}

@@ -68,8 +68,12 @@ type Proxy struct {
 	violations [numViolations]atomic.Uint64
 
 	exchanges sync.Pool
-	tunnels   tunnelSet
-	conns     connSet
+	// hijacks are the WebSocket tunnels and hijacked responses; closing
+	// is set when Shutdown begins, after which a WebSocket handshake is
+	// refused.
+	hijacks hijackSet
+	closing atomic.Bool
+	conns   connSet
 
 	// The HTTP/2 codec (h2.go) and the net/http upstream transports
 	// (nethttp.go).
@@ -243,12 +247,19 @@ func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
 
 // Shutdown stops accepting (it closes the listeners), closes idle client
 // connections, and waits until ctx is done for requests in flight, which
-// are answered with "Connection: close". It then closes the client
-// connections still busy (only if ctx ran out), WebSocket tunnels and idle
-// upstream connections, and flushes the access log and the degradation
-// log. It returns ctx's error if requests were still in flight at the
-// deadline.
+// are answered with "Connection: close". WebSocket tunnels and the other
+// hijacked connections (a response written on the connection itself,
+// respondHijacked) are requests in flight too: they go on until ctx is
+// done, and a WebSocket handshake that arrives meanwhile is refused (503):
+// the gateway's lifecycle gives in-flight work shutdown_timeout, and a
+// tunnel cut when the listeners close (after drain_delay) would throw away
+// that time for the connections that need it most. Shutdown then closes
+// the client connections still busy (only if ctx ran out), the tunnels
+// and hijacked connections, and idle upstream connections, and flushes
+// the access log and the degradation log. It returns ctx's error if
+// requests were still in flight at the deadline.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.closing.Store(true)
 	err := p.server.ShutdownWithContext(ctx)
 	if err != nil && ctx.Err() != nil {
 		// fasthttp gives up waiting but leaves the connections open, and
@@ -258,7 +269,10 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	if herr := p.shutdownH2(ctx); herr != nil && err == nil {
 		err = herr
 	}
-	p.tunnels.closeAll()
+	if werr := p.awaitHijacked(ctx); werr != nil && err == nil {
+		err = werr
+	}
+	p.hijacks.closeAll()
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.closeNetTransports(false)
 	if m := p.clients.Load(); m != nil {
@@ -290,6 +304,23 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("degradation log: %w", derr))
 	}
 	return err
+}
+
+// awaitHijacked waits, once fasthttp and the HTTP/2 server have no request
+// in flight, until the requests that fasthttp no longer sees (tunnels and
+// hijacked responses) have ended, or ctx is done, whose error it then
+// returns. It counts requests (live) rather than the hijack set, since a
+// hijacked connection joins the set only when its hijack handler starts,
+// after fasthttp has let go of it.
+func (p *Proxy) awaitHijacked(ctx context.Context) error {
+	for p.live.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // shutdownGrace is how long Shutdown waits at most for the requests it
@@ -356,8 +387,10 @@ type exchange struct {
 	// response that began with an interim one (roundTrip); it is set and
 	// read only then.
 	brkFrom time.Time
-	// hijackedConn is the client connection respondHijacked writes to.
+	// hijackedConn is the client connection respondHijacked writes to,
+	// and hj its entry in the Proxy's hijack set.
 	hijackedConn net.Conn
+	hj           *hijackedResponse
 	// respOut is the client's response header while its body streams, for
 	// the trailers.
 	respOut *fasthttp.ResponseHeader
@@ -439,7 +472,7 @@ func (ex *exchange) reset() {
 	ex.up, ex.br, ex.upBody, ex.upRDL, ex.upClose, ex.noReuse = nil, nil, nil, 0, false, false
 	ex.inline, ex.dated, ex.completed = -1, false, false
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
-	ex.upEOF = false
+	ex.upEOF, ex.hj = false, nil
 	ex.net, ex.netOut = nil, nil
 	ex.upConn, ex.gone = nil, false
 }
@@ -522,6 +555,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 		// The malformed part of the body has already arrived: nothing of
 		// the request goes upstream.
 		p.reject(ctx, ex, e.Status, bad(e.Status)+e.Reason)
+		return false
+	}
+	if ws && p.closing.Load() {
+		// Shutdown has begun: a tunnel opened now would only be cut at
+		// its deadline. The client retries elsewhere.
+		p.reject(ctx, ex, fasthttp.StatusServiceUnavailable, "shutting down: no new WebSocket connections")
 		return false
 	}
 	for {

@@ -560,7 +560,7 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 				if isTimeout(err) && !ex.canceled && ex.timeout == "" {
 					ex.timeout = timeoutResponseHeader
 				}
-				if !errors.Is(err, errBodyBrokeOff) {
+				if !errors.Is(err, errBodyBrokeOff) && !errors.Is(err, errBadChunk) {
 					err = fmt.Errorf("reading response header from %s: %w", uc.addr, err)
 				}
 			}
@@ -767,7 +767,7 @@ func (p *Proxy) awaitContinue(ctx *fasthttp.RequestCtx, ex *exchange, conn net.C
 	}
 	ex.respStarted = true
 	out := &ctx.Response.Header
-	if err := out.Read(br); err != nil {
+	if err := ex.readHeadFrom(out, br); err != nil {
 		return false, err
 	}
 	if out.StatusCode() == fasthttp.StatusContinue {
@@ -798,7 +798,7 @@ func (p *Proxy) earlyAnswer(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Con
 		}
 	}
 	ex.respStarted = true
-	return ctx.Response.Header.Read(br) == nil
+	return ex.readHeadFrom(&ctx.Response.Header, br) == nil
 }
 
 // earlyAnswerWait is how long earlyAnswer waits for an answer.
@@ -826,8 +826,9 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	if err == nil {
 		_, err = br.Peek(1)
 	}
+	buffered := err == nil && finalHeadBuffered(br)
 	watching := false
-	if watchDelay < timeout && (err == nil && !finalHeadBuffered(br) || err != nil && isTimeout(err)) {
+	if watchDelay < timeout && (err == nil && !buffered || err != nil && isTimeout(err)) {
 		// The upstream is slow to answer, or its header came in part (or
 		// after an interim response): the rest of it is read under the
 		// full timeout, not the first wait's.
@@ -838,7 +839,7 @@ func (p *Proxy) readHeader(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Conn
 	}
 	if err == nil {
 		ex.respStarted = true
-		err = ex.readResponse(ctx, conn, br)
+		err = ex.readResponse(ctx, conn, br, buffered)
 	} else if errors.Is(err, io.EOF) || isConnReset(err) {
 		err = &staleError{err: err}
 	}
@@ -885,10 +886,11 @@ func armHeaderDeadline(conn net.Conn, up *upstreamTCP, start time.Time, timeout 
 }
 
 // finalHeadBuffered reports whether br holds a whole response header that
-// is not an interim (1xx) one: what readResponse can read without waiting.
-// A header whose lines end in a bare LF, or that does not start with
-// "HTTP/", counts as incomplete, which only means it is read under the
-// full header timeout.
+// is not an interim (1xx) one, as fasthttp's parser frames it (it needs a
+// CRLFCRLF): what readResponse can read without waiting. A header whose
+// empty line is a bare LF, or that does not start with "HTTP/", counts as
+// incomplete, which only means it is read under the full header timeout
+// (and by bufferHead).
 func finalHeadBuffered(br *bufio.Reader) bool {
 	b, _ := br.Peek(br.Buffered())
 	return len(b) > len("HTTP/1.1 ") && bytes.HasPrefix(b, httpSlash) && b[len("HTTP/1.1 ")] != '1' &&
@@ -927,14 +929,25 @@ var errTooManyInterim = errors.New("too many 1xx informational responses")
 // get a default Content-Type, which is turned off again. (A header read
 // again for the same request, after an attempt that failed within its
 // header, keeps the reset: fasthttp's Date then replaces the upstream's.)
-func (ex *exchange) readResponse(ctx *fasthttp.RequestCtx, conn net.Conn, br *bufio.Reader) error {
+//
+// buffered says br holds the whole header already (finalHeadBuffered, the
+// common case); otherwise it is first read to its end (bufferHead), which
+// also finds a header fasthttp cannot end by itself (bare LF lines).
+func (ex *exchange) readResponse(ctx *fasthttp.RequestCtx, conn net.Conn, br *bufio.Reader, buffered bool) error {
 	out := &ctx.Response.Header
+	lfEnd := 0
+	if !buffered {
+		var err error
+		if lfEnd, err = bufferHead(br); err != nil {
+			return err
+		}
+	}
 	if !ex.dated && headerWithoutDate(br) {
 		out.Reset()
 		out.SetNoDefaultContentType(true)
 		ex.dated = true
 	}
-	if err := out.Read(br); err != nil {
+	if err := ex.readHead(out, br, lfEnd); err != nil {
 		return err
 	}
 	return ex.finishHeader(ctx, conn, br)
@@ -964,7 +977,7 @@ func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, conn net.Conn, br *bu
 				return err
 			}
 		}
-		if err := out.Read(br); err != nil {
+		if err := ex.readHeadFrom(out, br); err != nil {
 			return err
 		}
 	}
@@ -1002,6 +1015,11 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *buf
 		}
 		ex.inline = cl
 		return nil
+	}
+	if cl == -1 {
+		if err := ex.checkFirstChunk(br); err != nil {
+			return err
+		}
 	}
 	r := &ex.resp
 	r.Header.SetStatusCode(status)
@@ -1209,14 +1227,15 @@ func (ex *exchange) releaseUpstream(fullyRead bool) {
 
 // The protocol violations an upstream connection is closed for.
 const (
-	violationExtraBytes = iota // bytes after a complete response
-	violationIdleBytes         // bytes that arrived while the connection was idle
+	violationExtraBytes      = iota // bytes after a complete response
+	violationIdleBytes              // bytes that arrived while the connection was idle
+	violationFramingConflict        // a response framed two ways (framingConflict)
 	numViolations
 )
 
 // ViolationReasons names the protocol violations counted by
 // ProtocolViolations, in its order.
-var ViolationReasons = [numViolations]string{"extra_bytes_after_response", "bytes_while_idle"}
+var ViolationReasons = [numViolations]string{"extra_bytes_after_response", "bytes_while_idle", "conflicting_framing"}
 
 // violation counts a protocol violation by an upstream.
 func (p *Proxy) violation(v int) { p.violations[v].Add(1) }

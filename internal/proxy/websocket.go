@@ -84,7 +84,7 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 	if err == nil {
 		if _, err = br.Peek(1); err == nil {
 			ex.respStarted = true
-			err = out.Header.Read(br)
+			err = ex.readHeadFrom(&out.Header, br)
 		}
 	}
 	status := out.Header.StatusCode()
@@ -148,7 +148,11 @@ func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, erro
 		lc.OpenTunnel()
 	}
 	t := &tunnel{ex: ex, up: up, upR: br, head: head}
-	p.tunnels.add(t)
+	if !p.hijacks.add(t) {
+		// Shutdown has closed the tunnels already: this one, whose
+		// handshake was under way, is closed as it opens.
+		t.close()
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(t.run)
 	return true, nil
@@ -167,7 +171,8 @@ type tunnel struct {
 }
 
 // run is the hijack handler. fasthttp closes the client connection after it
-// returns. A tunnel closed by Shutdown before run starts writes nothing.
+// returns. A tunnel closed by Shutdown before run starts copies nothing
+// (the 101 goes out, and the connection is closed after it).
 func (t *tunnel) run(c net.Conn) {
 	t.mu.Lock()
 	t.client = c
@@ -187,7 +192,7 @@ func (t *tunnel) run(c net.Conn) {
 		<-done
 	}
 	t.close()
-	t.ex.p.tunnels.remove(t)
+	t.ex.p.hijacks.remove(t)
 	t.ex.bytesOut = n
 	t.ex.streaming = false
 	t.ex.finish()
@@ -207,44 +212,4 @@ func (t *tunnel) close() {
 	if t.client != nil {
 		_ = t.client.SetDeadline(aLongTimeAgo)
 	}
-}
-
-// tunnelSet tracks open tunnels so Shutdown can close them: fasthttp's
-// Shutdown does not wait for or close hijacked connections.
-type tunnelSet struct {
-	mu sync.Mutex
-	m  map[*tunnel]struct{}
-}
-
-func (s *tunnelSet) add(t *tunnel) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = make(map[*tunnel]struct{})
-	}
-	s.m[t] = struct{}{}
-}
-
-func (s *tunnelSet) remove(t *tunnel) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, t)
-}
-
-func (s *tunnelSet) closeAll() {
-	s.mu.Lock()
-	ts := make([]*tunnel, 0, len(s.m))
-	for t := range s.m {
-		ts = append(ts, t)
-	}
-	s.mu.Unlock()
-	for _, t := range ts {
-		t.close()
-	}
-}
-
-func (s *tunnelSet) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
 }

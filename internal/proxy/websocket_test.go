@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,7 +15,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/identity"
+	"github.com/graygate/graygate/internal/router"
 )
 
 // wsEchoBackend echoes every message prefixed with its name, and reports
@@ -129,8 +135,12 @@ func TestWebSocketRefused(t *testing.T) {
 	}
 }
 
-// TestWebSocketShutdown: fasthttp's Shutdown does not see hijacked
-// connections; the Proxy must close its tunnels itself.
+// TestWebSocketShutdown: a WebSocket tunnel open when Shutdown begins
+// keeps carrying messages until Shutdown's context ends (the gateway's
+// shutdown_timeout), not only until the listeners close (drain_delay);
+// then it is closed, and Shutdown reports that it had to cut something.
+// fasthttp's Shutdown does not see hijacked connections: the Proxy waits
+// for and closes its tunnels itself.
 func TestWebSocketShutdown(t *testing.T) {
 	backend, _ := wsEchoBackend(t, "gray")
 	rec := newDoneRecorder()
@@ -139,23 +149,164 @@ func TestWebSocketShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := p.tunnels.len(); n != 1 {
+	echo := func(msg string) error {
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			return err
+		}
+		_, got, err := c.ReadMessage()
+		if err == nil && string(got) != "gray:"+msg {
+			err = fmt.Errorf("echo %q, want %q", got, "gray:"+msg)
+		}
+		return err
+	}
+	if err := echo("before"); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.hijacks.len(); n != 1 {
 		t.Fatalf("%d open tunnels, want 1", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	start := time.Now()
-	if err := p.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	waitShutdownBegan(t, addr)
+	for i := range 3 {
+		if err := echo(fmt.Sprint("during shutdown ", i)); err != nil {
+			t.Fatalf("the tunnel stopped once Shutdown began, before its deadline: %v", err)
+		}
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Shutdown took %v", d)
+	select {
+	case err := <-shut:
+		if ctx.Err() == nil {
+			t.Errorf("Shutdown returned (%v) before its deadline with a tunnel open", err)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Shutdown: %v, want the deadline's error: the tunnel was cut", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return after its deadline")
 	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, _, err := c.ReadMessage(); err == nil {
 		t.Error("tunnel still open after Shutdown")
 	}
-	if d := rec.next(t, 2*time.Second); d.status != http.StatusSwitchingProtocols {
+	if d := rec.next(t, 5*time.Second); d.status != http.StatusSwitchingProtocols {
 		t.Errorf("OnDone status %d, want 101", d.status)
+	}
+	if n := p.hijacks.len(); n != 0 {
+		t.Errorf("%d tunnels left", n)
+	}
+}
+
+// TestWebSocketRefusedDuringShutdown: a WebSocket handshake that reaches
+// the gateway's routing once Shutdown has begun is refused with a 503 and
+// "Connection: close", and opens no tunnel: a tunnel opened then would
+// only be cut at the deadline.
+func TestWebSocketRefusedDuringShutdown(t *testing.T) {
+	backend, seen := wsEchoBackend(t, "gray")
+	entered, release := make(chan struct{}), make(chan struct{})
+	d := deciderFunc(func(attr.Request) router.Decision {
+		close(entered)
+		<-release
+		return router.Decision{Group: "gray", Target: poolOf("gray", backend)}
+	})
+	p, addr := startProxy(t, Options{}, d)
+	c := dialBounded(t, addr, 10*time.Second)
+	defer c.Close()
+	io.WriteString(c, "GET /late HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	waitShutdownBegan(t, addr)
+	close(release)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Errorf("handshake during shutdown: %d, close %v; want 503 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	select {
+	case h := <-seen:
+		t.Errorf("the handshake reached the upstream: %v", h)
+	default:
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// waitShutdownBegan waits until the proxy at addr refuses connections:
+// Shutdown has closed its listener.
+func waitShutdownBegan(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener still accepts connections after Shutdown")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHijackedResponseShutdown: a response the gateway writes on the
+// hijacked client connection (here a body of unknown length to an
+// HTTP/1.0 client, delimited by the close) is in flight for Shutdown as a
+// tunnel is: it goes on streaming after Shutdown began, Shutdown waits
+// for it until its deadline, and it is cut then.
+func TestHijackedResponseShutdown(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for {
+			if _, err := io.WriteString(c, "5\r\ntick\n\r\n"); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	p, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	c := dialBounded(t, addr, 30*time.Second)
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.0\r\nHost: a\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, tick); err != nil || string(tick) != "tick\n" {
+		t.Fatalf("first tick %q, %v", tick, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	waitShutdownBegan(t, addr)
+	if _, err := io.ReadFull(resp.Body, make([]byte, 5*5)); err != nil {
+		t.Fatalf("the response stopped once Shutdown began, before its deadline: %v", err)
+	}
+	select {
+	case err := <-shut:
+		if ctx.Err() == nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Shutdown returned %v before its deadline, with a response still streaming", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return after its deadline")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, resp.Body); isTimeout(err) {
+		t.Errorf("the response still streams after Shutdown's deadline: %v", err)
 	}
 }

@@ -1,0 +1,293 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/valyala/fasthttp"
+)
+
+// An http1 upstream's response head is parsed by fasthttp (readHead), the
+// project's HTTP/1.1 parser, with two things done around it that fasthttp
+// v1.78.0 does not do for a client.
+//
+// Bare LF. RFC 9112 section 2.2 lets a recipient take a single LF for the
+// end of a line in the head, and net/http's client and nginx do: an
+// upstream that writes "HTTP/1.1 200 OK\nContent-Length: 2\n\nok" is
+// answered by them. fasthttp's parser takes a bare LF at the end of the
+// status line and of a field line too, but only ends the head at an empty
+// line once it has seen a CRLFCRLF somewhere in what it has read (a
+// server-side defence: a front end that only knows CRLFCRLF must not
+// frame the request differently). An upstream that never sends one left
+// the gateway waiting for it until ResponseHeaderTimeout (504), or, with
+// a body larger than the read buffer, failing with a header "too large"
+// (502); and one whose body happened to contain a CRLFCRLF was parsed.
+// fasthttp has no option for it, so the head is first read up to its
+// empty line (bufferHead, as fasthttp would frame it: leading empty lines
+// skipped, then up to the first empty line, CRLF or LF), and a head that
+// fasthttp could not end by itself is handed to it with its line ends
+// made CRLF (readBareLF). That is only a copy with different line ends:
+// fasthttp still parses and validates every field, and the head's length
+// on the wire, which frames what follows, is the one the empty line
+// gives, as for net/http. The message forwarded to the client is written
+// by fasthttp, with CRLF. The rewrite only runs for such a head; a head
+// that came whole with its CRLFCRLF (all of them in practice) is parsed
+// straight from the connection's reader, as before.
+//
+// Chunked lines are not relaxed: errata 7633 of RFC 9112 excludes a bare
+// LF from the chunked coding's lines, net/http refuses one, and so does
+// fasthttp's chunk parser; see checkFirstChunk.
+//
+// Conflicting framing. RFC 9112 section 6.3: when a message has both
+// Content-Length and Transfer-Encoding, the Transfer-Encoding overrides
+// the Content-Length, and the message "ought to be handled as an error"
+// (it is how response splitting and request smuggling look); an
+// intermediary that forwards it must remove the Content-Length first.
+// Section 6.1: an HTTP/1.0 message with a Transfer-Encoding has faulty
+// framing, and the connection is closed after it. fasthttp frames such a
+// response as those sections say (chunked wins; Transfer-Encoding is
+// ignored in HTTP/1.0) and keeps no Content-Length in the header it
+// parsed, but it keeps the connection alive. The gateway forwards the
+// response as framed, and closes the connection after it (framingConflict,
+// counted as violationFramingConflict), as it does one that carried bytes
+// past its answer.
+
+// errBadChunk is a chunked response body whose first chunk line the
+// gateway's parser refuses (checkFirstChunk).
+var errBadChunk = errors.New("upstream sent a malformed chunk")
+
+// errHeadMismatch is a head whose end fasthttp's parser, given the
+// CRLF-terminated copy readBareLF made, did not put at its empty line.
+var errHeadMismatch = errors.New("upstream response head could not be framed")
+
+// lfLF and lfCRLF are the two forms of the empty line that ends a head
+// after a line's LF.
+var (
+	lfLF   = []byte("\n\n")
+	lfCRLF = []byte("\n\r\n")
+)
+
+// bufferHead waits until br holds a whole response head (or as much of
+// one as fits: fasthttp's Read then reports it too large). It returns the
+// head's length when fasthttp's parser could not find the head's end by
+// itself, that is when no CRLFCRLF is in br (see above), and 0 when it
+// can: the head is then read with fasthttp's Read. Each byte is scanned
+// for an empty line once. A read error is returned as fasthttp's Read
+// returns one, wrapped, so that what it wraps (a timeout, EOF, a reset)
+// can still be told.
+func bufferHead(br *bufio.Reader) (lfEnd int, err error) {
+	scanned := 0
+	for {
+		b, _ := br.Peek(br.Buffered())
+		rest := b[max(scanned-2, 0):]
+		if bytes.Contains(rest, lfLF) || bytes.Contains(rest, lfCRLF) {
+			if end := headEnd(b); end > 0 {
+				if bytes.Contains(b, crlfCRLF) {
+					return 0, nil
+				}
+				return end, nil
+			}
+		}
+		scanned = len(b)
+		if len(b) >= br.Size() {
+			return 0, nil
+		}
+		if _, err := br.Peek(len(b) + 1); err != nil {
+			return 0, fmt.Errorf("error when reading response headers: %w", err)
+		}
+	}
+}
+
+// headEnd returns the length of the response head at the start of b, up
+// to and including the empty line that ends it, or 0 when b does not hold
+// all of it. Like fasthttp's parser, it skips empty lines before the
+// status line, and takes LF or CRLF for the end of a line.
+func headEnd(b []byte) int {
+	i := 0
+	status := false
+	for {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return 0
+		}
+		empty := j == 0 || (j == 1 && b[i] == '\r')
+		i += j + 1
+		switch {
+		case !empty:
+			status = true
+		case status:
+			return i
+		}
+	}
+}
+
+// readHeadFrom reads the next response head from br into out, however
+// much of it br holds yet: bufferHead, then readHead.
+func (ex *exchange) readHeadFrom(out *fasthttp.ResponseHeader, br *bufio.Reader) error {
+	lfEnd, err := bufferHead(br)
+	if err != nil {
+		return err
+	}
+	return ex.readHead(out, br, lfEnd)
+}
+
+// readHead reads into out the response head at the start of br, which br
+// holds whole (bufferHead, or finalHeadBuffered on the common path),
+// unless it does not fit (fasthttp's Read then says so): with fasthttp's
+// Read, or readBareLF when lfEnd (bufferHead's) is not 0. Then a head
+// that frames its message two ways (framingConflict) is marked to close
+// the upstream connection after the response (filterResponseHeader
+// notes it; the client's connection is not closed for it), and counted.
+// That check reads the head's bytes only for a chunked or HTTP/1.0 answer.
+// Since the whole head is in br, fasthttp's Read does not refill br, and
+// raw still holds the head afterwards.
+func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfEnd int) error {
+	raw, _ := br.Peek(br.Buffered())
+	var err error
+	if lfEnd > 0 {
+		err = readBareLF(out, br, raw[:lfEnd])
+	} else {
+		err = out.Read(br)
+	}
+	if err != nil {
+		return err
+	}
+	if chunked, http11 := out.ContentLength() == -1, out.IsHTTP11(); chunked || !http11 {
+		if n := len(raw) - br.Buffered(); n > 0 && n <= len(raw) && framingConflict(raw[:n], chunked, http11) {
+			ex.p.violation(violationFramingConflict)
+			out.SetConnectionClose()
+		}
+	}
+	return nil
+}
+
+// readBareLF parses head, a response head some of whose lines end in a
+// bare LF (see above), into out: fasthttp reads a copy whose lines all
+// end in CRLF, and head is then discarded from br. The copy's buffers are
+// ensureDate's, pooled.
+func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) error {
+	rt := dateRoundTrips.Get().(*dateRoundTrip)
+	rt.raw = rt.raw[:0]
+	for line := range bytes.Lines(head) {
+		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+		rt.raw = append(append(rt.raw, line...), '\r', '\n')
+	}
+	rt.rd.Reset(rt.raw)
+	if rt.br.Size() < len(rt.raw) {
+		rt.br = bufio.NewReaderSize(nil, len(rt.raw))
+	}
+	rt.br.Reset(&rt.rd)
+	err := out.Read(rt.br)
+	if err == nil && rt.br.Buffered() > 0 {
+		// fasthttp ended the head before its empty line: the two framings
+		// differ, and neither is trusted.
+		err = errHeadMismatch
+	}
+	rt.br.Reset(nil)
+	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
+		dateRoundTrips.Put(rt)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = br.Discard(len(head))
+	return err
+}
+
+// framingConflict reports whether head, a response head as it came,
+// frames its message two ways: chunked (as parsed) with a Content-Length
+// field too (RFC 9112 section 6.3), or HTTP/1.0 with a Transfer-Encoding
+// field (section 6.1).
+func framingConflict(head []byte, chunked, http11 bool) bool {
+	if chunked && hasField(head, "content-length") {
+		return true
+	}
+	return !http11 && hasField(head, "transfer-encoding")
+}
+
+// hasField reports whether head has a field line named name (lower case),
+// in any case, with or without whitespace before the colon (which
+// fasthttp takes and drops). The status line and continuation lines are
+// not field lines.
+func hasField(head []byte, name string) bool {
+	i := bytes.IndexByte(head, '\n')
+	for i >= 0 {
+		head = head[i+1:]
+		if len(head) > len(name) && head[0]|0x20 == name[0] && eqFold(head[:len(name)], name) {
+			rest := bytes.TrimLeft(head[len(name):], " \t")
+			if len(rest) > 0 && rest[0] == ':' {
+				return true
+			}
+		}
+		i = bytes.IndexByte(head, '\n')
+	}
+	return false
+}
+
+// checkFirstChunk refuses a chunked response body whose first chunk line,
+// already in br with the header, fasthttp's chunk parser refuses: the
+// body would break off at its first byte, after the client had been sent
+// a 200. Found now, nothing has been sent, and the client gets a 502; the
+// upstream connection is closed. A line of hex digits and CRLF, the usual
+// one, is taken as it is; any other (an extension, whitespace, a bare LF)
+// is given to fasthttp's parser, on a copy: the stream the body is then
+// relayed through parses it again, in the same way, so the two cannot
+// disagree. Whitespace before a chunk extension's ";" (RFC 9112 section
+// 7.1.1 allows it) is refused by fasthttp, as by net/http, and a bare LF
+// by both and errata 7633; neither can be configured otherwise, and
+// rewriting a chunked body on the fly would mean a chunk parser of the
+// gateway's own, where a difference from the upstream's or the client's
+// is what request smuggling is made of. A line that comes later, or a
+// malformed one further into the body, cuts the answer off when it is
+// read: the header has gone out by then.
+func (ex *exchange) checkFirstChunk(br *bufio.Reader) error {
+	b, _ := br.Peek(br.Buffered())
+	n := 0
+	for n < len(b) && n < 7 && isHex(b[n]) {
+		n++
+	}
+	if n > 0 && len(b) >= n+2 && b[n] == '\r' && b[n+1] == '\n' {
+		return nil
+	}
+	end := bytes.IndexByte(b, '\n')
+	if end < 0 {
+		return nil
+	}
+	rt := dateRoundTrips.Get().(*dateRoundTrip)
+	// The line, and an empty trailer section in case it is the last
+	// chunk's: the stream then reads that, and nothing past the line.
+	rt.raw = append(append(rt.raw[:0], b[:end+1]...), '\r', '\n')
+	rt.rd.Reset(rt.raw)
+	if rt.br.Size() < len(rt.raw) {
+		rt.br = bufio.NewReaderSize(nil, len(rt.raw))
+	}
+	rt.br.Reset(&rt.rd)
+	r := &ex.resp
+	r.Header.SetContentLength(-1)
+	r.StreamBody = true
+	err := r.ReadBody(rt.br, 0)
+	if err == nil {
+		// A read into no room parses the chunk line (and, after the last
+		// chunk, the trailer section) and reads no data.
+		_, err = r.BodyStream().Read(nil)
+		if err == io.EOF {
+			err = nil
+		}
+	}
+	_ = r.CloseBodyStream()
+	rt.br.Reset(nil)
+	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
+		dateRoundTrips.Put(rt)
+	}
+	if err != nil {
+		return fmt.Errorf("%w from %s: %w", errBadChunk, ex.inst.Addr, err)
+	}
+	return nil
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c|0x20 && c|0x20 <= 'f'
+}

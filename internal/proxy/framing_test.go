@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/listener"
+)
+
+// TestBareLFResponseHead: an http1 upstream whose response head ends its
+// lines with a bare LF (RFC 9112 section 2.2 lets a recipient accept one,
+// as net/http's client and nginx do) is answered at once and correctly,
+// not after the response header timeout with a 504: whole, in parts, on
+// an interim response, with a streamed or a chunked body. The upstream
+// connection is reused afterwards, as after any well-framed answer.
+func TestBareLFResponseHead(t *testing.T) {
+	const gap, timeout = 3 * watchDelay, 3 * time.Second
+	parts := map[string][]string{
+		"/lf":          {"HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\n\nok"},
+		"/lf-end":      {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\n\nok"},
+		"/crlf-end":    {"HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\n\r\nok"},
+		"/status-line": {"HTTP/1.1 200 OK\nContent-Length: 2\r\nX-A: b\r\n\r\nok"},
+		"/lf-parts":    {"HTTP/1.1 200 OK\n", "Content-Length: 2\nX-A: b\n", "\nok"},
+		"/lf-large":    {"HTTP/1.1 200 OK\nContent-Length: 100000\nX-A: b\n\n" + strings.Repeat("x", 100000)},
+		"/lf-interim":  {"HTTP/1.1 103 Early Hints\nLink: </a.css>; rel=preload\n\n", "HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\n\nok"},
+		"/lf-chunked":  {"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\nX-A: b\n\n2\r\nok\r\n0\r\n\r\n"},
+		"/lf-head":     {"HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\n\n"},
+	}
+	conns := make(chan struct{}, 64)
+	up := partsBackend(t, parts, gap, conns, func(string) bool { return true })
+	_, addr := startProxy(t, Options{ResponseHeaderTimeout: timeout}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	for _, tt := range []struct{ path, body string }{
+		{"/lf", "ok"},
+		{"/lf", "ok"}, // on the same upstream connection
+		{"/lf-end", "ok"},
+		{"/crlf-end", "ok"},
+		{"/status-line", "ok"},
+		{"/lf-parts", "ok"},
+		{"/lf-large", strings.Repeat("x", 100000)},
+		{"/lf-interim", "ok"},
+		{"/lf-chunked", "ok"},
+		{"/lf-head", ""},
+	} {
+		t.Run(tt.path[1:], func(t *testing.T) {
+			method := "GET"
+			if tt.path == "/lf-head" {
+				method = "HEAD"
+			}
+			start := time.Now()
+			resp, body := rawExchange(t, addr, method, method+" "+tt.path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp.StatusCode != 200 || body != tt.body || resp.Header.Get("X-A") != "b" {
+				t.Errorf("%d, X-A %q, %d bytes %.20q after %v; want 200, X-A b, %d bytes", resp.StatusCode, resp.Header.Get("X-A"), len(body), body, time.Since(start), len(tt.body))
+			}
+			if resp.Header.Get("Date") == "" {
+				t.Error("no Date: the gateway adds one to an answer without (RFC 9110 section 6.6.1)")
+			}
+		})
+	}
+	if n := len(conns); n != 1 {
+		t.Errorf("the upstream accepted %d connections, want 1: a response with bare LF line ends is well framed", n)
+	}
+}
+
+// TestMalformedFirstChunk: a chunked response whose first chunk-size line
+// fasthttp's parser refuses (a bare LF, which errata 7633 of RFC 9112
+// excludes from chunked lines, as net/http does; whitespace before a
+// chunk extension's ";", which fasthttp and net/http refuse) gets a
+// prompt 502 with the request id when the line came with the header:
+// nothing has been sent to the client, so it is not given a 200 and a
+// body cut off at its first byte. The breaker counts a failure and the
+// upstream connection is closed, not pooled. A chunk extension fasthttp
+// accepts is forwarded, and a malformed line further into the body cuts
+// the answer off at once (it cannot hang).
+func TestMalformedFirstChunk(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+	parts := map[string][]string{
+		"/chunk-lf":     {head + "2\nok\n0\n\n"},
+		"/chunk-lf-all": {"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n"},
+		"/bws":          {head + "a ;ext=1\r\n0123456789\r\n0\r\n\r\n"},
+		"/bws-tab":      {head + "a\t;ext=1\r\n0123456789\r\n0\r\n\r\n"},
+		"/ext":          {head + "a;ext=1\r\n0123456789\r\n0\r\n\r\n"},
+		"/ext-quoted":   {head + "a;ext=\"x y\"\r\n0123456789\r\n0\r\n\r\n"},
+		"/ows":          {head + "a \r\n0123456789\r\n0\r\n\r\n"},
+		"/empty":        {head + "0\r\nX-T: 1\r\n\r\n"},
+		"/later-bws":    {head + "2\r\nok\r\na ;ext=1\r\n0123456789\r\n0\r\n\r\n"},
+		"/next":         {"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"},
+	}
+	for _, tt := range []struct {
+		path   string
+		status int
+		body   string
+		cut    bool // the body breaks off after the header went out
+	}{
+		{"/chunk-lf", 502, "", false},
+		{"/chunk-lf-all", 502, "", false},
+		{"/bws", 502, "", false},
+		{"/bws-tab", 502, "", false},
+		{"/ext", 200, "0123456789", false},
+		{"/ext-quoted", 200, "0123456789", false},
+		{"/ows", 200, "0123456789", false},
+		{"/empty", 200, "", false},
+		{"/later-bws", 200, "ok", true},
+	} {
+		t.Run(tt.path[1:], func(t *testing.T) {
+			conns := make(chan struct{}, 16)
+			up := partsBackend(t, parts, 0, conns, func(string) bool { return true })
+			r := newStallRig(t, up, Options{ResponseHeaderTimeout: 5 * time.Second, UpstreamReadTimeout: 5 * time.Second})
+			c := dialRaw(t, r.addr)
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", tt.path)
+			start := time.Now()
+			resp, err := http.ReadResponse(newReader(c), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			b, berr := io.ReadAll(resp.Body)
+			body := string(b)
+			switch {
+			case resp.StatusCode != tt.status:
+				t.Fatalf("status %d, body %q after %v; want %d", resp.StatusCode, body, time.Since(start), tt.status)
+			case tt.status == 502:
+				id := resp.Header.Get("X-Request-Id")
+				if id == "" || !strings.Contains(body, id) || strings.Contains(body, up) {
+					t.Errorf("error answer with X-Request-Id %q, body %q; want the id in the body and no instance address", id, body)
+				}
+			case tt.cut && (berr == nil || body != tt.body):
+				t.Errorf("body %q, %v; want %q and then the body cut off", body, berr, tt.body)
+			case !tt.cut && (berr != nil || body != tt.body):
+				t.Errorf("body %q, %v; want %q", body, berr, tt.body)
+			}
+			wantFail := uint64(0)
+			if tt.status == 502 || tt.cut {
+				wantFail = 1
+			}
+			r.settle(t, "")
+			if f := r.failures(); f != wantFail {
+				t.Errorf("breaker failures = %d, want %d", f, wantFail)
+			}
+			// The next request must go on a new upstream connection when
+			// the answer was refused or cut, and on the same one after a
+			// well-formed answer.
+			if resp, body := rawExchange(t, r.addr, "GET", "GET /next HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "next" {
+				t.Fatalf("next request: %d %q", resp.StatusCode, body)
+			}
+			want := 1
+			if wantFail == 1 {
+				want = 2
+			}
+			if n := len(conns); n != want {
+				t.Errorf("the upstream accepted %d connections, want %d", n, want)
+			}
+		})
+	}
+}
+
+// TestContentLengthWithChunked: an upstream response with both
+// Content-Length and Transfer-Encoding: chunked (in either order) is
+// framed by the chunked coding, which overrides the length (RFC 9112
+// section 6.3), and relayed without the Content-Length; but such a
+// message "ought to be handled as an error" (it is how response
+// splitting and smuggling look), so the connection it came on is closed
+// after it and never reused, and the violation is counted. The same holds
+// for an HTTP/1.0 response that carries Transfer-Encoding (RFC 9112
+// section 6.1: its framing is faulty, close after it). Both codecs share
+// the pools: an HTTP/2 client's request to the http1 pool is checked too.
+func TestContentLengthWithChunked(t *testing.T) {
+	parts := map[string][]string{
+		"/clte": {"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+		"/tecl": {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+		// fasthttp drops the whitespace before the colon (RFC 9112 section
+		// 5.1 asks a proxy to); net/http's reader refuses the field.
+		"/tecl-ws": {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length : 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+		"/http10":  {"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello"},
+		"/next":    {"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"},
+	}
+	for _, codec := range []string{"h1", "h2c"} {
+		for _, path := range []string{"/clte", "/tecl", "/tecl-ws", "/http10"} {
+			if codec == "h2c" && path == "/tecl-ws" {
+				continue
+			}
+			t.Run(codec+path, func(t *testing.T) {
+				conns := make(chan struct{}, 16)
+				up := partsBackend(t, parts, 0, conns, func(string) bool { return true })
+				d := staticDecider{Group: "stable", Target: poolOf("stable", up)}
+				var p *Proxy
+				var get func(path string) (int, string, *http.Response)
+				if codec == "h1" {
+					var addr string
+					p, addr = startProxy(t, Options{}, d)
+					get = func(path string) (int, string, *http.Response) {
+						resp, body := rawExchange(t, addr, "GET", "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+						return resp.StatusCode, body, resp
+					}
+				} else {
+					var addr string
+					p, addr = startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+					c := h2cClient(t)
+					get = func(path string) (int, string, *http.Response) {
+						resp, err := c.Get("http://" + addr + path)
+						if err != nil {
+							t.Fatalf("GET %s: %v", path, err)
+						}
+						defer resp.Body.Close()
+						b, err := io.ReadAll(resp.Body)
+						if err != nil {
+							t.Fatalf("GET %s: body: %v", path, err)
+						}
+						return resp.StatusCode, string(b), resp
+					}
+				}
+				code, body, resp := get(path)
+				if code != 200 || body != "hello" {
+					t.Errorf("%d %q, want 200 \"hello\"", code, body)
+				}
+				if cl := resp.Header.Get("Content-Length"); cl != "" && cl != "5" {
+					t.Errorf("relayed with Content-Length %q, which the chunked coding overrode", cl)
+				}
+				if code, body, _ := get("/next"); code != 200 || body != "next" {
+					t.Fatalf("next request: %d %q", code, body)
+				}
+				if n := len(conns); n != 2 {
+					t.Errorf("the upstream accepted %d connections, want 2: the one that carried the conflicting framing was reused", n)
+				}
+				v := p.ProtocolViolations()
+				if got := v[violationFramingConflict]; got != 1 {
+					t.Errorf("%s violations = %d, want 1 (%v)", ViolationReasons[violationFramingConflict], got, v)
+				}
+			})
+		}
+	}
+}
+
+// FuzzBufferHead: bufferHead and readHead's bare-LF path frame a head
+// where fasthttp's parser does when it can (a CRLFCRLF in sight): the
+// bytes left after the head are the same either way, and nothing panics
+// or reads past the input.
+func FuzzBufferHead(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\nContent-Length: 2\n\nok"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\nok\r\n\r\n"))
+	f.Add([]byte("\r\nHTTP/1.1 200 OK\nX: a\n b\n\r\nok"))
+	f.Add([]byte("HTTP/1.1 103 Early Hints\nLink: </a>\n\nHTTP/1.1 200 OK\n\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(in), 512)
+		lfEnd, err := bufferHead(br)
+		if err != nil {
+			return
+		}
+		var h fasthttp.ResponseHeader
+		if lfEnd == 0 {
+			_ = h.Read(br)
+			return
+		}
+		if err := readBareLF(&h, br, mustPeek(br)[:lfEnd]); err != nil {
+			return
+		}
+		rest := mustPeek(br)
+		// fasthttp, shown the head with a CRLFCRLF after it, ends it at
+		// the same place.
+		var h2 fasthttp.ResponseHeader
+		br2 := bufio.NewReaderSize(bytes.NewReader(append(append([]byte(nil), in[:len(in)-len(rest)]...), "\r\n\r\n"...)), 1024)
+		if err := h2.Read(br2); err != nil {
+			t.Fatalf("fasthttp refuses %q, which readBareLF took", in[:len(in)-len(rest)])
+		}
+		if left := mustPeek(br2); string(left) != "\r\n\r\n" {
+			t.Fatalf("fasthttp ends the head of %q with %q left, readBareLF with none", in[:len(in)-len(rest)], left)
+		}
+	})
+}
+
+func mustPeek(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return b
+}
