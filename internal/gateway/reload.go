@@ -66,7 +66,11 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 		return fail(err)
 	}
 	newReg := g.reg.WithNamed(pools)
-	if !reflect.DeepEqual(cfg.Targeting, oldCfg.Targeting) {
+	// The section is rebuilt when it changed, and when what its sources
+	// read besides it did (a JWT key rotated in place): a reload reads
+	// those again, as it does upstream CA files and secrets named by
+	// environment variables. A discovery update reads nothing again.
+	if !reflect.DeepEqual(cfg.Targeting, oldCfg.Targeting) || (cfg != oldCfg && oldTgt.inputsChanged()) {
 		t, err := newTargeting(cfg.Targeting, g.opts.Logger)
 		if err != nil {
 			newReg.Retire(oldReg)
@@ -86,7 +90,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 			snap, err = g.build(ctx)
 		}
 	}
-	tlsChanged := g.certs != nil && !reflect.DeepEqual(cfg.TLS, oldCfg.TLS)
+	tlsChanged := g.certs != nil && tlsListener(cfg) && !reflect.DeepEqual(cfg.TLS, oldCfg.TLS)
 	if err == nil && tlsChanged {
 		// New handshakes use the new certificates; connections made
 		// before keep theirs.
@@ -141,7 +145,13 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	// The access log file a reload turned on was not open yet when popts
 	// were built.
 	popts.AccessLog = g.accessLogFor(cfg)
-	for _, p := range g.applyProxy(popts) {
+	proxyRestart := g.applyProxy(popts)
+	// The listening server's settings are judged by the data plane, by
+	// their effective values: a default written out changes nothing.
+	restart = slices.DeleteFunc(restart, func(p string) bool {
+		return slices.Contains(listenerFields, p) && !slices.Contains(proxyRestart, p)
+	})
+	for _, p := range proxyRestart {
 		if !slices.Contains(restart, p) {
 			restart = append(restart, p)
 		}
@@ -189,7 +199,7 @@ func (g *Gateway) dryRun(ctx context.Context, cfg *config.Config) error {
 	if _, err := g.seedKeys(ctx, cfg, reg); err != nil {
 		return err
 	}
-	if g.certs != nil && !reflect.DeepEqual(cfg.TLS, g.cfg.TLS) {
+	if g.certs != nil && tlsListener(cfg) && !reflect.DeepEqual(cfg.TLS, g.cfg.TLS) {
 		if err := certs.Check(tlsSettings(cfg)); err != nil {
 			return fmt.Errorf("tls: %w", err)
 		}
@@ -311,6 +321,10 @@ func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 	return o, nil
 }
 
+// listenerFields are the config fields of the listening server itself,
+// which proxy.Reconfigure keeps at their running values and names.
+var listenerFields = []string{"proxy.read_header_timeout", "proxy.client_idle_timeout", "proxy.max_header_bytes"}
+
 // applyProxy hands the data plane the options a reloaded config asks for
 // (everything under proxy:, trusted_proxies and access_log.enabled)
 // through proxy.Reconfigure, and returns the config fields it could not
@@ -321,6 +335,11 @@ func (g *Gateway) applyProxy(opts proxy.Options) []string {
 	g.popts = opts
 	return restart
 }
+
+// tlsListener reports whether cfg has a TLS listener. A config without
+// one leaves the running listener's settings as they are: tls_listen is
+// named as waiting for a restart, which closes the listener.
+func tlsListener(cfg *config.Config) bool { return cfg.TLSListen != "" }
 
 // onDone is the data plane's OnDone: every finished request feeds the
 // metrics, the live traffic windows, the rollouts' analysis and the

@@ -213,11 +213,13 @@ func (p *Proxy) Reconfigure(opts Options) []string {
 }
 
 // upstreamOptionsChanged reports whether the options pooled upstream
-// clients were built with differ.
+// clients were built with differ. UpstreamWriteTimeout is among them: the
+// HTTP/2 transports of h2 and h2c pools take it as their WriteByteTimeout
+// when they are built, so a reload that changes it must replace them.
 func upstreamOptionsChanged(a, b *Options) bool {
 	return a.DialTimeout != b.DialTimeout || a.IdleConnTimeout != b.IdleConnTimeout ||
 		a.MaxConnsPerHost != b.MaxConnsPerHost || a.MaxResponseHeaderBytes != b.MaxResponseHeaderBytes ||
-		a.UpstreamTLS != b.UpstreamTLS
+		a.UpstreamTLS != b.UpstreamTLS || a.UpstreamWriteTimeout != b.UpstreamWriteTimeout
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
