@@ -812,19 +812,34 @@ func (c *Config) Defaults() {
 	}
 }
 
+// listenAddr checks a listen address as net.Listen will take it: host:port
+// or :port, the port a number up to 65535 or a service name the system
+// knows ("http"), so that a typo is a validation error naming the field,
+// not a failure to start.
+func listenAddr(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("must be host:port or :port, got %q", v)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q in %q is not a number from 0 to 65535 or a known service name", port, v)
+	}
+	return nil
+}
+
 // Validate reports every problem, each named by its path.
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(path, format string, args ...any) { errs = append(errs, strict.Errorf(path, format, args...)) }
-	for _, f := range []struct{ path, v string }{{"listen", c.Listen}, {"admin_listen", c.AdminListen}} {
-		if _, _, err := net.SplitHostPort(f.v); err != nil {
-			add(f.path, "must be host:port or :port, got %q", f.v)
+	for _, f := range []struct{ path, v string }{{"listen", c.Listen}, {"admin_listen", c.AdminListen}, {"tls_listen", c.TLSListen}} {
+		if f.v == "" && f.path == "tls_listen" {
+			continue
+		}
+		if err := listenAddr(f.v); err != nil {
+			add(f.path, "%v", err)
 		}
 	}
 	if c.TLSListen != "" {
-		if _, _, err := net.SplitHostPort(c.TLSListen); err != nil {
-			add("tls_listen", "must be host:port or :port, got %q", c.TLSListen)
-		}
 		if len(c.TLS.Certificates) == 0 {
 			add("tls.certificates", "needs at least one certificate when tls_listen is set")
 		}

@@ -61,6 +61,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown nested key", "upstreams: {a: {instances: [{addr: 'h:1', wieght: 2}]}}\n", []string{"upstreams.a.instances[0].wieght: unknown field"}},
 		{"bad types", "listen: 80\nproxy: {dial_timeout: fast}\n", []string{"listen: expected a string, got 80", "proxy.dial_timeout: expected a non-negative duration"}},
 		{"bad listen", "listen: nowhere\n", []string{`listen: must be host:port or :port, got "nowhere"`}},
+		{"bad listen port", "listen: \":x\"\nadmin_listen: \"127.0.0.1:70000\"\n", []string{
+			`listen: port "x" in ":x" is not a number from 0 to 65535 or a known service name`,
+			`admin_listen: port "70000" in "127.0.0.1:70000" is not a number from 0 to 65535 or a known service name`}},
 		{"bad upstream addr", "upstreams: {a: {instances: [{addr: 'h'}]}}\n", []string{"upstreams.a.instances[0].addr: invalid address"}},
 		{"empty pool", "upstreams: {a: {instances: []}}\n", []string{"upstreams.a.instances: needs at least one instance"}},
 		{"unknown default", "default_upstream: nope\n", []string{`default_upstream: "nope" is neither a configured upstream nor an address`}},
