@@ -180,3 +180,66 @@ func at(m map[string]any, path string) any {
 	}
 	return v
 }
+
+// Keys lists every leaf key of Config by its JSON names, as an operator
+// writes them: the elements of a list as "[]" and the values of a map as
+// ".*" (upstreams.*.instances[].addr). A type that decodes itself
+// (Duration) is one key. The reload contract is checked against it: each
+// key is under one row of Fields, and live or named by a reload.
+func Keys() []string { return keys(reflect.TypeFor[Config](), "") }
+
+// keys walks t by its JSON names and returns every leaf key under prefix.
+func keys(t reflect.Type, prefix string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if ownJSON(t) {
+		return []string{prefix}
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		return keys(t.Elem(), prefix+".*")
+	case reflect.Slice, reflect.Array:
+		e := t.Elem()
+		for e.Kind() == reflect.Pointer {
+			e = e.Elem()
+		}
+		if e.Kind() == reflect.Struct && !ownJSON(e) {
+			return keys(e, prefix+"[]")
+		}
+		return []string{prefix}
+	case reflect.Struct:
+	default:
+		return []string{prefix}
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			out = append(out, keys(f.Type, prefix)...)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if prefix != "" {
+			name = prefix + "." + name
+		}
+		out = append(out, keys(f.Type, name)...)
+	}
+	return out
+}
+
+// ownJSON reports whether t decodes or encodes itself: its fields are not
+// config keys.
+func ownJSON(t reflect.Type) bool {
+	m, u := reflect.TypeFor[json.Marshaler](), reflect.TypeFor[json.Unmarshaler]()
+	return t.Implements(m) || t.Implements(u) || reflect.PointerTo(t).Implements(m) || reflect.PointerTo(t).Implements(u)
+}

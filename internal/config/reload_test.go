@@ -2,45 +2,23 @@ package config
 
 import (
 	"os"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// leafPaths walks t as JSON and returns the path of every field that holds
-// a value rather than a struct: maps, slices and scalars. Embedded structs
-// without a JSON name are inlined, as encoding/json does.
-func leafPaths(t reflect.Type, prefix string) []string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct || t.Implements(reflect.TypeFor[interface{ MarshalJSON() ([]byte, error) }]()) {
-		return []string{prefix}
-	}
+// fieldPaths is Keys cut at the first list or map: the paths the reload
+// table's rows name (upstreams, not upstreams.*.instances[].addr).
+func fieldPaths() []string {
 	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+	for _, k := range Keys() {
+		if i := strings.IndexAny(k, "[*"); i >= 0 {
+			k = strings.TrimSuffix(k[:i], ".")
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
+		if !slices.Contains(out, k) {
+			out = append(out, k)
 		}
-		if f.Anonymous && name == "" {
-			out = append(out, leafPaths(f.Type, prefix)...)
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		p := name
-		if prefix != "" {
-			p = prefix + "." + name
-		}
-		out = append(out, leafPaths(f.Type, p)...)
 	}
 	return out
 }
@@ -49,7 +27,7 @@ func leafPaths(t reflect.Type, prefix string) []string {
 // of the reload table, and every row names a field, so a new field cannot
 // be added without saying whether it reloads live.
 func TestReloadTableCoversConfig(t *testing.T) {
-	leaves := leafPaths(reflect.TypeFor[Config](), "")
+	leaves := fieldPaths()
 	if len(leaves) < 20 {
 		t.Fatalf("found only %d config fields: %v", len(leaves), leaves)
 	}

@@ -2,12 +2,10 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"go/ast"
 	"go/parser"
 	gotoken "go/token"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -220,62 +218,6 @@ var restartKeys = map[string]string{
 	"store.password_env":    "store.password_env",
 }
 
-// configKeys walks t by its JSON names and returns every leaf key.
-func configKeys(t reflect.Type, prefix string) []string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if ownJSON(t) {
-		return []string{prefix}
-	}
-	switch t.Kind() {
-	case reflect.Map:
-		return configKeys(t.Elem(), prefix+".*")
-	case reflect.Slice, reflect.Array:
-		e := t.Elem()
-		for e.Kind() == reflect.Pointer {
-			e = e.Elem()
-		}
-		if e.Kind() == reflect.Struct && !ownJSON(e) {
-			return configKeys(e, prefix+"[]")
-		}
-		return []string{prefix}
-	case reflect.Struct:
-	default:
-		return []string{prefix}
-	}
-	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if f.Anonymous && name == "" {
-			out = append(out, configKeys(f.Type, prefix)...)
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		if prefix != "" {
-			name = prefix + "." + name
-		}
-		out = append(out, configKeys(f.Type, name)...)
-	}
-	return out
-}
-
-// ownJSON reports whether t decodes or encodes itself: its fields are not
-// config keys.
-func ownJSON(t reflect.Type) bool {
-	m, u := reflect.TypeFor[json.Marshaler](), reflect.TypeFor[json.Unmarshaler]()
-	return t.Implements(m) || t.Implements(u) || reflect.PointerTo(t).Implements(m) || reflect.PointerTo(t).Implements(u)
-}
-
 // rowPath is key as the reload table's dotted paths name it: no "[]" and
 // no "*" for a map's values.
 func rowPath(key string) string {
@@ -288,7 +230,7 @@ func rowPath(key string) string {
 // not there, each agrees with the reload table (which the README's table
 // follows), and each live key's proof is a test that exists.
 func TestEveryConfigKeyIsLiveOrRestartRequired(t *testing.T) {
-	keys := configKeys(reflect.TypeFor[config.Config](), "")
+	keys := config.Keys()
 	if len(keys) < 100 {
 		t.Fatalf("found only %d config keys: %v", len(keys), keys)
 	}
@@ -524,7 +466,7 @@ func (e *env) reloadKeepingDataDir(yaml string) error {
 // Guard: the walk sees through pointers, maps and slices (a key missing
 // from it would be missing from the contract too).
 func TestConfigKeysWalk(t *testing.T) {
-	keys := configKeys(reflect.TypeFor[config.Config](), "")
+	keys := config.Keys()
 	for _, want := range []string{
 		"preserve_host", "tls.certificates[].cert_file", "breaker.error_statuses", "limits.rate_limit.rps",
 		"targeting.tags.jwt.leeway", "targeting.tag_types.*", "tracing.sample_ratio", "store.tls.ca_file",
