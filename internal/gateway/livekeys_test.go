@@ -1536,20 +1536,7 @@ var liveCases = slices.Concat([]liveCase{
 		// The backend reads nothing of a 64 MiB body for 2s.
 		key: "proxy.write_timeout", prep: prepEcho,
 		before: echoCfg("", ""), after: echoCfg("", "proxy: {write_timeout: 300ms}"),
-		probe: func(t *testing.T, e *env, fx *fixture) string {
-			req, _ := http.NewRequest("POST", e.data+"/noread", &longBody{n: 64 << 20})
-			req.ContentLength = 64 << 20
-			resp, err := e.client.Do(req)
-			if err != nil {
-				return "failed"
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				return "failed"
-			}
-			return "200"
-		},
+		probe:      func(t *testing.T, e *env, fx *fixture) string { return e.postLong("/noread") },
 		wantBefore: "200", wantAfter: "failed",
 	},
 	{
@@ -1928,4 +1915,21 @@ func redisSetting(key, setting string, pick func(redisSection) any, before, afte
 		},
 		wantBefore: before, wantAfter: after,
 	}
+}
+
+// postLong POSTs a 64 MiB body to path and says "200", or "failed" for
+// any other answer or none (an upstream write that timed out).
+func (e *env) postLong(path string) string {
+	req, _ := http.NewRequest("POST", e.data+path, &longBody{n: 64 << 20})
+	req.ContentLength = 64 << 20
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return "failed"
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return "failed"
+	}
+	return "200"
 }

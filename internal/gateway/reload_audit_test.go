@@ -205,20 +205,7 @@ func TestReloadWriteTimeoutReachesH2CPools(t *testing.T) {
 	fx.set("h2c", stallingH2C(t, 2*time.Second))
 	up := `{instances: [{addr: "{{h2c}}"}], protocol: h2c}`
 	e := start(t, fx.fill(echoCfg(up, "")), "")
-	post := func() string {
-		req, _ := http.NewRequest("POST", e.data+"/", &longBody{n: 64 << 20})
-		req.ContentLength = 64 << 20
-		resp, err := e.client.Do(req)
-		if err != nil {
-			return "failed"
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return "failed"
-		}
-		return "200"
-	}
+	post := func() string { return e.postLong("/") }
 	if got := post(); got != "200" {
 		t.Fatalf("with the default write_timeout (60s) a 2s stall: %s, want 200", got)
 	}
