@@ -319,19 +319,30 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 // readNetInline reads the whole body of size bytes (at most
 // maxInlineBody) of an h2 or h2c upstream's answer into the exchange's
 // copy buffer, each read bounded by the read timeout, as readInline does
-// an HTTP/1.1 upstream's. The client has been sent nothing of the answer
-// yet, so a body that breaks off (or stalls) is the upstream's failure,
-// answered 502 (504); one the transport cut because the client's upload
-// failed or went over the route's limit is the client's (bodyFailure).
+// an HTTP/1.1 upstream's (see readWhole).
 func (ex *exchange) readNetInline(body io.Reader, size int) ([]byte, error) {
-	call := ex.net.att.call
-	buf := ex.copyBuf()[:size]
-	idle := newReadIdle(ex.opts.UpstreamReadTimeout, call)
+	idle := newReadIdle(ex.opts.UpstreamReadTimeout, ex.net.att.call)
 	defer idle.stop()
-	n := 0
+	return ex.readWhole(body, ex.copyBuf()[:size], &ex.net.att, idle, nil)
+}
+
+// readWhole reads a net/http upstream's answer body of len(buf) bytes (at
+// most maxInlineBody) whole into buf, each read bounded by idle (nil: the
+// caller has no read timeout), before anything of the answer goes to the
+// client: the HTTP/1.1 codec's readNetInline and the HTTP/2 codec's
+// stream.respond. The client has been sent nothing, so a body that breaks
+// off or stalls is the upstream's failure (brokeOff: 502, or 504 and
+// read_timeout); one the transport cut because the client's upload failed
+// or went over the route's limit is the client's (bodyFailure), as is a
+// client whose request context (client, HTTP/2's stream; nil on HTTP/1.1)
+// ended: it reset its stream (499).
+func (f *flow) readWhole(body io.Reader, buf []byte, att *netAttempt, idle *readIdle, client context.Context) ([]byte, error) {
+	size, n := len(buf), 0
 	var err error
 	for n < size && err == nil {
-		idle.keep()
+		if idle != nil {
+			idle.keep()
+		}
 		var m int
 		m, err = body.Read(buf[n:])
 		n += m
@@ -339,16 +350,22 @@ func (ex *exchange) readNetInline(body io.Reader, size int) ([]byte, error) {
 	if n == size {
 		return buf, nil
 	}
-	if idle.fired() {
-		err = context.Cause(call.ctx)
+	if idle != nil && idle.fired() {
+		err = context.Cause(att.call.ctx)
 	}
-	if b := ex.net.att.body; b != nil {
-		b.collect(&ex.flow)
+	if client != nil {
+		if cerr := client.Err(); cerr != nil {
+			f.clientErr = cerr
+			return nil, fmt.Errorf("%w: %w", errClientGone, cerr)
+		}
 	}
-	if ex.tooLarge || ex.clientErr != nil {
-		return nil, ex.bodyFailure(err)
+	if b := att.body; b != nil {
+		b.collect(f)
 	}
-	return nil, ex.brokeOff(n, size, err)
+	if f.tooLarge || f.clientErr != nil {
+		return nil, f.bodyFailure(err)
+	}
+	return nil, f.brokeOff(n, size, err)
 }
 
 // roundTrip makes the round trip of an HTTP/1.1 client's request on the

@@ -611,7 +611,10 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	// below sends it.
 	var held []byte
 	if s.readsWhole(resp) {
-		b, err := s.readWhole(resp.Body, int(resp.ContentLength), idle)
+		if s.buf == nil {
+			s.buf = make([]byte, 32<<10)
+		}
+		b, err := s.readWhole(resp.Body, s.buf[:resp.ContentLength], &s.att, idle, s.r.Context())
 		if err != nil {
 			// Nothing of the answer has gone out: the client is told,
 			// as for any failure before the answer.
@@ -752,47 +755,6 @@ func (s *stream) readsWhole(resp *http.Response) bool {
 	return resp.ContentLength > 0 && resp.ContentLength <= maxInlineBody && !s.grpc &&
 		s.r.Method != http.MethodHead && hasBody(resp.StatusCode) &&
 		!isEventStream(s2b(resp.Header.Get("Content-Type")))
-}
-
-// readWhole reads the whole body of size bytes (at most maxInlineBody) of
-// the upstream's answer into s.buf, each read bounded by the read
-// timeout (idle), before anything of the answer goes to the client. A
-// body that breaks off or stalls is the upstream's failure (brokeOff:
-// 502, or 504 and read_timeout); one the transport cut because the
-// client's upload failed or went over the route's limit is the client's
-// (bodyFailure), as is a client that reset its stream (499).
-func (s *stream) readWhole(body io.Reader, size int, idle *readIdle) ([]byte, error) {
-	if s.buf == nil {
-		s.buf = make([]byte, 32<<10)
-	}
-	buf := s.buf[:size]
-	n := 0
-	var err error
-	for n < size && err == nil {
-		if idle != nil {
-			idle.keep()
-		}
-		var m int
-		m, err = body.Read(buf[n:])
-		n += m
-	}
-	if n == size {
-		return buf, nil
-	}
-	if idle != nil && idle.fired() {
-		err = context.Cause(s.att.call.ctx)
-	}
-	if cerr := s.r.Context().Err(); cerr != nil {
-		s.clientErr = cerr
-		return nil, fmt.Errorf("%w: %w", errClientGone, cerr)
-	}
-	if s.att.body != nil {
-		s.att.body.collect(&s.flow)
-	}
-	if s.tooLarge || s.clientErr != nil {
-		return nil, s.bodyFailure(err)
-	}
-	return nil, s.brokeOff(n, size, err)
 }
 
 // tooLargeMidAnswer ends an answer whose request body went over the
