@@ -175,21 +175,14 @@ func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) err
 		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
 		rt.raw = append(append(rt.raw, line...), '\r', '\n')
 	}
-	rt.rd.Reset(rt.raw)
-	if rt.br.Size() < len(rt.raw) {
-		rt.br = bufio.NewReaderSize(nil, len(rt.raw))
-	}
-	rt.br.Reset(&rt.rd)
-	err := out.Read(rt.br)
-	if err == nil && rt.br.Buffered() > 0 {
+	copyBR := rt.reader()
+	err := out.Read(copyBR)
+	if err == nil && copyBR.Buffered() > 0 {
 		// fasthttp ended the head before its empty line: the two framings
 		// differ, and neither is trusted.
 		err = errHeadMismatch
 	}
-	rt.br.Reset(nil)
-	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
-		dateRoundTrips.Put(rt)
-	}
+	rt.release()
 	if err != nil {
 		return err
 	}
@@ -260,15 +253,10 @@ func (ex *exchange) checkFirstChunk(br *bufio.Reader) error {
 	// The line, and an empty trailer section in case it is the last
 	// chunk's: the stream then reads that, and nothing past the line.
 	rt.raw = append(append(rt.raw[:0], b[:end+1]...), '\r', '\n')
-	rt.rd.Reset(rt.raw)
-	if rt.br.Size() < len(rt.raw) {
-		rt.br = bufio.NewReaderSize(nil, len(rt.raw))
-	}
-	rt.br.Reset(&rt.rd)
 	r := &ex.resp
 	r.Header.SetContentLength(-1)
 	r.StreamBody = true
-	err := r.ReadBody(rt.br, 0)
+	err := r.ReadBody(rt.reader(), 0)
 	if err == nil {
 		// A read into no room parses the chunk line (and, after the last
 		// chunk, the trailer section) and reads no data.
@@ -278,10 +266,7 @@ func (ex *exchange) checkFirstChunk(br *bufio.Reader) error {
 		}
 	}
 	_ = r.CloseBodyStream()
-	rt.br.Reset(nil)
-	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
-		dateRoundTrips.Put(rt)
-	}
+	rt.release()
 	if err != nil {
 		return fmt.Errorf("%w from %s: %w", errBadChunk, ex.inst.Addr, err)
 	}

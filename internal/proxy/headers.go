@@ -560,12 +560,7 @@ func ensureDate(h *fasthttp.ResponseHeader) {
 	}
 	rt := dateRoundTrips.Get().(*dateRoundTrip)
 	rt.raw = h.AppendBytes(rt.raw[:0])
-	rt.rd.Reset(rt.raw)
-	if rt.br.Size() < len(rt.raw) {
-		// The reader must hold the whole header for fasthttp to parse it.
-		rt.br = bufio.NewReaderSize(nil, len(rt.raw))
-	}
-	rt.br.Reset(&rt.rd)
+	br := rt.reader()
 	rt.fresh.Reset()
 	// A fresh header would add a default Content-Type too.
 	rt.fresh.SetNoDefaultContentType(true)
@@ -573,7 +568,7 @@ func ensureDate(h *fasthttp.ResponseHeader) {
 	// back delimited by the close (Connection: close), which a header
 	// whose body length is set later (the HTTP/2 upstream path) must not.
 	closing, length := h.ConnectionClose(), h.ContentLength()
-	if err := rt.fresh.Read(rt.br); err == nil {
+	if err := rt.fresh.Read(br); err == nil {
 		rt.fresh.CopyTo(h)
 		h.SetContentLength(length)
 		if !closing {
@@ -581,10 +576,7 @@ func ensureDate(h *fasthttp.ResponseHeader) {
 		}
 	}
 	rt.fresh.Reset()
-	rt.br.Reset(nil)
-	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
-		dateRoundTrips.Put(rt)
-	}
+	rt.release()
 }
 
 // headerWithoutDate reports whether br holds a whole response header whose
@@ -614,12 +606,34 @@ func headerWithoutDate(br *bufio.Reader) bool {
 }
 
 // dateRoundTrip is what ensureDate needs to move a header through its wire
-// form: the wire bytes, a reader over them and the fresh header.
+// form: the wire bytes, a reader over them and the fresh header. readBareLF
+// and checkFirstChunk use its bytes and reader to give fasthttp's parsers a
+// rewritten copy.
 type dateRoundTrip struct {
 	raw   []byte
 	rd    bytes.Reader
 	br    *bufio.Reader
 	fresh fasthttp.ResponseHeader
+}
+
+// reader returns rt.br reading rt.raw, which it buffers whole: fasthttp's
+// parsers want the whole head in the reader.
+func (rt *dateRoundTrip) reader() *bufio.Reader {
+	rt.rd.Reset(rt.raw)
+	if rt.br.Size() < len(rt.raw) {
+		rt.br = bufio.NewReaderSize(nil, len(rt.raw))
+	}
+	rt.br.Reset(&rt.rd)
+	return rt.br
+}
+
+// release puts rt back in the pool, unless its buffers grew unusually
+// large.
+func (rt *dateRoundTrip) release() {
+	rt.br.Reset(nil)
+	if cap(rt.raw) <= maxPooledDateHeader && rt.br.Size() <= maxPooledDateHeader {
+		dateRoundTrips.Put(rt)
+	}
 }
 
 // maxPooledDateHeader keeps an unusually large header's buffer out of the
