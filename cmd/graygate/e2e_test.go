@@ -63,7 +63,28 @@ type proc struct {
 
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{data: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}}
+	// freeAddr's ports are only free, not reserved: a server of a test
+	// running in another package may take one before graygate binds it.
+	// Then graygate cannot listen, and what answers /healthz is that
+	// server, not graygate (CI saw a test read another package's backend
+	// as graygate's admin API): such a start is tried again on new ports.
+	for attempt := 1; ; attempt++ {
+		p, foreign := startServeOnce(t, args)
+		if !foreign {
+			return p
+		}
+		p.kill(syscall.SIGKILL)
+		if attempt == 3 {
+			t.Fatalf("three starts found another server on graygate's ports")
+		}
+	}
+}
+
+// startServeOnce starts graygate serve on two free ports and waits until
+// its /healthz answers. foreign reports that something else answered it.
+func startServeOnce(t *testing.T, args []string) (p *proc, foreign bool) {
+	t.Helper()
+	p = &proc{data: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}}
 	all := append([]string{"serve", "--listen", p.data, "--admin-listen", p.admin, "--admin-token", "tok"}, args...)
 	p.cmd = exec.Command(binary, all...)
 	p.cmd.Stderr = &lockedWriter{w: p.stderr, mu: &p.mu}
@@ -76,12 +97,14 @@ func startServe(t *testing.T, args ...string) *proc {
 	for {
 		resp, err := http.Get("http://" + p.admin + "/healthz")
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
+			if resp.StatusCode != 200 || string(body) != "ok\n" {
+				return p, true // graygate's /healthz says exactly "ok"
 			}
+			return p, false
 		}
-		if time.Now().After(deadline) || p.cmd.ProcessState != nil {
+		if time.Now().After(deadline) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			t.Fatalf("graygate did not become healthy: %v\n%s", err, p.stderr)
