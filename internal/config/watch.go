@@ -23,10 +23,12 @@ import (
 // an event makes it read the file again when it names the file, a link on
 // the way to it (a Kubernetes ConfigMap volume swaps its ..data link and
 // never names the file), or the file a link leads to, in whatever
-// directory; the links are resolved again after every event, so the watch
-// moves with them. Other files of the directories are left alone: an
-// access log written next to the config would otherwise keep the debounce
-// from ever ending. Watch returns when ctx ends.
+// directory, or a directory above any of them (replaced by a rename, mv
+// conf.new conf); the links are resolved again and the watches placed
+// again after every event, so the watch moves with them. Other files of
+// the directories are left alone: an access log written next to the config
+// would otherwise keep the debounce from ever ending. Watch returns when
+// ctx ends.
 //
 // It calls changed only for a file that differs from the one it last saw
 // (at first, the one there when Watch started), so that touching the file

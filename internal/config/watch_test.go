@@ -352,3 +352,44 @@ func TestWatchSinceSeesEarlierChange(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchSeesDirectoryAboveReplaced: a real directory above the file's
+// own, replaced by a rename (mv conf conf.old; mv conf.new conf), is a
+// change of the file; later edits of the file in the new directory are
+// changes too.
+func TestWatchSeesDirectoryAboveReplaced(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, "conf", "gw", "graygate.yaml")
+	for _, d := range []string{filepath.Dir(path), filepath.Join(root, "conf.new", "gw")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "conf.new", "gw", "graygate.yaml"), []byte("listen: ':2'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const debounce = 20 * time.Millisecond
+	hits := watchHits(t, path, debounce)
+	want := func(body, after string) {
+		t.Helper()
+		select {
+		case got := <-hits:
+			if got != body {
+				t.Fatalf("after %s changed was called with the file holding %q, want %q", after, got, body)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no change seen within 5s of %s", after)
+		}
+	}
+	if err := os.Rename(filepath.Join(root, "conf"), filepath.Join(root, "conf.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, "conf.new"), filepath.Join(root, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	want("listen: ':2'\n", "the directory's replacement")
+	if err := os.WriteFile(path, []byte("listen: ':3'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want("listen: ':3'\n", "a write in the new directory")
+}

@@ -5,7 +5,9 @@
 // into a timestamped directory, and operators add links of their own. A
 // change to any link on the way, or to the file at the end, changes what
 // the path reads; Chain names them all, and Follow keeps an fsnotify
-// watch on the directories they are in, moving it as the links move.
+// watch on the directories they are in, moving it as the links move, and
+// on the directories above them, so that one of those replaced by a rename
+// is seen too.
 package fswatch
 
 import (
@@ -95,21 +97,43 @@ func components(p string) []string {
 // Follow watches, with w, the directory of every entry of the chains of
 // paths (see Chain), and stops watching the directories no longer on any,
 // such as a Kubernetes volume's old timestamped directory. It returns the
-// names whose events matter: the entries and the watched directories
-// themselves. Call it again after every change, before reading the files,
-// so that a change made after the read is an event again. Directories it
-// could not watch are errors; the others are watched all the same.
+// names whose events matter: the entries, the watched directories and
+// every directory above them. Call it again after every change, before
+// reading the files, so that a change made after the read is an event
+// again. Directories it could not watch are errors; the others are watched
+// all the same.
+//
+// The directories above are watched too, as well as they can be (one that
+// cannot be read is skipped, not an error): a directory on the way that is
+// replaced by a rename (mv new conf) changes what the path reads, yet the
+// kernel tells only the directory it is renamed in, and the watch on the
+// entry's own directory stays on the old one, now elsewhere. So every
+// watch is placed again on each call, on whatever its path names now.
 func Follow(w *fsnotify.Watcher, paths []string) (map[string]bool, error) {
 	relevant := map[string]bool{}
-	dirs := map[string]bool{}
+	dirs := map[string]bool{}  // the entries' own: a failure is an error
+	above := map[string]bool{} // those above them: watched if they can be
 	for _, p := range paths {
 		for _, e := range Chain(p) {
 			relevant[e] = true
 			dirs[filepath.Dir(e)] = true
 		}
 	}
+	for d := range dirs {
+		for p := d; ; {
+			up := filepath.Dir(p)
+			if up == p {
+				break
+			}
+			relevant[p] = true
+			above[up] = true
+			p = up
+		}
+	}
 	// fsnotify forgets a watch whose directory was removed or moved, so
-	// its list is what is watched now.
+	// its list is what is watched now; a directory above one it watches
+	// can move without its knowing, which leaves that watch in the list,
+	// on the moved directory.
 	watched := map[string]bool{}
 	for _, d := range w.WatchList() {
 		watched[d] = true
@@ -117,20 +141,35 @@ func Follow(w *fsnotify.Watcher, paths []string) (map[string]bool, error) {
 	var errs []error
 	for _, d := range slices.Sorted(maps.Keys(dirs)) {
 		relevant[d] = true
-		if watched[d] {
-			continue
-		}
-		if err := w.Add(d); err != nil {
+		if err := rewatch(w, d, watched[d]); err != nil {
 			errs = append(errs, fmt.Errorf("watch %s: %w", d, err))
 		}
 	}
-	for d := range watched {
+	for _, d := range slices.Sorted(maps.Keys(above)) {
 		if !dirs[d] {
+			_ = rewatch(w, d, watched[d])
+		}
+	}
+	for d := range watched {
+		if !dirs[d] && !above[d] {
 			// An error means the kernel dropped it already.
 			_ = w.Remove(d)
 		}
 	}
 	return relevant, errors.Join(errs...)
+}
+
+// rewatch places w's watch of dir on the directory dir names now. A watch
+// is kept by the directory, not the name, so one that is already there is
+// removed first: adding it again would keep the old one too when dir now
+// names another directory. An event between the two is not lost to the
+// caller, who reads the files after Follow.
+func rewatch(w *fsnotify.Watcher, dir string, watched bool) error {
+	if watched {
+		// An error means the kernel dropped it already.
+		_ = w.Remove(dir)
+	}
+	return w.Add(dir)
 }
 
 // Relevant reports whether ev names one of relevant's names.

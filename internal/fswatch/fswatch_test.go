@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 func mkdirs(t *testing.T, dirs ...string) {
@@ -89,4 +92,85 @@ func TestChain(t *testing.T) {
 			t.Errorf("Chain(%q) = %q, want %q", "c.pem", got, want)
 		}
 	})
+}
+
+// TestFollowSeesDirectoryReplaced: a real directory on the way to the file
+// (its own, or one above it) replaced by a rename (mv conf conf.old; mv
+// new conf) is an event, and after Follow again an edit of the file in the
+// new directory is one too.
+func TestFollowSeesDirectoryReplaced(t *testing.T) {
+	tests := []struct {
+		name     string
+		file     string // the watched file, under root
+		replaced string // the directory renamed away and replaced, under root
+	}{
+		{"own directory", "a/b/conf.yaml", "a/b"},
+		{"one above", "a/b/conf.yaml", "a"},
+		{"two above", "x/a/b/conf.yaml", "x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root, err := filepath.EvalSymlinks(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(root, tt.file)
+			rel, err := filepath.Rel(tt.replaced, tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := filepath.Join(root, "new")
+			for dir, body := range map[string]string{filepath.Dir(path): "v1", filepath.Dir(filepath.Join(fresh, rel)): "v2"} {
+				mkdirs(t, dir)
+				if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w, err := fsnotify.NewWatcher()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			relevant, err := Follow(w, []string{path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// await waits for an event that ok accepts: late events of the
+			// rename must not pass for the write's.
+			await := func(what string, ok func(fsnotify.Event) bool) {
+				t.Helper()
+				deadline := time.After(5 * time.Second)
+				for {
+					select {
+					case ev := <-w.Events:
+						if Relevant(relevant, ev) && ok(ev) {
+							return
+						}
+					case err := <-w.Errors:
+						t.Fatalf("watch error: %v", err)
+					case <-deadline:
+						t.Fatalf("no relevant event within 5s of %s", what)
+					}
+				}
+			}
+			target := filepath.Join(root, tt.replaced)
+			if err := os.Rename(target, target+".old"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(fresh, target); err != nil {
+				t.Fatal(err)
+			}
+			await("the rename", func(fsnotify.Event) bool { return true })
+			if relevant, err = Follow(w, []string{path}); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(path); err != nil || string(b) != "v2" {
+				t.Fatalf("after the rename the file reads %q %v, want v2", b, err)
+			}
+			if err := os.WriteFile(path, []byte("v3"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			await("a write in the new directory", func(ev fsnotify.Event) bool { return filepath.Clean(ev.Name) == path && ev.Has(fsnotify.Write) })
+		})
+	}
 }
