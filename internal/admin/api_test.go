@@ -367,6 +367,16 @@ func TestNonCanonicalPath(t *testing.T) {
 	}
 }
 
+// TestUnpagedHistoryFitsOnePage: the history without ?limit is the whole
+// retained history (the README's contract; the CLI without --limit and the
+// console's rule and rollout views read it so), so the store's bound on
+// what it retains must keep that answer within the largest page.
+func TestUnpagedHistoryFitsOnePage(t *testing.T) {
+	if store.MaxHistoryLimit > maxHistoryPage {
+		t.Errorf("store.MaxHistoryLimit %d is above the largest history page %d: the unpaged history would be larger than any page", store.MaxHistoryLimit, maxHistoryPage)
+	}
+}
+
 // TestHistoryPages: ?limit pages the history, newest first, and
 // next_before says where the next page starts; ?before alone gives the
 // older versions; without either the whole history comes, as always. A

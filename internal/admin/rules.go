@@ -290,7 +290,10 @@ type historyItem struct {
 	After      json.RawMessage `json:"after,omitempty"`
 }
 
-// maxHistoryPage bounds the history's limit parameter.
+// maxHistoryPage bounds the history's limit parameter. It is no less than
+// store.MaxHistoryLimit, so that the answer without limit (the whole
+// retained history, as the README promises and the CLI and the console
+// expect) is never larger than the largest page.
 const maxHistoryPage = 1000
 
 // historyPage reads the history's paging parameters: limit (1 to
@@ -321,7 +324,8 @@ func historyPage(r *http.Request) (limit int, before int64, err error) {
 // history serves a rule's retained changes, newest first. With limit, at
 // most that many, and when older ones remain, next_before says where the
 // next page starts (?before=next_before); with before, only versions
-// older than it. Without either, the whole retained history, as always.
+// older than it. Without either, the whole retained history, as always:
+// at most store.MaxHistoryLimit versions.
 func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
 	key := r.PathValue("key")
 	limit, before, err := historyPage(r)
@@ -341,7 +345,7 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request, _ principal) {
 	if before > 0 {
 		// Newest first, and a key's versions only grow, so the older
 		// versions are a tail: a subslice, not a second copy of what may
-		// be a long history (store.history_limit has no upper bound).
+		// be a long history (up to store.MaxHistoryLimit versions).
 		hs = hs[sort.Search(len(hs), func(i int) bool { return hs[i].Version < before }):]
 	}
 	body := map[string]any{"key": key}

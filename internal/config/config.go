@@ -32,6 +32,7 @@ import (
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/notify"
+	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/storeurl"
 	"github.com/graygate/graygate/internal/strict"
 	"github.com/graygate/graygate/internal/tags"
@@ -297,13 +298,17 @@ const (
 type AccessLog struct {
 	// Enabled turns it on (default false in serve, true in demo).
 	Enabled bool `json:"enabled,omitempty"`
-	// Path is "stdout" (default), "stderr" or a file path.
+	// Path is "stdout" (default), "stderr" or a file path, appended to
+	// and created if needed. It is checked whether the log is on or not:
+	// a file that could not be opened (its directory missing or not
+	// writable) is a validation error, at start and on reload alike.
 	Path string `json:"path,omitempty"`
 }
 
 // Store configures the rule store.
 type Store struct {
-	// HistoryLimit is how many versions are kept per rule (default 100).
+	// HistoryLimit is how many versions are kept per rule (default 100, at
+	// most store.MaxHistoryLimit, 1000).
 	HistoryLimit int `json:"history_limit,omitempty"`
 	// URL selects a shared store, etcd://HOST:PORT[,HOST:PORT]/PREFIX
 	// (etcds:// for TLS); empty is the embedded file store in data_dir.
@@ -411,8 +416,23 @@ type Experiments struct {
 	// (default 100,000); older ones are dropped and counted.
 	BufferEvents int `json:"buffer_events,omitempty"`
 	// Gateway names this gateway in exposure log lines (default: the host
-	// name and the data-plane port).
+	// name and the data-plane port; see Config.ExposureGateway).
 	Gateway string `json:"gateway,omitempty"`
+}
+
+// ExposureGateway is the name exposure log lines are labelled with:
+// experiments.gateway, or the host name and the data-plane port. The
+// default is not filled in by Defaults because it depends on the host; the
+// reload table compares it through here (see Changed).
+func (c *Config) ExposureGateway() string {
+	if c.Experiments.Gateway != "" {
+		return c.Experiments.Gateway
+	}
+	host, _ := os.Hostname()
+	if _, port, err := net.SplitHostPort(c.Listen); err == nil && port != "" {
+		return net.JoinHostPort(host, port)
+	}
+	return host
 }
 
 // Experiment defaults.
@@ -929,8 +949,13 @@ func (c *Config) Validate() error {
 	if _, _, err := c.Store.Etcd(); err != nil {
 		errs = append(errs, strict.Prefix("store.url", err))
 	}
-	if c.Store.HistoryLimit < 1 {
-		add("store.history_limit", "must be at least 1, got %d", c.Store.HistoryLimit)
+	// Whether the log is on or not: --access-log, or a later reload, can
+	// turn it on, and the path should fail here, not then.
+	if err := checkLogPath(c.AccessLog.Path); err != nil {
+		add("access_log.path", "cannot open %q for appending: %v", c.AccessLog.Path, err)
+	}
+	if n := c.Store.HistoryLimit; n < 1 || n > store.MaxHistoryLimit {
+		add("store.history_limit", "must be 1..%d (versions kept per rule), got %d", store.MaxHistoryLimit, n)
 	}
 	for name, u := range c.Upstreams {
 		p := strict.Join("upstreams", name)

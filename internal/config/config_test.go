@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"github.com/graygate/graygate/internal/strict"
 	"strings"
 	"testing"
@@ -86,6 +87,9 @@ func TestParseErrors(t *testing.T) {
 		{"tracing endpoint with a query", "tracing: {otlp_endpoint: 'http://c:4318/?x=1'}\n", []string{"tracing.otlp_endpoint: must be an http:// or https:// URL"}},
 		{"tracing ratio", "tracing: {otlp_endpoint: 'http://c:4318', sample_ratio: 1.5}\n", []string{"tracing.sample_ratio: must be 0..1, got 1.5"}},
 		{"tracing service name", "tracing: {otlp_endpoint: 'http://c:4318', service_name: ' '}\n", []string{"tracing.service_name: must not be empty"}},
+		{"history_limit above the maximum", "store: {history_limit: 1001}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got 1001"}},
+		{"history_limit huge", "store: {history_limit: 100000000}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got 100000000"}},
+		{"history_limit negative", "store: {history_limit: -1}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got -1"}},
 		{"tracing unknown key", "tracing: {otlp_endpoint: 'http://c:4318', endpoint: x}\n", []string{"tracing.endpoint: unknown field"}},
 	}
 	for _, tt := range tests {
@@ -100,6 +104,16 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHistoryLimitBounds: the bounds themselves are valid.
+func TestHistoryLimitBounds(t *testing.T) {
+	for _, n := range []int{1, 1000} {
+		c, err := Parse([]byte(fmt.Sprintf("store: {history_limit: %d}\n", n)))
+		if err != nil || c.Store.HistoryLimit != n {
+			t.Errorf("history_limit %d: %+v %v", n, c, err)
+		}
 	}
 }
 

@@ -97,7 +97,7 @@ var fields = []Field{
 	{"store.password_env", Restart, "the store is opened at start"},
 	{"upstreams", Live, "pools are rebuilt, keeping health and in-flight counts; discovery watches start and stop"},
 	{"routes", Live, "the next snapshot"},
-	{"rules", Live, "keys the store has never held are seeded"},
+	{"rules", Live, "keys the store has never held are seeded; the others that differ from the store are named (config_rules_not_applied)"},
 	{"name", Live, "the gateway's name in notifications"},
 	{"notifications", Live, "receivers are reconfigured in place; a kept receiver keeps its queue"},
 }
@@ -122,8 +122,18 @@ func FieldOf(path string) (Field, bool) {
 	}
 }
 
-// Changed returns the paths of the table's rows whose value differs between
-// a and b, in table order.
+// derived are the rows whose default Defaults cannot fill in, because it
+// depends on the host or on another field: each row's effective value.
+// Writing such a default out is no change (a restart would run with the
+// same value). When neither config writes the field, the two are equal
+// whatever the field it follows does: a change of listen is named as
+// listen, not also as the exposure label it implies.
+var derived = map[string]func(*Config) any{
+	"experiments.gateway": func(c *Config) any { return c.ExposureGateway() },
+}
+
+// Changed returns the paths of the table's rows whose effective value
+// differs between a and b, in table order: defaults count as written out.
 func Changed(a, b *Config) []string {
 	ma, erra := generic(a)
 	mb, errb := generic(b)
@@ -138,7 +148,11 @@ func Changed(a, b *Config) []string {
 		return out
 	}
 	for _, f := range fields {
-		if !reflect.DeepEqual(at(ma, f.Path), at(mb, f.Path)) {
+		va, vb := at(ma, f.Path), at(mb, f.Path)
+		if eff, ok := derived[f.Path]; ok && (va != nil || vb != nil) {
+			va, vb = eff(a), eff(b)
+		}
+		if !reflect.DeepEqual(va, vb) {
 			out = append(out, f.Path)
 		}
 	}

@@ -1,11 +1,15 @@
 package config
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/graygate/graygate/internal/certs/certstest"
 )
 
 // fieldPaths is Keys cut at the first list or map: the paths the reload
@@ -116,5 +120,80 @@ func TestREADMEReloadTable(t *testing.T) {
 	}
 	for p := range rows {
 		t.Errorf("README's reload table names %s, which the reload table does not", p)
+	}
+}
+
+// TestDefaultWrittenOutNeedsNoRestart: for every restart row with a
+// default, a config that writes the default out is no change from one that
+// leaves it unset, so a reload names nothing; another value is named, which
+// shows that each case reaches its row. A restart row added later fails
+// here until it has a case or is listed as judged elsewhere.
+func TestDefaultWrittenOutNeedsNoRestart(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = "default_upstream: stable\nupstreams: {stable: {instances: [{addr: \"127.0.0.1:1\"}]}}\n"
+	const etcd = `store: {url: "etcd://127.0.0.1:1/gg"`
+	cert := certstest.NewCA(t, t.TempDir(), "test").Server("gw.pem", "gw.key", "gw.test")
+	tests := []struct {
+		row, before, dflt, other string
+	}{
+		{"listen", "", `listen: ":8080"`, `listen: ":8081"`},
+		{"admin_listen", "", `admin_listen: "127.0.0.1:9080"`, `admin_listen: "127.0.0.1:9081"`},
+		{"data_dir", "", "data_dir: ./data", "data_dir: ./other"},
+		{"tls_listen", "", `tls_listen: ""`, fmt.Sprintf("tls_listen: \":8443\"\ntls: {certificates: [{cert_file: %q, key_file: %q}]}", cert.CertFile, cert.KeyFile)},
+		{"h2c", "", "h2c: false", "h2c: true"},
+		{"lifecycle.reuse_port", "", "lifecycle: {reuse_port: false}", "lifecycle: {reuse_port: true}"},
+		{"experiments.store", "", `experiments: {store: ""}`, `experiments: {store: "redis://127.0.0.1:1/0"}`},
+		{"experiments.exposure_log", "", `experiments: {exposure_log: ""}`, "experiments: {exposure_log: /tmp/x.log}"},
+		{"experiments.flush_interval", "", "experiments: {flush_interval: 1s}", "experiments: {flush_interval: 2s}"},
+		{"experiments.max_units", "", "experiments: {max_units: 5000000}", "experiments: {max_units: 10}"},
+		{"experiments.buffer_events", "", "experiments: {buffer_events: 100000}", "experiments: {buffer_events: 10}"},
+		// The host name and the listen port: what a restart would use.
+		{"experiments.gateway", "", fmt.Sprintf("experiments: {gateway: %q}", net.JoinHostPort(host, "8080")), "experiments: {gateway: gw-1}"},
+		{"experiments.gateway", `listen: ":9000"`, fmt.Sprintf("listen: \":9000\"\nexperiments: {gateway: %q}", net.JoinHostPort(host, "9000")), "listen: \":9000\"\nexperiments: {gateway: " + net.JoinHostPort(host, "8080") + "}"},
+		{"tracing", `tracing: {otlp_endpoint: "http://127.0.0.1:4318"}`, `tracing: {otlp_endpoint: "http://127.0.0.1:4318", sample_ratio: 0.01, service_name: graygate}`, `tracing: {otlp_endpoint: "http://127.0.0.1:4318", sample_ratio: 0.5}`},
+		{"tracing", "", "tracing: null", `tracing: {otlp_endpoint: "http://127.0.0.1:4318"}`},
+		{"store.history_limit", "", "store: {history_limit: 100}", "store: {history_limit: 7}"},
+		{"store.url", "", `store: {url: ""}`, etcd + "}"},
+		{"store.tls", etcd + "}", etcd + ", tls: {enabled: false}}", etcd + ", tls: {enabled: true}}"},
+		{"store.username", etcd + "}", etcd + `, username: ""}`, etcd + ", username: u, password_env: HOME}"},
+		{"store.password_env", etcd + "}", etcd + `, password_env: ""}`, etcd + ", username: u, password_env: HOME}"},
+	}
+	// The listening server's settings are judged by the data plane with its
+	// own defaults (proxy.Reconfigure), which the gateway asks instead:
+	// gateway.TestReloadDefaultWrittenOutNeedsNoRestart.
+	dataPlane := []string{"proxy.read_header_timeout", "proxy.client_idle_timeout", "proxy.max_header_bytes"}
+	covered := map[string]bool{}
+	for _, tt := range tests {
+		covered[tt.row] = true
+	}
+	for _, f := range Fields() {
+		if f.Reload == Restart && !covered[f.Path] && !slices.Contains(dataPlane, f.Path) {
+			t.Errorf("restart row %s has no case: add its default written out, or say why it has none", f.Path)
+		}
+	}
+	parse := func(t *testing.T, extra string) *Config {
+		t.Helper()
+		c, err := Parse([]byte(base + extra + "\n"))
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", extra, err)
+		}
+		return c
+	}
+	for _, tt := range tests {
+		t.Run(tt.row+": "+tt.dflt, func(t *testing.T) {
+			running := parse(t, tt.before)
+			if got := RestartRequired(running, parse(t, tt.dflt)); len(got) != 0 {
+				t.Errorf("%s written out: RestartRequired = %v, want none", tt.dflt, got)
+			}
+			if got := RestartRequired(parse(t, tt.dflt), running); len(got) != 0 {
+				t.Errorf("%s taken out: RestartRequired = %v, want none", tt.dflt, got)
+			}
+			if got := RestartRequired(running, parse(t, tt.other)); !slices.Contains(got, tt.row) {
+				t.Errorf("%s: RestartRequired = %v, want %s named", tt.other, got, tt.row)
+			}
+		})
 	}
 }

@@ -185,6 +185,11 @@ type Status struct {
 	// in a fleet's elections.
 	Rollouts map[string]string `json:"rollouts,omitempty"`
 	FleetID  string            `json:"fleet_id,omitempty"`
+
+	// ConfigRulesNotApplied are the keys of the config file's rules that
+	// do not serve, as of the last start or reload: the store held them
+	// before, and its version (or its deletion) stands.
+	ConfigRulesNotApplied []string `json:"config_rules_not_applied"`
 }
 
 // New opens the store, seeds it with the config's rules and builds the first
@@ -202,6 +207,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, fakeClock: fakeClock, log: opts.Logger.With("component", "gateway"), cfg: cfg, boot: cfg, cache: map[string]cached{}, metrics: metrics.New()}
 	g.status.StartedAt = opts.Now()
 	g.status.RestartRequired = []string{}
+	g.status.ConfigRulesNotApplied = []string{}
 	g.status.Version = opts.Version
 	tr, err := traffic.New(traffic.Options{Now: opts.Now})
 	if err != nil {
@@ -295,6 +301,7 @@ func New(opts Options) (*Gateway, error) {
 	g.syncMirrors(snap)
 	g.router = router.New(snap)
 	g.epoch = g.builtEpoch
+	g.noteRulesNotApplied(context.Background(), cfg)
 
 	if err := g.openAccessLog(cfg); err != nil {
 		_ = st.Close()
@@ -307,7 +314,7 @@ func New(opts Options) (*Gateway, error) {
 		MaxUnits:      cfg.Experiments.MaxUnits,
 		BufferEvents:  cfg.Experiments.BufferEvents,
 		ExposureLog:   cfg.Experiments.ExposureLog,
-		Gateway:       exposureGateway(cfg),
+		Gateway:       cfg.ExposureGateway(),
 		OnSRM:         g.onSRM,
 		Freeze:        g.freeze,
 		Logger:        opts.Logger,
@@ -364,19 +371,6 @@ func New(opts Options) (*Gateway, error) {
 // experimentSettings are the experiment settings that apply live.
 func experimentSettings(cfg *config.Config) experiment.Settings {
 	return experiment.Settings{Window: cfg.Experiments.ConversionWindow.Std(), Freeze: cfg.Experiments.SRMAction == config.SRMActionFreeze}
-}
-
-// exposureGateway names this gateway in exposure log lines: the config's
-// experiments.gateway, or the host name and the data-plane port.
-func exposureGateway(cfg *config.Config) string {
-	if cfg.Experiments.Gateway != "" {
-		return cfg.Experiments.Gateway
-	}
-	host, _ := os.Hostname()
-	if _, port, err := net.SplitHostPort(cfg.Listen); err == nil && port != "" {
-		return net.JoinHostPort(host, port)
-	}
-	return host
 }
 
 // freeze is experiments.srm_action: freeze: the one-click rollback of the
@@ -480,6 +474,35 @@ func (g *Gateway) seed(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	return nil
+}
+
+// noteRulesNotApplied logs a warning for each of the config's rules that
+// does not serve because the store held its key before (seed never
+// overwrites it), and lists them in the status. It runs after seed, on
+// start and on every reload that succeeds. The caller holds g.mu, or is
+// New.
+func (g *Gateway) noteRulesNotApplied(ctx context.Context, cfg *config.Config) {
+	if g.seedPending {
+		return // a key not seeded yet would pass for one the store deleted
+	}
+	st, err := g.store.Load(ctx)
+	if err != nil {
+		return // the last list stands until the store answers
+	}
+	held := make(map[string]json.RawMessage, len(st.Rules))
+	for _, e := range st.Rules {
+		held[e.Key] = e.Rule
+	}
+	keys := []string{}
+	for _, n := range cfg.RulesNotApplied(held) {
+		keys = append(keys, n.Key)
+		what := "the store's version serves: edit it through the API or CLI"
+		if n.Deleted {
+			what = "the store deleted it: create it through the API or CLI"
+		}
+		g.log.Warn("config rule "+n.Key+" not applied: "+what+", or remove it from the file", "rule", n.Key)
+	}
+	g.status.ConfigRulesNotApplied = keys
 }
 
 // seedKeys checks the config's rules as seed writes them, compiled under
@@ -879,6 +902,8 @@ func (g *Gateway) Apply(ctx context.Context) error {
 	if g.seedPending {
 		if err := g.seed(ctx, g.cfg); err != nil {
 			g.log.Error("seed the config's rules", "err", err)
+		} else {
+			g.noteRulesNotApplied(ctx, g.cfg)
 		}
 	}
 	snap, err := g.build(ctx)
@@ -929,6 +954,7 @@ func (g *Gateway) Status() Status {
 	}
 	st.Store = g.storeStatus(st.Revision)
 	st.RestartRequired = slices.Clone(st.RestartRequired)
+	st.ConfigRulesNotApplied = slices.Clone(st.ConfigRulesNotApplied)
 	st.UptimeS = g.opts.Now().Sub(st.StartedAt).Round(time.Second).Seconds()
 	return st
 }

@@ -139,6 +139,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	// The file that failed to load before has been replaced by one that
 	// serves: its error is history.
 	g.status.LastError, g.status.LastErrorAt = "", nil
+	g.noteRulesNotApplied(ctx, cfg)
 	g.admin.SetTokens(tokens(cfg, g.opts.AdminToken))
 	g.syncWatchers(cfg)
 	restart := config.RestartRequired(g.boot, cfg)

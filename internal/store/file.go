@@ -31,7 +31,8 @@ const (
 // FileOptions configures OpenFile. The zero value is usable.
 type FileOptions struct {
 	// HistoryLimit is how many changes are kept per key (and for the
-	// global flag); older ones are pruned. Default 100.
+	// global flag); older ones are pruned. Default 100, at most
+	// MaxHistoryLimit.
 	HistoryLimit int
 	// CompactBytes is how far the journal must grow past its last
 	// checkpoint before it is compacted. The journal is also never
@@ -91,6 +92,8 @@ func OpenFile(dir string, opts FileOptions) (*FileStore, error) {
 	switch {
 	case opts.HistoryLimit < 0:
 		return nil, fmt.Errorf("open store %s: HistoryLimit %d is negative: %w", dir, opts.HistoryLimit, ErrInvalid)
+	case opts.HistoryLimit > MaxHistoryLimit:
+		return nil, fmt.Errorf("open store %s: HistoryLimit %d is above the maximum %d: %w", dir, opts.HistoryLimit, MaxHistoryLimit, ErrInvalid)
 	case opts.HistoryLimit == 0:
 		opts.HistoryLimit = defaultHistoryLimit
 	}

@@ -241,9 +241,16 @@ func TestOpenCreatesDir(t *testing.T) {
 	if _, err := OpenFile(file, FileOptions{}); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("OpenFile(a regular file) = %v", err)
 	}
-	if _, err := OpenFile(t.TempDir(), FileOptions{HistoryLimit: -1}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("OpenFile(HistoryLimit -1) = %v, want ErrInvalid", err)
+	for _, n := range []int{-1, MaxHistoryLimit + 1} {
+		if _, err := OpenFile(t.TempDir(), FileOptions{HistoryLimit: n}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("HistoryLimit %d", n)) {
+			t.Errorf("OpenFile(HistoryLimit %d) = %v, want ErrInvalid naming it", n, err)
+		}
 	}
+	s, err := OpenFile(t.TempDir(), FileOptions{HistoryLimit: MaxHistoryLimit})
+	if err != nil {
+		t.Fatalf("OpenFile(HistoryLimit %d) = %v", MaxHistoryLimit, err)
+	}
+	s.Close()
 }
 
 // frameOffsets returns the start offset of every frame in a journal.

@@ -32,6 +32,15 @@ var (
 	ErrCorrupt = errors.New("store data corrupt")
 )
 
+// MaxHistoryLimit bounds the changes a store keeps per key (the config's
+// store.history_limit). The file store holds every kept version in memory
+// and History copies them all, and the admin API's history without
+// ?limit, documented as the whole retained history, sends them all with
+// their diffs: at 1000 that answer is never larger than the API's largest
+// page (limit 1 to 1000), and a rule changed every few minutes still keeps
+// days of history.
+const MaxHistoryLimit = 1000
+
 // AnyVersion as ifVersion makes Put and Delete unconditional.
 const AnyVersion int64 = -1
 

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -154,8 +155,10 @@ func TestClientConfig(t *testing.T) {
 	if _, err := Open(t.Context(), Config{Prefix: "/gg/"}, Options{}); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "endpoints:") {
 		t.Errorf("Open with no endpoints = %v, want ErrInvalid naming endpoints", err)
 	}
-	if _, err := Open(t.Context(), base, Options{HistoryLimit: -1}); !errors.Is(err, store.ErrInvalid) {
-		t.Errorf("Open with HistoryLimit -1 = %v, want ErrInvalid", err)
+	for _, n := range []int{-1, store.MaxHistoryLimit + 1} {
+		if _, err := Open(t.Context(), base, Options{HistoryLimit: n}); !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("HistoryLimit %d", n)) {
+			t.Errorf("Open with HistoryLimit %d = %v, want ErrInvalid naming it", n, err)
+		}
 	}
 }
 

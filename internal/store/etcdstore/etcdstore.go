@@ -38,7 +38,7 @@ type Options struct {
 	// HistoryLimit is how many changes are kept per key (and for the
 	// global flag); older ones are pruned in the transaction that adds
 	// the newest, by the writer's limit, so gateways that share a prefix
-	// should agree on it. Default 100.
+	// should agree on it. Default 100, at most store.MaxHistoryLimit.
 	HistoryLimit int
 	// DialTimeout bounds the first read at Open and each resync attempt
 	// (and, with authentication, fetching the token). Default 2s.
@@ -86,6 +86,9 @@ func (o *Options) provision() error {
 	var errs []error
 	if o.HistoryLimit < 0 {
 		errs = append(errs, fmt.Errorf("HistoryLimit %d is negative", o.HistoryLimit))
+	}
+	if o.HistoryLimit > store.MaxHistoryLimit {
+		errs = append(errs, fmt.Errorf("HistoryLimit %d is above the maximum %d", o.HistoryLimit, store.MaxHistoryLimit))
 	}
 	for _, d := range []struct {
 		name string
