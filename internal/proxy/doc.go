@@ -294,7 +294,15 @@
 //   - Cancellation goes both ways: a client's RST_STREAM ends the
 //     upstream call (its context), an upstream's reset after the header
 //     ends a gRPC call with grpc-status CANCELLED or UNAVAILABLE in the
-//     trailers, and any other stream is reset.
+//     trailers, and any other stream is reset. An upstream's reset
+//     before the header is answered at once even while the client sends
+//     nothing (a bidirectional call waiting for its first answer): the
+//     HTTP/2 transport waits for its read of the request body to return,
+//     so that read gives up when the transport closes the body (upBody),
+//     and what it brings later is kept for the next attempt (clientBody
+//     reads ahead). A refused stream is then handled as below, and any
+//     other reset gets the error mapping (502; gRPC UNAVAILABLE, or
+//     CANCELLED for CANCEL).
 //
 // An HTTP/1.1 client reaches h2 and h2c pools through the same
 // transports (h1net.go); a WebSocket handshake to one is refused. A

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httputil"
 
 	"github.com/valyala/fasthttp"
 )
@@ -39,7 +40,8 @@ import (
 //
 // Chunked lines are not relaxed: errata 7633 of RFC 9112 excludes a bare
 // LF from the chunked coding's lines, net/http refuses one, and so does
-// fasthttp's chunk parser; see checkFirstChunk.
+// fasthttp's chunk parser; see checkFirstChunk, and checkFirstChunkNet
+// for an answer that net/http's reader relays.
 //
 // Conflicting framing. RFC 9112 section 6.3: when a message has both
 // Content-Length and Transfer-Encoding, the Transfer-Encoding overrides
@@ -53,7 +55,11 @@ import (
 // parsed, but it keeps the connection alive. The gateway forwards the
 // response as framed, and closes the connection after it (framingConflict,
 // counted as violationFramingConflict), as it does one that carried bytes
-// past its answer.
+// past its answer. An HTTP/2 client's request to an http1 pool is
+// answered through net/http's reader, which frames such a response the
+// same way and pools its connection too: the gateway checks the head
+// itself there as well, where it reads it (sendH1) and where net/http's
+// Transport does (headConn).
 
 // errBadChunk is a chunked response body whose first chunk line the
 // gateway's parser refuses (checkFirstChunk).
@@ -238,21 +244,14 @@ func hasField(head []byte, name string) bool {
 // read: the header has gone out by then.
 func (ex *exchange) checkFirstChunk(br *bufio.Reader) error {
 	b, _ := br.Peek(br.Buffered())
-	n := 0
-	for n < len(b) && n < 7 && isHex(b[n]) {
-		n++
-	}
-	if n > 0 && len(b) >= n+2 && b[n] == '\r' && b[n+1] == '\n' {
-		return nil
-	}
-	end := bytes.IndexByte(b, '\n')
-	if end < 0 {
+	line := unusualChunkLine(b)
+	if line == nil {
 		return nil
 	}
 	rt := dateRoundTrips.Get().(*dateRoundTrip)
 	// The line, and an empty trailer section in case it is the last
 	// chunk's: the stream then reads that, and nothing past the line.
-	rt.raw = append(append(rt.raw[:0], b[:end+1]...), '\r', '\n')
+	rt.raw = append(append(rt.raw[:0], line...), '\r', '\n')
 	r := &ex.resp
 	r.Header.SetContentLength(-1)
 	r.StreamBody = true
@@ -271,6 +270,47 @@ func (ex *exchange) checkFirstChunk(br *bufio.Reader) error {
 		return fmt.Errorf("%w from %s: %w", errBadChunk, ex.inst.Addr, err)
 	}
 	return nil
+}
+
+// unusualChunkLine returns the first line of the chunked body at the
+// start of b, its LF included, when it is all in b and is not the usual
+// one (hex digits and CRLF, which every parser takes as it is); else nil.
+func unusualChunkLine(b []byte) []byte {
+	n := 0
+	for n < len(b) && n < 7 && isHex(b[n]) {
+		n++
+	}
+	if n > 0 && len(b) >= n+2 && b[n] == '\r' && b[n+1] == '\n' {
+		return nil
+	}
+	end := bytes.IndexByte(b, '\n')
+	if end < 0 {
+		return nil
+	}
+	return b[:end+1]
+}
+
+// checkFirstChunkNet is checkFirstChunk for an answer that net/http's
+// reader relays (an HTTP/2 client's, from an http1 pool): b is what came
+// after the head with it, and the line is given to net/http's chunk
+// parser, the one the body is then read with. It refuses the same lines
+// as fasthttp's (a bare LF, whitespace before ";"), for the same reasons.
+func checkFirstChunkNet(b []byte) error {
+	line := unusualChunkLine(b)
+	if line == nil {
+		return nil
+	}
+	rt := dateRoundTrips.Get().(*dateRoundTrip)
+	rt.raw = append(rt.raw[:0], line...)
+	// A read into no room parses the chunk line and reads no data; the
+	// last chunk's line reads as the end (io.EOF), its trailer section
+	// being net/http's body's business.
+	_, err := httputil.NewChunkedReader(rt.reader()).Read(nil)
+	rt.release()
+	if err == io.EOF {
+		err = nil
+	}
+	return err
 }
 
 func isHex(c byte) bool {

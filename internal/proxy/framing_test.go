@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,93 +72,125 @@ func TestBareLFResponseHead(t *testing.T) {
 }
 
 // TestMalformedFirstChunk: a chunked response whose first chunk-size line
-// fasthttp's parser refuses (a bare LF, which errata 7633 of RFC 9112
+// the gateway's parser refuses (a bare LF, which errata 7633 of RFC 9112
 // excludes from chunked lines, as net/http does; whitespace before a
 // chunk extension's ";", which fasthttp and net/http refuse) gets a
 // prompt 502 with the request id when the line came with the header:
 // nothing has been sent to the client, so it is not given a 200 and a
 // body cut off at its first byte. The breaker counts a failure and the
-// upstream connection is closed, not pooled. A chunk extension fasthttp
+// upstream connection is closed, not pooled. A chunk extension the parser
 // accepts is forwarded, and a malformed line further into the body cuts
-// the answer off at once (it cannot hang).
+// the answer off at once (it cannot hang). An HTTP/2 client of the http1
+// pool is answered alike, whichever way its request goes there: without
+// a body (the HTTP/1.1 codec's pooled connections, read by net/http's
+// parser) or with one (net/http's Transport).
 func TestMalformedFirstChunk(t *testing.T) {
 	const head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-	parts := map[string][]string{
-		"/chunk-lf":     {head + "2\nok\n0\n\n"},
-		"/chunk-lf-all": {"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n"},
-		"/bws":          {head + "a ;ext=1\r\n0123456789\r\n0\r\n\r\n"},
-		"/bws-tab":      {head + "a\t;ext=1\r\n0123456789\r\n0\r\n\r\n"},
-		"/ext":          {head + "a;ext=1\r\n0123456789\r\n0\r\n\r\n"},
-		"/ext-quoted":   {head + "a;ext=\"x y\"\r\n0123456789\r\n0\r\n\r\n"},
-		"/ows":          {head + "a \r\n0123456789\r\n0\r\n\r\n"},
-		"/empty":        {head + "0\r\nX-T: 1\r\n\r\n"},
-		"/later-bws":    {head + "2\r\nok\r\na ;ext=1\r\n0123456789\r\n0\r\n\r\n"},
-		"/next":         {"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"},
+	answers := map[string]string{
+		"/chunk-lf":     head + "2\nok\n0\n\n",
+		"/chunk-lf-all": "HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n",
+		"/bws":          head + "a ;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/bws-tab":      head + "a\t;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/ext":          head + "a;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/ext-quoted":   head + "a;ext=\"x y\"\r\n0123456789\r\n0\r\n\r\n",
+		"/ows":          head + "a \r\n0123456789\r\n0\r\n\r\n",
+		"/empty":        head + "0\r\nX-T: 1\r\n\r\n",
+		"/later-bws":    head + "2\r\nok\r\na ;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/next":         "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
 	}
-	for _, tt := range []struct {
-		path   string
-		status int
-		body   string
-		cut    bool // the body breaks off after the header went out
-	}{
-		{"/chunk-lf", 502, "", false},
-		{"/chunk-lf-all", 502, "", false},
-		{"/bws", 502, "", false},
-		{"/bws-tab", 502, "", false},
-		{"/ext", 200, "0123456789", false},
-		{"/ext-quoted", 200, "0123456789", false},
-		{"/ows", 200, "0123456789", false},
-		{"/empty", 200, "", false},
-		{"/later-bws", 200, "ok", true},
-	} {
-		t.Run(tt.path[1:], func(t *testing.T) {
-			conns := make(chan struct{}, 16)
-			up := partsBackend(t, parts, 0, conns, func(string) bool { return true })
-			r := newStallRig(t, up, Options{ResponseHeaderTimeout: 5 * time.Second, UpstreamReadTimeout: 5 * time.Second})
-			c := dialRaw(t, r.addr)
-			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", tt.path)
-			start := time.Now()
-			resp, err := http.ReadResponse(newReader(c), nil)
-			if err != nil {
-				t.Fatalf("reading the answer: %v", err)
-			}
-			b, berr := io.ReadAll(resp.Body)
-			body := string(b)
-			switch {
-			case resp.StatusCode != tt.status:
-				t.Fatalf("status %d, body %q after %v; want %d", resp.StatusCode, body, time.Since(start), tt.status)
-			case tt.status == 502:
-				id := resp.Header.Get("X-Request-Id")
-				if id == "" || !strings.Contains(body, id) || strings.Contains(body, up) {
-					t.Errorf("error answer with X-Request-Id %q, body %q; want the id in the body and no instance address", id, body)
+	opts := Options{ResponseHeaderTimeout: 5 * time.Second, UpstreamReadTimeout: 5 * time.Second}
+	for _, codec := range []string{"h1", "h2c", "h2c-post"} {
+		for _, tt := range []struct {
+			path   string
+			status int
+			body   string
+			cut    bool // the body breaks off after the header went out
+		}{
+			{"/chunk-lf", 502, "", false},
+			{"/chunk-lf-all", 502, "", false},
+			{"/bws", 502, "", false},
+			{"/bws-tab", 502, "", false},
+			{"/ext", 200, "0123456789", false},
+			{"/ext-quoted", 200, "0123456789", false},
+			{"/ows", 200, "0123456789", false},
+			{"/empty", 200, "", false},
+			{"/later-bws", 200, "ok", true},
+		} {
+			t.Run(codec+tt.path, func(t *testing.T) {
+				var conns atomic.Int32
+				up := framedBackend(t, answers, &conns)
+				var r *stallRig
+				idle := func() {}
+				var get func(path string) (*http.Response, string, error)
+				if codec == "h1" {
+					r = newStallRig(t, up, opts)
+					get = func(path string) (*http.Response, string, error) {
+						c := dialRaw(t, r.addr)
+						fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", path)
+						resp, err := http.ReadResponse(newReader(c), nil)
+						if err != nil {
+							t.Fatalf("reading the answer: %v", err)
+						}
+						b, berr := io.ReadAll(resp.Body)
+						return resp, string(b), berr
+					}
+				} else {
+					r = newH2RigFor(t, poolOf("gray", up), opts)
+					c := h2cClient(t)
+					idle = c.CloseIdleConnections
+					get = func(path string) (*http.Response, string, error) {
+						req, _ := http.NewRequest("GET", "http://"+r.addr+path, nil)
+						if codec == "h2c-post" {
+							req, _ = http.NewRequest("POST", "http://"+r.addr+path, strings.NewReader("upload"))
+						}
+						resp, err := c.Do(req)
+						if err != nil {
+							t.Fatalf("%s %s: %v", req.Method, path, err)
+						}
+						defer resp.Body.Close()
+						b, berr := io.ReadAll(resp.Body)
+						return resp, string(b), berr
+					}
 				}
-			case tt.cut && (berr == nil || body != tt.body):
-				t.Errorf("body %q, %v; want %q and then the body cut off", body, berr, tt.body)
-			case !tt.cut && (berr != nil || body != tt.body):
-				t.Errorf("body %q, %v; want %q", body, berr, tt.body)
-			}
-			wantFail := uint64(0)
-			if tt.status == 502 || tt.cut {
-				wantFail = 1
-			}
-			r.settle(t, "")
-			if f := r.failures(); f != wantFail {
-				t.Errorf("breaker failures = %d, want %d", f, wantFail)
-			}
-			// The next request must go on a new upstream connection when
-			// the answer was refused or cut, and on the same one after a
-			// well-formed answer.
-			if resp, body := rawExchange(t, r.addr, "GET", "GET /next HTTP/1.1\r\nHost: a\r\n\r\n"); resp.StatusCode != 200 || body != "next" {
-				t.Fatalf("next request: %d %q", resp.StatusCode, body)
-			}
-			want := 1
-			if wantFail == 1 {
-				want = 2
-			}
-			if n := len(conns); n != want {
-				t.Errorf("the upstream accepted %d connections, want %d", n, want)
-			}
-		})
+				start := time.Now()
+				resp, body, berr := get(tt.path)
+				idle() // so that the client connection's goroutine ends before settle
+				switch {
+				case resp.StatusCode != tt.status:
+					t.Fatalf("status %d, body %q after %v; want %d", resp.StatusCode, body, time.Since(start), tt.status)
+				case tt.status == 502:
+					id := resp.Header.Get("X-Request-Id")
+					if id == "" || !strings.Contains(body, id) || strings.Contains(body, up) {
+						t.Errorf("error answer with X-Request-Id %q, body %q; want the id in the body and no instance address", id, body)
+					}
+				case tt.cut && (berr == nil || body != tt.body):
+					t.Errorf("body %q, %v; want %q and then the body cut off", body, berr, tt.body)
+				case !tt.cut && (berr != nil || body != tt.body):
+					t.Errorf("body %q, %v; want %q", body, berr, tt.body)
+				}
+				wantFail := uint64(0)
+				if tt.status == 502 || tt.cut {
+					wantFail = 1
+				}
+				r.settle(t, "")
+				if f := r.failures(); f != wantFail {
+					t.Errorf("breaker failures = %d, want %d", f, wantFail)
+				}
+				// The next request must go on a new upstream connection when
+				// the answer was refused or cut, and on the same one after a
+				// well-formed answer.
+				if resp, body, err := get("/next"); resp.StatusCode != 200 || body != "next" || err != nil {
+					t.Fatalf("next request: %d %q %v", resp.StatusCode, body, err)
+				}
+				want := int32(1)
+				if wantFail == 1 {
+					want = 2
+				}
+				if n := conns.Load(); n != want {
+					t.Errorf("the upstream accepted %d connections, want %d", n, want)
+				}
+			})
+		}
 	}
 }
 
@@ -169,26 +203,40 @@ func TestMalformedFirstChunk(t *testing.T) {
 // after it and never reused, and the violation is counted. The same holds
 // for an HTTP/1.0 response that carries Transfer-Encoding (RFC 9112
 // section 6.1: its framing is faulty, close after it). Both codecs share
-// the pools: an HTTP/2 client's request to the http1 pool is checked too.
+// the pools: an HTTP/2 client's request to the http1 pool is checked too,
+// on every way it goes there: without a body (the HTTP/1.1 codec's
+// pooled connections), and with one (net/http's Transport), streamed,
+// held for a replay on stable, and over TLS. The next request goes the
+// same way as the one that met the conflict, so that it would find the
+// same connection pooled.
 func TestContentLengthWithChunked(t *testing.T) {
-	parts := map[string][]string{
-		"/clte": {"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
-		"/tecl": {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
+	answers := map[string]string{
+		"/clte": "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/tecl": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
 		// fasthttp drops the whitespace before the colon (RFC 9112 section
 		// 5.1 asks a proxy to); net/http's reader refuses the field.
-		"/tecl-ws": {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length : 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n"},
-		"/http10":  {"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello"},
-		"/next":    {"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"},
+		"/tecl-ws": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length : 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/http10":  "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello",
+		// The head in parts, and after an interim response.
+		"/clte-parts":   "HTTP/1.1 200 OK\r\nContent-Le|ngth: 3\r\nTransfer-Encoding: chunked\r|\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/clte-interim": "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/next":         "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
 	}
-	for _, codec := range []string{"h1", "h2c"} {
-		for _, path := range []string{"/clte", "/tecl", "/tecl-ws", "/http10"} {
-			if codec == "h2c" && path == "/tecl-ws" {
+	gw := newGatewayTLS(t)
+	for _, codec := range []string{"h1", "h2c", "h2c-post", "h2c-post-held", "h2-post"} {
+		for _, path := range []string{"/clte", "/tecl", "/tecl-ws", "/http10", "/clte-parts", "/clte-interim"} {
+			if codec != "h1" && path == "/tecl-ws" {
 				continue
 			}
 			t.Run(codec+path, func(t *testing.T) {
-				conns := make(chan struct{}, 16)
-				up := partsBackend(t, parts, 0, conns, func(string) bool { return true })
+				var conns atomic.Int32
+				up := framedBackend(t, answers, &conns)
 				d := staticDecider{Group: "stable", Target: poolOf("stable", up)}
+				if codec == "h2c-post-held" {
+					// A stable target to fall back on: the body is
+					// buffered at admit and lent to the Transport whole.
+					d.Group, d.Stable = "gray", poolOf("other", up)
+				}
 				var p *Proxy
 				var get func(path string) (int, string, *http.Response)
 				if codec == "h1" {
@@ -199,18 +247,34 @@ func TestContentLengthWithChunked(t *testing.T) {
 						return resp.StatusCode, body, resp
 					}
 				} else {
-					var addr string
-					p, addr = startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
-					c := h2cClient(t)
+					var addr, base string
+					var c *http.Client
+					if codec == "h2-post" {
+						p, addr = startProxyWith(t, Options{}, d, listener.Protocols{TLS: gw.conf})
+						base, c = "https://"+addr, h2Client(t, gw.ca.Pool)
+					} else {
+						p, addr = startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+						base, c = "http://"+addr, h2cClient(t)
+					}
 					get = func(path string) (int, string, *http.Response) {
-						resp, err := c.Get("http://" + addr + path)
+						method, body := "POST", io.Reader(strings.NewReader("upload"))
+						switch codec {
+						case "h2c":
+							method, body = "GET", nil
+						case "h2-post":
+							// Of unknown length: sent without a
+							// Content-Length.
+							body = io.MultiReader(strings.NewReader("up"), strings.NewReader("load"))
+						}
+						req, _ := http.NewRequest(method, base+path, body)
+						resp, err := c.Do(req)
 						if err != nil {
-							t.Fatalf("GET %s: %v", path, err)
+							t.Fatalf("%s %s: %v", req.Method, path, err)
 						}
 						defer resp.Body.Close()
 						b, err := io.ReadAll(resp.Body)
 						if err != nil {
-							t.Fatalf("GET %s: body: %v", path, err)
+							t.Fatalf("%s %s: body: %v", req.Method, path, err)
 						}
 						return resp.StatusCode, string(b), resp
 					}
@@ -225,7 +289,7 @@ func TestContentLengthWithChunked(t *testing.T) {
 				if code, body, _ := get("/next"); code != 200 || body != "next" {
 					t.Fatalf("next request: %d %q", code, body)
 				}
-				if n := len(conns); n != 2 {
+				if n := conns.Load(); n != 2 {
 					t.Errorf("the upstream accepted %d connections, want 2: the one that carried the conflicting framing was reused", n)
 				}
 				v := p.ProtocolViolations()
@@ -235,6 +299,35 @@ func TestContentLengthWithChunked(t *testing.T) {
 			})
 		}
 	}
+}
+
+// framedBackend is an upstream that reads each request whole, body
+// included, and answers it with the bytes answers gives for its path, on
+// as many requests per connection as come; an answer with "|" in it is
+// written in parts, a few milliseconds apart, the "|" left out. It counts
+// the connections it accepted.
+func framedBackend(t *testing.T, answers map[string]string, conns *atomic.Int32) string {
+	t.Helper()
+	return stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		conns.Add(1)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if _, err := io.Copy(io.Discard, req.Body); err != nil {
+				return
+			}
+			for i, part := range strings.Split(answers[req.URL.Path], "|") {
+				if i > 0 {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if _, err := io.WriteString(c, part); err != nil {
+					return
+				}
+			}
+		}
+	})
 }
 
 // FuzzBufferHead: bufferHead and readHead's bare-LF path frame a head

@@ -392,3 +392,141 @@ func TestGRPCBodyLimitMidCall(t *testing.T) {
 		t.Errorf("recorded status %d, want 413", c.status)
 	}
 }
+
+// resettingGray is the h2c pool "gray" of one server that resets every
+// stream with code, at its HEADERS or, with afterData, once the first
+// DATA frame of it came (the client's first message, after which a
+// bidirectional call waits for an answer before it sends more). It
+// counts the streams it reset.
+func resettingGray(t testing.TB, code http2.ErrCode, afterData bool) (*upstream.Pool, *atomic.Int64) {
+	t.Helper()
+	var reset atomic.Int64
+	addr := serveConns(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		if fr.WriteSettings() != nil {
+			return
+		}
+		done := map[uint32]bool{}
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			id := f.Header().StreamID
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+				continue
+			case *http2.MetaHeadersFrame:
+				if afterData {
+					continue
+				}
+			case *http2.DataFrame:
+				if !afterData || len(f.Data()) == 0 {
+					continue
+				}
+			default:
+				continue
+			}
+			if !done[id] {
+				done[id] = true
+				reset.Add(1)
+				_ = fr.WriteRSTStream(id, code)
+			}
+		}
+	})
+	gray := poolOf("gray", addr)
+	gray.Protocol = upstream.H2C
+	return gray, &reset
+}
+
+// TestGRPCResetMidCall: a bidirectional call whose gray h2c stream is
+// refused (REFUSED_STREAM) or reset while the client waits for an answer
+// before it sends more is answered at once, not at its deadline. The
+// HTTP/2 transport waits, before it returns a stream the server reset
+// without an answer, for its writer to finish reading the request body,
+// which here waits for the client's next message, that the client sends
+// only after an answer: the body's read must give up when the transport
+// closes the body. A refused stream was not processed: it is asked once
+// more, then the call goes to stable with the message the client sent,
+// and goes on there; without stable the client gets UNAVAILABLE naming
+// the pool. A stream reset after the upstream read a message was
+// processed and is not replayed: UNAVAILABLE, or CANCELLED for a
+// CANCEL, as for any upstream reset before the answer.
+func TestGRPCResetMidCall(t *testing.T) {
+	const deadline = 10 * time.Second
+	for _, tt := range []struct {
+		name      string
+		code      http2.ErrCode
+		afterData bool
+		stable    bool
+		want      codes.Code // codes.OK: stable answers
+	}{
+		{"refused at once, to stable", http2.ErrCodeRefusedStream, false, true, codes.OK},
+		{"refused after a message, to stable", http2.ErrCodeRefusedStream, true, true, codes.OK},
+		{"refused after a message, no stable", http2.ErrCodeRefusedStream, true, false, codes.Unavailable},
+		{"internal error after a message", http2.ErrCodeInternal, true, true, codes.Unavailable},
+		{"cancel after a message", http2.ErrCodeCancel, true, false, codes.Canceled},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gray, reset := resettingGray(t, tt.code, tt.afterData)
+			d := router.Decision{Rule: "g", Group: "gray", Target: gray}
+			if tt.stable {
+				d.Stable = grpcPool(t, "stable")
+			}
+			_, gw := startProxyWith(t, Options{}, staticDecider(d), listener.Protocols{H2C: true})
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			stream, err := grpcClient(t, gw).FullDuplexCall(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: []byte("first")}}); err != nil {
+				t.Fatalf("Send: %v", err)
+			}
+			m, err := stream.Recv()
+			if took := time.Since(start); took > deadline/2 {
+				t.Errorf("the call was answered after %v, want well before its %v deadline", took, deadline)
+			}
+			if tt.want != codes.OK {
+				if status.Code(err) != tt.want || !strings.Contains(status.Convert(err).Message(), `upstream "gray"`) {
+					t.Fatalf("Recv: %v, want %v naming the pool", err, tt.want)
+				}
+				if tt.stable && reset.Load() != 1 {
+					t.Errorf("gray reset %d streams, want 1: a call gray processed is not sent again", reset.Load())
+				}
+				return
+			}
+			if err != nil || string(m.GetPayload().GetBody()) != "stable" {
+				t.Fatalf("Recv: %v, %v; want stable's answer", m, err)
+			}
+			if md, _ := stream.Header(); len(md.Get("x-gray-degraded")) != 1 || md.Get("x-gray-degraded")[0] != "fallback" {
+				t.Errorf("x-gray-degraded %v, want fallback", md.Get("x-gray-degraded"))
+			}
+			if n := reset.Load(); n < 1 || n > 2 {
+				t.Errorf("gray refused the call %d times, want 1 or 2", n)
+			}
+			// The call goes on with stable.
+			if err := stream.Send(&testpb.StreamingOutputCallRequest{}); err != nil {
+				t.Fatalf("second Send: %v", err)
+			}
+			if m, err := stream.Recv(); err != nil || string(m.GetPayload().GetBody()) != "stable" {
+				t.Fatalf("second Recv: %v, %v", m, err)
+			}
+			if err := stream.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.Recv(); err != io.EOF {
+				t.Fatalf("end of the call: %v, want io.EOF", err)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,9 +35,15 @@ import (
 type h2Gen struct {
 	srv  *http2.Server
 	base *http.Server
+	// conns counts the connections it serves, under h2State.mu.
+	conns int
 }
 
-// h2State is what the codec keeps across connections.
+// h2State is what the codec keeps across connections. gens holds the
+// current server and every older one that still serves a connection:
+// Shutdown must reach those connections through the server they run on
+// (base.Shutdown), and an older one is dropped once its last connection
+// ends, so that reloads do not pile up servers nothing uses.
 type h2State struct {
 	cur     atomic.Pointer[h2Gen]
 	mu      sync.Mutex
@@ -44,6 +51,17 @@ type h2State struct {
 	conns   map[net.Conn]struct{}
 	closing bool
 	idle    chan struct{} // signalled when a connection ends during Shutdown
+}
+
+// dropIdle removes g from gens when it is not the current server and
+// serves no connection; under mu.
+func (st *h2State) dropIdle(g *h2Gen) {
+	if g.conns > 0 || g == st.cur.Load() {
+		return
+	}
+	if i := slices.Index(st.gens, g); i >= 0 {
+		st.gens = slices.Delete(st.gens, i, i+1)
+	}
 }
 
 // connInfo is what a stream knows of its connection.
@@ -96,10 +114,13 @@ func (p *Proxy) ServeH2(c net.Conn) {
 	}
 	st.conns[c] = struct{}{}
 	gen := st.cur.Load()
+	gen.conns++
 	st.mu.Unlock()
 	defer func() {
 		st.mu.Lock()
 		delete(st.conns, c)
+		gen.conns--
+		st.dropIdle(gen)
 		if st.idle != nil {
 			select {
 			case st.idle <- struct{}{}:
@@ -113,13 +134,19 @@ func (p *Proxy) ServeH2(c net.Conn) {
 	gen.srv.ServeConn(c, &http2.ServeConnOpts{Context: ctx, BaseConfig: gen.base, Handler: gen.base.Handler})
 }
 
-// reconfigureH2 makes new HTTP/2 connections use o.
+// reconfigureH2 makes new HTTP/2 connections use o. The server they used
+// so far goes on serving its connections, and is dropped with the last.
 func (p *Proxy) reconfigureH2(o *Options) {
 	g := p.newH2Gen(o)
-	p.h2.mu.Lock()
-	p.h2.gens = append(p.h2.gens, g)
-	p.h2.cur.Store(g)
-	p.h2.mu.Unlock()
+	st := &p.h2
+	st.mu.Lock()
+	prev := st.cur.Load()
+	st.gens = append(st.gens, g)
+	st.cur.Store(g)
+	if prev != nil {
+		st.dropIdle(prev)
+	}
+	st.mu.Unlock()
 }
 
 // shutdownH2 sends GOAWAY on every HTTP/2 connection, waits until ctx
@@ -129,7 +156,7 @@ func (p *Proxy) shutdownH2(ctx context.Context) error {
 	st.mu.Lock()
 	st.closing = true
 	st.idle = make(chan struct{}, 1)
-	gens := st.gens
+	gens := slices.Clone(st.gens) // dropIdle edits st.gens in place
 	st.mu.Unlock()
 	for _, g := range gens {
 		// No listener and no tracked connection: it returns at once,
@@ -404,6 +431,9 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		out = out.WithContext(s.att.trace(out.Context(), &httptrace.ClientTrace{Got1xxResponse: gate.got1xx}))
 		resp, err = s.p.netTransport(pool).RoundTrip(out)
 		gate.shut()
+		if err == nil && s.att.conn != nil {
+			err = s.checkH1Head(resp)
+		}
 	}
 	call.answered()
 	if err == nil {
@@ -414,6 +444,11 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	}
 	if err != nil {
 		call.end()
+		if errors.Is(err, errBadChunk) {
+			// An answer came, if a broken one: as on HTTP/1.1, the
+			// request is not sent again, to stable either.
+			s.respStarted = true
+		}
 		err, _ = s.refused(&s.att, err, s.netError(err, call, s.r.Context()))
 		s.recordOutcome(start, err)
 		return nil, err
@@ -437,6 +472,26 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		s.brkPending = true
 	}
 	return resp, nil
+}
+
+// checkH1Head does for an answer of the http1 Transport what sendH1 does
+// for one it reads itself, from what its connection saw of the head
+// (headConn): a head framed two ways is counted (the connection closes
+// after it), and a chunked body whose first line net/http's parser
+// refuses fails the attempt before the client has a 200; closing the body
+// unread closes the connection.
+func (s *stream) checkH1Head(resp *http.Response) error {
+	conflict, after := s.att.conn.seen()
+	if conflict {
+		s.p.violation(violationFramingConflict)
+	}
+	if len(resp.TransferEncoding) > 0 && resp.Body != http.NoBody {
+		if err := checkFirstChunkNet(after); err != nil {
+			_ = resp.Body.Close()
+			return fmt.Errorf("%w from %s: %w", errBadChunk, s.inst.Addr, err)
+		}
+	}
+	return nil
 }
 
 // interimGate hands the interim responses a net/http transport reports to
@@ -555,21 +610,20 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 		out.Body = nil
 		return
 	default:
-		var src io.Reader = s.cbody
 		if pre := s.reqBody.pre; pre != nil {
-			src = io.MultiReader(newBytesReader(pre), s.cbody)
 			// pre is the start of the flow's buffer (prepareReplay).
 			// The stream stops the transport's reads of upBody without
 			// waiting for one under way (it may wait on the client),
 			// so the buffer goes with the body and is not pooled
 			// again (see bodyLoan).
-			s.flow.body = nil
+			s.cbody.unread(pre)
+			s.reqBody.pre, s.flow.body = nil, nil
 		}
 		keep := s.pol.FallbackBodyBytes
 		if keep <= 0 {
 			keep = 64 << 10
 		}
-		s.att.body = &upBody{src: src, call: call, keep: int(keep),
+		s.att.body = &upBody{src: s.cbody, call: call, keep: int(keep),
 			count: bodyCount{size: s.r.ContentLength, max: s.pol.MaxBodyBytes}}
 		out.Body = s.att.body
 		out.ContentLength = s.r.ContentLength
@@ -579,7 +633,10 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 	}
 	if ub, ok := out.Body.(*upBody); ok {
 		ub.mu.Lock()
-		ub.call, ub.onEnd = call, s.markBodyEnd
+		// Only the HTTP/2 transport waits on a read of the body after
+		// it closed it (see upBody); reads toward an http1 pool are
+		// made where the transport asks.
+		ub.call, ub.onEnd, ub.abortable = call, s.markBodyEnd, s.att.h2
 		ub.mu.Unlock()
 	}
 	out.GetBody = s.att.getBody
@@ -854,6 +911,12 @@ func teTrailers(vals []string) bool {
 // read timeout (Options.ReadTimeout) kept from each read, as the HTTP/1.1
 // listener does. A gRPC stream is not timed (timeout 0): a client may
 // rightly send nothing for long within its call's deadline.
+//
+// It is an aheadReader, for the HTTP/2 transport (see upBody): a read that
+// may be given up (readAbort) runs on a goroutine of its own, into a
+// buffer of the body's, and its bytes wait in ahead for the next read,
+// whichever attempt makes it. Other reads are made on the caller's
+// goroutine, after what waits in ahead.
 type clientBody struct {
 	r       *http.Request
 	rc      *http.ResponseController
@@ -864,9 +927,112 @@ type clientBody struct {
 	// ResponseWriter must not be touched then. end marks that, under mu.
 	mu    sync.Mutex
 	ended bool
+	// Under mu: what was read ahead or given back (unread) and not yet
+	// handed out, then the error that ended the body (aheadErr), the read
+	// under way on its own goroutine (closed when it returns) and its
+	// buffer.
+	ahead    []byte
+	aheadErr error
+	reading  chan struct{}
+	buf      *[aheadBufSize]byte
 }
 
-func (b *clientBody) Read(p []byte) (int, error) {
+// aheadBufSize is the buffer of a read clientBody runs on its own
+// goroutine: a default HTTP/2 frame, which is what the HTTP/2 transport
+// asks for at a time.
+const aheadBufSize = 16 << 10
+
+// aheadBufs pools those buffers; a body gives its own back once it has
+// ended and handed out all it read.
+var aheadBufs = sync.Pool{New: func() any { return new([aheadBufSize]byte) }}
+
+func (b *clientBody) Read(p []byte) (int, error) { return b.readAbort(p, nil) }
+
+// readAbort reads into p what waits in ahead, or else the body. With
+// abort, the read runs on a goroutine of its own, and once abort is
+// closed readAbort returns errBodyStopped without waiting for it: its
+// bytes are kept for the next read. Without, a read already under way is
+// waited for, and a new one is made on the caller's goroutine.
+func (b *clientBody) readAbort(p []byte, abort <-chan struct{}) (int, error) {
+	b.mu.Lock()
+	for {
+		if len(b.ahead) > 0 {
+			n := copy(p, b.ahead)
+			if b.ahead = b.ahead[n:]; len(b.ahead) == 0 {
+				b.ahead = nil
+				b.dropBuf()
+			}
+			b.mu.Unlock()
+			return n, nil
+		}
+		if err := b.aheadErr; err != nil {
+			b.dropBuf()
+			b.mu.Unlock()
+			return 0, err
+		}
+		if b.reading == nil {
+			if abort == nil {
+				b.mu.Unlock()
+				return b.read(p)
+			}
+			if b.buf == nil {
+				b.buf = aheadBufs.Get().(*[aheadBufSize]byte)
+			}
+			b.reading = make(chan struct{})
+			go b.readAhead(b.buf[:], b.reading)
+		}
+		reading := b.reading
+		b.mu.Unlock()
+		select {
+		case <-reading:
+		case <-abort:
+			return 0, errBodyStopped
+		}
+		b.mu.Lock()
+	}
+}
+
+// readAhead is a read of readAbort's on its own goroutine. It starts only
+// when nothing waits in ahead, so buf is not handed out meanwhile;
+// something given back meanwhile goes first.
+func (b *clientBody) readAhead(buf []byte, done chan struct{}) {
+	n, err := b.read(buf)
+	b.mu.Lock()
+	switch {
+	case n == 0:
+	case b.ahead == nil:
+		b.ahead = buf[:n]
+	default:
+		b.ahead = append(b.ahead[:len(b.ahead):len(b.ahead)], buf[:n]...)
+	}
+	b.aheadErr = err
+	b.reading = nil
+	close(done)
+	b.mu.Unlock()
+}
+
+// dropBuf gives the read-ahead buffer back once the body has ended and
+// nothing in ahead is in it; under mu.
+func (b *clientBody) dropBuf() {
+	if b.buf != nil && b.aheadErr != nil && b.reading == nil && len(b.ahead) == 0 {
+		aheadBufs.Put(b.buf)
+		b.buf = nil
+	}
+}
+
+// unread puts p, which the caller gives up, back before what waits in
+// ahead.
+func (b *clientBody) unread(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.ahead = append(p[:len(p):len(p)], b.ahead...)
+	b.mu.Unlock()
+}
+
+// read is one read of the client's body, on whichever goroutine reads.
+func (b *clientBody) read(p []byte) (int, error) {
 	if d := b.timeout; d > 0 {
 		now := time.Now()
 		want := now.Add(d).UnixNano()

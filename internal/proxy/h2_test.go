@@ -637,3 +637,67 @@ func TestTrailersFiltered(t *testing.T) {
 		}
 	}
 }
+
+// TestH2ServersPrunedOnReload: every reload that changes
+// client_write_timeout builds a new HTTP/2 server for the connections
+// that come after it, and one that no connection uses any more is
+// dropped, so a gateway reloaded many times keeps only the current one
+// and those its open connections still use. A connection keeps its
+// server for as long as it lives: an answer streaming on it across five
+// reloads completes, and the connection serves another request. A new
+// connection gets the current server.
+func TestH2ServersPrunedOnReload(t *testing.T) {
+	release := make(chan struct{})
+	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "done")
+	}))
+	opts := Options{WriteTimeout: time.Second}
+	p, addr := startProxyWith(t, opts, staticDecider{Group: "g", Target: poolOf("up", addrOf(up))}, listener.Protocols{H2C: true})
+	gens := func() int {
+		p.h2.mu.Lock()
+		defer p.h2.mu.Unlock()
+		return len(p.h2.gens)
+	}
+	old := h2cClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/hold", nil)
+	held, err := old.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Body.Close()
+	for i := 2; i <= 6; i++ {
+		opts.WriteTimeout = time.Duration(i) * time.Second
+		if restart := p.Reconfigure(opts); len(restart) != 0 {
+			t.Fatalf("Reconfigure: restart required for %v", restart)
+		}
+	}
+	if n := gens(); n != 2 {
+		t.Errorf("after 5 reloads with a connection open on the first server: %d HTTP/2 servers kept, want 2 (that one and the current)", n)
+	}
+	close(release)
+	if b, err := io.ReadAll(held.Body); err != nil || string(b) != "done" {
+		t.Fatalf("the answer streaming across the reloads: %q, %v; want \"done\"", b, err)
+	}
+	if code, body := fetch(t, old, "GET", "http://"+addr+"/again", ""); code != 200 || body != "done" {
+		t.Errorf("a request on the connection of the first server: %d %q", code, body)
+	}
+	if code, body := fetch(t, h2cClient(t), "GET", "http://"+addr+"/new", ""); code != 200 || body != "done" {
+		t.Errorf("a request on a new connection: %d %q", code, body)
+	}
+	if got := p.h2.cur.Load().srv.WriteByteTimeout; got != 6*time.Second {
+		t.Errorf("the current server's write timeout is %v, want the last reload's 6s", got)
+	}
+	old.CloseIdleConnections()
+	waitFor(t, 5*time.Second, "the first server to be dropped once its connection closed", func() bool { return gens() == 1 })
+}

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -27,7 +29,11 @@ import (
 // Request.Write and ReadResponse. A request with a body keeps the
 // Transport, which sends the body while it waits for the answer (an
 // upstream may answer before it has read the body), as do a request that
-// declares trailers and CONNECT.
+// declares trailers and CONNECT. Either way the answer's head gets the
+// HTTP/1.1 codec's framing checks (framing.go): one framed two ways closes
+// its connection after the answer, and a chunked body whose first line
+// the parser refuses is a 502 (sendH1 here, headConn on the Transport's
+// connections).
 //
 // The deadlines are the call's, as for the Transport: the header timer
 // and the client's cancellation end the call's context, and ending it
@@ -126,6 +132,12 @@ func (s *stream) sendH1(uc *upstreamClient, c upstreamConn, conn net.Conn, out *
 		// Content-Length removed), on a connection closed after it, as
 		// the HTTP/1.1 codec does (readHead).
 		s.p.violation(violationFramingConflict)
+	}
+	if len(resp.TransferEncoding) > 0 && resp.Body != http.NoBody {
+		b, _ := br.Peek(br.Buffered())
+		if err := checkFirstChunkNet(b); err != nil {
+			return fail(fmt.Errorf("%w from %s: %w", errBadChunk, uc.addr, err))
+		}
 	}
 	b := &h1Body{r: resp.Body, br: br, c: c, uc: uc, stop: stop, keep: !resp.Close && !conflict}
 	if resp.Body == http.NoBody {
@@ -314,4 +326,193 @@ func (b *h1Body) finish(eof bool) {
 	}
 	b.uc.hc.ReleaseReader(b.br)
 	b.c.Release(reuse)
+}
+
+// headConn is a connection of the Transport that carries an HTTP/2
+// client's request with a body to an http1 pool. net/http's reader frames
+// a response with both Content-Length and Transfer-Encoding: chunked, or
+// an HTTP/1.0 one with Transfer-Encoding, as RFC 9112 says, and then pools
+// the connection, and it reads the body's first chunk line only when the
+// body is read, after the client has its 200; neither can be told from
+// the response it returns. So the connection looks at each final response
+// head before the Transport reads it (arm, on the trace's GotConn, which
+// comes before the request is written), as readResponseH1 does on the
+// HTTP/1.1 codec's connections: a head framed two ways gets a
+// "Connection: close" field after its status line, so that the Transport
+// closes the connection after the response (resp.Close) instead of
+// pooling it, and what came with the head is kept for checkFirstChunkNet.
+// Nothing else of the bytes is changed, and net/http still parses all of
+// them. A final head that comes whole in one read (all of them in
+// practice) is looked at in place; one in parts is held back until its
+// end, up to max bytes, past which it is handed over as it is, for the
+// Transport to refuse (MaxResponseHeaderBytes). Interim (1xx) heads are
+// handed over as they come, so that they reach the client at once.
+type headConn struct {
+	net.Conn
+	max int
+	mu  sync.Mutex
+	// armed: the final head of the response to the request under way has
+	// not been looked at yet.
+	armed bool
+	// conflict and after are what that head showed: framed two ways, and,
+	// chunked, the bytes that came with it after it, up to the end of the
+	// first line or maxChunkLine.
+	conflict bool
+	after    []byte
+	// look holds what was read of a head that is not all there yet;
+	// pending what was read and may be handed to the Transport; err the
+	// error of a read whose bytes were held, for when both are empty.
+	look    []byte
+	pending []byte
+	err     error
+}
+
+// maxChunkLine bounds what headConn keeps after a head: net/http's chunk
+// parser refuses a longer line anyway.
+const maxChunkLine = 4096
+
+// hdrConnClose is the field a head framed two ways gets (see headConn).
+var hdrConnClose = []byte("Connection: close\r\n")
+
+// arm readies c for the response to a request about to be written on it.
+func (c *headConn) arm() {
+	c.mu.Lock()
+	c.armed, c.conflict, c.after = true, false, c.after[:0]
+	c.mu.Unlock()
+}
+
+// seen returns what the last response's head showed (see headConn). The
+// Transport has read the head when RoundTrip returns, so has c.
+func (c *headConn) seen() (conflict bool, after []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conflict, c.after
+}
+
+func (c *headConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) == 0 && len(c.look) == 0 {
+		c.mu.Unlock()
+		n, err := c.Conn.Read(p)
+		c.mu.Lock()
+		// The Transport reads an idle connection all along, so a
+		// response's first bytes may come to a read begun before arm:
+		// whether to look at them is asked once they are there.
+		if !c.armed || n == 0 || c.whole(p[:n]) {
+			return n, err
+		}
+		c.look, c.err = append(c.look[:0], p[:n]...), err
+	}
+	for len(c.pending) == 0 && c.armed {
+		c.sort()
+		if len(c.pending) > 0 || !c.armed {
+			break
+		}
+		if c.err != nil || len(c.look) > c.max {
+			// Broken off, or too large: the Transport says so.
+			c.pending, c.look, c.armed = append(c.pending, c.look...), c.look[:0], false
+			break
+		}
+		c.look = slices.Grow(c.look, 4096)
+		c.mu.Unlock()
+		m, err := c.Conn.Read(c.look[len(c.look):cap(c.look)])
+		c.mu.Lock()
+		c.look, c.err = c.look[:len(c.look)+m], err
+	}
+	n := copy(p, c.pending)
+	c.pending = c.pending[n:]
+	var err error
+	if len(c.pending) == 0 && len(c.look) == 0 {
+		err, c.err = c.err, nil
+	}
+	return n, err
+}
+
+// whole looks at b, what one read brought, when the final head is all in
+// it and needs no change: it reports whether b may go to the Transport as
+// it is.
+func (c *headConn) whole(b []byte) bool {
+	start, end := finalHead(b)
+	if end == 0 || c.examine(b[start:end], b[end:]) {
+		return false
+	}
+	c.armed = false
+	return true
+}
+
+// sort moves from look to pending the interim heads that are there whole,
+// and the final head once it is, with what follows it, changed if it is
+// framed two ways.
+func (c *headConn) sort() {
+	for c.armed {
+		e := headEnd(c.look)
+		if e == 0 {
+			return
+		}
+		head := c.look[:e]
+		if interimHead(head) {
+			c.pending, c.look = append(c.pending, head...), c.look[e:]
+			continue
+		}
+		c.armed = false
+		at := 0
+		if c.examine(head, c.look[e:]) {
+			at = e - len(bytes.TrimLeft(head, "\r\n"))
+			at += bytes.IndexByte(head[at:], '\n') + 1
+			c.pending = append(append(c.pending, c.look[:at]...), hdrConnClose...)
+		}
+		c.pending, c.look = append(c.pending, c.look[at:]...), c.look[:0]
+	}
+}
+
+// examine notes what the final head shows (see headConn), rest being what
+// came after it, and reports whether it is framed two ways. net/http
+// takes an HTTP/1.1 answer with any Transfer-Encoding for chunked (or
+// refuses it), and ignores the field in HTTP/1.0.
+func (c *headConn) examine(head, rest []byte) bool {
+	http10 := bytes.HasPrefix(statusLine(head), []byte("HTTP/1.0"))
+	chunked := !http10 && hasField(head, "transfer-encoding")
+	c.after = c.after[:0]
+	if chunked {
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			rest = rest[:i+1]
+		}
+		c.after = append(c.after, rest[:min(len(rest), maxChunkLine)]...)
+	}
+	c.conflict = framingConflict(head, chunked, !http10)
+	return c.conflict
+}
+
+// finalHead returns where the final response head in b starts and ends,
+// after the interim ones before it; end is 0 when b does not hold all of
+// it.
+func finalHead(b []byte) (start, end int) {
+	for {
+		e := headEnd(b[start:])
+		if e == 0 {
+			return 0, 0
+		}
+		if !interimHead(b[start : start+e]) {
+			return start, start + e
+		}
+		start += e
+	}
+}
+
+// interimHead reports whether head is a 1xx response's other than 101,
+// which net/http takes as final.
+func interimHead(head []byte) bool {
+	_, code, _ := bytes.Cut(statusLine(head), []byte(" "))
+	return len(code) >= 3 && code[0] == '1' && string(code[:3]) != "101"
+}
+
+// statusLine returns the first line of head that is not empty, without
+// its line end.
+func statusLine(head []byte) []byte {
+	head = bytes.TrimLeft(head, "\r\n")
+	if i := bytes.IndexByte(head, '\n'); i >= 0 {
+		head = head[:i]
+	}
+	return bytes.TrimSuffix(head, []byte("\r"))
 }

@@ -117,12 +117,20 @@ func (p *Proxy) newNetTransport(pool *upstream.Pool) netTransport {
 	if maxConns <= 0 {
 		maxConns = 512 // fasthttp's default, as for the HTTP/1.1 codec
 	}
+	// Every connection looks at the response heads (headConn).
+	headLimit := o.MaxResponseHeaderBytes + 4096
+	watched := func(c net.Conn, err error) (net.Conn, error) {
+		if err != nil {
+			return nil, err
+		}
+		return &headConn{Conn: c, max: headLimit}, nil
+	}
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return p.dialContext(ctx, addr, nil)
+			return watched(p.dialContext(ctx, addr, nil))
 		},
 		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return p.dialContext(ctx, addr, p.tlsConfigFor(addr))
+			return watched(p.dialContext(ctx, addr, p.tlsConfigFor(addr)))
 		},
 		MaxConnsPerHost:        maxConns,
 		MaxIdleConnsPerHost:    maxConns,
@@ -284,6 +292,9 @@ type netAttempt struct {
 	h2 bool
 	// asked counts the requests the HTTP/2 transport made (refusedTwice).
 	asked int
+	// conn is, toward an http1 pool, the connection the Transport sent
+	// the request on last (gotH1Conn).
+	conn *headConn
 }
 
 // holding returns b, a body held whole, as netAttempt.held: never nil.
@@ -304,6 +315,8 @@ var errRefusedTwice = errors.New("upstream refused the stream unprocessed, twice
 func (a *netAttempt) trace(ctx context.Context, t *httptrace.ClientTrace) context.Context {
 	if a.h2 {
 		t.GotConn = a.gotConn
+	} else {
+		t.GotConn = a.gotH1Conn
 	}
 	if t.GotConn == nil && t.Got1xxResponse == nil {
 		return ctx
@@ -328,6 +341,16 @@ func (a *netAttempt) gotConn(httptrace.GotConnInfo) {
 	}
 }
 
+// gotH1Conn is the http1 Transport's trace of the connection it sends the
+// request on (each time it does: it may try another), before it writes
+// it: the connection looks at the answer's head (headConn).
+func (a *netAttempt) gotH1Conn(info httptrace.GotConnInfo) {
+	if c, ok := info.Conn.(*headConn); ok {
+		c.arm()
+		a.conn = c
+	}
+}
+
 // getBody is the upstream request's GetBody, which a transport calls to
 // send a request again on another connection (http2.Transport after the
 // server refused it unprocessed: GOAWAY, REFUSED_STREAM): the held body,
@@ -343,6 +366,9 @@ func (a *netAttempt) getBody() (io.ReadCloser, error) {
 	}
 	if b := a.body; b != nil {
 		if r, ok := b.replay(b.call); ok {
+			if ub, ok := r.(*upBody); ok {
+				a.body = ub
+			}
 			return r, nil
 		}
 		if a.h2 {
@@ -384,19 +410,34 @@ func (f *flow) refused(a *netAttempt, rtErr, err error) (_ error, unsent bool) {
 // body, and never closes the client's body: a transport closes the bodies
 // it is given, and a replay on stable reads on. The request's goroutine
 // reads its state through collect, under mu.
+//
+// Toward an h2 or h2c pool the HTTP/2 transport, when the upstream resets
+// a stream before it answers (REFUSED_STREAM, or any other code), waits
+// for its writer to return from the body's read before RoundTrip returns,
+// even after it closed the body. A bidirectional call whose client waits
+// for an answer before it sends more would hold that read, and the call,
+// until the client's deadline. So such a body (abortable) reads a source
+// that can give a read up (aheadReader: the HTTP/2 codec's client body)
+// and gives it up when the transport closes it: what the read brings
+// then stays with the source, for the next attempt or the fallback.
 type upBody struct {
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when a read of src returns
 	reading bool       // a read of src is under way
 	stopped bool       // stop was called: src is not read any more
-	src     io.Reader
-	count   bodyCount
-	held    []byte // what was read, while it fits in keep
-	keep    int
-	over    bool // more was read than keep
-	read    bool // anything was asked of src
-	eof     bool
-	call    *netCall
+	closed  bool       // the transport closed the body: it reads no more
+	// abortable: reads of src, if it is an aheadReader, are given up
+	// when abort is closed (by Close or stop).
+	abortable bool
+	abort     chan struct{}
+	src       io.Reader
+	count     bodyCount
+	held      []byte // what was read, while it fits in keep
+	keep      int
+	over      bool // more was read than keep
+	read      bool // anything was asked of src
+	eof       bool
+	call      *netCall
 	// before runs before every read of src (the client read deadline).
 	before func()
 	// onEnd runs when the body has been read to its end.
@@ -409,21 +450,43 @@ func (b *upBody) Read(p []byte) (int, error) {
 	case b.eof:
 		b.mu.Unlock()
 		return 0, io.EOF
-	case b.stopped:
+	case b.stopped, b.closed:
 		b.mu.Unlock()
 		return 0, errBodyStopped
 	}
 	b.read, b.reading = true, true
 	before := b.before
+	var ar aheadReader
+	var abort chan struct{}
+	if b.abortable {
+		if ar, _ = b.src.(aheadReader); ar != nil {
+			if b.abort == nil {
+				b.abort = make(chan struct{})
+			}
+			abort = b.abort
+		}
+	}
 	b.mu.Unlock()
 	if before != nil {
 		before()
 	}
-	n, err := b.src.Read(p)
+	var n int
+	var err error
+	if ar != nil {
+		n, err = ar.readAbort(p, abort)
+	} else {
+		n, err = b.src.Read(p)
+	}
 	b.mu.Lock()
 	b.reading = false
 	if b.cond != nil {
 		b.cond.Broadcast()
+	}
+	if ar != nil && err == errBodyStopped {
+		// Given up: nothing was read, and it is neither the client's
+		// failure nor the body's end.
+		b.mu.Unlock()
+		return 0, err
 	}
 	n, err = b.count.add(n, err)
 	if !b.over {
@@ -449,8 +512,34 @@ func (b *upBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close does not close the client's body (see upBody).
-func (b *upBody) Close() error { return nil }
+// Close is the transport's: it is done with the body, and a read under
+// way on a source that can give it up returns at once (see upBody). It
+// does not close the client's body, which another attempt may read on.
+func (b *upBody) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.giveUp()
+	b.mu.Unlock()
+	return nil
+}
+
+// giveUp ends a read of src under way that can be given up; under mu.
+func (b *upBody) giveUp() {
+	if b.abort != nil {
+		close(b.abort)
+		b.abort = nil
+	}
+}
+
+// aheadReader is a body source whose reads can be given up without losing
+// what they bring (the HTTP/2 codec's clientBody): readAbort returns
+// errBodyStopped once abort is closed, and the bytes its read gets later
+// go to the next read; unread puts bytes back before what is left.
+type aheadReader interface {
+	io.Reader
+	readAbort(p []byte, abort <-chan struct{}) (int, error)
+	unread(p []byte)
+}
 
 // errBodyStopped ends the reads of a body whose request is over.
 var errBodyStopped = errors.New("graygate: the request is over")
@@ -464,6 +553,7 @@ func (b *upBody) stop(wake func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stopped = true
+	b.giveUp()
 	if wake == nil || !b.reading {
 		return
 	}
@@ -500,8 +590,20 @@ func resumeBody(b *upBody, call *netCall) (io.ReadCloser, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &upBody{src: io.MultiReader(newBytesReader(held), b.src), call: call, keep: b.keep, onEnd: b.onEnd,
-		count: bodyCount{size: b.count.size, max: b.count.max}}, true
+	src := b.src
+	if ar, ok := src.(aheadReader); ok {
+		// Before what a read given up brought, which came after held.
+		ar.unread(held)
+	} else {
+		src = io.MultiReader(newBytesReader(held), src)
+	}
+	return b.again(src, call), true
+}
+
+// again returns a body for another attempt that reads src, as b does.
+func (b *upBody) again(src io.Reader, call *netCall) *upBody {
+	return &upBody{src: src, call: call, keep: b.keep, onEnd: b.onEnd, before: b.before, abortable: b.abortable,
+		count: bodyCount{size: b.count.size, max: b.count.max}}
 }
 
 // ended reports whether the body was read to its end.
@@ -512,15 +614,16 @@ func (b *upBody) ended() bool {
 }
 
 // replay returns the body for another attempt, or false when it cannot be
-// sent again: nothing of it was read (the same body goes on), or it was
-// read to its end and is held whole.
+// sent again: nothing of it was read (a new body reads the same source: a
+// transport may have closed b), or it was read to its end and is held
+// whole.
 func (b *upBody) replay(call *netCall) (io.ReadCloser, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case !b.read:
-		b.call = call
-		return b, true
+		b.stopped = true
+		return b.again(b.src, call), true
 	case b.eof && !b.over:
 		return &heldBody{r: bytes.NewReader(b.held), call: call}, true
 	}
