@@ -32,7 +32,9 @@ type measurer struct {
 }
 
 // WebhookPayload is the JSON body a webhook check receives: the rollout's
-// state when the measurement is taken.
+// state when the measurement is taken. Every field is always present
+// (background too, false for a step's analysis), as the README lists
+// them, so that a receiver can rely on each key.
 type WebhookPayload struct {
 	Rule          string    `json:"rule"`
 	State         string    `json:"state"`
@@ -40,7 +42,7 @@ type WebhookPayload struct {
 	Steps         int       `json:"steps"`
 	Percent       float64   `json:"percent"`
 	Analysis      string    `json:"analysis"`
-	Background    bool      `json:"background,omitempty"`
+	Background    bool      `json:"background"`
 	Check         string    `json:"check"`
 	Measurement   int       `json:"measurement"`
 	StartedAt     time.Time `json:"started_at"`

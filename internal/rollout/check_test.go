@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -207,5 +209,35 @@ func TestBuiltinChecks(t *testing.T) {
 				t.Errorf("= %s %q, want %s ...%s...", res.Result, res.Message, tt.want, tt.msg)
 			}
 		})
+	}
+}
+
+// TestWebhookPayloadKeys: the webhook's body carries every field the
+// README lists, for a step's analysis (background false) as for the
+// background one.
+func TestWebhookPayloadKeys(t *testing.T) {
+	bodies := make(chan map[string]any, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		bodies <- m
+	}))
+	defer srv.Close()
+	m := testMeasurer(newFakeSource())
+	r := &rule.Rule{Key: "canary", GrayPercent: f64(25), Rollout: &rule.Rollout{
+		Steps:    []rule.Step{{Percent: f64(25)}, {Analysis: "hook"}},
+		Analyses: map[string]rule.Analysis{"hook": {Interval: breaker.Duration(time.Second), Checks: []rule.Check{{Webhook: &rule.WebhookCheck{URL: srv.URL}}}}},
+		Status:   &rule.RolloutStatus{State: rule.RolloutProgressing, Step: 1, StartedAt: time.Unix(1700000000, 0).UTC()},
+	}}
+	want := "analysis,background,check,measurement,percent,rule,started_at,state,step,step_started_at,steps"
+	for _, background := range []bool{false, true} {
+		if meas := m.measure(context.Background(), r, "hook", r.Rollout.Analyses["hook"], 1, background); meas.Result != rule.ResultPassed {
+			t.Fatalf("measurement = %+v", meas)
+		}
+		got := <-bodies
+		keys := slices.Sorted(maps.Keys(got))
+		if strings.Join(keys, ",") != want || got["background"] != background {
+			t.Errorf("background %v: payload %v, want the keys %s", background, got, want)
+		}
 	}
 }

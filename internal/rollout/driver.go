@@ -51,7 +51,13 @@ type analysisRun struct {
 	background bool
 	gen        generation
 	next       time.Time
-	results    []string
+	// results are the run's measurement results, oldest first; a
+	// background run keeps only the last count of them (its limits apply
+	// to those), or a rollout that waits days for promote would grow
+	// them by one every interval. taken counts every measurement, for
+	// their indexes.
+	results []string
+	taken   int
 }
 
 // generation identifies the step an analysis run belongs to; a status
@@ -129,7 +135,7 @@ func (d *driver) adopt(en store.Entry) {
 		d.history, d.historyOf, d.bg = slices.Clone(st.Measurements), st.StartedAt, nil
 	}
 	if d.lastState == rule.RolloutPaused && st.State == rule.RolloutProgressing && d.bg != nil {
-		d.bg.results = nil // resumed: the background analysis counts afresh
+		d.bg.results, d.bg.taken = nil, 0 // resumed: the background analysis counts afresh
 	}
 	d.lastState = st.State
 }
@@ -272,7 +278,7 @@ func (d *driver) analyse(ctx context.Context, run *analysisRun, now time.Time) (
 	if now.Before(run.next) {
 		return run.next, false, nil
 	}
-	m := d.e.meas.measure(ctx, &d.r, run.name, run.a, len(run.results)+1, run.background)
+	m := d.e.meas.measure(ctx, &d.r, run.name, run.a, run.taken+1, run.background)
 	iv := run.a.Interval.Std()
 	run.next = run.next.Add(iv)
 	if run.next.Before(now) { // a slow check: never measure twice at once
@@ -295,6 +301,10 @@ func (d *driver) add(run *analysisRun, m rule.Measurement) {
 		d.history = slices.Clone(d.history[len(d.history)-maxMeasurements:])
 	}
 	run.results = append(run.results, m.Result)
+	run.taken++
+	if n := run.a.EffectiveCount(); run.background && len(run.results) > n {
+		run.results = slices.Clone(run.results[len(run.results)-n:])
+	}
 }
 
 // ensureRuns makes the analysis runs fit the status: the current step's
@@ -368,7 +378,7 @@ func (d *driver) checkBreaker(ctx context.Context, now time.Time) (bool, error) 
 		if run == nil {
 			continue
 		}
-		m := rule.Measurement{Analysis: run.name, Background: run.background, Step: st.Step, Index: len(run.results) + 1,
+		m := rule.Measurement{Analysis: run.name, Background: run.background, Step: st.Step, Index: run.taken + 1,
 			At: now.UTC(), Result: rule.ResultFailed, Checks: []rule.CheckResult{res}}
 		d.add(run, m)
 		if done, err := d.decide(ctx, run, &m, now); done || err != nil {

@@ -28,6 +28,9 @@ const Actor = "rollout"
 // timers.
 const DefaultTick = 500 * time.Millisecond
 
+// applyTimeout bounds the Apply after a write (a reload of the rules).
+const applyTimeout = 30 * time.Second
+
 // maxMeasurements is how many measurements a status and a view keep;
 // a fleet's driver publishes the last maxLiveMeasurements of them after
 // each measurement.
@@ -96,7 +99,10 @@ type Engine struct {
 	// driver wrote on top of it.
 	wmu sync.Mutex
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// runCtx is Run's context: an Apply after a write ends with it (the
+	// gateway stops), not with the writer's.
+	runCtx  context.Context
 	drivers map[string]*slot
 	live    map[string]liveView // what the rollouts this gateway drives measured
 	leading map[string]bool
@@ -225,6 +231,9 @@ func (e *Engine) Observe(st store.State, rules []*rule.Compiled) {
 // Run drives the active rollouts until ctx ends: one driver goroutine per
 // rollout, which in a fleet first wins the rollout's election.
 func (e *Engine) Run(ctx context.Context) {
+	e.mu.Lock()
+	e.runCtx = ctx
+	e.mu.Unlock()
 	go e.rec.Run(ctx)
 	var wg sync.WaitGroup
 	if f := e.opts.Fleet; f != nil {
@@ -397,7 +406,24 @@ func (e *Engine) write(ctx context.Context, key string, r *rule.Rule, ifVersion 
 	}
 	e.log.Info("rollout change", "rule", key, "version", en.Version, "by", m.By, "reason", m.Reason)
 	if e.opts.Apply != nil {
-		if err := e.opts.Apply(ctx); err != nil {
+		// The write is committed: the reload that serves it must not end
+		// with ctx. A driver's ctx ends as soon as a reload shows its
+		// rollout completed or aborted, which this very write does (and
+		// the store's watch may reload it first); an operator's ends when
+		// the client hangs up. A canceled reload is logged as failed and
+		// becomes the gateway's last_error. applyTimeout and Run's
+		// context bound it.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
+		e.mu.Lock()
+		run := e.runCtx
+		e.mu.Unlock()
+		if run != nil {
+			stop := context.AfterFunc(run, cancel)
+			defer stop()
+		}
+		err := e.opts.Apply(actx)
+		cancel()
+		if err != nil {
 			e.log.Error("apply after a rollout change", "rule", key, "err", err)
 		}
 	}
@@ -626,7 +652,12 @@ func (e *Engine) Act(ctx context.Context, key string, cmd Command) (View, error)
 			return View{}, fmt.Errorf("rollout of %q: %s would make the rule invalid, so nothing was changed: %w: %w", key, cmd.Action, err, ErrState)
 		}
 		if st := r.Rollout.Status; st.StartedAt.Equal(started) {
-			if lv, ok := e.liveOf(ctx, key); ok && lv.StartedAt.Equal(started) {
+			// The driver publishes its live measurements only between its
+			// writes: the measurement that made it write (the last one of a
+			// passed analysis) is in the stored status, not in the live
+			// view. Take the live list only when it is the more recent log,
+			// or the operator's version would drop that measurement.
+			if lv, ok := e.liveOf(ctx, key); ok && lv.StartedAt.Equal(started) && newestAt(lv.Measurements).After(newestAt(st.Measurements)) {
 				st.Measurements = lv.Measurements
 			}
 		} else {
@@ -663,4 +694,13 @@ func Carry(prev, next *rule.Rule) {
 		st := *prev.Rollout.Status
 		next.Rollout.Status = &st
 	}
+}
+
+// newestAt is when the latest of ms (oldest first) was taken; zero for
+// none.
+func newestAt(ms []rule.Measurement) time.Time {
+	if len(ms) == 0 {
+		return time.Time{}
+	}
+	return ms[len(ms)-1].At
 }

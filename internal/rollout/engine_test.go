@@ -757,3 +757,86 @@ func TestPrometheusInfinity(t *testing.T) {
 		})
 	}
 }
+
+// TestActKeepsTheMeasurementThatPassed: the measurement that passes an
+// analysis is in the status the driver writes, not in its live view
+// (published only between writes). An operator's action after it must
+// keep that measurement in the version it writes.
+func TestActKeepsTheMeasurementThatPassed(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.src.set("canary", GroupGray, stats(100, 0, 1))
+	h.put("canary", `{"steps":[{"percent":50},{"analysis":"a"},{"pause":{}},{"percent":100}],"analyses":{"a":{"interval":"1s","count":3,"checks":[{"metric":"error_rate","max":0.1}]}}}`)
+	r := h.waitFor("canary", "the gate after the analysis", 100*time.Millisecond, inState(rule.RolloutPaused, 2))
+	if n := len(r.Rollout.Status.Measurements); n != 3 {
+		t.Fatalf("the driver's status holds %d measurements, want 3", n)
+	}
+	// A full promote completes the rollout: no write of the driver's
+	// follows to put the measurements back.
+	if _, err := h.eng.Act(ctx, "canary", Command{Action: ActionPromote, Full: true, By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	r = h.rule("canary")
+	ms := r.Rollout.Status.Measurements
+	if r.Rollout.Status.State != rule.RolloutCompleted || len(ms) != 3 || ms[2].Index != 3 {
+		t.Errorf("after the full promote the status is %s with %d measurements (%+v), want completed with the 3 of the analysis", r.Rollout.Status.State, len(ms), ms)
+	}
+}
+
+// TestBackgroundResultsBounded: a background analysis measures for the
+// whole rollout, which may wait days for promote; its run keeps only the
+// last count results its limits read, while the indexes go on.
+func TestBackgroundResultsBounded(t *testing.T) {
+	d := &driver{e: &Engine{}}
+	run := &analysisRun{name: "bg", background: true, a: rule.Analysis{Count: 3}}
+	results := append(slices.Repeat([]string{rule.ResultPassed}, 998), rule.ResultFailed, rule.ResultPassed, rule.ResultPassed)
+	for i, res := range results {
+		d.add(run, rule.Measurement{Analysis: "bg", Background: true, Index: i + 1, Result: res})
+	}
+	if !slices.Equal(run.results, []string{rule.ResultFailed, rule.ResultPassed, rule.ResultPassed}) {
+		t.Errorf("after %d measurements the run holds %d results, want the last 3: failed, passed, passed", len(results), len(run.results))
+	}
+	if len(d.history) != maxMeasurements {
+		t.Errorf("history holds %d, want %d", len(d.history), maxMeasurements)
+	}
+}
+
+// TestApplyOutlivesTheDriver: the write that ends a rollout (completed
+// here) makes the engine stop its driver as soon as a reload shows the
+// rollout inactive, which may happen while the Apply after that write is
+// still reloading. That Apply must not run on the driver's context: the
+// gateway logged "reload failed; the previous rules keep serving" with
+// "context canceled" and showed it as /api/v1/status last_error after
+// every rollout that completed or aborted.
+func TestApplyOutlivesTheDriver(t *testing.T) {
+	h := newHarness(t)
+	errs := make(chan error, 1)
+	hook := func(ctx context.Context) error {
+		if st := h.rule("canary").Rollout.Status; st == nil || st.State != rule.RolloutCompleted {
+			return nil
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, driving := h.eng.Driving()["canary"]; !driving {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		select {
+		case errs <- ctx.Err():
+		default:
+		}
+		return ctx.Err()
+	}
+	h.afterApply.Store(&hook)
+	h.put("canary", `{"steps":[{"percent":50}]}`)
+	h.waitFor("canary", "completion", 0, inState(rule.RolloutCompleted, 1))
+	select {
+	case err := <-errs:
+		if err != nil {
+			t.Errorf("the Apply after the completing write ran on a context that ended: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Apply after the completing write")
+	}
+}

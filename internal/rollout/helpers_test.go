@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,6 +193,9 @@ type harness struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dir    string
+	// afterApply, when set, runs at the end of the engine's Apply, as
+	// the gateway's reload goes on after handing the rules to Observe.
+	afterApply atomic.Pointer[func(ctx context.Context) error]
 }
 
 func newHarness(t *testing.T) *harness {
@@ -206,7 +210,7 @@ func startHarness(t *testing.T, dir string, clk *fakeClock, src *fakeSource) *ha
 		t.Fatal(err)
 	}
 	h := &harness{t: t, st: st, clk: clk, src: src, notes: &notes{}, reg: prometheus.NewRegistry(), done: make(chan struct{}), dir: dir}
-	h.eng, err = New(Options{Store: st, Clock: clk, Source: src, Notifier: h.notes, Registry: h.reg, Apply: h.apply})
+	h.eng, err = New(Options{Store: st, Clock: clk, Source: src, Notifier: h.notes, Registry: h.reg, Apply: h.engineApply})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,6 +251,17 @@ func (h *harness) stop() {
 	}
 	h.cancel = nil
 	_ = h.st.Close()
+}
+
+// engineApply is the engine's Apply: apply, then afterApply.
+func (h *harness) engineApply(ctx context.Context) error {
+	if err := h.apply(ctx); err != nil {
+		return err
+	}
+	if f := h.afterApply.Load(); f != nil {
+		return (*f)(ctx)
+	}
+	return nil
 }
 
 var applyMu sync.Mutex
