@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"slices"
@@ -320,21 +321,12 @@ func (w *walker) differ(a, b any, aAbsent, bAbsent bool) {
 }
 
 // scalarEqual compares two JSON scalars (or a scalar with a compound
-// value, which is never equal); numbers are equal when written alike or
-// when they are the same float64 (1 and 1.0).
+// value, which is never equal); see numberEqual for numbers.
 func scalarEqual(a, b any) bool {
 	switch av := a.(type) {
 	case json.Number:
 		bv, ok := b.(json.Number)
-		if !ok {
-			return false
-		}
-		if av == bv {
-			return true
-		}
-		af, aerr := av.Float64()
-		bf, berr := bv.Float64()
-		return aerr == nil && berr == nil && af == bf
+		return ok && numberEqual(av, bv)
 	case string:
 		bv, ok := b.(string)
 		return ok && av == bv
@@ -345,6 +337,77 @@ func scalarEqual(a, b any) bool {
 		return b == nil
 	}
 	return false
+}
+
+// numberEqual compares two JSON numbers. They are equal when they are the
+// same decimal however written (1, 1.0, 1e0, 10e-1). Integers are compared
+// exactly: ids beyond 2^53 (9007199254740993 and 9007199254740992) are the
+// same float64, and a candidate that rounds an id is a regression the diff
+// must show. Other numbers are also equal when they are the same float64,
+// so that two serializers that print a float with more or fewer digits
+// (0.1 and 0.10000000000000001) do not differ.
+func numberEqual(a, b json.Number) bool {
+	if a == b {
+		return true
+	}
+	ad, aok := decimalOf(string(a))
+	bd, bok := decimalOf(string(b))
+	if aok && bok {
+		if ad == bd {
+			return true
+		}
+		if ad.exp >= 0 && bd.exp >= 0 {
+			return false // two integers that differ
+		}
+	}
+	af, aerr := a.Float64()
+	bf, berr := b.Float64()
+	return aerr == nil && berr == nil && af == bf
+}
+
+// decimal is a JSON number as sign × digits × 10^exp, digits without
+// leading or trailing zeros ("" for zero, whose sign is dropped).
+type decimal struct {
+	neg    bool
+	digits string
+	exp    int64
+}
+
+// decimalOf parses a number of JSON's grammar (RFC 8259 section 6); ok is
+// false for anything else, or an exponent beyond int64.
+func decimalOf(s string) (decimal, bool) {
+	var d decimal
+	if strings.HasPrefix(s, "-") {
+		d.neg, s = true, s[1:]
+	}
+	mant := s
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.ParseInt(s[i+1:], 10, 64)
+		if err != nil {
+			return decimal{}, false
+		}
+		mant, d.exp = s[:i], e
+	}
+	ip, fp, _ := strings.Cut(mant, ".")
+	digits := ip + fp
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return decimal{}, false
+	}
+	if d.exp < math.MinInt64+int64(len(fp)) {
+		return decimal{}, false
+	}
+	d.exp -= int64(len(fp))
+	digits = strings.TrimLeft(digits, "0")
+	trimmed := strings.TrimRight(digits, "0")
+	if d.exp > math.MaxInt64-int64(len(digits)-len(trimmed)) {
+		return decimal{}, false
+	}
+	d.exp += int64(len(digits) - len(trimmed))
+	d.digits = trimmed
+	if d.digits == "" {
+		return decimal{}, true // zero: -0, 0.0 and 0e5 alike
+	}
+	return d, true
 }
 
 // render returns a function that renders a JSON value for an example.

@@ -3,6 +3,7 @@ package mirror
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -42,6 +43,11 @@ func TestCompare(t *testing.T) {
 	}{
 		{"equal", jsonAnswer(`{"a":1}`), jsonAnswer(`{"a":1}`), nil, []string{}},
 		{"numbers written differently", jsonAnswer(`{"a":1,"b":1e2}`), jsonAnswer(`{"a":1.0,"b":100}`), nil, []string{}},
+		{"integers beyond 2^53 compared exactly", jsonAnswer(`{"id":9007199254740993,"big":12345678901234567890}`),
+			jsonAnswer(`{"id":9007199254740992,"big":12345678901234567891}`), nil, []string{"body.big", "body.id"}},
+		{"the same decimal written differently", jsonAnswer(`{"a":15,"b":-0,"c":1.50,"d":9007199254740993}`),
+			jsonAnswer(`{"a":1.5e1,"b":0.0,"c":15E-1,"d":9007199254740993.000}`), nil, []string{}},
+		{"a float printed with more digits", jsonAnswer(`{"f":0.1}`), jsonAnswer(`{"f":0.10000000000000001}`), nil, []string{}},
 		{"key order and spacing", jsonAnswer(`{"a":1,"b":2}`), jsonAnswer("{ \"b\" : 2,\n\"a\":1 }"), nil, []string{}},
 		{"status", &answer{status: 200, header: http.Header{}}, &answer{status: 500, header: http.Header{}}, nil, []string{"status"}},
 		{"scalar, missing and extra", jsonAnswer(`{"a":1,"b":"x","c":true}`), jsonAnswer(`{"a":2,"c":true,"d":null}`), nil, []string{"body.a", "body.b", "body.d"}},
@@ -178,6 +184,23 @@ func FuzzCompare(f *testing.F) {
 		}
 		if ds := compare(x, x, nil, 50); len(ds) != 0 {
 			t.Fatalf("an answer differs from itself at %v", paths(ds))
+		}
+	})
+}
+
+// FuzzNumberEqual: numbers from an upstream's body never panic the diff,
+// and equality does not depend on which answer is the primary.
+func FuzzNumberEqual(f *testing.F) {
+	for _, s := range [][2]string{{"1", "1.0"}, {"9007199254740993", "9007199254740992"}, {"-0", "0e9"}, {"1e9223372036854775807", "10e9223372036854775807"}, {"0.1", "0.10000000000000001"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ab, ba := numberEqual(json.Number(a), json.Number(b)), numberEqual(json.Number(b), json.Number(a))
+		if ab != ba {
+			t.Errorf("numberEqual(%q, %q) = %v, but %v the other way", a, b, ab, ba)
+		}
+		if !numberEqual(json.Number(a), json.Number(a)) {
+			t.Errorf("numberEqual(%q, itself) = false", a)
 		}
 	})
 }

@@ -40,7 +40,8 @@
 // hop-by-hop ones, the fields Connection names and Content-Length (a body
 // that differs is reported by path, not also as a length); JSON bodies
 // (application/json, +json) field by field, by path, arrays element-wise
-// ("body.items[2].price"); other bodies as a whole (bytes, "body"). A gzip
+// ("body.items[2].price"), numbers as decimals (integers exactly: an id
+// beyond 2^53 that the candidate rounds differs); other bodies as a whole (bytes, "body"). A gzip
 // Content-Encoding is undone first. Bodies longer than
 // Options.MaxResponseBody are not compared. Paths in "ignore" (and
 // everything under them; "[*]" matches any index) are skipped.

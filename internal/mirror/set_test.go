@@ -460,3 +460,23 @@ func TestCloseStopsWorkers(t *testing.T) {
 		t.Error("Mirror queued after Close")
 	}
 }
+
+func TestMethodsUpperCased(t *testing.T) {
+	// The listeners take only upper-case methods: a rule's "get" means
+	// GET, and taken as written it would mirror nothing.
+	s, err := NewSpec(SpecConfig{Rule: "r", Target: &upstream.Pool{}, Percent: 100, Methods: []string{"get", "Post", "POST"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"GET", "POST"}; !slices.Equal(s.Methods, want) {
+		t.Errorf("Methods = %q, want %q", s.Methods, want)
+	}
+	for _, m := range []string{"GET", "POST"} {
+		if !s.Selects(m, "u1") {
+			t.Errorf("Selects(%q) = false", m)
+		}
+	}
+	if s.Selects("HEAD", "u1") {
+		t.Error("Selects(HEAD) = true, not named")
+	}
+}

@@ -108,9 +108,17 @@ func NewSpec(c SpecConfig) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	methods := c.Methods
-	if methods == nil {
-		methods = DefaultMethods
+	methods := DefaultMethods
+	if c.Methods != nil {
+		// Upper case: every method the listeners accept is (the HTTP/1
+		// listener refuses "get" with 400), so a rule's "get" can only
+		// mean GET, and taken as written it would mirror nothing.
+		methods = make([]string, 0, len(c.Methods))
+		for _, m := range c.Methods {
+			if m = strings.ToUpper(m); !slices.Contains(methods, m) {
+				methods = append(methods, m)
+			}
+		}
 	}
 	s := &Spec{
 		Rule: c.Rule, Target: c.Target, TargetName: c.TargetName, Secondary: c.Secondary, SecondaryName: c.SecondaryName,

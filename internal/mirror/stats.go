@@ -118,9 +118,11 @@ type Document struct {
 	// primary's; SecondaryFailed those it did not give.
 	NoiseCompared   uint64 `json:"noise_compared"`
 	SecondaryFailed uint64 `json:"secondary_failed"`
-	// Failed counts copies the mirror target did not answer; Dropped those
-	// never sent (queue full, body over max_body); both are since the rule
-	// got its mirror.
+	// Failed counts copies the mirror target did not answer, since the
+	// diff started (with Requests and Compared: Requests = Compared +
+	// Failed when diffing); Dropped those never sent (queue full, body
+	// over max_body), since the rule got its mirror, as
+	// graygate_mirror_dropped_total counts them.
 	Failed  uint64 `json:"failed"`
 	Dropped uint64 `json:"dropped"`
 	// UntrackedDifferences counts differences in fields beyond the

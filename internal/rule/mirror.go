@@ -114,13 +114,15 @@ func (r *Rule) validateMirror() []error {
 		switch {
 		case !mirror.ValidMethod(meth):
 			add(p, "must be a method token such as \"GET\", got %q", meth)
-		case meth == "CONNECT":
+		case strings.EqualFold(meth, "CONNECT"):
 			add(p, "CONNECT cannot be mirrored: the gateway does not open tunnels")
 		default:
-			if j, dup := seen[meth]; dup {
-				add(p, "duplicates methods[%d] %q", j, meth)
+			// Compared upper-cased, as the mirror selects them.
+			up := strings.ToUpper(meth)
+			if j, dup := seen[up]; dup {
+				add(p, "duplicates methods[%d] %q", j, m.Methods[j])
 			}
-			seen[meth] = i
+			seen[up] = i
 		}
 	}
 	if m.MaxBody != nil && (*m.MaxBody < 0 || *m.MaxBody > MaxMirrorBody) {

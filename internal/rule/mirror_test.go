@@ -55,6 +55,8 @@ func TestMirrorValidation(t *testing.T) {
 		{"percent decimals", withMirror(`{"percent":1.234}`), []string{"mirror.percent: allows at most two decimals, got 1.234"}},
 		{"methods", withMirror(`{"percent":1,"methods":["GET","G T","GET","CONNECT"]}`),
 			[]string{"mirror.methods[1]: must be a method token", "mirror.methods[2]: duplicates methods[0]", "mirror.methods[3]: CONNECT cannot be mirrored"}},
+		{"methods in another case", withMirror(`{"percent":1,"methods":["post","POST","connect"]}`),
+			[]string{`mirror.methods[1]: duplicates methods[0] "post"`, "mirror.methods[2]: CONNECT cannot be mirrored"}},
 		{"methods empty", withMirror(`{"percent":1,"methods":[]}`), []string{"mirror.methods: must name at least one method"}},
 		{"max_body syntax", withMirror(`{"percent":1,"max_body":"lots"}`), []string{`mirror.max_body: expected a size such as "64KiB" or "1MiB", got "lots"`}},
 		{"max_body too large", withMirror(`{"percent":1,"max_body":"1GiB"}`), []string{"mirror.max_body: must be 0..16 MiB, got 1073741824 bytes"}},
