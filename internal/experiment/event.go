@@ -69,9 +69,10 @@ const (
 	DropPendingFull      = "pending_full"      // too many conversions of unexposed units waiting
 	DropBadValue         = "bad_value"         // a reported value that is not a finite number in range
 	DropOverflow         = "overflow"          // a unit's total would overflow
+	DropUnitTooLong      = "unit_too_long"     // a request's unit id is over MaxUnitBytes
 )
 
-var dropReasons = [...]string{DropQueueFull, DropStoreUnavailable, DropMaxUnits, DropPendingFull, DropBadValue, DropOverflow}
+var dropReasons = [...]string{DropQueueFull, DropStoreUnavailable, DropMaxUnits, DropPendingFull, DropBadValue, DropOverflow, DropUnitTooLong}
 
 // counts are one experiment's integer aggregates.
 type counts struct {

@@ -16,6 +16,14 @@ import (
 // MaxEvents is the most events one POST /api/v1/events may carry.
 const MaxEvents = 10_000
 
+// MaxEventSkew is how far ahead of the gateway's clock a posted event's ts
+// may be: the clocks of a sender and the gateway differ by that much at
+// most when both keep time. An event dated later has not happened yet;
+// counting it would put conversions after exposures only because a clock
+// is wrong (a sender 2 days ahead converts every unit it names within the
+// 72h window), so it is refused, naming the field.
+const MaxEventSkew = 5 * time.Minute
+
 // PostedEvent is one element of POST /api/v1/events: a conversion that
 // happened elsewhere (a signup in another service, a payment webhook).
 type PostedEvent struct {
@@ -28,7 +36,8 @@ type PostedEvent struct {
 	Value *float64 `json:"value,omitempty"`
 	// TS is when it happened, RFC 3339 (default: when it is received). It
 	// counts for an experiment only if the unit's first exposure is at or
-	// before TS, within the conversion window.
+	// before TS, within the conversion window. A TS more than MaxEventSkew
+	// ahead of the gateway's clock is refused.
 	TS string `json:"ts,omitempty"`
 }
 
@@ -122,8 +131,12 @@ func parseEvent(raw json.RawMessage, p string, cat *Catalog, now time.Time) ([]E
 	ts := now
 	if pe.TS != "" {
 		t, err := time.Parse(time.RFC3339Nano, pe.TS)
-		if err != nil {
+		switch {
+		case err != nil:
 			add("ts", "must be an RFC 3339 time such as \"2026-11-30T10:30:00Z\", got %q", pe.TS)
+		case t.Sub(now) > MaxEventSkew:
+			add("ts", "%q is %v ahead of the gateway's clock (%s), more than the %v of clock skew taken: fix the sender's clock, or leave ts out to date the event on arrival",
+				pe.TS, t.Sub(now).Round(time.Second), now.UTC().Format(time.RFC3339), MaxEventSkew)
 		}
 		ts = t
 	}

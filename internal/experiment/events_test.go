@@ -162,3 +162,49 @@ func TestPostEventsRedisHung(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestPostedEventsDatedAhead: an event's ts may be ahead of the gateway's
+// clock by MaxEventSkew, the clocks' disagreement; one dated later has not
+// happened yet (its sender's clock is wrong) and is refused by index and
+// field, naming the value, where it would otherwise count for every unit
+// exposed up to a conversion window before it.
+func TestPostedEventsDatedAhead(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	cat := NewCatalog(snap, Settings{})
+	tests := []struct {
+		name string
+		ts   time.Time
+		ok   bool
+	}{
+		{"now", now, true},
+		{"a week ago", now.Add(-7 * 24 * time.Hour), true},
+		{"ahead by the skew taken", now.Add(MaxEventSkew), true},
+		{"ahead by a second more", now.Add(MaxEventSkew + time.Second), false},
+		{"71 hours ahead", now.Add(71 * time.Hour), false},
+		{"in 2099", time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := tt.ts.Format(time.RFC3339Nano)
+			body := `{"events": [{"unit": "u1", "metric": "signup", "ts": "` + ts + `"}]}`
+			evs, res, err := ParseEvents([]byte(body), cat, now)
+			if err != nil {
+				t.Fatalf("ParseEvents: %v", err)
+			}
+			if tt.ok {
+				if res.Accepted != 1 || len(evs) != 1 || evs[0].TS != tt.ts.UnixMilli() {
+					t.Errorf("ts %s: %+v, events %+v; want it accepted and dated so", ts, res, evs)
+				}
+				return
+			}
+			if res.Rejected != 1 || len(evs) != 0 || len(res.Problems) != 1 {
+				t.Fatalf("ts %s: %+v, events %+v; want it refused", ts, res, evs)
+			}
+			p := res.Problems[0]
+			if p.Path != "events[0].ts" || !strings.Contains(p.Message, strconv.Quote(ts)) || !strings.Contains(p.Message, "ahead of the gateway's clock") {
+				t.Errorf("problem %s: %s; want events[0].ts naming %q and the clock", p.Path, p.Message, ts)
+			}
+		})
+	}
+}

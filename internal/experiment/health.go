@@ -102,8 +102,14 @@ func (r *Recorder) checkHealth(ctx context.Context) {
 			since = time.UnixMilli(pc.ph.Since).UTC()
 			judgedUnits += " since " + since.Format(time.RFC3339)
 		}
-		r.log.Warn("sample ratio mismatch: the split does not match the weights, so this experiment's results cannot be trusted",
-			"experiment", sp.ID, "rule", k, "p_value", p, "sequential_p_value", seqP, "threshold", res.SRM.Threshold, "units", pc.units, "since", since, "frozen", cat.Freeze && !sp.RolledBack)
+		args := []any{"experiment", sp.ID, "rule", k, "p_value", p, "sequential_p_value", seqP, "threshold", res.SRM.Threshold, "units", pc.units}
+		if !since.IsZero() {
+			// In the first phase every unit is judged: there is no since
+			// to name (a zero time would read as the year 1).
+			args = append(args, "since", since)
+		}
+		args = append(args, "frozen", cat.Freeze && !sp.RolledBack)
+		r.log.Warn("sample ratio mismatch: the split does not match the weights, so this experiment's results cannot be trusted", args...)
 		if r.opts.OnSRM != nil {
 			units := make(map[string]int64, len(res.Groups))
 			for _, g := range res.Groups {
@@ -172,9 +178,9 @@ var (
 	descUnits = prometheus.NewDesc("graygate_experiment_units",
 		"Units exposed to an experiment, by group, as the experiment store counts them (the fleet's with Redis).", []string{"experiment", "group"}, nil)
 	descSRM = prometheus.NewDesc("graygate_experiment_srm_p_value",
-		"P-value of the sample-ratio-mismatch check (Pearson chi-squared against the weights), once every group has 8 units.", []string{"experiment"}, nil)
+		"P-value of the sample-ratio-mismatch check (Pearson chi-squared against the weights), once every group expects 8 units.", []string{"experiment"}, nil)
 	descSeqSRM = prometheus.NewDesc("graygate_experiment_srm_sequential_p_value",
-		"Anytime-valid p-value of the sample-ratio-mismatch check (Lindon and Malek's Dirichlet-multinomial test), valid however often it is read; once every group has 8 units.", []string{"experiment"}, nil)
+		"Anytime-valid p-value of the sample-ratio-mismatch check (Lindon and Malek's Dirichlet-multinomial test), valid however often it is read; once every group expects 8 units.", []string{"experiment"}, nil)
 	descDropped = prometheus.NewDesc("graygate_experiment_events_dropped_total",
 		"Exposures and conversions not recorded, by reason.", []string{"reason"}, nil)
 	descBacklog = prometheus.NewDesc("graygate_experiment_store_buffered_events",

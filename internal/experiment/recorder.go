@@ -23,7 +23,8 @@ import (
 )
 
 // MaxUnitBytes bounds the unit ids the recorder takes; longer ones are
-// ignored (identity.max_length refuses them before routing by default).
+// not recorded and counted as DropUnitTooLong (identity.max_length, 256
+// by default, refuses them before routing unless raised past this).
 const MaxUnitBytes = 1024
 
 // Defaults of Options.
@@ -227,7 +228,15 @@ func (r *Recorder) Observe(d *router.Decision, status int, method, path string, 
 		return
 	}
 	unit := d.Identity.Value
-	if unit == "" || len(unit) > MaxUnitBytes {
+	if unit == "" {
+		return
+	}
+	if len(unit) > MaxUnitBytes {
+		// identity.max_length may let longer ids through to routing than
+		// the recorder keeps: such a unit is served but never exposed or
+		// converted, which must show somewhere rather than bias results
+		// silently (long ids are not a random subset of users).
+		r.dropped[indexOf(DropUnitTooLong)].Add(1)
 		return
 	}
 	uh := xxhash.Sum64String(unit)

@@ -2,9 +2,11 @@ package experiment
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -387,4 +389,116 @@ func TestConcurrentRequestsOfAUnit(t *testing.T) {
 	if m := metricOf(t, res, page.Group, "revenue"); m.Sum != 9.5 {
 		t.Errorf("revenue = %+v, want 9.5", m)
 	}
+}
+
+// TestUnitTooLongIsCounted: with identity.max_length raised past
+// MaxUnitBytes, a request's unit reaches the recorder longer than it
+// keeps. Such a unit is served but never exposed, and that is counted
+// (unit_too_long), not silent: the ids lost are not a random sample.
+func TestUnitTooLongIsCounted(t *testing.T) {
+	r := newRecorder(t, Options{})
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	r.SetCatalog(NewCatalog(snap, Settings{}))
+	tests := []struct {
+		name    string
+		bytes   int
+		exposed bool
+	}{
+		{"at the bound", MaxUnitBytes, true},
+		{"a byte over", MaxUnitBytes + 1, false},
+		{"raised identity.max_length", 1500, false},
+	}
+	var want int64 // units exposed so far
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := r.Dropped(DropUnitTooLong)
+			d := snap.Decide(request("/shop/item", "GET", "u"), nil)
+			d.Identity.Value = strconv.Itoa(i) + strings.Repeat("x", tt.bytes-1)
+			r.Observe(&d, 200, "GET", "/shop/item", nil, start)
+			flush(t, r)
+			if tt.exposed {
+				want++
+			}
+			var units int64
+			for _, g := range results(t, r, "checkout").Groups {
+				units += g.Units
+			}
+			dropped := r.Dropped(DropUnitTooLong) - before
+			if units != want || dropped != map[bool]uint64{true: 0, false: 1}[tt.exposed] {
+				t.Errorf("a %d-byte unit: %d units exposed in all and %d counted as %s; want %d exposed, exposed %v", tt.bytes, units, dropped, DropUnitTooLong, want, tt.exposed)
+			}
+		})
+	}
+}
+
+// TestSRMOfAStarvedGroup: an experiment whose B units never arrive (a
+// client that crashes in B before its first request, the classic cause
+// of a sample-ratio mismatch) is flagged although B has fewer than
+// stats.SRMMinUnits units (it has none): the check gates on the units a
+// group expects. The WARN names the experiment and its units, and no
+// phase start, as in the first phase every unit is judged.
+func TestSRMOfAStarvedGroup(t *testing.T) {
+	var logs syncBuffer
+	alerts := make(chan SRMAlert, 4)
+	r := newRecorder(t, Options{
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		OnSRM:  func(a SRMAlert) { alerts <- a },
+	})
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	r.SetCatalog(NewCatalog(snap, Settings{}))
+	for i, sent := 0, 0; sent < 200; i++ {
+		d := snap.Decide(request("/shop/", "GET", "starved"+strconv.Itoa(i)), nil)
+		if d.Group != "A" {
+			continue
+		}
+		r.Observe(&d, 200, "GET", "/shop/", nil, start)
+		sent++
+	}
+	flush(t, r)
+	flush(t, r)
+	res := results(t, r, "checkout")
+	if !res.SRM.Judged || res.SRM.OK || !res.SRM.Alert {
+		t.Fatalf("200 units in A and none in B at 50/50: SRM %+v, want judged, not ok, alert", res.SRM)
+	}
+	select {
+	case a := <-alerts:
+		if a.Experiment != "exp_checkout" || a.Units["A"] != 200 || a.Units["B"] != 0 || !a.Since.IsZero() {
+			t.Errorf("OnSRM(%+v)", a)
+		}
+	default:
+		t.Fatal("no OnSRM for a split of 200 to 0")
+	}
+	var warn map[string]any
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "sample ratio mismatch") {
+			if err := json.Unmarshal([]byte(line), &warn); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if warn == nil || warn["level"] != "WARN" || warn["experiment"] != "exp_checkout" {
+		t.Fatalf("no WARN naming the experiment in\n%s", logs.String())
+	}
+	if since, ok := warn["since"]; ok {
+		t.Errorf("the WARN of a first phase has since %v", since)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer's and the test's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

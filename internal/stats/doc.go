@@ -56,8 +56,11 @@
 //   - SRM: Pearson's χ² of the groups' unit counts against the counts the
 //     configured weights expect, e_i = w_i/Σw · Σn, with groups − 1 degrees
 //     of freedom and p = P(χ²_df > χ²) (utils.py L70–84, check_srm). It is
-//     judged only when every group with a positive weight has at least
-//     SRMMinUnits units; ok is false when p < threshold (default 0.001).
+//     judged only when every group with a positive weight expects at least
+//     SRMMinUnits units (e_i ≥ 8, Cochran's rule for the χ² approximation);
+//     the units a group actually got do not hold the judgement back, or a
+//     group starved of units, the worst mismatch, would never be judged.
+//     ok is false when p < threshold (default 0.001).
 //     sequential_p_value is the anytime-valid p-value of the split: 1/BF
 //     of a Dirichlet(C·θ)-multinomial mixture against the multinomial of
 //     the weights θ (Lindon and Malek 2022, Optimizely's ssrm), C =
@@ -82,8 +85,12 @@
 // other group's n − 1) and is reported; GrowthBook refuses every zero
 // variance there, we refuse only the undefined case. Lift is null when the
 // baseline mean is 0, and ci95 is null when the lift's delta-method
-// variance is 0 or the test is undefined. SRM reports judged: false with a
-// reason, and null chi2 and p_value, when it is not judged; a group whose
-// weight is 0 but which has units is a certain mismatch: ok false, p_value
-// 0 and chi2 null (it is infinite).
+// variance is 0 or the test is undefined. With Sequential, p_value is the
+// always-valid test of the lift and is null with it; the fixed-horizon
+// p-value is then only in welch_p_value, so that no one peeking at a
+// sequential experiment reads a p-value that peeking invalidates. SRM
+// reports judged: false with a reason, and null chi2 and p_value, when it
+// is not judged (some group expects fewer than SRMMinUnits units); a group
+// whose weight is 0 but which has units is a certain mismatch: ok false,
+// p_value 0 and chi2 null (it is infinite).
 package stats

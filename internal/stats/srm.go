@@ -8,7 +8,8 @@ import (
 )
 
 // checkSRM runs Pearson's χ² test of the groups' unit counts against the
-// configured weights (gbstats utils.py L70–84). Groups of weight 0 expect
+// configured weights (gbstats utils.py L70–84), once every weighted group
+// expects at least SRMMinUnits units. Groups of weight 0 expect
 // no units: without units they take no part (and add no degree of freedom,
 // where gbstats still counts them in df); with units they are a certain
 // mismatch. The groups' weights and units must have been validated.
@@ -36,9 +37,12 @@ func checkSRM(groups []Group, threshold float64) SRM {
 		s.Reason = fmt.Sprintf("needs at least 2 groups with a positive weight, got %d", k)
 		return s
 	}
+	// The χ² approximation needs enough expected units in every group.
+	// Gating on the units a group actually got instead would never judge
+	// the worst mismatch of all: a group that gets (almost) none.
 	for _, g := range groups {
-		if g.Weight > 0 && g.Units < SRMMinUnits {
-			s.Reason = fmt.Sprintf("not judged until every group has at least %d units: group %q has %d", SRMMinUnits, g.Name, g.Units)
+		if e := g.Weight / weights * total; g.Weight > 0 && e < SRMMinUnits {
+			s.Reason = fmt.Sprintf("not judged until every group expects at least %d units: group %q expects %.4g (%.4g%% of %.0f units)", SRMMinUnits, g.Name, e, g.Weight/weights*100, total)
 			return s
 		}
 	}

@@ -28,8 +28,11 @@ const (
 	// as in issue 14 and GrowthBook's DEFAULT_SRM_THRESHOLD
 	// (packages/shared/src/constants.ts L113).
 	DefaultSRMThreshold = 0.001
-	// SRMMinUnits is the number of units every group needs before the
-	// χ² test is judged: with fewer, the χ² approximation is too coarse.
+	// SRMMinUnits is the number of units every group must expect (its
+	// share of all units, by weight) before the χ² test is judged: with
+	// fewer, the χ² approximation is too coarse. It gates on expected,
+	// not observed, counts (Cochran's rule), because a group that
+	// receives too few units is the very mismatch the check exists for.
 	SRMMinUnits = 8
 	// SRMSequentialConcentration is C, the concentration of the Dirichlet
 	// prior of the sequential SRM test around the configured shares: the
@@ -162,8 +165,10 @@ type SRM struct {
 	// gateway checks every experiment several times a second; χ² alone,
 	// read that often, would flag a clean split sooner or later.
 	Alert bool `json:"alert"`
-	// Judged is false while some weighted group has fewer than SRMMinUnits
-	// units; Reason then says which.
+	// Judged is false while some weighted group expects fewer than
+	// SRMMinUnits units (weight/Σweights × all units); Reason then says
+	// which. A group that gets fewer units than that, or none, does not
+	// hold the judgement back.
 	Judged bool   `json:"judged"`
 	Reason string `json:"reason,omitempty"`
 }
@@ -182,7 +187,8 @@ type Comparison struct {
 	// always-valid one when Sequential.
 	CI95 *[2]float64 `json:"ci95"`
 	// PValue is Welch's two-sided p-value, or the always-valid one when
-	// Sequential.
+	// Sequential; the latter tests the lift, so it is null when the lift
+	// or its variance is undefined, never the fixed-horizon one instead.
 	PValue *float64 `json:"p_value"`
 	// WelchPValue is the fixed-horizon Welch p-value, set only when
 	// Sequential (otherwise it is PValue).

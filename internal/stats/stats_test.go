@@ -241,6 +241,51 @@ func TestSequential(t *testing.T) {
 	}
 }
 
+// TestSequentialPValueIsNeverFixedHorizon: with "sequential": true, p_value
+// is the always-valid p-value of the lift. When the lift (a baseline mean
+// of 0) or its delta-method variance (a constant treatment whose mean is 0)
+// is undefined, there is none: p_value is null, and the fixed-horizon Welch
+// p-value is in welch_p_value only, never passed off as p_value, which a
+// sequential experiment's readers peek at. Each case has 3 units a group
+// and one unit of 3 converted in one group, so t = ±1 with 2 degrees of
+// freedom and Welch's p = 1 − 1/√3.
+func TestSequentialPValueIsNeverFixedHorizon(t *testing.T) {
+	welch := 1 - 1/math.Sqrt(3)
+	tests := []struct {
+		name string
+		a, b Metric
+	}{
+		{"baseline mean 0", conversions("m", 0, 3), conversions("m", 1, 3)},
+		{"lift variance 0", conversions("m", 1, 3), conversions("m", 0, 3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, sequential := range []bool{false, true} {
+				res, err := Compute(twoGroups(tt.a, tt.b, Options{Sequential: sequential}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := res.Comparisons[0]
+				if !near(c.DF, 2) || c.T == nil || !near(ptr(math.Abs(*c.T)), 1) {
+					t.Fatalf("sequential %v: t %v df %v, want ±1 and 2", sequential, show(c.T), show(c.DF))
+				}
+				if !sequential {
+					if !near(c.PValue, welch) || c.WelchPValue != nil {
+						t.Errorf("fixed horizon: p_value %v welch_p_value %v, want %v and null", show(c.PValue), show(c.WelchPValue), welch)
+					}
+					continue
+				}
+				if c.PValue != nil || !near(c.WelchPValue, welch) {
+					t.Errorf("sequential: p_value %v welch_p_value %v, want null and %v", show(c.PValue), show(c.WelchPValue), welch)
+				}
+				if c.CI95 != nil || !strings.Contains(c.Reason, "always-valid p-value") {
+					t.Errorf("sequential: ci95 %v, reason %q; want null and a reason naming the always-valid p-value", c.CI95, c.Reason)
+				}
+			}
+		})
+	}
+}
+
 func TestSRMHandChecked(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -262,7 +307,17 @@ func TestSRMHandChecked(t *testing.T) {
 		{name: "relative weights", weights: []float64{2, 8}, units: []int64{220, 780}, judged: true, ok: true, df: 1, chi2: ptr(2.5), p: ptr(math.Erfc(math.Sqrt(1.25)))},
 		// χ² = 2·500²/9500 = 52.63; erfc(√(χ²/2)) ≈ 2.8e-13.
 		{name: "10% of B dropped", weights: []float64{50, 50}, units: []int64{10000, 9000}, judged: true, ok: false, df: 1, chi2: ptr(2 * 500.0 * 500 / 9500), p: ptr(math.Erfc(math.Sqrt(500.0 * 500 / 9500)))},
-		{name: "a group below 8 units", weights: []float64{50, 50}, units: []int64{7, 100}, ok: true, df: 1, reason: `group "A" has 7`},
+		// A group that got fewer than 8 units is judged once it expects 8:
+		// 7 of 107 at 50/50 is a glaring mismatch, not a reason to wait.
+		// χ² = 2·46.5²/53.5; p = erfc(√(χ²/2)).
+		{name: "a group below 8 units", weights: []float64{50, 50}, units: []int64{7, 100}, judged: true, ok: false, df: 1, chi2: ptr(2 * 46.5 * 46.5 / 53.5), p: ptr(math.Erfc(math.Sqrt(46.5 * 46.5 / 53.5)))},
+		// χ² = 2·8²/8 = 16, p = erfc(√8): 16 units all in one group.
+		{name: "a group with no units", weights: []float64{50, 50}, units: []int64{0, 16}, judged: true, ok: false, df: 1, chi2: ptr(16), p: ptr(math.Erfc(math.Sqrt(8)))},
+		// 400 units at 40/40/20 all in A (B's and the holdout's never
+		// arrive): χ² = 240²/160 + 160 + 80 = 600; df 2, so p = e^(−χ²/2).
+		{name: "only one group gets units", weights: []float64{40, 40, 20}, units: []int64{400, 0, 0}, judged: true, ok: false, df: 2, chi2: ptr(600), p: ptr(math.Exp(-300))},
+		{name: "expected units just enough", weights: []float64{50, 50}, units: []int64{8, 8}, judged: true, ok: true, df: 1, chi2: ptr(0), p: ptr(1)},
+		{name: "expected units too few", weights: []float64{50, 50}, units: []int64{0, 15}, ok: true, df: 1, reason: `group "A" expects 7.5 (50% of 15 units)`},
 		{name: "nobody yet", weights: []float64{50, 50}, units: []int64{0, 0}, ok: true, df: 1, reason: "at least 8 units"},
 		// A weight-0 group without units takes no part: df is 1, not 2.
 		{name: "empty weight-0 group", weights: []float64{50, 50, 0}, units: []int64{60, 40, 0}, judged: true, ok: true, df: 1, chi2: ptr(4), p: ptr(math.Erfc(math.Sqrt2))},

@@ -78,10 +78,23 @@ func compare(a, b summary, opt Options) (c Comparison) {
 	tdist := studentT(df)
 	t := diff / math.Sqrt(se2)
 	c.T, c.DF = finite(t), finite(df)
-	welchP := 2 * tdist.Survival(math.Abs(t))
-	c.PValue = finite(welchP)
+	welchP := finite(2 * tdist.Survival(math.Abs(t)))
+	if !opt.Sequential {
+		c.PValue = welchP
+	} else {
+		// p_value is the always-valid one, which is a test of the lift: it
+		// is set below or stays null. The fixed-horizon p-value must not
+		// stand in for it (a baseline mean of 0 is common early on, just
+		// when a sequential experiment is peeked at) or every peek at it
+		// inflates false positives, which is what sequential is there to
+		// prevent.
+		c.WelchPValue = welchP
+	}
 
 	if c.Lift == nil {
+		if opt.Sequential {
+			why = append(why, "there is no always-valid p-value either (welch_p_value is the fixed-horizon one)")
+		}
 		return c
 	}
 	// The delta method for the ratio of two independent means
@@ -89,6 +102,9 @@ func compare(a, b summary, opt Options) (c Comparison) {
 	varLift := vb/(a.mean*a.mean) + va*b.mean*b.mean/(a.mean*a.mean*a.mean*a.mean)
 	if !(varLift > 0) || math.IsInf(varLift, 0) {
 		why = append(why, "the delta-method variance of the lift is 0, so its interval is undefined")
+		if opt.Sequential {
+			why = append(why, "there is no always-valid p-value either (welch_p_value is the fixed-horizon one)")
+		}
 		return c
 	}
 	se := math.Sqrt(varLift)
@@ -111,7 +127,6 @@ func compare(a, b summary, opt Options) (c Comparison) {
 	c.CI95 = interval(lift, half)
 	st2 := lift * lift * n / (varLift)
 	c.PValue = finite(min(1, math.Exp(-rho*rho*st2/(2*nr2)+0.5*math.Log(nr2))))
-	c.WelchPValue = finite(welchP)
 	return c
 }
 

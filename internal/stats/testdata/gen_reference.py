@@ -19,7 +19,8 @@ and metric) and computes, with scipy:
     SequentialTwoSidedTTest (frequentist/tests.py sequential_rho,
     sequential_interval_halfwidth, SequentialTwoSidedTTest.p_value);
   - the SRM statistic and p-value with scipy.stats.chisquare against the
-    counts the configured weights expect.
+    counts the configured weights expect, judged once every weighted group
+    expects (not has) SRM_MIN_UNITS units.
 
 Run it with Debian's interpreter (python3-scipy), from this directory:
 
@@ -195,7 +196,10 @@ def srm(groups):
         "df": len(weighted) - 1,
         "chi2": finite_or_none(res.statistic),
         "p_value": finite_or_none(res.pvalue),
-        "judged": all(g["units"] >= SRM_MIN_UNITS for g in weighted),
+        # Cochran's rule on the expected counts: a group starved of units
+        # is the mismatch the check is for, so its own count never holds
+        # the judgement back.
+        "judged": bool(len(exp) > 1 and all(e >= SRM_MIN_UNITS for e in exp)),
     }
 
 
@@ -294,7 +298,7 @@ def fixed_cases():
                               revenue(0.08, 3.6, 0.8), revenue(0.10, 3.5, 0.9)])}),
         case("srm_dropped_10pct_of_B", 9, [50, 50], 20_000,
              {"purchase": (B, [binomial(0.10), binomial(0.10)])}, drop=(1, 0.10)),
-        case("srm_small_group_not_judged", 10, [50, 50], [7, 20],
+        case("srm_small_group_not_judged", 10, [50, 50], [3, 10],
              {"purchase": (B, [binomial(0.5), binomial(0.5)])}),
         case("near_zero_variance_mean", 11, [50, 50], [10_000, 10_000],
              {"price": (M, [near_constant(7.25, 0.01, 3), near_constant(7.25, 0.01, 5)])}),
@@ -318,6 +322,10 @@ def fixed_cases():
         # df ≈ 10⁹ (past internal/stats's normalDF, the normal).
         counts_case("binomial_10M_per_group_aggregates_only", 20, [10_000_000, 10_000_000], [0.05, 0.0501]),
         counts_case("binomial_500M_per_group_aggregates_only", 21, [500_000_000, 500_000_000], [0.05, 0.05001]),
+        # A group that got 3 of 43 units at 50/50 expects 21.5: judged and
+        # flagged, though it has fewer than SRM_MIN_UNITS units itself.
+        case("srm_starved_group_judged", 22, [50, 50], [3, 40],
+             {"purchase": (B, [binomial(0.5), binomial(0.5)])}),
     ]
 
 
