@@ -271,7 +271,11 @@ func (m *measurer) webhook(ctx context.Context, c rule.Check, p WebhookPayload) 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "graygate-rollout")
-	resp, err := m.client.Do(req)
+	// The webhook's own answer is the verdict: a redirect is not 2xx, and
+	// followed it could end on any page that is.
+	client := *m.client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Do(req)
 	if err != nil {
 		res.Result = rule.ResultError
 		if errors.Is(wctx.Err(), context.DeadlineExceeded) {

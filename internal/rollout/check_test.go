@@ -121,6 +121,9 @@ func TestWebhookCheck(t *testing.T) {
 	block := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p WebhookPayload
+		if r.URL.Path == "/elsewhere" {
+			return // a 200 page a redirect could lead to
+		}
 		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&p) != nil {
 			w.WriteHeader(400)
 			return
@@ -129,6 +132,9 @@ func TestWebhookCheck(t *testing.T) {
 		got = append(got, p)
 		code := answer
 		mu.Unlock()
+		if code == 307 {
+			w.Header().Set("Location", "/elsewhere")
+		}
 		if code == 0 {
 			select {
 			case <-block:
@@ -157,6 +163,7 @@ func TestWebhookCheck(t *testing.T) {
 		{204, rule.ResultPassed, "answered 204"},
 		{503, rule.ResultFailed, "answered 503: not today"},
 		{302, rule.ResultFailed, "answered 302"},
+		{307, rule.ResultFailed, "answered 307"}, // not followed to the 200 page
 		{0, rule.ResultError, "no answer within 100ms"},
 	}
 	for i, tt := range tests {

@@ -587,12 +587,17 @@ func validateCheck(p string, c Check) []error {
 		return errs
 	}
 	if c.Metric == "" {
+		// Say where the bound goes instead, for the kind the check is.
+		instead := "a prometheus check has its own min and max"
+		if c.Webhook != nil {
+			instead = "a webhook check passes on a 2xx answer"
+		}
 		for _, f := range []struct {
 			set  bool
 			name string
 		}{{c.Max != nil, "max"}, {c.Min != nil, "min"}, {c.MinRequests != 0, "min_requests"}} {
 			if f.set {
-				add(p+"."+f.name, "is only for metric checks (a prometheus check has its own min and max)")
+				add(p+"."+f.name, "is only for metric checks (%s)", instead)
 			}
 		}
 	}
