@@ -25,7 +25,10 @@
 // by a fleet agree to the last bit with one gateway's. A conversion that
 // arrives before its unit's exposure (another gateway has not flushed
 // yet; a backend posted the event while the request was still being
-// served) waits up to a minute for it.
+// served) waits up to a minute for it. The data-dir store journals it,
+// so a restart keeps it, and counts one that waited in vain
+// (reason="no_exposure"), also when the wait ended while it was closed;
+// Redis expires its parked conversions itself, which nobody counts.
 //
 // # The request path
 //

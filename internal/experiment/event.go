@@ -70,9 +70,13 @@ const (
 	DropBadValue         = "bad_value"         // a reported value that is not a finite number in range
 	DropOverflow         = "overflow"          // a unit's total would overflow
 	DropUnitTooLong      = "unit_too_long"     // a request's unit id is over MaxUnitBytes
+	// DropNoExposure counts conversions that waited pendingTTL for their
+	// unit's exposure in vain (the data-dir store; Redis expires its
+	// parked conversions itself, uncounted).
+	DropNoExposure = "no_exposure"
 )
 
-var dropReasons = [...]string{DropQueueFull, DropStoreUnavailable, DropMaxUnits, DropPendingFull, DropBadValue, DropOverflow, DropUnitTooLong}
+var dropReasons = [...]string{DropQueueFull, DropStoreUnavailable, DropMaxUnits, DropPendingFull, DropBadValue, DropOverflow, DropUnitTooLong, DropNoExposure}
 
 // counts are one experiment's integer aggregates.
 type counts struct {

@@ -208,3 +208,55 @@ func TestPostedEventsDatedAhead(t *testing.T) {
 		})
 	}
 }
+
+// TestPostedConversionSurvivesRestart is the audit's reproduction: an
+// event posted for a unit not yet exposed, a graceful restart, then a
+// request the ab rule routes: the conversion counts. One whose unit never
+// comes is dropped after its wait and counted (no_exposure), also when
+// the wait ended while the gateway was down.
+func TestPostedConversionSurvivesRestart(t *testing.T) {
+	dir, clk, ctx := t.TempDir(), newClock(), context.Background()
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	open := func() *Recorder {
+		r := newRecorder(t, Options{Dir: dir, Now: clk.Now})
+		r.SetCatalog(NewCatalog(snap, Settings{}))
+		return r
+	}
+	r := open()
+	res, err := r.PostEvents(ctx, []byte(`{"events":[{"unit":"late","metric":"signup"},{"unit":"never","metric":"signup"}]}`))
+	if err != nil || res.Accepted != 2 || res.Conversions != 2 {
+		t.Fatalf("PostEvents = %+v, %v", res, err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r = open()
+	serve(r, snap, "GET", "/shop/", "late", 200) // exposed 1 ms before the event
+	flush(t, r)
+	var signups int64
+	for _, g := range results(t, r, "checkout").Groups {
+		signups += g.Metrics["signup"].Count
+	}
+	if signups != 1 {
+		t.Errorf("signups after a restart = %d, want 1", signups)
+	}
+	if n := r.Dropped(DropNoExposure); n != 0 {
+		t.Errorf("no_exposure = %d before the wait ended, want 0", n)
+	}
+	r.Close()
+	clk.Add(pendingTTL)
+	r = open()
+	if n := r.Dropped(DropNoExposure); n != 1 {
+		t.Errorf("no_exposure = %d after the wait ended while down, want 1", n)
+	}
+	// While running: dropped at the first flush after the wait.
+	if _, err := r.PostEvents(ctx, []byte(`{"events":[{"unit":"never2","metric":"signup"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(pendingTTL)
+	serve(r, snap, "GET", "/shop/", "someone", 200)
+	flush(t, r)
+	if n := r.Dropped(DropNoExposure); n != 2 {
+		t.Errorf("no_exposure = %d after a wait ended while running, want 2", n)
+	}
+}

@@ -54,7 +54,9 @@ func FuzzReadFrames(f *testing.F) {
 		{op: opValue, exp: "e", key: 42, metric: "revenue", value: -12_340_000},
 		{op: opExposeP, exp: "e", key: 43, ts: 1764496800001, ver: 4, group: "A"},
 		{op: opPhase, exp: "e", phase: `{"alloc":"1f","weights":{"A":50,"B":50},"since":1764496800000}`, ts: 1764496800000, key: 31, units: map[string]int64{"A": 1, "B": 0}},
-		{op: opTrailer, value: 5},
+		{op: opPark, exp: "e", key: 44, at: 1764496800002, ts: 1764496799000, metric: "revenue", flags: parkExposes, value: 2_500_000},
+		{op: opExpire, exp: "e", key: 44, ts: 1764496740002},
+		{op: opTrailer, value: 7},
 	} {
 		b = appendFrame(b, &r)
 	}

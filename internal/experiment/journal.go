@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -29,10 +30,30 @@ import (
 //	'P' exp phase since alloc n (group count)×n
 //	                              the experiment's phase (JSON, see phase.go), when it began
 //	                              (Unix ms) and its allocation, and its units per group so far
+//	'Q' exp key at ts metric flags value
+//	                              a conversion of a unit not (yet) exposed, parked at at
+//	                              (Unix ms, the gateway's clock) until its exposure; flags:
+//	                              1 binomial, 2 exposes; value in µ-units
+//	'X' exp key cutoff            the unit's parked conversions parked at or before cutoff
+//	                              (Unix ms) expired: dropped, and counted when they were
 //	'Z' records                   last frame of a snapshot: how many records it holds
+//
+// A unit's first exposure ('E', 'F' of a unit not yet exposed) moves its
+// parked conversions: the frames that follow it in the same flush record
+// what they counted ('B', 'V', an earlier 'E'), and replaying it clears
+// them, as applying it did. A snapshot holds the parked conversions after
+// everything else. 'Q' and 'X' are newer than the other ops: a binary
+// that predates them refuses a file holding them (unknown record type)
+// rather than skipping what it cannot read.
 //
 // A flush appends all its frames with one write and then fsyncs, so a
 // crash leaves at most a torn last frame, which loading drops.
+// Flags of opPark.
+const (
+	parkBinomial = 1 << iota
+	parkExposes
+)
+
 const (
 	opHeader   = 'H'
 	opExpose   = 'E'
@@ -40,6 +61,8 @@ const (
 	opBinomial = 'B'
 	opPhase    = 'P'
 	opValue    = 'V'
+	opPark     = 'Q'
+	opExpire   = 'X'
 	opTrailer  = 'Z'
 
 	frameHeader = 8
@@ -60,7 +83,11 @@ type record struct {
 	ver    int64
 	group  string
 	metric string
-	value  int64 // the delta of opValue; gen of opHeader; count of opTrailer
+	value  int64 // the delta of opValue and opPark; gen of opHeader; count of opTrailer
+	// at is when opPark's conversion was parked (Unix ms), flags its
+	// parkBinomial and parkExposes; opExpire's cutoff is ts.
+	at    int64
+	flags uint64
 	// phase, units (by group) of opPhase; its since is ts, its alloc key.
 	phase string
 	units map[string]int64
@@ -99,6 +126,18 @@ func appendFrame(b []byte, r *record) []byte {
 		b = binary.LittleEndian.AppendUint64(b, r.key)
 		b = appendString(b, r.metric)
 		b = binary.AppendVarint(b, r.value)
+	case opPark:
+		b = appendString(b, r.exp)
+		b = binary.LittleEndian.AppendUint64(b, r.key)
+		b = binary.AppendVarint(b, r.at)
+		b = binary.AppendVarint(b, r.ts)
+		b = appendString(b, r.metric)
+		b = binary.AppendUvarint(b, r.flags)
+		b = binary.AppendVarint(b, r.value)
+	case opExpire:
+		b = appendString(b, r.exp)
+		b = binary.LittleEndian.AppendUint64(b, r.key)
+		b = binary.AppendVarint(b, r.ts)
 	}
 	payload := b[start+frameHeader:]
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(payload)))
@@ -196,6 +235,13 @@ func decodeRecord(p []byte, r *record) error {
 		r.exp, r.key, r.metric = d.str(), d.u64(), d.str()
 	case opValue:
 		r.exp, r.key, r.metric, r.value = d.str(), d.u64(), d.str(), d.varint()
+	case opPark:
+		r.exp, r.key, r.at, r.ts, r.metric, r.flags, r.value = d.str(), d.u64(), d.varint(), d.varint(), d.str(), d.uvarint(), d.varint()
+		if r.flags&^(parkBinomial|parkExposes) != 0 {
+			d.err = cmp.Or(d.err, fmt.Errorf("unknown flags %#x", r.flags))
+		}
+	case opExpire:
+		r.exp, r.key, r.ts = d.str(), d.u64(), d.varint()
 	default:
 		return fmt.Errorf("unknown record type %q", r.op)
 	}

@@ -46,6 +46,7 @@ type localStore struct {
 	now      func() time.Time
 	maxUnits int
 	compact  int64
+	expired  func(n int)
 
 	mu        sync.Mutex
 	lock      *os.File
@@ -94,9 +95,11 @@ type unitMetric struct {
 	metric uint16
 }
 
-// pend is a conversion parked until its unit's exposure arrives.
+// pend is a conversion parked until its unit's exposure arrives. It is
+// journaled (opPark), so a restart keeps it; its wait is measured on the
+// wall clock, so time spent down counts.
 type pend struct {
-	at       time.Time
+	at       int64 // when it was parked, Unix ms
 	ts       int64
 	metric   string
 	binomial bool
@@ -110,6 +113,10 @@ type localOptions struct {
 	CompactBytes int64
 	Logger       *slog.Logger
 	Now          func() time.Time
+	// Expired is told how many parked conversions expired, their units
+	// never exposed (nil: not told); it is called with the store's lock
+	// held.
+	Expired func(n int)
 }
 
 // openLocal opens (creating it if needed) the store in dir and loads its
@@ -124,7 +131,7 @@ func openLocal(o localOptions) (*localStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &localStore{dir: o.Dir, log: o.Logger, now: o.Now, maxUnits: o.MaxUnits, compact: o.CompactBytes, lock: lock, exps: map[string]*expState{}}
+	s := &localStore{dir: o.Dir, log: o.Logger, now: o.Now, maxUnits: o.MaxUnits, compact: o.CompactBytes, expired: o.Expired, lock: lock, exps: map[string]*expState{}}
 	if s.compact <= 0 {
 		s.compact = DefaultCompactBytes
 	}
@@ -132,10 +139,18 @@ func openLocal(o localOptions) (*localStore, error) {
 		lock.Close()
 		return nil, err
 	}
+	// Conversions whose wait ended while the store was closed expire now;
+	// the journal says so, so that the next start neither keeps nor
+	// counts them again.
+	s.buf = s.buf[:0]
+	if s.pending > 0 {
+		s.sweep(s.now())
+	}
 	if s.size > s.compact {
+		s.buf = s.buf[:0] // the snapshot holds the sweep
 		err = s.compactNow()
-	} else {
-		err = s.openJournal(s.gen + 1)
+	} else if err = s.openJournal(s.gen + 1); err == nil {
+		err = s.persist()
 	}
 	if err != nil {
 		lock.Close()
@@ -236,6 +251,24 @@ func (s *localStore) replay(r *record) error {
 		if r.op == opExposeP {
 			e.perP[g]++
 		}
+		// A first exposure moved the unit's parked conversions; the
+		// frames after it hold what they counted.
+		if ps, ok := e.pending[r.key]; ok {
+			delete(e.pending, r.key)
+			s.pending -= len(ps)
+		}
+	case opPark:
+		if _, ok := e.units[r.key]; ok {
+			return fmt.Errorf("parked conversion of unit %016x that experiment %q exposed", r.key, r.exp)
+		}
+		if e.pending == nil {
+			e.pending = map[uint64][]pend{}
+		}
+		e.pending[r.key] = append(e.pending[r.key], pend{at: r.at, ts: r.ts, metric: r.metric,
+			binomial: r.flags&parkBinomial != 0, exposes: r.flags&parkExposes != 0, value: r.value})
+		s.pending++
+	case opExpire:
+		s.expire(e, r.key, r.ts)
 	case opPhase:
 		e.setPhase([]byte(r.phase), r.ts, r.key, r.units)
 	case opBinomial:
@@ -389,8 +422,10 @@ func (s *localStore) applyOne(ev *Event, window int64, now time.Time) status {
 		if e.pending == nil {
 			e.pending = map[uint64][]pend{}
 		}
-		e.pending[key] = append(e.pending[key], pend{at: now, ts: ev.TS, metric: ev.Metric, binomial: ev.Binomial, exposes: ev.Exposes, value: ev.Value})
+		p := pend{at: now.UnixMilli(), ts: ev.TS, metric: ev.Metric, binomial: ev.Binomial, exposes: ev.Exposes, value: ev.Value}
+		e.pending[key] = append(e.pending[key], p)
 		s.pending++
+		s.buf = appendFrame(s.buf, p.record(e.id, key))
 		return stPending
 	}
 	return s.convertStatus(e, key, u, ev.Metric, ev.Binomial, ev.Exposes, ev.TS, ev.Value, window)
@@ -432,26 +467,52 @@ func (s *localStore) convertStatus(e *expState, key uint64, u unitRec, metric st
 	return stCounted
 }
 
-// sweep drops parked conversions older than pendingTTL: their units were
-// never exposed.
+// record is p as a journal record.
+func (p *pend) record(exp string, key uint64) *record {
+	var flags uint64
+	if p.binomial {
+		flags |= parkBinomial
+	}
+	if p.exposes {
+		flags |= parkExposes
+	}
+	return &record{op: opPark, exp: exp, key: key, at: p.at, ts: p.ts, metric: p.metric, flags: flags, value: p.value}
+}
+
+// sweep drops parked conversions that waited pendingTTL: their units were
+// never exposed. It journals each unit's expiry and tells s.expired how
+// many it dropped.
 func (s *localStore) sweep(now time.Time) {
 	s.lastSweep = now
+	cutoff := now.UnixMilli() - pendingTTL.Milliseconds()
+	n := 0
 	for _, e := range s.exps {
 		for k, ps := range e.pending {
-			keep := ps[:0]
-			for _, p := range ps {
-				if now.Sub(p.at) < pendingTTL {
-					keep = append(keep, p)
-				}
+			if !slices.ContainsFunc(ps, func(p pend) bool { return p.at <= cutoff }) {
+				continue
 			}
-			s.pending -= len(ps) - len(keep)
-			if len(keep) == 0 {
-				delete(e.pending, k)
-			} else {
-				e.pending[k] = keep
-			}
+			n += s.expire(e, k, cutoff)
+			s.buf = appendFrame(s.buf, &record{op: opExpire, exp: e.id, key: k, ts: cutoff})
 		}
 	}
+	if n > 0 && s.expired != nil {
+		s.expired(n)
+	}
+}
+
+// expire drops the unit's conversions parked at or before cutoff (Unix
+// ms) and returns how many.
+func (s *localStore) expire(e *expState, key uint64, cutoff int64) int {
+	ps := e.pending[key]
+	keep := slices.DeleteFunc(ps, func(p pend) bool { return p.at <= cutoff })
+	n := len(ps) - len(keep)
+	s.pending -= n
+	if len(keep) == 0 {
+		delete(e.pending, key)
+	} else {
+		e.pending[key] = keep
+	}
+	return n
 }
 
 // persist appends the frames of one apply to the journal and fsyncs it,
@@ -547,6 +608,13 @@ func (s *localStore) compactNow() error {
 			b = appendFrame(b, &record{op: opPhase, exp: id, phase: string(e.phase), ts: e.phSince, key: e.phAlloc, units: e.phaseUnits()})
 			written++
 			werr = cmp.Or(werr, flush())
+		}
+		for k, ps := range e.pending {
+			for i := range ps {
+				b = appendFrame(b, ps[i].record(id, k))
+				written++
+				werr = cmp.Or(werr, flush())
+			}
 		}
 	}
 	b = appendFrame(b, &record{op: opTrailer, value: written})

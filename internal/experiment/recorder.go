@@ -178,7 +178,8 @@ func New(o Options) (*Recorder, error) {
 	if o.Store != "" {
 		r.store, err = openRedis(o.Store)
 	} else {
-		r.store, err = openLocal(localOptions{Dir: o.Dir, MaxUnits: o.MaxUnits, CompactBytes: o.CompactBytes, Logger: r.log, Now: o.Now})
+		expired := func(n int) { r.dropped[indexOf(DropNoExposure)].Add(uint64(n)) }
+		r.store, err = openLocal(localOptions{Dir: o.Dir, MaxUnits: o.MaxUnits, CompactBytes: o.CompactBytes, Logger: r.log, Now: o.Now, Expired: expired})
 	}
 	if err != nil {
 		return nil, err

@@ -28,6 +28,7 @@ import (
 //	k          hash  "<metric>\n<group>" → converted units
 //	v:<metric> hash  "<len(group)>:<group><unit>" → the unit's total, µ-units
 //	p:<unit>   list  conversions of a unit not (yet) exposed, for pendingTTL
+//	                 (Redis's EXPIRE drops them: no_exposure stays 0)
 //	b:<id>     string  marks a batch as applied, for an hour
 //	ph         string  the experiment's phase (JSON, see phase.go)
 //	ps         string  "<since> <alloc>" of the phase: first exposures of

@@ -128,7 +128,9 @@ func openTestLocal(t *testing.T, dir string, o localOptions) *localStore {
 		o.MaxUnits = 1000
 	}
 	o.Logger = slog.New(slog.DiscardHandler)
-	o.Now = time.Now
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	s, err := openLocal(o)
 	if err != nil {
 		t.Fatal(err)
@@ -250,5 +252,131 @@ func TestRedisStore(t *testing.T) {
 	s.values(ctx, "e:1", "r", func(g string, v int64) { got[g] += v })
 	if got["A"] != 4_500_011 {
 		t.Errorf("a replayed batch: revenue of A = %d, want 4500011 (counted once)", got["A"])
+	}
+}
+
+// TestLocalStoreParkedSurvivesRestart: a conversion parked for its unit's
+// exposure is in the journal (or the snapshot), so a store closed and
+// reopened in between still counts it when the exposure comes; once
+// moved, it is not parked again by a later reopen.
+func TestLocalStoreParkedSurvivesRestart(t *testing.T) {
+	tests := []struct {
+		name    string
+		compact bool // write a snapshot before closing
+	}{
+		{"journal", false},
+		{"snapshot", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, clk, ctx := t.TempDir(), newClock(), context.Background()
+			o := localOptions{Now: clk.Now, Expired: func(n int) { t.Errorf("%d parked conversions expired, want none", n) }}
+			s := openTestLocal(t, dir, o)
+			evs := []Event{
+				conv("p1", "p", true, 1300, 1),
+				{Kind: Conversion, Experiment: "e:1", Unit: "p1", Metric: "r", TS: 1100, Value: 2_000_000, Exposes: true},
+			}
+			st := make([]status, len(evs))
+			if _, err := s.apply(ctx, evs, window, st); err != nil || st[0] != stPending || st[1] != stPending {
+				t.Fatalf("apply = %v, %v; want both parked", st, err)
+			}
+			if tt.compact {
+				s.mu.Lock()
+				err := s.compactNow()
+				s.mu.Unlock()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.close()
+			clk.Add(10 * time.Second)
+			s = openTestLocal(t, dir, o)
+			if s.pending != 2 {
+				t.Fatalf("after reopening, %d conversions parked, want 2", s.pending)
+			}
+			st = st[:1]
+			if _, err := s.apply(ctx, []Event{expose("p1", "A", 1200)}, window, st); err != nil || st[0] != stFresh {
+				t.Fatalf("expose = %v, %v", st[0], err)
+			}
+			check := func(when string) {
+				t.Helper()
+				c, _ := s.counts(ctx, "e:1")
+				if c.converted[metricGroup{"p", "A"}] != 1 {
+					t.Errorf("%s: converted = %v, want p: A 1 (the parked conversion, exposure moved to 1100)", when, c.converted)
+				}
+				got := map[string]int64{}
+				s.values(ctx, "e:1", "r", func(g string, v int64) { got[g] += v })
+				if got["A"] != 2_000_000 {
+					t.Errorf("%s: values = %v, want A 2000000", when, got)
+				}
+				if s.pending != 0 {
+					t.Errorf("%s: %d conversions still parked, want 0", when, s.pending)
+				}
+			}
+			check("after the exposure")
+			s.close()
+			s = openTestLocal(t, dir, o)
+			defer s.close()
+			check("reopened after the exposure")
+		})
+	}
+}
+
+// TestLocalStoreParkedExpiry: a parked conversion whose unit is not
+// exposed within pendingTTL is dropped and counted once: while the store
+// runs, or at its next open when the wait ended while it was closed; a
+// later reopen counts it no more, and the unit's exposure no longer
+// converts it.
+func TestLocalStoreParkedExpiry(t *testing.T) {
+	dir, clk, ctx := t.TempDir(), newClock(), context.Background()
+	expired := 0
+	o := localOptions{Now: clk.Now, Expired: func(n int) { expired += n }}
+	apply := func(s *localStore, evs ...Event) []status {
+		t.Helper()
+		st := make([]status, len(evs))
+		if _, err := s.apply(ctx, evs, window, st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	s := openTestLocal(t, dir, o)
+	if st := apply(s, conv("gone", "p", true, 1000, 1)); st[0] != stPending {
+		t.Fatalf("status %v, want parked", st[0])
+	}
+	clk.Add(pendingTTL - time.Second)
+	apply(s, expose("other1", "A", 1))
+	if expired != 0 || s.pending != 1 {
+		t.Fatalf("before its wait ended: expired %d, parked %d; want 0, 1", expired, s.pending)
+	}
+	clk.Add(time.Second)
+	apply(s, expose("other2", "A", 1))
+	if expired != 1 || s.pending != 0 {
+		t.Fatalf("once its wait ended: expired %d, parked %d; want 1, 0", expired, s.pending)
+	}
+	s.close()
+	s = openTestLocal(t, dir, o)
+	if expired != 1 || s.pending != 0 {
+		t.Fatalf("reopened: expired %d, parked %d; want 1, 0 (counted once)", expired, s.pending)
+	}
+
+	// Its wait ends while the store is closed.
+	if st := apply(s, conv("late", "p", true, 1000, 1)); st[0] != stPending {
+		t.Fatalf("status %v, want parked", st[0])
+	}
+	s.close()
+	clk.Add(2 * pendingTTL)
+	s = openTestLocal(t, dir, o)
+	if expired != 2 || s.pending != 0 {
+		t.Fatalf("reopened after its wait: expired %d, parked %d; want 2, 0", expired, s.pending)
+	}
+	s.close()
+	s = openTestLocal(t, dir, o)
+	defer s.close()
+	if expired != 2 || s.pending != 0 {
+		t.Fatalf("reopened again: expired %d, parked %d; want 2, 0 (counted once)", expired, s.pending)
+	}
+	apply(s, expose("late", "A", 900), expose("gone", "A", 900))
+	if c, _ := s.counts(ctx, "e:1"); len(c.converted) != 0 {
+		t.Errorf("converted = %v, want none: the parked conversions expired", c.converted)
 	}
 }
