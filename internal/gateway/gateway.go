@@ -247,7 +247,7 @@ func New(opts Options) (*Gateway, error) {
 			g.shutdownTracer()
 		}
 	}()
-	if g.tracer, err = newTracer(cfg, opts.Version); err != nil {
+	if g.tracer, err = newTracer(cfg, opts.Version, opts.Logger); err != nil {
 		return nil, err
 	}
 	g.metrics.TagStore(func() metrics.TagStats {

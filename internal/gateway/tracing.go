@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/graygate/graygate/internal/config"
@@ -11,12 +12,12 @@ import (
 // newTracer builds the tracer of the config's tracing section; nil (off)
 // without one. The section needs a restart (config.Fields): the tracer
 // the process starts with serves until it stops.
-func newTracer(cfg *config.Config, version string) (*tracing.Tracer, error) {
+func newTracer(cfg *config.Config, version string, log *slog.Logger) (*tracing.Tracer, error) {
 	t := cfg.Tracing
 	if t == nil {
 		return nil, nil
 	}
-	return tracing.New(tracing.Options{Endpoint: t.OTLPEndpoint, SampleRatio: *t.SampleRatio, ServiceName: t.ServiceName, ServiceVersion: version})
+	return tracing.New(tracing.Options{Endpoint: t.OTLPEndpoint, SampleRatio: *t.SampleRatio, ServiceName: t.ServiceName, ServiceVersion: version, Logger: log})
 }
 
 // Tracer returns the gateway's tracer, nil when tracing is off: the data

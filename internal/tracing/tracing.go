@@ -16,7 +16,11 @@
 // WithEndpointURL posts to the URL as given, New appends "/v1/traces"
 // itself. The exporter has its own http.Client. A BatchSpanProcessor sends
 // spans in the background and drops them when its queue is full, so a
-// slow collector never slows requests. Sampling is parent-based
+// slow collector never slows requests. Export failures go to
+// Options.Logger (component=tracing), a warning when they start and at
+// most one a minute after, and a line when exports work again, rather
+// than to otel's process-wide error handler, which printed one unscoped
+// INFO line per failed batch (loggedExporter). Sampling is parent-based
 // (sdktrace.ParentBased): a request whose traceparent says sampled is
 // sampled, one that says not sampled is not, and a request without one
 // starts a trace that TraceIDRatioBased(sample_ratio) samples.
@@ -124,7 +128,11 @@ type Options struct {
 	ExportTimeout time.Duration
 	// Exporter replaces the OTLP/HTTP exporter (tests, benchmarks).
 	Exporter sdktrace.SpanExporter
-	Logger   *slog.Logger
+	// Logger receives export failures (a warning when the collector
+	// cannot be reached, then at most one a minute) and the recovery,
+	// scoped with component=tracing. Default: slog.Default(), which
+	// main sets.
+	Logger *slog.Logger
 }
 
 // Tracer starts graygate's server spans. It is safe for concurrent use.
@@ -133,6 +141,7 @@ type Options struct {
 type Tracer struct {
 	provider *sdktrace.TracerProvider
 	tracer   trace.Tracer
+	exp      *loggedExporter
 	tc       propagation.TraceContext
 	// root decides a new trace's sampling: the ratio sampler that the
 	// provider's ParentBased sampler delegates to for roots.
@@ -154,6 +163,10 @@ func New(o Options) (*Tracer, error) {
 	if o.ExportTimeout <= 0 {
 		o.ExportTimeout = 10 * time.Second
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	log := o.Logger.With("component", "tracing")
 	exp := o.Exporter
 	if exp == nil {
 		url, err := TracesURL(o.Endpoint)
@@ -167,7 +180,9 @@ func New(o Options) (*Tracer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tracing: build the OTLP/HTTP exporter for %s: %w", url, err)
 		}
+		log = log.With("endpoint", url)
 	}
+	lexp := &loggedExporter{SpanExporter: exp, log: log, now: time.Now}
 	attrs := []attribute.KeyValue{semconv.ServiceName(o.ServiceName)}
 	if o.ServiceVersion != "" {
 		attrs = append(attrs, semconv.ServiceVersion(o.ServiceVersion))
@@ -176,10 +191,10 @@ func New(o Options) (*Tracer, error) {
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSampler(sdktrace.ParentBased(root)),
 		sdktrace.WithIDGenerator(idGen{}),
-		sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(o.BatchTimeout), sdktrace.WithExportTimeout(o.ExportTimeout)),
+		sdktrace.WithBatcher(lexp, sdktrace.WithBatchTimeout(o.BatchTimeout), sdktrace.WithExportTimeout(o.ExportTimeout)),
 		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, attrs...)),
 	)
-	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/graygate/graygate"), root: root}, nil
+	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/graygate/graygate"), exp: lexp, root: root}, nil
 }
 
 // TracesURL returns where spans go for a collector base URL: the URL with
@@ -191,8 +206,16 @@ func TracesURL(endpoint string) (string, error) {
 	return strings.TrimRight(endpoint, "/") + TracesPath, nil
 }
 
-// ForceFlush exports every finished span now.
-func (t *Tracer) ForceFlush(ctx context.Context) error { return t.provider.ForceFlush(ctx) }
+// ForceFlush exports every finished span now. It fails if an export
+// failed meanwhile (the exporter logs failures rather than handing them
+// to the processor; see loggedExporter).
+func (t *Tracer) ForceFlush(ctx context.Context) error {
+	n := t.exp.count()
+	if err := t.provider.ForceFlush(ctx); err != nil {
+		return err
+	}
+	return t.exp.failedSince(n)
+}
 
 // Shutdown exports what is left and stops the provider; spans started
 // afterwards are not recorded.
