@@ -37,7 +37,11 @@
 // for http1 pools, since the fasthttp transport reads an answer straight
 // into a fasthttp response, which an HTTP/2 stream does not have. All
 // transports dial through Proxy.dial, so a failure to connect means, for
-// the fallback, that nothing was sent.
+// the fallback, that nothing was sent. An h2 pool's transport is kept per
+// TLS setting, and a reload (Reconfigure) drops the net/http transports
+// no request asked for since the reload before, with their idle
+// connections (netTransports): the proxy sees pools only through its
+// decisions.
 //
 // # What a proxy must guarantee, rebuilt on fasthttp
 //
@@ -281,13 +285,28 @@
 //     before the upstream is asked, since its body is a stream of
 //     messages; it is replayed on stable only if nothing of it was sent,
 //     or all of it was and the gray target was not reached. Its
-//     grpc-timeout bounds the wait for the response header (then
-//     DEADLINE_EXCEEDED), its grpc-status (trailers-only header or
-//     trailers) goes to the breaker (Breaker.IsErrorGRPC), and the
-//     gateway's own errors are trailers-only gRPC answers with
-//     grpc-status and grpc-message (grpcCode maps the status as gRPC's
-//     HTTP mapping does). A gRPC stream is not bounded by the client read
-//     timeout or the upstream read timeout: quiet streams are normal.
+//     grpc-status (trailers-only header or trailers) goes to the breaker
+//     (Breaker.IsErrorGRPC), and the gateway's own errors are
+//     trailers-only gRPC answers with grpc-status and grpc-message
+//     (grpcCode maps the status as gRPC's HTTP mapping does). A gRPC
+//     stream is not bounded by the client read timeout or the upstream
+//     read timeout: quiet streams are normal.
+//   - A gRPC call's grpc-timeout is, as gRPC defines it, the deadline of
+//     the whole call, from its start (newNetCallUntil): when it passes,
+//     wherever the call is (waiting for the response header, for the
+//     client's next message or the upstream's), the upstream's stream is
+//     cancelled and the client's call ends with DEADLINE_EXCEEDED: a
+//     trailers-only answer before the header (the gateway's 504), in the
+//     trailers after it (the upstream's status, grpc_status 4); the
+//     access log's timeout is grpc_timeout. A client whose library
+//     enforces its deadline ends the call itself at the same moment; the
+//     gateway's deadline is for those that do not, and for upstreams that
+//     ignore the grpc-timeout they are sent. A deadline passed before the
+//     header is held against the instance (breaker, passive health) only
+//     if it had the whole request, else it may rightly have waited for
+//     the rest (errDeadlineSending); one passed after the header is
+//     judged as the upstream's own DEADLINE_EXCEEDED would be (the
+//     breaker's grpc_error_codes).
 //   - The response header waits for the end of the request body before
 //     its timeout starts (netCall), like the HTTP/1.1 transport's, so a
 //     client-streaming call is not cut while it sends.
@@ -296,16 +315,28 @@
 //     ends a gRPC call with grpc-status CANCELLED or UNAVAILABLE in the
 //     trailers, and any other stream is reset. An upstream's reset
 //     before the header is answered at once even while the client sends
-//     nothing (a bidirectional call waiting for its first answer): the
-//     HTTP/2 transport waits for its read of the request body to return,
-//     so that read gives up when the transport closes the body (upBody),
-//     and what it brings later is kept for the next attempt (clientBody
-//     reads ahead). A refused stream is then handled as below, and any
-//     other reset gets the error mapping (502; gRPC UNAVAILABLE, or
-//     CANCELLED for CANCEL).
+//     nothing (a bidirectional call waiting for its first answer, a
+//     paused upload): the HTTP/2 transport waits for its read of the
+//     request body to return, so that read gives up when the transport
+//     closes the body (upBody), and what it brings later is kept for the
+//     next attempt (the client's body reads ahead, readAhead). So does
+//     net/http's Transport toward an http1 pool when the upstream closes
+//     or resets the connection without an answer, and it never closes
+//     the body: the read gives up when that connection closes
+//     (headConn). It gives up too when the call's context ends (a
+//     deadline, the read timeout), which the HTTP/2 transport does not
+//     look at while it waits on the body. A refused stream is then
+//     handled as below, and any other reset or close gets the error
+//     mapping (502; gRPC UNAVAILABLE, or CANCELLED for CANCEL). An
+//     upstream that answers early, before it read the body, is relayed
+//     as it comes.
 //
 // An HTTP/1.1 client reaches h2 and h2c pools through the same
-// transports (h1net.go); a WebSocket handshake to one is refused. A
+// transports (h1net.go), its streamed body read ahead as an HTTP/2
+// client's is (exchange.aheadBody), so an upstream's reset is answered
+// while its upload is paused too; the exchange settles that read as it
+// ends, before fasthttp reads the connection again. A WebSocket
+// handshake to one is refused. A
 // stream an h2 or h2c instance refuses unprocessed is handled alike for
 // both codecs (netAttempt): asked once more at once, then the attempt
 // ends as one never sent and may go to stable with its whole body (a
@@ -427,7 +458,8 @@
 // keys time, method, path, status, upstream (the instance address), pool
 // (the pool that served it), rule, group, degraded, intended_upstream (the
 // pool the rule chose, for a degraded request), identity_source, latency_ms,
-// bytes, request_id and, when one fired, timeout (its config key), encoded
+// bytes, request_id and, when one fired, timeout (its config key, or
+// grpc_timeout for a gRPC call's own deadline), encoded
 // by hand into a pooled buffer. A value the request does not have is
 // empty: the upstream of a request refused before one was picked, or the
 // method and path of a connection answered 408, 400 or 431 before

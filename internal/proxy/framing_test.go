@@ -371,3 +371,38 @@ func mustPeek(br *bufio.Reader) []byte {
 	b, _ := br.Peek(br.Buffered())
 	return b
 }
+
+// TestBareLFResponseHeadH2: an HTTP/2 client of an http1 pool is answered
+// as an HTTP/1.1 client is when the upstream's head ends its lines with a
+// bare LF, whichever way the request goes there: without a body (the
+// HTTP/1.1 codec's pooled connections, read by net/http's parser) or with
+// one (net/http's Transport).
+func TestBareLFResponseHeadH2(t *testing.T) {
+	addr := rawBackend(t, func(req *http.Request, w *bufio.Writer) {
+		if req.URL.Path == "/lf-chunked" {
+			_, _ = w.WriteString("HTTP/1.1 200 OK\nTransfer-Encoding: chunked\nX-A: b\n\n2\r\nok\r\n0\r\n\r\n")
+			return
+		}
+		_, _ = w.WriteString("HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\n\nok")
+	})
+	_, gw := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addr)}, listener.Protocols{H2C: true})
+	c := h2cClient(t)
+	for _, method := range []string{"GET", "POST"} {
+		for _, path := range []string{"/lf", "/lf-chunked"} {
+			var body io.Reader
+			if method == "POST" {
+				body = strings.NewReader("payload")
+			}
+			req, _ := http.NewRequest(method, "http://"+gw+path, body)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || string(b) != "ok" || resp.Header.Get("X-A") != "b" {
+				t.Errorf("%s %s: %d %q (%v), X-A %q; want 200 \"ok\", X-A b", method, path, resp.StatusCode, b, err, resp.Header.Get("X-A"))
+			}
+		}
+	}
+}

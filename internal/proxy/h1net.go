@@ -26,9 +26,6 @@ import (
 type netUpstream struct {
 	att  netAttempt
 	resp *http.Response
-	// stopBody ends the transport's reads of the client's body before the
-	// exchange, and the connection fasthttp reads it from, are reused.
-	stopBody func()
 	// start is when the attempt began, for the breaker's latency (zero
 	// without a breaker).
 	start time.Time
@@ -131,16 +128,10 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 		out.ContentLength = int64(len(held))
 		nu.att.held = holding(held)
 	case bodyFixed, bodyChunked:
-		var src io.Reader = ex.reqBody.src
-		if pre := ex.reqBody.pre; pre != nil {
-			src = io.MultiReader(newBytesReader(pre), src)
-		}
-		nu.att.body = &upBody{src: src, call: call, keep: ex.keepForResume(),
+		nu.att.body = &upBody{src: ex.aheadBody(ctx), call: call, keep: ex.keepForResume(),
 			count: bodyCount{size: ex.reqBody.size, max: ex.pol.MaxBodyBytes}}
 		out.Body = nu.att.body
 		out.ContentLength = ex.reqBody.size
-		conn := ctx.Conn()
-		nu.stopBody = func() { _ = conn.SetReadDeadline(aLongTimeAgo) }
 	default:
 		call.arm()
 	}
@@ -489,10 +480,10 @@ func (ex *exchange) keepForResume() int {
 
 // resumeRefused makes the streamed body b of an attempt the upstream refused
 // unprocessed (netAttempt.refused) the next attempt's, if b holds all it
-// read (upBody.unread): what it read goes first (reqBody.pre), then what
-// is left of the client's body, and the request may fall back. b may
-// have started with the previous pre, which either it holds whole, or is
-// still to be sent whole.
+// read (upBody.unread): what it read goes first (reqBody.pre, never nil,
+// so that setBodyKind keeps the source), then what is left of the
+// client's body (reqBody.src, the readAhead b read: what its reads given
+// up brought, then the connection), and the request may fall back.
 func (ex *exchange) resumeRefused(b *upBody) {
 	if ex.replayable || b == nil {
 		return
@@ -502,11 +493,30 @@ func (ex *exchange) resumeRefused(b *upBody) {
 		return
 	}
 	rb := &ex.reqBody
-	if len(held) >= len(rb.pre) {
-		rb.pre = held
-	}
+	rb.pre = holding(held)
 	rb.n = int64(len(rb.pre))
 	ex.replayable = true
+}
+
+// aheadBody returns the client's streamed body as the transport of an h2
+// or h2c pool reads it: a readAhead of fasthttp's body stream, made on the
+// first such attempt and read by every later one, whichever transport
+// (see upBody for why a read must be given up). What was read of the body
+// before (reqBody.pre) is handed out first. The exchange settles it as it
+// ends (finish): a read given up may still wait on the connection, which
+// the listener's expired deadline ends.
+func (ex *exchange) aheadBody(ctx *fasthttp.RequestCtx) *readAhead {
+	rb := &ex.reqBody
+	if ex.ahead == nil {
+		conn := ctx.Conn()
+		ex.ahead = &readAhead{src: rb.src, wake: func() { _ = conn.SetReadDeadline(aLongTimeAgo) }}
+	}
+	rb.src = ex.ahead
+	// pre may be the flow's buffer: the exchange's reads of it end
+	// before the buffer is pooled again (endNet stops the body, waiting).
+	ex.ahead.unread(rb.pre)
+	rb.pre = nil
+	return ex.ahead
 }
 
 // endNet ends the net/http call of ex: the transport stops reading the
@@ -529,7 +539,7 @@ func (ex *exchange) endNet() {
 		}
 	}
 	if nu.att.body != nil {
-		nu.att.body.stop(nu.stopBody)
+		nu.att.body.stop(true)
 	}
 	nu.att.call.end()
 	if nu.resp != nil {

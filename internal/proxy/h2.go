@@ -213,10 +213,9 @@ type stream struct {
 	// pending is the body of the next attempt, kept from the failed one
 	// (replayOK).
 	pending io.ReadCloser
-	// deadline is the client's grpc-timeout, as a time; deadlineBound
-	// says it is what bounds the wait for the response header.
-	deadline      time.Time
-	deadlineBound bool
+	// deadline is the end of a gRPC call its grpc-timeout sets (zero:
+	// none), which every attempt's call ends at (newNetCallUntil).
+	deadline time.Time
 	// bodyEnd is when the transport read the end of the request body.
 	bodyEnd atomic.Int64
 	// out is the request last sent upstream (sentRequest).
@@ -277,11 +276,14 @@ func (s *stream) resetStream() {
 	s.in.vals = s.in.vals[:0]
 	s.w, s.r, s.rc, s.info = nil, nil, nil, nil
 	if s.att.body != nil {
-		s.att.body.stop(nil)
+		s.att.body.stop(false)
+		if c := s.att.conn; c != nil {
+			c.carried(s.att.body)
+		}
 	}
 	s.cbody = nil
 	s.att, s.pending = netAttempt{}, nil
-	s.deadline, s.deadlineBound = time.Time{}, false
+	s.deadline = time.Time{}
 	s.bodyEnd.Store(0)
 	s.out = nil
 	s.n1xx = 0
@@ -316,7 +318,7 @@ func (s *stream) serve() bool {
 	if s.grpc {
 		if v := r.Header.Get(hdrGRPCTimeout); v != "" {
 			if d, ok := parseGRPCTimeout(v); ok {
-				s.deadline = s.start.Add(d)
+				s.deadline = s.wallStart().Add(d) // a network deadline: the real clock
 			}
 		}
 	}
@@ -325,10 +327,11 @@ func (s *stream) serve() bool {
 	// upBody for how a gRPC call is still replayed on stable).
 	var src io.Reader = http.NoBody
 	if cl != 0 {
-		s.cbody = &clientBody{r: r, rc: s.rc}
+		var timeout time.Duration
 		if !s.grpc {
-			s.cbody.timeout = s.opts.ReadTimeout
+			timeout = s.opts.ReadTimeout
 		}
+		s.cbody = newClientBody(r, s.rc, timeout)
 		src = s.cbody
 	}
 	if s.grpc && cl != 0 {
@@ -401,13 +404,7 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		return nil, err
 	}
 	pool := s.d.Target
-	timeout := s.headerTimeout
-	if !s.deadline.IsZero() {
-		if left := time.Until(s.deadline); left < timeout || timeout <= 0 {
-			timeout, s.deadlineBound = max(left, time.Millisecond), true
-		}
-	}
-	call := newNetCall(s.r.Context(), timeout)
+	call := newNetCallUntil(s.r.Context(), s.headerTimeout, s.deadline)
 	s.att = netAttempt{call: call, h2: pool.Protocol != upstream.HTTP1}
 	out := s.upstreamRequest(pool, trusted, call)
 	s.out = out
@@ -450,6 +447,14 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 			s.respStarted = true
 		}
 		err, _ = s.refused(&s.att, err, s.netError(err, call, s.r.Context()))
+		if errors.Is(err, errCallDeadline) && s.att.body != nil && !s.att.body.ended() {
+			// The client was still sending when its deadline passed:
+			// the upstream may rightly have waited for the rest, so
+			// neither the breaker nor passive health holds it against
+			// the instance.
+			err = fmt.Errorf("%w %w", err, errDeadlineSending)
+			s.reportUpstream(true)
+		}
 		s.recordOutcome(start, err)
 		return nil, err
 	}
@@ -633,10 +638,7 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 	}
 	if ub, ok := out.Body.(*upBody); ok {
 		ub.mu.Lock()
-		// Only the HTTP/2 transport waits on a read of the body after
-		// it closed it (see upBody); reads toward an http1 pool are
-		// made where the transport asks.
-		ub.call, ub.onEnd, ub.abortable = call, s.markBodyEnd, s.att.h2
+		ub.call, ub.onEnd = call, s.markBodyEnd
 		ub.mu.Unlock()
 	}
 	out.GetBody = s.att.getBody
@@ -766,6 +768,9 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				s.clientErr = s.r.Context().Err()
 				return false // the client reset the stream; so is the upstream's
 			}
+			if s.grpc && errors.Is(context.Cause(s.att.call.ctx), errCallDeadline) {
+				return s.deadlineMidAnswer(h)
+			}
 			if s.att.body != nil {
 				s.att.body.collect(&s.flow)
 			}
@@ -836,6 +841,21 @@ func (s *stream) tooLargeMidAnswer(h http.Header) (abort bool) {
 	return false
 }
 
+// deadlineMidAnswer ends a gRPC call whose deadline passed after the
+// answer began: the upstream call was cancelled (newNetCallUntil), and the
+// client is told DEADLINE_EXCEEDED in the trailers, as the upstream itself
+// would have, had it kept the grpc-timeout it was sent. The breaker and
+// passive health judge it so too: by grpc_error_codes, not as a break-off.
+func (s *stream) deadlineMidAnswer(h http.Header) (abort bool) {
+	s.timeout = timeoutGRPC
+	msg := fmt.Appendf(nil, "graygate: the call's deadline (grpc-timeout) passed (request id %s)", s.reqID)
+	h.Set(http.TrailerPrefix+hdrGRPCStatus, strconv.Itoa(grpcDeadlineExceeded))
+	h.Set(http.TrailerPrefix+hdrGRPCMessage, string(appendGRPCMessage(nil, msg)))
+	s.grpcStatus = grpcDeadlineExceeded
+	s.p.log.Debug("call deadline passed mid-answer", "upstream", s.inst.Addr, "bytes", s.bytesOut)
+	return false
+}
+
 // fail answers a request the gateway could not forward (failure): for a
 // gRPC client a gRPC answer, HTTP 200 with grpc-status and grpc-message
 // and no body (a trailers-only response), else text/plain with the
@@ -848,7 +868,7 @@ func (s *stream) fail(err error) {
 	}
 	h := s.w.Header()
 	if s.grpc {
-		code := grpcCode(status, s.deadlineBound && status == http.StatusGatewayTimeout)
+		code := grpcCode(status, errors.Is(err, errCallDeadline))
 		var se http2.StreamError
 		if errors.As(err, &se) && se.Code == http2.ErrCodeCancel {
 			code = grpcCancelled
@@ -907,17 +927,28 @@ func teTrailers(vals []string) bool {
 	return false
 }
 
-// clientBody is the client's HTTP/2 request body, read with the client
-// read timeout (Options.ReadTimeout) kept from each read, as the HTTP/1.1
-// listener does. A gRPC stream is not timed (timeout 0): a client may
-// rightly send nothing for long within its call's deadline.
-//
-// It is an aheadReader, for the HTTP/2 transport (see upBody): a read that
-// may be given up (readAbort) runs on a goroutine of its own, into a
-// buffer of the body's, and its bytes wait in ahead for the next read,
-// whichever attempt makes it. Other reads are made on the caller's
-// goroutine, after what waits in ahead.
+// clientBody is the client's HTTP/2 request body: a readAhead (see
+// upBody) of the stream's body as clientIn reads it.
 type clientBody struct {
+	readAhead
+	in clientIn
+}
+
+func newClientBody(r *http.Request, rc *http.ResponseController, timeout time.Duration) *clientBody {
+	b := &clientBody{in: clientIn{r: r, rc: rc, timeout: timeout}}
+	b.src = &b.in
+	return b
+}
+
+// end is called as the handler returns (see clientIn).
+func (b *clientBody) end() { b.in.end() }
+
+// clientIn reads the stream's body with the client read timeout
+// (Options.ReadTimeout) kept from each read, as the HTTP/1.1 listener
+// does. A gRPC stream is not timed (timeout 0): a client may rightly send
+// nothing for long within its call's deadline. readAhead makes one read
+// at a time, on whichever goroutine reads.
+type clientIn struct {
 	r       *http.Request
 	rc      *http.ResponseController
 	timeout time.Duration
@@ -927,133 +958,30 @@ type clientBody struct {
 	// ResponseWriter must not be touched then. end marks that, under mu.
 	mu    sync.Mutex
 	ended bool
-	// Under mu: what was read ahead or given back (unread) and not yet
-	// handed out, then the error that ended the body (aheadErr), the read
-	// under way on its own goroutine (closed when it returns) and its
-	// buffer.
-	ahead    []byte
-	aheadErr error
-	reading  chan struct{}
-	buf      *[aheadBufSize]byte
 }
 
-// aheadBufSize is the buffer of a read clientBody runs on its own
-// goroutine: a default HTTP/2 frame, which is what the HTTP/2 transport
-// asks for at a time.
-const aheadBufSize = 16 << 10
-
-// aheadBufs pools those buffers; a body gives its own back once it has
-// ended and handed out all it read.
-var aheadBufs = sync.Pool{New: func() any { return new([aheadBufSize]byte) }}
-
-func (b *clientBody) Read(p []byte) (int, error) { return b.readAbort(p, nil) }
-
-// readAbort reads into p what waits in ahead, or else the body. With
-// abort, the read runs on a goroutine of its own, and once abort is
-// closed readAbort returns errBodyStopped without waiting for it: its
-// bytes are kept for the next read. Without, a read already under way is
-// waited for, and a new one is made on the caller's goroutine.
-func (b *clientBody) readAbort(p []byte, abort <-chan struct{}) (int, error) {
-	b.mu.Lock()
-	for {
-		if len(b.ahead) > 0 {
-			n := copy(p, b.ahead)
-			if b.ahead = b.ahead[n:]; len(b.ahead) == 0 {
-				b.ahead = nil
-				b.dropBuf()
-			}
-			b.mu.Unlock()
-			return n, nil
-		}
-		if err := b.aheadErr; err != nil {
-			b.dropBuf()
-			b.mu.Unlock()
-			return 0, err
-		}
-		if b.reading == nil {
-			if abort == nil {
-				b.mu.Unlock()
-				return b.read(p)
-			}
-			if b.buf == nil {
-				b.buf = aheadBufs.Get().(*[aheadBufSize]byte)
-			}
-			b.reading = make(chan struct{})
-			go b.readAhead(b.buf[:], b.reading)
-		}
-		reading := b.reading
-		b.mu.Unlock()
-		select {
-		case <-reading:
-		case <-abort:
-			return 0, errBodyStopped
-		}
-		b.mu.Lock()
-	}
-}
-
-// readAhead is a read of readAbort's on its own goroutine. It starts only
-// when nothing waits in ahead, so buf is not handed out meanwhile;
-// something given back meanwhile goes first.
-func (b *clientBody) readAhead(buf []byte, done chan struct{}) {
-	n, err := b.read(buf)
-	b.mu.Lock()
-	switch {
-	case n == 0:
-	case b.ahead == nil:
-		b.ahead = buf[:n]
-	default:
-		b.ahead = append(b.ahead[:len(b.ahead):len(b.ahead)], buf[:n]...)
-	}
-	b.aheadErr = err
-	b.reading = nil
-	close(done)
-	b.mu.Unlock()
-}
-
-// dropBuf gives the read-ahead buffer back once the body has ended and
-// nothing in ahead is in it; under mu.
-func (b *clientBody) dropBuf() {
-	if b.buf != nil && b.aheadErr != nil && b.reading == nil && len(b.ahead) == 0 {
-		aheadBufs.Put(b.buf)
-		b.buf = nil
-	}
-}
-
-// unread puts p, which the caller gives up, back before what waits in
-// ahead.
-func (b *clientBody) unread(p []byte) {
-	if len(p) == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.ahead = append(p[:len(p):len(p)], b.ahead...)
-	b.mu.Unlock()
-}
-
-// read is one read of the client's body, on whichever goroutine reads.
-func (b *clientBody) read(p []byte) (int, error) {
-	if d := b.timeout; d > 0 {
+func (c *clientIn) Read(p []byte) (int, error) {
+	if d := c.timeout; d > 0 {
 		now := time.Now()
 		want := now.Add(d).UnixNano()
-		if b.last == 0 || want-b.last > int64(d/8) {
-			b.last = want
-			b.mu.Lock()
-			if !b.ended {
-				_ = b.rc.SetReadDeadline(time.Unix(0, want))
+		if c.last == 0 || want-c.last > int64(d/8) {
+			c.last = want
+			c.mu.Lock()
+			if !c.ended {
+				_ = c.rc.SetReadDeadline(time.Unix(0, want))
 			}
-			b.mu.Unlock()
+			c.mu.Unlock()
 		}
 	}
-	return b.r.Body.Read(p)
+	return c.r.Body.Read(p)
 }
 
 // end is called as the handler returns: the ResponseWriter is left alone
 // from then on.
-func (b *clientBody) end() {
-	b.mu.Lock()
-	b.ended = true
-	b.mu.Unlock()
+func (c *clientIn) end() {
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
 }
 
 // readIdle cancels a call whose response body goes silent for longer than

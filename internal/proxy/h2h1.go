@@ -365,6 +365,11 @@ type headConn struct {
 	look    []byte
 	pending []byte
 	err     error
+	// body is the request body the Transport sends on c (arm), whose read
+	// is given up if c closes first (upBody.connClosed): the Transport
+	// waits for that read before it returns the round trip's failure, and
+	// never closes the body meanwhile.
+	body *upBody
 }
 
 // maxChunkLine bounds what headConn keeps after a head: net/http's chunk
@@ -374,11 +379,37 @@ const maxChunkLine = 4096
 // hdrConnClose is the field a head framed two ways gets (see headConn).
 var hdrConnClose = []byte("Connection: close\r\n")
 
-// arm readies c for the response to a request about to be written on it.
-func (c *headConn) arm() {
+// arm readies c for the response to a request about to be written on it,
+// with body (nil: none the Transport could wait on).
+func (c *headConn) arm(body *upBody) {
 	c.mu.Lock()
 	c.armed, c.conflict, c.after = true, false, c.after[:0]
+	c.body = body
 	c.mu.Unlock()
+}
+
+// carried forgets body, which its request is done with, unless c carries
+// another by now: an idle connection does not keep a stream's body.
+func (c *headConn) carried(body *upBody) {
+	c.mu.Lock()
+	if c.body == body {
+		c.body = nil
+	}
+	c.mu.Unlock()
+}
+
+// Close closes the connection, and gives up a read of the body it carries
+// (see body).
+func (c *headConn) Close() error {
+	err := c.Conn.Close()
+	c.mu.Lock()
+	b := c.body
+	c.body = nil
+	c.mu.Unlock()
+	if b != nil {
+		b.connClosed()
+	}
+	return err
 }
 
 // seen returns what the last response's head showed (see headConn). The

@@ -65,7 +65,7 @@ func TestH2InterimAfterHeaderTimeout(t *testing.T) {
 	p, addr := startProxyWith(t, Options{ResponseHeaderTimeout: 100 * time.Millisecond},
 		staticDecider{Group: "gray", Target: pool}, listener.Protocols{H2C: true})
 	p.nets.mu.Lock()
-	p.nets.m = map[netKey]netTransport{{proto: upstream.H2C}: lt}
+	p.nets.m = map[netKey]*netEntry{{proto: upstream.H2C}: {t: lt}}
 	p.nets.mu.Unlock()
 	c := h2cClient(t)
 	for i := range 2 {

@@ -49,9 +49,28 @@ import (
 // the policy around it (policy.go), and the dialer: every transport dials
 // through Proxy.dial, so a failure to connect is a dialError and counts,
 // for the fallback, as nothing sent.
+//
+// A transport is made on first use and kept while requests ask for it:
+// pools come and go with reloads (an h2 pool's TLS setting, its CA file's
+// contents included, is a new key each time it changes), and the proxy
+// sees pools only through its decisions, so at every reload it drops the
+// transports no request asked for since the previous reload (prune). A
+// key no pool has any more is gone at the second reload after its last
+// use at the latest, and its idle connections meanwhile close after
+// IdleConnTimeout, as any; a pool of the running config that had no
+// request for a whole reload interval gets a new transport when it next
+// has one, which costs it at most a new connection.
 type netTransports struct {
 	mu sync.Mutex
-	m  map[netKey]netTransport
+	m  map[netKey]*netEntry
+	// gen counts the reloads; an entry notes the one it was last asked
+	// for in.
+	gen uint64
+}
+
+type netEntry struct {
+	t    netTransport
+	used uint64
 }
 
 type netKey struct {
@@ -73,14 +92,15 @@ func (p *Proxy) netTransport(pool *upstream.Pool) netTransport {
 	}
 	p.nets.mu.Lock()
 	defer p.nets.mu.Unlock()
-	if t, ok := p.nets.m[k]; ok {
-		return t
+	if e, ok := p.nets.m[k]; ok {
+		e.used = p.nets.gen
+		return e.t
 	}
 	if p.nets.m == nil {
-		p.nets.m = map[netKey]netTransport{}
+		p.nets.m = map[netKey]*netEntry{}
 	}
 	t := p.newNetTransport(pool)
-	p.nets.m[k] = t
+	p.nets.m[k] = &netEntry{t: t, used: p.nets.gen}
 	return t
 }
 
@@ -194,7 +214,27 @@ func (p *Proxy) closeNetTransports(forget bool) {
 		p.nets.m = nil
 	}
 	p.nets.mu.Unlock()
-	for _, t := range m {
+	for _, e := range m {
+		e.t.CloseIdleConnections()
+	}
+}
+
+// pruneNetTransports is a reload's sweep (see netTransports): it drops
+// the transports no request asked for since the previous reload, and
+// their idle connections. A request still in flight on one keeps it,
+// and its connection closes once idle (IdleConnTimeout).
+func (p *Proxy) pruneNetTransports() {
+	var gone []netTransport
+	p.nets.mu.Lock()
+	for k, e := range p.nets.m {
+		if e.used < p.nets.gen {
+			delete(p.nets.m, k)
+			gone = append(gone, e.t)
+		}
+	}
+	p.nets.gen++
+	p.nets.mu.Unlock()
+	for _, t := range gone {
 		t.CloseIdleConnections()
 	}
 }
@@ -213,7 +253,8 @@ func (e *timeoutError) Timeout() bool { return true }
 // context, and the timer that bounds the wait for the response header.
 // The timer starts once the request body has been read to its end (or at
 // once without one), as for the HTTP/1.1 transport, so an upload or a
-// client-streaming call is not cut while it sends.
+// client-streaming call is not cut while it sends. A gRPC call's deadline
+// is not that timer's: it runs from the call's start (newNetCallUntil).
 type netCall struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -221,12 +262,40 @@ type netCall struct {
 	timer  *time.Timer
 	limit  time.Duration
 	done   bool
+	// unbound stops the deadline's timer (newNetCallUntil), nil without.
+	unbound context.CancelFunc
 }
 
 func newNetCall(parent context.Context, headerTimeout time.Duration) *netCall {
 	ctx, cancel := context.WithCancelCause(parent)
 	return &netCall{ctx: ctx, cancel: cancel, limit: headerTimeout}
 }
+
+// newNetCallUntil is newNetCall for a call that ends at deadline (zero:
+// none), a gRPC call's grpc-timeout, which gRPC makes the whole call's
+// deadline: once it passes, the call's context ends with errCallDeadline
+// whatever the call waits for, the response header, the client's next
+// message or the upstream's, and the transport cancels the upstream's
+// stream.
+func newNetCallUntil(parent context.Context, headerTimeout time.Duration, deadline time.Time) *netCall {
+	if deadline.IsZero() {
+		return newNetCall(parent, headerTimeout)
+	}
+	bounded, unbound := context.WithDeadlineCause(parent, deadline, errCallDeadline)
+	c := newNetCall(bounded, headerTimeout)
+	c.unbound = unbound
+	return c
+}
+
+// errCallDeadline ends a gRPC call whose deadline (grpc-timeout) passed:
+// a timeout (504) that a gRPC client is told as DEADLINE_EXCEEDED.
+var errCallDeadline = &timeoutError{"the call's deadline (grpc-timeout) passed"}
+
+// errDeadlineSending marks errCallDeadline before the response header
+// while the client was still sending its request: the upstream may have
+// been waiting for the rest, so the breaker does not count it (as a slow
+// upload is not counted as a slow upstream).
+var errDeadlineSending = errors.New("while the client was still sending")
 
 // arm starts the header timer, once.
 func (c *netCall) arm() {
@@ -263,6 +332,9 @@ func (c *netCall) rearm() {
 func (c *netCall) end() {
 	c.answered()
 	c.cancel(context.Canceled)
+	if c.unbound != nil {
+		c.unbound()
+	}
 }
 
 // netAttempt is one attempt through a net/http transport, whichever codec
@@ -343,10 +415,11 @@ func (a *netAttempt) gotConn(httptrace.GotConnInfo) {
 
 // gotH1Conn is the http1 Transport's trace of the connection it sends the
 // request on (each time it does: it may try another), before it writes
-// it: the connection looks at the answer's head (headConn).
+// it: the connection looks at the answer's head, and gives up a read of
+// the body should it close first (headConn).
 func (a *netAttempt) gotH1Conn(info httptrace.GotConnInfo) {
 	if c, ok := info.Conn.(*headConn); ok {
-		c.arm()
+		c.arm(a.body)
 		a.conn = c
 	}
 }
@@ -411,35 +484,42 @@ func (f *flow) refused(a *netAttempt, rtErr, err error) (_ error, unsent bool) {
 // it is given, and a replay on stable reads on. The request's goroutine
 // reads its state through collect, under mu.
 //
-// Toward an h2 or h2c pool the HTTP/2 transport, when the upstream resets
-// a stream before it answers (REFUSED_STREAM, or any other code), waits
-// for its writer to return from the body's read before RoundTrip returns,
-// even after it closed the body. A bidirectional call whose client waits
-// for an answer before it sends more would hold that read, and the call,
-// until the client's deadline. So such a body (abortable) reads a source
-// that can give a read up (aheadReader: the HTTP/2 codec's client body)
-// and gives it up when the transport closes it: what the read brings
-// then stays with the source, for the next attempt or the fallback.
+// Neither transport lets a failed round trip return while its writer is
+// in a read of the body. The HTTP/2 transport, when the upstream resets a
+// stream before it answers (REFUSED_STREAM, or any other code), closes
+// the body and then waits for that read; net/http's HTTP/1 Transport,
+// when the upstream closes or resets the connection before it answers,
+// waits for its write loop (persistConn.mapRoundTripError) without
+// closing the body at all. A client that waits for an answer before it
+// sends more (a bidirectional call, a paused upload) would hold that
+// read, and the call, until its deadline. So the body reads a source
+// whose reads can be given up (aheadReader: readAhead, which both codecs
+// make of the client's body) and gives the read up when the transport
+// closes it (Close) or the connection it is sent on closes (connClosed,
+// from headConn): what the read brings then stays with the source, for
+// the next attempt or the fallback. So it does when the call's context
+// ends (a deadline, the read timeout, the call over): the HTTP/2
+// transport looks at the context only between its reads of the body
+// once it has the response header, so a call whose answer streams while
+// the client sends nothing would not end.
 type upBody struct {
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when a read of src returns
 	reading bool       // a read of src is under way
 	stopped bool       // stop was called: src is not read any more
 	closed  bool       // the transport closed the body: it reads no more
-	// abortable: reads of src, if it is an aheadReader, are given up
-	// when abort is closed (by Close or stop).
-	abortable bool
-	abort     chan struct{}
-	src       io.Reader
-	count     bodyCount
-	held      []byte // what was read, while it fits in keep
-	keep      int
-	over      bool // more was read than keep
-	read      bool // anything was asked of src
-	eof       bool
-	call      *netCall
-	// before runs before every read of src (the client read deadline).
-	before func()
+	gone    bool       // the connection the body was sent on closed
+	// abort, closed by Close, connClosed or stop, gives up a read of an
+	// aheadReader src under way.
+	abort chan struct{}
+	src   io.Reader
+	count bodyCount
+	held  []byte // what was read, while it fits in keep
+	keep  int
+	over  bool // more was read than keep
+	read  bool // anything was asked of src
+	eof   bool
+	call  *netCall
 	// onEnd runs when the body has been read to its end.
 	onEnd func()
 }
@@ -450,30 +530,31 @@ func (b *upBody) Read(p []byte) (int, error) {
 	case b.eof:
 		b.mu.Unlock()
 		return 0, io.EOF
+	case b.gone:
+		b.mu.Unlock()
+		return 0, errUpstreamClosed
 	case b.stopped, b.closed:
 		b.mu.Unlock()
 		return 0, errBodyStopped
 	}
 	b.read, b.reading = true, true
-	before := b.before
-	var ar aheadReader
+	ar, _ := b.src.(aheadReader)
 	var abort chan struct{}
-	if b.abortable {
-		if ar, _ = b.src.(aheadReader); ar != nil {
-			if b.abort == nil {
-				b.abort = make(chan struct{})
-			}
-			abort = b.abort
+	var done <-chan struct{}
+	if ar != nil {
+		if b.abort == nil {
+			b.abort = make(chan struct{})
+		}
+		abort = b.abort
+		if b.call != nil {
+			done = b.call.ctx.Done()
 		}
 	}
 	b.mu.Unlock()
-	if before != nil {
-		before()
-	}
 	var n int
 	var err error
 	if ar != nil {
-		n, err = ar.readAbort(p, abort)
+		n, err = ar.readAbort(p, abort, done)
 	} else {
 		n, err = b.src.Read(p)
 	}
@@ -485,6 +566,9 @@ func (b *upBody) Read(p []byte) (int, error) {
 	if ar != nil && err == errBodyStopped {
 		// Given up: nothing was read, and it is neither the client's
 		// failure nor the body's end.
+		if b.gone {
+			err = errUpstreamClosed
+		}
 		b.mu.Unlock()
 		return 0, err
 	}
@@ -523,6 +607,24 @@ func (b *upBody) Close() error {
 	return nil
 }
 
+// connClosed is told by the http1 Transport's connection (headConn) that
+// it closed while it carried b: a read under way is given up, and it and
+// any later one fail with errUpstreamClosed, which net/http's Transport
+// then returns (an error reading the body outranks the connection's).
+func (b *upBody) connClosed() {
+	b.mu.Lock()
+	if !b.eof {
+		b.gone = true
+	}
+	b.giveUp()
+	b.mu.Unlock()
+}
+
+// errUpstreamClosed fails the round trip of a request whose upstream
+// connection closed while the body was still being sent, and before an
+// answer came (connClosed).
+var errUpstreamClosed = errors.New("upstream connection closed while the request body was being sent")
+
 // giveUp ends a read of src under way that can be given up; under mu.
 func (b *upBody) giveUp() {
 	if b.abort != nil {
@@ -532,35 +634,200 @@ func (b *upBody) giveUp() {
 }
 
 // aheadReader is a body source whose reads can be given up without losing
-// what they bring (the HTTP/2 codec's clientBody): readAbort returns
-// errBodyStopped once abort is closed, and the bytes its read gets later
-// go to the next read; unread puts bytes back before what is left.
+// what they bring (readAhead): readAbort returns errBodyStopped once
+// abort or done is closed, and the bytes its read gets later go to the
+// next read; unread puts bytes back before what is left.
 type aheadReader interface {
 	io.Reader
-	readAbort(p []byte, abort <-chan struct{}) (int, error)
+	readAbort(p []byte, abort, done <-chan struct{}) (int, error)
 	unread(p []byte)
+}
+
+// readAhead is a client's request body read for net/http transports: a
+// read that may be given up (readAbort, upBody's) runs on a goroutine of
+// its own, into a buffer of the body's, and its bytes wait in ahead for
+// the next read, whichever attempt makes it. Other reads (admit's
+// buffering, the HTTP/1.1 transport's after a fallback) are made on the
+// caller's goroutine, after what waits in ahead. The HTTP/2 codec makes
+// one of every client body (clientBody), the HTTP/1.1 codec of a
+// streamed body it sends to an h2 or h2c pool (exchange.aheadBody).
+type readAhead struct {
+	src io.Reader
+	// wake unblocks a read of src under way, for settle: nil when src
+	// may be read after its request ended (an HTTP/2 stream's body fails
+	// its reads then).
+	wake func()
+	// Under mu: what was read ahead or given back (unread) and not yet
+	// handed out, then the error that ended the body, the read under way
+	// on its own goroutine (closed when it returns) and its buffer.
+	mu      sync.Mutex
+	ahead   []byte
+	err     error
+	reading chan struct{}
+	buf     *[aheadBufSize]byte
+}
+
+// aheadBufSize is the buffer of a read readAhead runs on its own
+// goroutine: a default HTTP/2 frame, which is what the HTTP/2 transport
+// asks for at a time.
+const aheadBufSize = 16 << 10
+
+// aheadBufs pools those buffers; a body gives its own back once it has
+// ended and handed out all it read.
+var aheadBufs = sync.Pool{New: func() any { return new([aheadBufSize]byte) }}
+
+func (a *readAhead) Read(p []byte) (int, error) { return a.readAbort(p, nil, nil) }
+
+// readAbort reads into p what waits in ahead, or else src. With abort,
+// the read runs on a goroutine of its own, and once abort or done is
+// closed readAbort returns errBodyStopped without waiting for it: its
+// bytes are kept for the next read. Without, a read already under way is
+// waited for, and a new one is made on the caller's goroutine.
+func (a *readAhead) readAbort(p []byte, abort, done <-chan struct{}) (int, error) {
+	a.mu.Lock()
+	for {
+		if len(a.ahead) > 0 {
+			n := copy(p, a.ahead)
+			if a.ahead = a.ahead[n:]; len(a.ahead) == 0 {
+				a.ahead = nil
+				a.dropBuf()
+			}
+			a.mu.Unlock()
+			return n, nil
+		}
+		if err := a.err; err != nil {
+			a.dropBuf()
+			a.mu.Unlock()
+			return 0, err
+		}
+		if a.reading == nil {
+			if abort == nil {
+				a.mu.Unlock()
+				return a.src.Read(p)
+			}
+			if isClosed(abort) || isClosed(done) {
+				// No read to start for a body given up already.
+				a.mu.Unlock()
+				return 0, errBodyStopped
+			}
+			if a.buf == nil {
+				a.buf = aheadBufs.Get().(*[aheadBufSize]byte)
+			}
+			a.reading = make(chan struct{})
+			go a.fill(a.buf[:], a.reading)
+		}
+		reading := a.reading
+		a.mu.Unlock()
+		select {
+		case <-reading:
+		case <-abort:
+			return 0, errBodyStopped
+		case <-done:
+			return 0, errBodyStopped
+		}
+		a.mu.Lock()
+	}
+}
+
+// isClosed reports whether c is closed (nil: never).
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// fill is a read of readAbort's on its own goroutine. It starts only when
+// nothing waits in ahead, so buf is not handed out meanwhile; something
+// given back meanwhile goes first.
+func (a *readAhead) fill(buf []byte, done chan struct{}) {
+	n, err := a.src.Read(buf)
+	a.mu.Lock()
+	switch {
+	case n == 0:
+	case a.ahead == nil:
+		a.ahead = buf[:n]
+	default:
+		a.ahead = append(a.ahead[:len(a.ahead):len(a.ahead)], buf[:n]...)
+	}
+	a.err = err
+	a.reading = nil
+	close(done)
+	a.mu.Unlock()
+}
+
+// dropBuf gives the read-ahead buffer back once the body has ended and
+// nothing in ahead is in it; under mu.
+func (a *readAhead) dropBuf() {
+	if a.buf != nil && a.err != nil && a.reading == nil && len(a.ahead) == 0 {
+		aheadBufs.Put(a.buf)
+		a.buf = nil
+	}
+}
+
+// unread puts p, which the caller gives up, back before what waits in
+// ahead.
+func (a *readAhead) unread(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	a.mu.Lock()
+	a.ahead = append(p[:len(p):len(p)], a.ahead...)
+	a.mu.Unlock()
+}
+
+// settle ends a read given up that still waits on src (wake), and waits
+// for it, so that nothing reads src once it returns: the HTTP/1.1 codec
+// calls it as its exchange ends, before fasthttp reads the connection
+// again. Nothing may read a afterwards.
+func (a *readAhead) settle() {
+	if a.wake == nil {
+		return
+	}
+	a.mu.Lock()
+	reading := a.reading
+	a.mu.Unlock()
+	if reading == nil {
+		return
+	}
+	// A read that has not reached the connection yet when the deadline
+	// is set arms its own, later one: wake again until it returns.
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		a.wake()
+		select {
+		case <-reading:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // errBodyStopped ends the reads of a body whose request is over.
 var errBodyStopped = errors.New("graygate: the request is over")
 
 // stop ends the transport's reads of the body: no read of src starts
-// after it. With wake, it also waits for a read under way, which wake
-// must unblock (the HTTP/1.1 codec expires the client connection's read
-// deadline): then nothing reads the client's connection once stop
-// returns, and the codec may reuse what src reads from.
-func (b *upBody) stop(wake func()) {
+// after it, and one of an aheadReader under way is given up. With wait,
+// it also waits for that read to return, which giving it up makes
+// prompt: then b hands out nothing more of what src holds (the HTTP/1.1
+// codec's may begin with the flow's buffer, reqBody.pre), and the codec
+// may reuse it. A read the source itself runs ahead may still wait on
+// the client's connection; readAhead.settle ends it. wait needs an
+// aheadReader src, whose reads never wait on the client themselves.
+func (b *upBody) stop(wait bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stopped = true
 	b.giveUp()
-	if wake == nil || !b.reading {
+	if !wait || !b.reading {
 		return
 	}
 	if b.cond == nil {
 		b.cond = sync.NewCond(&b.mu)
 	}
-	wake()
 	for b.reading {
 		b.cond.Wait()
 	}
@@ -602,7 +869,7 @@ func resumeBody(b *upBody, call *netCall) (io.ReadCloser, bool) {
 
 // again returns a body for another attempt that reads src, as b does.
 func (b *upBody) again(src io.Reader, call *netCall) *upBody {
-	return &upBody{src: src, call: call, keep: b.keep, onEnd: b.onEnd, before: b.before, abortable: b.abortable,
+	return &upBody{src: src, call: call, keep: b.keep, onEnd: b.onEnd,
 		count: bodyCount{size: b.count.size, max: b.count.max}}
 }
 
@@ -894,6 +1161,9 @@ func (f *flow) netError(err error, call *netCall, client context.Context) error 
 	case errors.Is(context.Cause(call.ctx), errHeaderTimeout):
 		f.timeout = timeoutResponseHeader
 		return fmt.Errorf("reading response header from %s: %w", f.inst.Addr, errHeaderTimeout)
+	case errors.Is(context.Cause(call.ctx), errCallDeadline):
+		f.timeout = timeoutGRPC
+		return fmt.Errorf("waiting for %s: %w", f.inst.Addr, errCallDeadline)
 	case f.tooLarge || f.clientErr != nil:
 		return f.bodyFailure(err)
 	case errors.As(err, &de):

@@ -153,7 +153,10 @@ func listenerConfig(o *Options) *listener.Config {
 // Reconfigure applies new options to the running proxy: requests that start
 // after it returns use them. Connections to upstreams are pooled per
 // option set, so the pools are replaced (requests in flight finish on the
-// old ones, whose idle connections are closed). It returns the fields that
+// old ones, whose idle connections are closed). With the same upstream
+// options, the net/http transports no request asked for since the last
+// Reconfigure are dropped (pruneNetTransports): the gateway calls it at
+// every reload of its config. It returns the fields that
 // cannot change without a restart (they configure the listening server):
 // ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes, as config paths; those
 // keep their old values. Now and the OnDone hook are kept as they are.
@@ -191,7 +194,9 @@ func (p *Proxy) Reconfigure(opts Options) []string {
 		// New HTTP/2 connections take the new client write timeout.
 		p.reconfigureH2(&o)
 	}
-	if upstreamOptionsChanged(old, &o) {
+	if !upstreamOptionsChanged(old, &o) {
+		p.pruneNetTransports()
+	} else {
 		p.closeNetTransports(true)
 		p.clientsMu.Lock()
 		m := p.clients.Swap(nil)
@@ -403,6 +408,9 @@ type exchange struct {
 	// (sentRequest).
 	net    *netUpstream
 	netOut *http.Request
+	// ahead is the client's streamed body as attempts on h2 and h2c pools
+	// read it (aheadBody), settled when the exchange ends; nil otherwise.
+	ahead *readAhead
 
 	// Client watch state. mu guards canceled and upConn between the
 	// watcher goroutine and the request goroutine.
@@ -436,6 +444,8 @@ const (
 	timeoutUpstreamRead   = "read_timeout"
 	timeoutUpstreamWrite  = "write_timeout"
 	timeoutResponseHeader = "response_header_timeout"
+	// timeoutGRPC is a gRPC call's own deadline, its grpc-timeout.
+	timeoutGRPC = "grpc_timeout"
 )
 
 func (p *Proxy) newExchange() *exchange {
@@ -459,6 +469,9 @@ func (p *Proxy) getExchange() *exchange {
 // passive health, concurrency slot, OnDone, access log, degradation log),
 // then the exchange goes back to the pool.
 func (ex *exchange) finish() {
+	if ex.ahead != nil {
+		ex.ahead.settle()
+	}
 	ex.flow.finish()
 	ex.reset()
 	ex.p.exchanges.Put(ex)
@@ -475,7 +488,7 @@ func (ex *exchange) reset() {
 	ex.inline, ex.dated, ex.completed = -1, false, false
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
 	ex.upEOF, ex.hj = false, nil
-	ex.net, ex.netOut = nil, nil
+	ex.net, ex.netOut, ex.ahead = nil, nil, nil
 	ex.upConn, ex.gone = nil, false
 }
 

@@ -175,7 +175,8 @@ func (f *flow) fallBackOK(err error) bool {
 	}
 	switch {
 	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout),
-		errors.Is(err, errBodyTooLarge), errors.Is(err, errGateFull), f.canceled:
+		errors.Is(err, errBodyTooLarge), errors.Is(err, errGateFull), f.canceled,
+		errors.Is(err, errCallDeadline): // the call is over wherever it goes
 		return false
 	case errors.Is(err, upstream.ErrNoInstance), !f.sent:
 		return true
@@ -258,8 +259,9 @@ func (ex *exchange) fallBack(err error) {
 // before any I/O, as when the pool has no instance); the latency runs from
 // there to the response header or the failure, minus the time spent
 // waiting for the client's streamed body. A client that went away or was
-// too slow (499, 408) and a body over the limit (413) are not the
-// upstream's failures: they are recorded as successes with the latency
+// too slow (499, 408), a body over the limit (413) and a gRPC deadline
+// that passed while the client was still sending (errDeadlineSending) are
+// not the upstream's failures: they are recorded as successes with the latency
 // seen so far, which is a lower bound of the upstream's, so a target slow
 // enough to drive clients away still shows in the p99.
 func (f *flow) recordOutcome(start time.Time, err error) {
@@ -277,7 +279,8 @@ func (f *flow) recordOutcome(start time.Time, err error) {
 	switch {
 	case err == nil:
 		failed = b.IsErrorStatus(f.status) || b.IsErrorGRPC(f.grpcStatus)
-	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout), errors.Is(err, errBodyTooLarge):
+	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout), errors.Is(err, errBodyTooLarge),
+		errors.Is(err, errDeadlineSending):
 	default:
 		failed = true
 	}
