@@ -44,13 +44,8 @@ func earlyAnswerH2(t *testing.T) (addr string, bad func() error) {
 		}
 	}
 	addr = serveConns(t, func(c net.Conn) {
-		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-		if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
-			return
-		}
-		fr := http2.NewFramer(c, c)
-		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-		if fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1024}) != nil {
+		fr := rawH2Server(c, 60*time.Second, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1024})
+		if fr == nil {
 			return
 		}
 		fill := map[uint32]byte{}

@@ -172,13 +172,8 @@ func refusingGray(t testing.TB, goAway bool) (*upstream.Pool, *atomic.Int64) {
 	t.Helper()
 	var seen atomic.Int64
 	addr := serveConns(t, func(c net.Conn) {
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
-			return
-		}
-		fr := http2.NewFramer(c, c)
-		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-		if fr.WriteSettings() != nil {
+		fr := rawH2Server(c, 30*time.Second)
+		if fr == nil {
 			return
 		}
 		for {
@@ -402,13 +397,8 @@ func resettingGray(t testing.TB, code http2.ErrCode, afterData bool) (*upstream.
 	t.Helper()
 	var reset atomic.Int64
 	addr := serveConns(t, func(c net.Conn) {
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
-			return
-		}
-		fr := http2.NewFramer(c, c)
-		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-		if fr.WriteSettings() != nil {
+		fr := rawH2Server(c, 30*time.Second)
+		if fr == nil {
 			return
 		}
 		done := map[uint32]bool{}
@@ -529,4 +519,20 @@ func TestGRPCResetMidCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawH2Server starts the server side of an HTTP/2 connection by hand on c,
+// for upstreams that misbehave on purpose: a deadline on c, the client's
+// preface read, and our SETTINGS sent. It returns nil when c fails.
+func rawH2Server(c net.Conn, timeout time.Duration, settings ...http2.Setting) *http2.Framer {
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+		return nil
+	}
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if fr.WriteSettings(settings...) != nil {
+		return nil
+	}
+	return fr
 }
