@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httputil"
 
 	"github.com/valyala/fasthttp"
@@ -290,12 +291,16 @@ func unusualChunkLine(b []byte) []byte {
 	return b[:end+1]
 }
 
-// checkFirstChunkNet is checkFirstChunk for an answer that net/http's
-// reader relays (an HTTP/2 client's, from an http1 pool): b is what came
-// after the head with it, and the line is given to net/http's chunk
-// parser, the one the body is then read with. It refuses the same lines
-// as fasthttp's (a bare LF, whitespace before ";"), for the same reasons.
-func checkFirstChunkNet(b []byte) error {
+// checkFirstChunkNet is checkFirstChunk for an answer, resp, that
+// net/http's reader relays (an HTTP/2 client's, from an http1 pool): b is
+// what came after the head with it, and the line is given to net/http's
+// chunk parser, the one the body is then read with. It refuses the same
+// lines as fasthttp's (a bare LF, whitespace before ";"), for the same
+// reasons. An answer that is not chunked, or has no body, passes.
+func checkFirstChunkNet(resp *http.Response, b []byte) error {
+	if len(resp.TransferEncoding) == 0 || resp.Body == http.NoBody {
+		return nil
+	}
 	line := unusualChunkLine(b)
 	if line == nil {
 		return nil

@@ -490,11 +490,9 @@ func (s *stream) checkH1Head(resp *http.Response) error {
 	if conflict {
 		s.p.violation(violationFramingConflict)
 	}
-	if len(resp.TransferEncoding) > 0 && resp.Body != http.NoBody {
-		if err := checkFirstChunkNet(after); err != nil {
-			_ = resp.Body.Close()
-			return fmt.Errorf("%w from %s: %w", errBadChunk, s.inst.Addr, err)
-		}
+	if err := checkFirstChunkNet(resp, after); err != nil {
+		_ = resp.Body.Close()
+		return fmt.Errorf("%w from %s: %w", errBadChunk, s.inst.Addr, err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -133,11 +134,9 @@ func (s *stream) sendH1(uc *upstreamClient, c upstreamConn, conn net.Conn, out *
 		// the HTTP/1.1 codec does (readHead).
 		s.p.violation(violationFramingConflict)
 	}
-	if len(resp.TransferEncoding) > 0 && resp.Body != http.NoBody {
-		b, _ := br.Peek(br.Buffered())
-		if err := checkFirstChunkNet(b); err != nil {
-			return fail(fmt.Errorf("%w from %s: %w", errBadChunk, uc.addr, err))
-		}
+	after, _ := br.Peek(br.Buffered())
+	if err := checkFirstChunkNet(resp, after); err != nil {
+		return fail(fmt.Errorf("%w from %s: %w", errBadChunk, uc.addr, err))
 	}
 	b := &h1Body{r: resp.Body, br: br, c: c, uc: uc, stop: stop, keep: !resp.Close && !conflict}
 	if resp.Body == http.NoBody {
@@ -535,7 +534,11 @@ func finalHead(b []byte) (start, end int) {
 // which net/http takes as final.
 func interimHead(head []byte) bool {
 	_, code, _ := bytes.Cut(statusLine(head), []byte(" "))
-	return len(code) >= 3 && code[0] == '1' && string(code[:3]) != "101"
+	if len(code) < 3 {
+		return false
+	}
+	status, err := strconv.Atoi(string(code[:3]))
+	return err == nil && isInterim(status)
 }
 
 // statusLine returns the first line of head that is not empty, without
