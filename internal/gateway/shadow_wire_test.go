@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -249,5 +250,48 @@ upstreams:
 	}
 	if total != 2*users {
 		t.Errorf("graygate_requests_total = %d, want the %d client requests", total, 2*users)
+	}
+}
+
+// TestShadowMethodInLowerCase: a rule's mirror.methods ["post"] mirrors
+// the POSTs that reach the listener (which takes upper-case methods only),
+// where taken as written it would have mirrored nothing.
+func TestShadowMethodInLowerCase(t *testing.T) {
+	stable := newJSONVersion(t, nil)
+	var copies atomic.Int64
+	gray := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Header.Get("X-Gray-Mirror") == "1" && r.Method == "POST" {
+			copies.Add(1)
+		}
+		_, _ = io.WriteString(w, "gray")
+	}))
+	t.Cleanup(gray.Close)
+	cfg := fmt.Sprintf(`
+default_upstream: stable
+upstreams:
+  stable: {instances: [{addr: "%s"}]}
+  gray:   {instances: [{addr: "%s"}]}
+`, stable.addr(), strings.TrimPrefix(gray.URL, "http://"))
+	e := start(t, cfg, "")
+	e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 0, "targets": map[string]any{"gray": "gray", "stable": "stable"},
+		"mirror": map[string]any{"percent": 100, "methods": []string{"post"}}})
+	const posts = 5
+	for i := range posts {
+		req, _ := http.NewRequest("POST", e.data+"/item", strings.NewReader("x"))
+		req.Header.Set("X-User-Id", "u"+strconv.Itoa(i))
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST as u%d = %d", i, resp.StatusCode)
+		}
+	}
+	e.waitRuleDiff("canary", func(d map[string]any) bool { return d["requests"] == float64(posts) })
+	if n := copies.Load(); n != posts {
+		t.Errorf("gray got %d POST copies, want %d", n, posts)
 	}
 }
