@@ -178,6 +178,70 @@ func TestLazyReadDeadline(t *testing.T) {
 				t.Fatalf("body read ended after %v with %v; want the %v body timeout", took, err, d)
 			}
 		}},
+		{"an interrupt ends a body read, before or while it waits, until resumed", func(t *testing.T, c *Conn, client net.Conn) {
+			// The body read deadline is asked for anew by every Read, so
+			// a past deadline set just before a Read would be undone by
+			// it; an Interrupt is not.
+			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nab"
+			if _, err := client.Write([]byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			var b [256]byte
+			for got := 0; got < len(msg); {
+				n, err := c.Read(b[:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+			c.config = func() *Config { return &Config{MaxHeaderBytes: 8 << 10, BodyReadTimeout: time.Minute} }
+			if err := c.Interrupt(); err != nil {
+				t.Fatal(err)
+			}
+			if took, err := readErr(c); !errors.Is(err, os.ErrDeadlineExceeded) || took > 10*d {
+				t.Fatalf("a read after Interrupt ended after %v with %v; want a timeout at once", took, err)
+			}
+			c.Resume()
+			setRead(t, c, time.Now().Add(time.Minute))
+			go func() {
+				time.Sleep(d)
+				_ = c.Interrupt()
+			}()
+			if took, err := readErr(c); !errors.Is(err, os.ErrDeadlineExceeded) || took > 10*d {
+				t.Fatalf("a waiting read ended after %v with %v; want a timeout soon after Interrupt", took, err)
+			}
+			c.Resume()
+			setRead(t, c, time.Now().Add(time.Minute))
+			if _, err := client.Write([]byte("cd")); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := c.Read(b[:]); err != nil || string(b[:n]) != "cd" {
+				t.Fatalf("read after Resume: %q, %v", b[:n], err)
+			}
+		}},
+		{"an interrupt racing the body read wins", func(t *testing.T, c *Conn, client net.Conn) {
+			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n"
+			if _, err := client.Write([]byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			var b [256]byte
+			for got := 0; got < len(msg); {
+				n, err := c.Read(b[:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+			c.config = func() *Config { return &Config{MaxHeaderBytes: 8 << 10, BodyReadTimeout: time.Minute} }
+			for i := range 200 {
+				c.Resume()
+				go func() { _ = c.Interrupt() }()
+				took, err := readErr(c)
+				if !errors.Is(err, os.ErrDeadlineExceeded) || took > 5*time.Second {
+					t.Fatalf("try %d: read ended after %v with %v; want the interrupt's timeout", i, took, err)
+				}
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

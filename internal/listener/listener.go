@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -161,6 +162,8 @@ type Conn struct {
 	// which may run on another goroutine.
 	midRequest atomic.Bool
 	closing    atomic.Bool // Close began a lingering close
+	// interrupted: Interrupt was called, and no Resume since.
+	interrupted atomic.Bool
 	// Deadlines armed on the connection, in Unix nanoseconds (0: none).
 	rdl, wdl atomic.Int64
 	// The read deadline asked for (0: none), and how much earlier than it
@@ -181,6 +184,24 @@ func (c *Conn) BodyRefused(n uint64) *Error {
 	}
 	return nil
 }
+
+// Interrupt ends a read pending on the connection, and fails every later
+// one with a timeout (os.ErrDeadlineExceeded), until Resume. It is a
+// cancel from another goroutine that the body read deadline, which Read
+// asks for anew each time, cannot undo, as a past read deadline set a
+// moment before a Read would be. The data plane uses it to stop waiting
+// for more of a client's upload once the upstream has answered or gone.
+func (c *Conn) Interrupt() error {
+	c.interrupted.Store(true)
+	c.askRead(pastDeadline, 0)
+	return c.armRead()
+}
+
+// Resume undoes Interrupt. The next read deadline asked for applies.
+func (c *Conn) Resume() { c.interrupted.Store(false) }
+
+// pastDeadline is a read deadline long past, in Unix nanoseconds.
+var pastDeadline = time.Unix(1, 0).UnixNano()
 
 // OpenTunnel tells the connection that the request it carried became a
 // tunnel (a 101 answer to a WebSocket handshake), so the bytes that follow
@@ -277,6 +298,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 		// read finds it. The read itself is unchanged: bytes already
 		// queued are read at once, and nothing is skipped.
 		runtime.Gosched()
+	}
+	// After the body deadline was asked for above: an Interrupt from
+	// another goroutine that came before is seen here, and one that comes
+	// after asks for its past deadline over it (see Interrupt).
+	if c.interrupted.Load() {
+		return 0, os.ErrDeadlineExceeded
 	}
 	n, err := c.read(p)
 	if n > 0 {

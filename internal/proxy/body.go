@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -64,10 +65,21 @@ func isBadBody(ctx *fasthttp.RequestCtx, err error) bool {
 	return errors.As(err, &gerr) || errors.As(err, &brk) || bodyRefused(ctx) != nil
 }
 
+// clientConn returns the listener's connection under ctx, over TLS too,
+// or nil.
+func clientConn(ctx *fasthttp.RequestCtx) *listener.Conn {
+	c := ctx.Conn()
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	lc, _ := c.(*listener.Conn)
+	return lc
+}
+
 // bodyRefused returns the listener's refusal of this request's body, if
 // the malformed part has already arrived.
 func bodyRefused(ctx *fasthttp.RequestCtx) *listener.Error {
-	if lc, ok := ctx.Conn().(*listener.Conn); ok {
+	if lc := clientConn(ctx); lc != nil {
 		return lc.BodyRefused(ctx.ConnRequestNum())
 	}
 	return nil

@@ -335,8 +335,12 @@
 // transports (h1net.go), its streamed body read ahead as an HTTP/2
 // client's is (exchange.aheadBody), so an upstream's reset is answered
 // while its upload is paused too; the exchange settles that read as it
-// ends, before fasthttp reads the connection again. A WebSocket
-// handshake to one is refused. A
+// ends, before fasthttp reads the connection again. Toward an http1 pool
+// its own transport sends each part of a streamed body as it arrives,
+// and watches the upstream connection meanwhile (watchUpstream): a close,
+// a reset or a final answer ends the wait for the client's next part
+// (listener.Conn.Interrupt), and the answer is relayed or the close is a
+// 502. A WebSocket handshake to an h2 or h2c pool is refused. A
 // stream an h2 or h2c instance refuses unprocessed is handled alike for
 // both codecs (netAttempt): asked once more at once, then the attempt
 // ends as one never sent and may go to stable with its whole body (a

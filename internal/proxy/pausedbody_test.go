@@ -274,3 +274,132 @@ func TestReadTimeoutWhilePaused(t *testing.T) {
 		}
 	})
 }
+
+// TestH1PausedUploadToHTTP1: an HTTP/1.1 client's upload to an http1
+// pool that sends a first part (a chunk, or part of a declared length)
+// and then waits for an answer before it sends more gets one promptly,
+// whatever the upstream does after it read that part: its early answer,
+// or a 502 naming the pool when it closes or resets without one. Before,
+// the first part sat in the gateway's write buffer, so the upstream never
+// saw it, and the gateway looked at the upstream again only when the
+// client sent more: the client waited until its own deadline (or the
+// gateway's client_read_timeout). An interim (1xx) answer ends nothing:
+// the upload goes on once the client resumes, and the final answer
+// follows.
+func TestH1PausedUploadToHTTP1(t *testing.T) {
+	const rest, deadline = 64 << 10, 10 * time.Second
+	early := "HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno"
+	for _, tt := range []struct {
+		name    string
+		answer  string // written after the first part, if any
+		reset   bool   // close with RST instead of FIN
+		keep    bool   // keep the connection open (and unread) after the answer
+		interim bool   // answer 103 first, then read the whole body and answer 200
+		status  int
+		body    string // what the body holds
+	}{
+		{name: "closed", status: http.StatusBadGateway, body: `upstream "up" failed`},
+		{name: "reset", reset: true, status: http.StatusBadGateway, body: `upstream "up" failed`},
+		{name: "early answer, closed", answer: early, status: http.StatusForbidden, body: "no"},
+		{name: "early answer, reset", answer: early, reset: true, status: http.StatusForbidden, body: "no"},
+		{name: "early answer, kept open", answer: early, keep: true, status: http.StatusForbidden, body: "no"},
+		{name: "interim, then the whole body", interim: true, status: http.StatusOK, body: "got "},
+	} {
+		for _, chunked := range []bool{true, false} {
+			name := tt.name + map[bool]string{true: ", chunked", false: ", length"}[chunked]
+			// fasthttp reads the first 8 KiB of a declared length before
+			// the handler runs; a chunk goes on as it is.
+			first := 8 << 10
+			if chunked {
+				first = 1024
+			}
+			t.Run(name, func(t *testing.T) {
+				got := make(chan struct{}, 1)
+				release := make(chan struct{})
+				defer close(release)
+				addr := serveConns(t, func(c net.Conn) {
+					req, err := http.ReadRequest(bufio.NewReader(c))
+					if err != nil {
+						return
+					}
+					if _, err := io.ReadFull(req.Body, make([]byte, first)); err != nil {
+						return
+					}
+					got <- struct{}{}
+					if tt.interim {
+						if _, err := io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"); err != nil {
+							return
+						}
+						n, _ := io.Copy(io.Discard, req.Body)
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\ngot %d", len("got ")+len(strconv.Itoa(int(n)+first)), int(n)+first)
+						<-release
+						return
+					}
+					if tt.answer != "" {
+						if _, err := io.WriteString(c, tt.answer); err != nil {
+							return
+						}
+					}
+					if tt.keep {
+						<-release
+						return
+					}
+					if tt.reset {
+						_ = c.(*net.TCPConn).SetLinger(0)
+					}
+				})
+				d := staticDecider(router.Decision{Rule: "r", Group: "g", Target: poolOf("up", addr)})
+				_, gw := startProxy(t, Options{}, d)
+				conn := dialBounded(t, gw, deadline)
+				defer conn.Close()
+				if chunked {
+					fmt.Fprintf(conn, "POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", first, strings.Repeat("f", first))
+				} else {
+					fmt.Fprintf(conn, "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", first+rest, strings.Repeat("f", first))
+				}
+				start := time.Now()
+				select {
+				case <-got:
+				case <-time.After(deadline / 2):
+					t.Fatal("the upstream did not get the first part of the body")
+				}
+				if tt.interim {
+					// The client resumes once the upstream has the
+					// first part; the 103 must not have cut the body.
+					time.Sleep(100 * time.Millisecond)
+					if chunked {
+						fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", rest, strings.Repeat("r", rest))
+					} else {
+						_, _ = conn.Write([]byte(strings.Repeat("r", rest)))
+					}
+				}
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, nil)
+				for err == nil && resp.StatusCode < 200 {
+					resp, err = http.ReadResponse(br, nil)
+				}
+				if err != nil {
+					t.Fatalf("after %v: %v; want an answer before the client sends more", time.Since(start), err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if took := time.Since(start); took > deadline/2 {
+					t.Errorf("answered after %v, want well before the client's %v deadline", took, deadline)
+				}
+				want := tt.body
+				if tt.interim {
+					want += strconv.Itoa(first + rest)
+				}
+				if resp.StatusCode != tt.status || !strings.Contains(string(b), want) {
+					t.Fatalf("%d %q, want %d with %q", resp.StatusCode, b, tt.status, want)
+				}
+				if tt.status == http.StatusBadGateway {
+					errBody(t, resp, string(b))
+				}
+				if !tt.interim && !resp.Close {
+					t.Error("the client connection stays open after an answer to half a body")
+				}
+			})
+		}
+	}
+}

@@ -421,6 +421,17 @@ type exchange struct {
 	peekBuf   [1]byte
 	peekFn    func(uintptr) bool
 
+	// Upstream watch state (watchUpstream), while a streamed body is
+	// sent: upSpoke is set once the upstream closed, reset or answered,
+	// after upSaw says which (nil: an answer).
+	upSpoke     atomic.Bool
+	upSaw       error
+	upWatchDone chan struct{}
+	upPeekBuf   [16]byte
+	upPeekN     int
+	upPeekErr   error
+	upPeekFn    func(uintptr) bool
+
 	// flushAndWait state.
 	headOut  headWriter
 	flushBW  flusher
@@ -449,12 +460,13 @@ const (
 )
 
 func (p *Proxy) newExchange() *exchange {
-	ex := &exchange{watchDone: make(chan struct{}, 1), inline: -1}
+	ex := &exchange{watchDone: make(chan struct{}, 1), upWatchDone: make(chan struct{}, 1), inline: -1}
 	ex.p = p
 	ex.c = ex
 	ex.reqBody.f = &ex.flow
 	ex.respBody.ex = ex
 	ex.peekFn = ex.peek
+	ex.upPeekFn = ex.upPeek
 	ex.flushFn = ex.flushThenWait
 	return ex
 }

@@ -480,7 +480,11 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 				if timeBody {
 					w0 = p.now()
 				}
+				watching := ex.watchUpstream(ctx, up)
 				err = ex.writeBody(ctx, bw, conn)
+				if watching {
+					ex.unwatchUpstream(ctx, up, err == nil)
+				}
 				if timeBody {
 					ex.bodyWait += p.now().Sub(w0)
 				}
@@ -697,11 +701,28 @@ func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn n
 					return wrapWrite(err)
 				}
 			}
+			// What arrived goes on at once, as it does through nginx
+			// without request buffering: an upload that pauses for an
+			// answer has its first part with the upstream.
+			if rerr == nil {
+				if err := bw.Flush(); err != nil {
+					return wrapWrite(err)
+				}
+			}
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
+			if ex.upSpoke.Load() && isTimeout(rerr) {
+				// watchUpstream ended the read: the upstream closed,
+				// reset or answered, and the body goes no further.
+				ex.clientErr = nil
+				if ex.upSaw == nil {
+					return wrapWrite(errAnsweredEarly)
+				}
+				return wrapWrite(ex.upSaw)
+			}
 			return rerr
 		}
 	}
@@ -800,6 +821,10 @@ func (p *Proxy) earlyAnswer(ctx *fasthttp.RequestCtx, ex *exchange, conn net.Con
 	ex.respStarted = true
 	return ex.readHeadFrom(&ctx.Response.Header, br) == nil
 }
+
+// errAnsweredEarly is why a body was not sent to its end: the upstream
+// answered first (watchUpstream).
+var errAnsweredEarly = errors.New("the upstream answered before the request body ended")
 
 // earlyAnswerWait is how long earlyAnswer waits for an answer.
 const earlyAnswerWait = 20 * time.Millisecond
