@@ -85,6 +85,17 @@
 //     journal is corruption, not a fresh store.
 //   - The lock is flock on store.lock, which the kernel releases when the
 //     process dies, so a crash never leaves the store locked.
+//   - A journal removed under an open store (the data dir deleted by hand
+//     or by a cleaner of /tmp) is noticed before the next write and on
+//     Close, and written back whole from memory with the lock taken again,
+//     instead of acknowledging writes into a deleted file that the next
+//     start cannot find. A different file in its place is never
+//     overwritten: writes are refused until it is gone or the store is
+//     reopened on it.
+//   - ErrCorrupt also says what an operator can do, since the gateway
+//     refuses to start on it: damage to a change leaves the state before
+//     it, served again by truncating the file at the offset named; damage
+//     to the checkpoint leaves a backup or an empty store.
 //
 // A torn final frame is indistinguishable from bit rot in the last
 // acknowledged frame; the saved copy of the tail exists so that an operator

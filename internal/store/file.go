@@ -301,28 +301,47 @@ func (s *FileStore) writeCheckpoint(st *state) (*os.File, int64, error) {
 // append writes one frame at the end of the journal and fsyncs it. On
 // failure it cuts the file back to the last acknowledged frame, so that a
 // half-written frame never sits in front of a later one.
+//
+// Its errors name path and the offset, never the name the file was
+// created under: the journal is always created as a checkpoint file and
+// renamed, and *os.File errors would name that .tmp file, which no longer
+// exists. They also say whether anything changed, since the operator
+// reading a failed write (a full disk) needs to know.
 func (j *journal) append(path string, frame []byte) error {
 	if j.broken != nil {
-		return fmt.Errorf("store is unusable after an earlier failure, reopen it: %w", j.broken)
+		return fmt.Errorf("the store refuses writes after an earlier failure until graygate restarts and reopens it: %w", j.broken)
 	}
 	_, err := j.f.WriteAt(frame, j.size)
 	if err == nil {
 		if err = j.f.Sync(); err != nil {
-			err = fmt.Errorf("fsync %s: %w", path, err)
+			err = fmt.Errorf("fsync %s: %w", path, bare(err))
 		}
 	} else {
-		err = fmt.Errorf("write %s: %w", path, err)
+		err = fmt.Errorf("write %s at offset %d: %w", path, j.size, bare(err))
 	}
 	if err != nil {
 		if terr := j.f.Truncate(j.size); terr != nil {
-			j.broken = fmt.Errorf("cut %s back to %d bytes: %w", path, j.size, terr)
+			j.broken = fmt.Errorf("cut %s back to %d bytes: %w", path, j.size, bare(terr))
 		} else if serr := j.f.Sync(); serr != nil {
-			j.broken = fmt.Errorf("cut %s back to %d bytes: fsync: %w", path, j.size, serr)
+			j.broken = fmt.Errorf("cut %s back to %d bytes: fsync: %w", path, j.size, bare(serr))
 		}
-		return err
+		if j.broken != nil {
+			return fmt.Errorf("%w; %v, so the change may or may not be found after a restart, and later writes are refused until then", err, j.broken)
+		}
+		return fmt.Errorf("%w; the journal was cut back to its last acknowledged change, so nothing was changed", err)
 	}
 	j.size += int64(len(frame))
 	return nil
+}
+
+// bare returns the error inside a *fs.PathError, without the file name;
+// see journal.append.
+func bare(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // commit makes r durable, applies it and tells the watcher. The caller holds
@@ -335,7 +354,12 @@ func (s *FileStore) commit(r *record) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkLinked(); err != nil {
+		s.log.Error("a write to the store was refused", "key", r.Key, "op", r.Op, "error", err)
+		return err
+	}
 	if err := s.j.append(s.path, frame); err != nil {
+		s.log.Error("a write to the store failed", "key", r.Key, "op", r.Op, "error", err)
 		return err
 	}
 	s.mu.Lock()
@@ -344,6 +368,78 @@ func (s *FileStore) commit(r *record) error {
 	Notify(s.changes, r.Revision)
 	s.maybeCompact()
 	return nil
+}
+
+// checkLinked makes sure that the journal this store appends to is still
+// the file at its path, and writes it back when it is gone. The caller
+// holds wmu.
+//
+// A data dir removed under a running gateway (rm -rf, a cleaner of /tmp)
+// leaves the store appending to a deleted file: every write would be
+// acknowledged, and lost at the next start, which finds no journal and
+// starts empty. So before every write, and on Close, the store compares
+// its open file with the path. When the journal (or the whole directory)
+// is gone, the store writes its state, history included, back as a new
+// checkpoint, takes the lock again, and logs it; the write then goes on.
+// When another file has taken the journal's place, the store does not
+// overwrite it (an operator may have put a backup there) and refuses the
+// write, saying so, until the file is removed again or graygate restarts
+// and reads it. A directory removed between this check and the write's
+// fsync still loses that write; the check costs two stat calls, nothing
+// next to the fsync.
+func (s *FileStore) checkLinked() error {
+	if s.j.broken != nil {
+		return nil // append refuses the write and says why
+	}
+	open, err := s.j.f.Stat()
+	if err != nil {
+		return nil // the file itself fails: append finds out and says so
+	}
+	onDisk, err := os.Stat(s.path)
+	switch {
+	case err == nil && os.SameFile(open, onDisk):
+		return nil
+	case err == nil:
+		return fmt.Errorf("%s was replaced by another file while graygate was running, so nothing was changed: restart graygate to serve the rules that file holds, or remove it to have the store write back the state it serves", s.path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("stat %s: %w", s.path, err)
+	}
+	gone := fmt.Sprintf("%s was removed while graygate was running", s.path)
+	if err := ensureDir(s.dir); err != nil {
+		return fmt.Errorf("%s, and writing it back failed, so nothing was changed: recreate %s: %w", gone, s.dir, err)
+	}
+	lock := s.lock
+	if held, err := lock.Stat(); err != nil || !sameFile(held, filepath.Join(s.dir, lockName)) {
+		if lock, err = lockDir(s.dir); err != nil {
+			return fmt.Errorf("%s, and writing it back failed, so nothing was changed: %w", gone, err)
+		}
+	}
+	f, size, err := s.writeCheckpoint(s.st)
+	if f == nil {
+		if lock != s.lock {
+			lock.Close()
+		}
+		return fmt.Errorf("%s, and writing it back failed, so nothing was changed: %w", gone, err)
+	}
+	if lock != s.lock {
+		s.lock.Close()
+		s.lock = lock
+	}
+	s.j.f.Close()
+	s.j.f, s.j.size, s.j.base, s.j.nextCompact = f, size, size, 0
+	if err != nil {
+		s.j.broken = fmt.Errorf("write back the removed journal: %w", err)
+		return fmt.Errorf("%s, and writing it back may not be durable, so nothing was changed: %w", gone, err)
+	}
+	s.log.Error("the journal was removed while graygate was running (was the data dir deleted?); wrote the store's state, with its history, back from memory",
+		"file", s.path, "revision", s.st.revision)
+	return nil
+}
+
+// sameFile reports whether path names the file fi describes.
+func sameFile(fi os.FileInfo, path string) bool {
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
 }
 
 // maybeCompact rewrites the journal as a checkpoint once it has grown by
@@ -592,6 +688,11 @@ func (s *FileStore) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	// A journal removed since the last write is written back now, so that
+	// the next start does not find the data dir empty.
+	if err := s.checkLinked(); err != nil {
+		s.log.Error("the journal cannot be kept on close", "error", err)
+	}
 	close(s.changes)
 	if err := errors.Join(s.j.f.Close(), s.lock.Close()); err != nil {
 		return fmt.Errorf("close store %s: %w", s.dir, err)

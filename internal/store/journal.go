@@ -197,8 +197,19 @@ type parsed struct {
 // parseJournal rebuilds the state from a journal image. It never panics on
 // any input. Errors wrap ErrCorrupt and name the offset of the damage.
 func parseJournal(data []byte, limit int) (*state, parsed, error) {
+	// Every error also says what an operator can do, since the gateway
+	// refuses to start on it: damage in the checkpoint leaves nothing to
+	// start from, while damage in a change leaves the state before it,
+	// which truncating the file at the offset brings back.
+	var st *state
+	inChanges := false
 	corrupt := func(off int, format string, args ...any) error {
-		return fmt.Errorf("offset %d: %s: %w", off, fmt.Sprintf(format, args...), ErrCorrupt)
+		hint := "the damage is in the checkpoint the file starts with, so no state can be read from it: restore the data dir from a backup, or move the file aside to start with an empty store"
+		if inChanges {
+			hint = fmt.Sprintf("the state up to revision %d, before offset %d, is intact: to serve it, keep a copy of the file and truncate it to %d bytes, which drops the %d bytes from there on (the damaged change and every change after it)",
+				st.revision, off, off, len(data)-off)
+		}
+		return fmt.Errorf("offset %d: %s: %w; %s", off, fmt.Sprintf(format, args...), ErrCorrupt, hint)
 	}
 	if !bytes.HasPrefix(data, []byte(journalMagic)) {
 		if len(data) == 0 {
@@ -206,7 +217,7 @@ func parseJournal(data []byte, limit int) (*state, parsed, error) {
 		}
 		return nil, parsed{}, corrupt(0, "missing header %q", journalMagic)
 	}
-	st := newState(limit)
+	st = newState(limit)
 	off := len(journalMagic)
 
 	// The checkpoint and its base frames were fsynced before the file was
@@ -278,6 +289,7 @@ func parseJournal(data []byte, limit int) (*state, parsed, error) {
 	}
 	res := parsed{base: int64(off)}
 
+	inChanges = true
 	for off < len(data) {
 		fr, ferr := readFrame(data, off)
 		if ferr != nil {
