@@ -24,7 +24,13 @@ type Sources struct {
 type Facts struct {
 	Req attr.Request
 	UID string
-	src *Sources
+	// Anonymous says UID is an anonymous visitor's cookie id. The client
+	// picks that cookie's value, so it buckets the visitor but names no
+	// user: uid whitelists do not match it and the tag store is not asked
+	// for its tags (a visitor sending gg_uid=10001 is not user 10001, even
+	// where identity.sources is [] or identity.jwt is "only").
+	Anonymous bool
+	src       *Sources
 
 	regionDone, regionOK bool
 	region               geo.Region
@@ -50,15 +56,20 @@ func (f *Facts) trusted() bool { return f.Req.PeerTrusted() }
 // Tags returns the user's tags and whether they are known. Sources that
 // fail (Redis down, a bad token) make them Unknown: tag conditions then do
 // not match, and the request is still served. The tags are looked up for
-// UID, which must be set by then; the token, if JWTIdentity already
-// verified it, is not verified again.
+// UID, which must be set by then, unless it is Anonymous (then only under
+// a verified token's identity); the token, if JWTIdentity already verified
+// it, is not verified again.
 func (f *Facts) Tags() tags.Result {
 	if !f.tagsDone {
 		f.tagsDone = true
 		if f.src == nil || f.src.Tags == nil {
 			f.tags = tags.Result{Status: tags.None}
 		} else {
-			f.tags = f.src.Tags.ResolveWith(context.Background(), f.Req, f.trusted(), f.UID, f.token())
+			uid := f.UID
+			if f.Anonymous {
+				uid = ""
+			}
+			f.tags = f.src.Tags.ResolveWith(context.Background(), f.Req, f.trusted(), uid, f.token())
 		}
 	}
 	return f.tags

@@ -374,7 +374,7 @@ func (s *Snapshot) Decide(req attr.Request, tr *Trace) Decision {
 func (s *Snapshot) DecideInto(req attr.Request, tr *Trace, d *Decision) {
 	f := match.NewFacts(req, "", s.sources)
 	id := s.resolveIdentity(req, &f)
-	f.UID = id.Value
+	f.UID, f.Anonymous = id.Value, id.Source == identity.SourceAnonymousCookie
 	rt := s.route(req.Host(), req.Path())
 	*d = Decision{Route: rt.name, Identity: id, UpstreamHost: rt.upstreamHost, Policy: rt.policy, VersionHeader: rt.versionHeader, Strip: s.strip}
 	if tr != nil {

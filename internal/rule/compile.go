@@ -293,11 +293,12 @@ func (c *Compiled) Eval(f *match.Facts, rolledBack bool, ho *Holdout, tr *Trace)
 	if c.Type == TypeTag {
 		return c.grayOutcome(rolledBack, tr, "every tag condition holds")
 	}
-	return c.evalGray(f.Req, f.UID, rolledBack, tr)
+	return c.evalGray(f, rolledBack, tr)
 }
 
-func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *Trace) (Outcome, bool) {
-	if hit := c.whitelisted(req, uid); hit != 0 {
+func (c *Compiled) evalGray(f *match.Facts, rolledBack bool, tr *Trace) (Outcome, bool) {
+	req, uid := f.Req, f.UID
+	if hit := c.whitelisted(req, uid, f.Anonymous); hit != 0 {
 		if tr == nil {
 			return c.grayOutcome(rolledBack, nil, "")
 		}
@@ -329,14 +330,25 @@ func (c *Compiled) evalGray(req attr.Request, uid string, rolledBack bool, tr *T
 	if tr != nil {
 		tr.Salt = c.gate.Salt()
 		tr.Bucket, tr.Threshold, tr.Buckets = ptr(b), ptr(c.threshold), c.Mode.Size()
-		tr.Reason = "not claimed: not whitelisted and " + c.Mode.Explain(b, c.threshold) + "; falls through"
+		tr.Reason = "not claimed: not whitelisted" + c.anonymousNote(f) + " and " + c.Mode.Explain(b, c.threshold) + "; falls through"
 	}
 	return Outcome{InScope: true}, false
 }
 
-// whitelisted returns 'u' for a uid hit, 'i' for an IP hit, else 0.
-func (c *Compiled) whitelisted(req attr.Request, uid string) byte {
-	if c.wlUID.has(uid) {
+// anonymousNote explains, for a trace, why an anonymous visitor whose
+// cookie id is on the uid whitelist was not whitelisted.
+func (c *Compiled) anonymousNote(f *match.Facts) string {
+	if !f.Anonymous || !c.wlUID.has(f.UID) {
+		return ""
+	}
+	return fmt.Sprintf(" (uid:%s is listed, but that is the anonymous cookie's id, which any client can set: it names no user)", f.UID)
+}
+
+// whitelisted returns 'u' for a uid hit, 'i' for an IP hit, else 0. An
+// anonymous visitor's cookie id (anonymous) never hits a uid entry: the
+// client picks it, so gg_uid=10001 would otherwise pass for user 10001.
+func (c *Compiled) whitelisted(req attr.Request, uid string, anonymous bool) byte {
+	if !anonymous && c.wlUID.has(uid) {
 		return 'u'
 	}
 	if c.wlIP == nil && c.wlNets == nil {

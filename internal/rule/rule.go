@@ -497,7 +497,14 @@ func parseWhitelistEntry(s string) (whitelistEntry, error) {
 			if err != nil {
 				return whitelistEntry{}, fmt.Errorf("invalid CIDR in %q", s)
 			}
-			return whitelistEntry{prefix: p.Masked()}, nil
+			p = p.Masked()
+			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+				// Client addresses are compared unmapped (::ffff:10.1.2.3
+				// is 10.1.2.3), so an IPv4-mapped prefix is its IPv4
+				// prefix: kept as written it would match no client.
+				p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+			}
+			return whitelistEntry{prefix: p}, nil
 		}
 		a, err := netip.ParseAddr(v)
 		if err != nil {
