@@ -536,7 +536,9 @@ func (b *Breaker) callHook(tr Transition) {
 // opened), a half-open one keeps its probes, and the window keeps its counts
 // unless its length changed, in which case counting starts over because old
 // buckets do not fit the new ones. A lowered threshold that the window
-// already exceeds trips the breaker at once. Disabling closes the breaker.
+// already exceeds trips the breaker at once, and a half-open breaker whose
+// half_open_probes is lowered to no more than its probes that already
+// succeeded closes at once. Disabling closes the breaker.
 func (b *Breaker) Configure(cfg Config) error {
 	if err := cfg.Validate(""); err != nil {
 		return err
@@ -573,6 +575,11 @@ func (b *Breaker) configureLocked(ns *settings) {
 		}
 	case st == Open && ns.openFor != old.openFor:
 		b.openUntil.Store(b.since + int64(ns.openFor))
+	case st == HalfOpen && b.probeOK >= ns.probes:
+		// half_open_probes was lowered to what has already succeeded: no
+		// probe is left to report, so waiting would only end in a false
+		// "did not report" reopening.
+		b.transitionLocked(Closed, now, fmt.Sprintf("%d of %d probes succeeded", b.probeOK, b.probeOK))
 	case st == Closed:
 		if w := b.win.Load(); w != nil {
 			b.evaluateLocked(w, now)

@@ -716,6 +716,46 @@ func TestConfigure(t *testing.T) {
 			t.Errorf("State() = %v after re-enabling and 20 failures, want open", got)
 		}
 	})
+	t.Run("half_open_probes lowered to the probes that succeeded closes", func(t *testing.T) {
+		clk := newClock()
+		b := tripped(t, Config{}, clk)
+		clk.Advance(60 * time.Second)
+		if got := send(b, clk, 3, false, fast); got != 3 {
+			t.Fatalf("half-open allowed %d of 3 probes", got)
+		}
+		if err := b.Configure(Config{HalfOpenProbes: 3}); err != nil {
+			t.Fatal(err)
+		}
+		if snap := b.Snapshot(); snap.State != Closed || snap.Reason != "3 of 3 probes succeeded" {
+			t.Fatalf("after lowering half_open_probes to 3 with 3 probes succeeded: %v %q, want closed", snap.State, snap.Reason)
+		}
+		if got := send(b, clk, 10, false, fast); got != 10 {
+			t.Errorf("closed breaker allowed %d of 10", got)
+		}
+	})
+	t.Run("half_open_probes lowered above the successes waits for them", func(t *testing.T) {
+		clk := newClock()
+		b := tripped(t, Config{}, clk)
+		clk.Advance(60 * time.Second)
+		send(b, clk, 2, false, fast)
+		tk, ok := b.Allow() // a third probe, still out
+		if !ok {
+			t.Fatal("the third probe was refused")
+		}
+		if err := b.Configure(Config{HalfOpenProbes: 3}); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.State(); got != HalfOpen {
+			t.Fatalf("State() = %v with a probe still out, want half-open", got)
+		}
+		if _, ok := b.Allow(); ok {
+			t.Error("a fourth probe was admitted under half_open_probes 3")
+		}
+		b.Record(tk, Outcome{Latency: fast, End: clk.Now()})
+		if got := b.State(); got != Closed {
+			t.Errorf("State() = %v after the third probe succeeded, want closed", got)
+		}
+	})
 	t.Run("an invalid config changes nothing", func(t *testing.T) {
 		clk := newClock()
 		b := newTestBreaker(t, Config{ErrorRate: 30}, clk)

@@ -13,7 +13,13 @@ type SetOptions struct {
 	// Now is the clock of every breaker in the set (default time.Now).
 	Now func() time.Time
 	// OnTransition is called for every transition of every breaker, with
-	// the breaker's key; see Options.OnTransition.
+	// the breaker's key; see Options.OnTransition. It is not called for a
+	// breaker that Retain dropped: a request that was in flight on the old
+	// snapshot still records into it, and a transition it causes concerns
+	// a target its rule no longer uses. Retain waits for the calls in
+	// progress, so once it returns the caller may forget a dropped key's
+	// state (its metrics) without a late call bringing it back. The hook
+	// must therefore not call Retain.
 	OnTransition func(key string, from, to State, reason string)
 }
 
@@ -27,11 +33,17 @@ type Set struct {
 	opts SetOptions
 	mu   sync.Mutex
 	m    map[string]*Breaker
+	// reporting counts the OnTransition calls in progress; Retain waits on
+	// idle (with mu) until it is zero.
+	reporting int
+	idle      sync.Cond
 }
 
 // NewSet returns an empty Set.
 func NewSet(opts SetOptions) *Set {
-	return &Set{opts: opts, m: map[string]*Breaker{}}
+	s := &Set{opts: opts, m: map[string]*Breaker{}}
+	s.idle.L = &s.mu
+	return s
 }
 
 // Get returns the breaker for key, creating it with cfg on first use. For an
@@ -48,14 +60,16 @@ func (s *Set) Get(key string, cfg Config) (*Breaker, error) {
 	b, ok := s.m[key]
 	if !ok {
 		opts := Options{Name: key, Now: s.opts.Now}
-		if hook := s.opts.OnTransition; hook != nil {
-			opts.OnTransition = func(from, to State, reason string) { hook(key, from, to, reason) }
+		var nb *Breaker
+		if s.opts.OnTransition != nil {
+			opts.OnTransition = func(from, to State, reason string) { s.report(key, nb, from, to, reason) }
 		}
 		var err error
-		if b, err = New(cfg, opts); err != nil {
+		if nb, err = New(cfg, opts); err != nil {
 			s.mu.Unlock()
 			return nil, err
 		}
+		b = nb
 		s.m[key] = b
 	}
 	s.mu.Unlock()
@@ -69,6 +83,28 @@ func (s *Set) Get(key string, cfg Config) (*Breaker, error) {
 	return b, nil
 }
 
+// report calls OnTransition for a transition of b, unless Retain dropped
+// b.
+func (s *Set) report(key string, b *Breaker, from, to State, reason string) {
+	s.mu.Lock()
+	held := s.m[key] == b
+	if held {
+		s.reporting++
+	}
+	s.mu.Unlock()
+	if !held {
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		if s.reporting--; s.reporting == 0 {
+			s.idle.Broadcast()
+		}
+		s.mu.Unlock()
+	}()
+	s.opts.OnTransition(key, from, to, reason)
+}
+
 // Lookup returns the breaker for key, if there is one.
 func (s *Set) Lookup(key string) (*Breaker, bool) {
 	s.mu.Lock()
@@ -80,7 +116,8 @@ func (s *Set) Lookup(key string) (*Breaker, bool) {
 // Retain drops every breaker whose key keep rejects and returns the dropped
 // keys, sorted. A dropped breaker keeps working for whoever still holds it
 // (a request in flight on the previous snapshot) but is no longer listed,
-// and a later Get for its key starts a fresh one.
+// and a later Get for its key starts a fresh one; its transitions are no
+// longer reported (see SetOptions.OnTransition).
 func (s *Set) Retain(keep func(key string) bool) []string {
 	s.mu.Lock()
 	var dropped []string
@@ -89,6 +126,10 @@ func (s *Set) Retain(keep func(key string) bool) []string {
 			dropped = append(dropped, k)
 			delete(s.m, k)
 		}
+	}
+	// A call that began before the deletion may concern a dropped key.
+	for len(dropped) > 0 && s.reporting > 0 {
+		s.idle.Wait()
 	}
 	s.mu.Unlock()
 	slices.Sort(dropped)

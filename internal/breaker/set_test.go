@@ -123,3 +123,60 @@ func TestSetRetainAndSnapshots(t *testing.T) {
 		t.Error("a re-added key did not start fresh")
 	}
 }
+
+// TestSetRetainSilencesDroppedBreakers: a breaker that Retain dropped
+// still serves the requests in flight on the old snapshot, but a
+// transition they cause is not reported: it concerns a target its rule
+// no longer uses, and the caller has forgotten its metrics. Retain waits
+// for a report already under way, so none lands after it returns.
+func TestSetRetainSilencesDroppedBreakers(t *testing.T) {
+	clk := newClock()
+	var mu sync.Mutex
+	var events []string
+	entered, release := make(chan struct{}), make(chan struct{})
+	s := NewSet(SetOptions{Now: clk.Now, OnTransition: func(key string, from, to State, reason string) {
+		mu.Lock()
+		events = append(events, fmt.Sprintf("%s %v→%v", key, from, to))
+		mu.Unlock()
+		if key == "slow|b" {
+			close(entered)
+			<-release
+		}
+	}})
+	dropped, _ := s.Get("gone|a", Config{})
+	kept, _ := s.Get("kept|a", Config{})
+	if got := s.Retain(func(k string) bool { return k != "gone|a" }); !slices.Equal(got, []string{"gone|a"}) {
+		t.Fatalf("Retain dropped %q", got)
+	}
+	send(dropped, clk, 20, true, fast)
+	send(kept, clk, 20, true, fast)
+	if dropped.State() != Open || kept.State() != Open {
+		t.Fatalf("states %v, %v after 20 failures each, want open", dropped.State(), kept.State())
+	}
+	mu.Lock()
+	got := slices.Clone(events)
+	mu.Unlock()
+	if want := []string{"kept|a closed→open"}; !slices.Equal(got, want) {
+		t.Errorf("reported %q, want %q: the dropped breaker's transition was reported", got, want)
+	}
+
+	slowB, _ := s.Get("slow|b", Config{})
+	go send(slowB, clk, 20, true, fast)
+	<-entered
+	retained := make(chan struct{})
+	go func() {
+		s.Retain(func(k string) bool { return k != "slow|b" })
+		close(retained)
+	}()
+	select {
+	case <-retained:
+		t.Error("Retain returned while a report on a key it dropped was under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-retained:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Retain did not return once the report ended")
+	}
+}
