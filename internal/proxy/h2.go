@@ -299,7 +299,7 @@ func (s *stream) serve() bool {
 	s.in.h = r.Header
 	s.setRequestID(s.in.Peek(hdrRequestID), trusted)
 	s.grpc = isGRPC(r.Header.Get("Content-Type"))
-	s.view.see(r, s.peer, s.trusted)
+	s.view.see(r, s.peer, s.trusted, s.opts.AllowUnderscoresInHeaders)
 	s.path = append(s.path[:0], s.view.Path()...)
 	if r.Method == http.MethodConnect {
 		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")

@@ -24,13 +24,16 @@ type netView struct {
 	uri     fasthttp.URI
 	ip      netip.Addr
 	trusted bool
-	dec     []byte
-	xff     [][]byte
+	// noUnderscores: see view.
+	noUnderscores bool
+	dec           []byte
+	xff           [][]byte
 }
 
 // see points v at req from the TCP peer.
-func (v *netView) see(req *http.Request, peer netip.Addr, trusted func(netip.Addr) bool) {
+func (v *netView) see(req *http.Request, peer netip.Addr, trusted func(netip.Addr) bool, underscores bool) {
 	v.req = req
+	v.noUnderscores = !underscores
 	v.uri.Reset()
 	v.uri.DisablePathNormalizing = false
 	// With the host given, as the HTTP/1.1 codec parses it, a :path that
@@ -63,6 +66,9 @@ func (v *netView) Path() string { return b2s(v.uri.Path()) }
 
 // Header returns the first value of the named header.
 func (v *netView) Header(name string) (string, bool) {
+	if !seesHeader(name, v.noUnderscores) {
+		return "", false
+	}
 	vals := v.req.Header[textproto.CanonicalMIMEHeaderKey(name)]
 	if len(vals) == 0 {
 		return "", false

@@ -108,7 +108,7 @@ func TestUpstreamHead(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
-				ex.view.see(&ctx.Request, ex.peer, ex.trusted)
+				ex.view.see(&ctx.Request, ex.peer, ex.trusted, ex.opts.AllowUnderscoresInHeaders)
 				ex.startSpan(tr, &ex.view, &ctx.Request.Header)
 				sc := ex.span.SpanContext()
 				want = strings.NewReplacer("{{trace}}", sc.TraceID().String(), "{{span}}", sc.SpanID().String()).Replace(want)

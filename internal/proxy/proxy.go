@@ -562,7 +562,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	}
 	ws := isWebSocketUpgrade(in)
 	ex.upgrade = ws
-	ex.view.see(&ctx.Request, ex.peer, ex.trusted)
+	ex.view.see(&ctx.Request, ex.peer, ex.trusted, ex.opts.AllowUnderscoresInHeaders)
 	ex.decide(&ex.view, in)
 	ex.view.req = nil
 	if ex.d.Reject != "" { // e.g. an identity over identity.max_length

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"strings"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
@@ -23,6 +24,9 @@ type view struct {
 	ip  netip.Addr
 	// trusted says the TCP peer is in Options.TrustedProxies.
 	trusted bool
+	// noUnderscores hides header fields whose names hold "_", which the
+	// request forwarded upstream will not carry (see seesHeader).
+	noUnderscores bool
 	// dec holds URL-decoded cookie values. It only grows during a request,
 	// so strings handed out earlier stay intact.
 	dec []byte
@@ -31,9 +35,11 @@ type view struct {
 // see points v at req, received from the TCP peer, and resolves trust and
 // the client address the one way the gateway does: the peer is trusted if
 // trusted says so, and only then is X-Forwarded-For consulted (clientIP).
-func (v *view) see(req *fasthttp.Request, peer netip.Addr, trusted func(netip.Addr) bool) {
+// Unless underscores, header fields whose names hold "_" are not seen.
+func (v *view) see(req *fasthttp.Request, peer netip.Addr, trusted func(netip.Addr) bool, underscores bool) {
 	v.req = req
 	v.trusted = trusted(peer)
+	v.noUnderscores = !underscores
 	var xff [][]byte
 	if v.trusted {
 		xff = req.Header.PeekAll(hdrXForwardedFor)
@@ -50,7 +56,8 @@ func (v *view) see(req *fasthttp.Request, peer netip.Addr, trusted func(netip.Ad
 // is not modified or released. View is safe for concurrent use.
 func (p *Proxy) View(req *fasthttp.Request, peer netip.Addr) attr.Request {
 	v := &view{}
-	v.see(req, peer.Unmap(), p.opts.Load().isTrusted)
+	o := p.opts.Load()
+	v.see(req, peer.Unmap(), o.isTrusted, o.AllowUnderscoresInHeaders)
 	return v
 }
 
@@ -67,11 +74,25 @@ func (v *view) Path() string { return b2s(v.req.URI().Path()) }
 // Header returns the first value of the named header. PeekAll is used, not
 // Peek, because it reports a present header with an empty value.
 func (v *view) Header(name string) (string, bool) {
+	if !seesHeader(name, v.noUnderscores) {
+		return "", false
+	}
 	vals := v.req.Header.PeekAll(name)
 	if len(vals) == 0 {
 		return "", false
 	}
 	return b2s(vals[0]), true
+}
+
+// seesHeader reports whether a view shows the header field name. A field
+// whose name holds "_" is dropped from the request forwarded upstream
+// unless Options.AllowUnderscoresInHeaders (an upstream that folds "_"
+// into "-" would read it as another field), so the decision does not see
+// it either, as nginx's ignore_invalid_headers hides it from routing too:
+// a rule, an identity source or CEL that names one matches what the
+// upstream is sent.
+func seesHeader(name string, noUnderscores bool) bool {
+	return !noUnderscores || strings.IndexByte(name, '_') < 0
 }
 
 // Cookie returns the first cookie with that exact name, decoded the way PHP
