@@ -20,8 +20,13 @@ type Request interface {
 	Method() string
 	Host() string
 	Path() string
-	// Header looks a header up case-insensitively.
+	// Header looks a header up case-insensitively: its first field line.
 	Header(name string) (string, bool)
+	// TrustedHeader looks up a header that only a trusted proxy should set
+	// (see PeerTrusted): its last field line. A proxy that appends its own
+	// line after one the client sent (as it appends to X-Forwarded-For)
+	// puts the value to believe last, and the client's forgery first.
+	TrustedHeader(name string) (string, bool)
 	// Cookie returns the decoded value of the named cookie.
 	Cookie(name string) (string, bool)
 	// Query returns the decoded value of the named query argument.
@@ -66,6 +71,9 @@ func (m *Map) Header(name string) (string, bool) {
 	}
 	return "", false
 }
+
+// TrustedHeader is Header: a Map holds one line per header.
+func (m *Map) TrustedHeader(name string) (string, bool) { return m.Header(name) }
 
 func (m *Map) Cookie(name string) (string, bool) { v, ok := m.Cookies[name]; return v, ok }
 func (m *Map) Query(name string) (string, bool)  { v, ok := m.Queries[name]; return v, ok }

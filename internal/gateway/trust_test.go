@@ -90,6 +90,36 @@ func TestTrustedHeadersReachLiveTraffic(t *testing.T) {
 	}
 }
 
+// TestTrustedHeaderLastLineWins: a trusted proxy that appends its own
+// X-Region, X-User-Tags or X-Gray-Tag after one the client sent (as it
+// appends to X-Forwarded-For) is believed, not the client's line before
+// it. The first line was taken, so a client behind such a proxy could
+// name its own region, tags or color.
+func TestTrustedHeaderLastLineWins(t *testing.T) {
+	e := start(t, trustConfig("127.0.0.1/32"), "")
+	gray := map[string]string{"gray": "gray", "stable": "stable"}
+	e.mustPut("in_beijing", map[string]any{"type": "gray", "gray_percent": 100, "targets": gray,
+		"conditions": map[string]any{"path_prefix": []string{"/region/"}, "region_in": []string{"北京"}}})
+	e.mustPut("vips", map[string]any{"type": "gray", "gray_percent": 100, "targets": gray,
+		"conditions": map[string]any{"path_prefix": []string{"/tags/"}, "tags": []map[string]any{{"tag": "vip", "operator": "eq", "value": true}}}})
+	e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 0, "targets": gray,
+		"conditions": map[string]any{"path_prefix": []string{"/color/"}}})
+	for _, tt := range []struct {
+		path, name, client, proxy, group string
+	}{
+		{"/region/x", "X-Region", "beijing", "上海", "default"},
+		{"/region/x", "X-Region", "上海", "beijing", "gray"},
+		{"/tags/x", "X-User-Tags", "vip", "basic", "default"},
+		{"/tags/x", "X-User-Tags", "basic", "vip", "gray"},
+		{"/color/x", "X-Gray-Tag", "gray", "stable", "stable"},
+	} {
+		a, err := e.get(tt.path, "X-User-Id", "u1", tt.name, tt.client, tt.name, tt.proxy)
+		if err != nil || a.group != tt.group {
+			t.Errorf("%s: %s then %s: %+v %v; want group %q, the proxy's line", tt.name, tt.client, tt.proxy, a, err, tt.group)
+		}
+	}
+}
+
 func headerMap(kv []string) map[string]string {
 	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {

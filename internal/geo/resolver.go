@@ -142,7 +142,7 @@ func (r *Resolver) Resolve(in Input) (Region, bool) {
 func (r *Resolver) InputFrom(req attr.Request, trusted bool, claim func(name string) (string, bool)) Input {
 	in := Input{HeaderTrusted: trusted, IP: req.ClientIP()}
 	if r.cfg.Header != "" && trusted {
-		in.HeaderValue, _ = req.Header(r.cfg.Header)
+		in.HeaderValue, _ = req.TrustedHeader(r.cfg.Header)
 	}
 	if r.cfg.PhoneHeader != "" {
 		in.Phone, _ = req.Header(r.cfg.PhoneHeader)

@@ -80,6 +80,19 @@ func (v *netView) Header(name string) (string, bool) {
 	return strings.Trim(vals[0], " \t"), true
 }
 
+// TrustedHeader returns the last line of the named header (see
+// attr.Request), without the whitespace around it.
+func (v *netView) TrustedHeader(name string) (string, bool) {
+	if !seesHeader(name, v.noUnderscores) {
+		return "", false
+	}
+	vals := v.req.Header[textproto.CanonicalMIMEHeaderKey(name)]
+	if len(vals) == 0 {
+		return "", false
+	}
+	return strings.Trim(vals[len(vals)-1], " \t"), true
+}
+
 // Cookie returns the first cookie with that exact name, decoded as PHP
 // does (see view.Cookie). HTTP/2 may split cookies over several fields;
 // each is searched in order.

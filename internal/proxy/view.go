@@ -84,6 +84,19 @@ func (v *view) Header(name string) (string, bool) {
 	return b2s(vals[0]), true
 }
 
+// TrustedHeader returns the last line of the named header (see
+// attr.Request).
+func (v *view) TrustedHeader(name string) (string, bool) {
+	if !seesHeader(name, v.noUnderscores) {
+		return "", false
+	}
+	vals := v.req.Header.PeekAll(name)
+	if len(vals) == 0 {
+		return "", false
+	}
+	return b2s(vals[len(vals)-1]), true
+}
+
 // seesHeader reports whether a view shows the header field name. A field
 // whose name holds "_" is dropped from the request forwarded upstream
 // unless Options.AllowUnderscoresInHeaders (an upstream that folds "_"

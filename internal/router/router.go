@@ -495,7 +495,7 @@ func mirrorTo(e *entry, req attr.Request, d *Decision, tr *Trace) {
 // baggage carry the color through every service without code changes).
 // Only a trusted peer's color is believed (Decide checks).
 func inboundColor(req attr.Request) (string, bool) {
-	if tag, ok := req.Header(TagHeader); ok && tag != "" {
+	if tag, ok := req.TrustedHeader(TagHeader); ok && tag != "" {
 		return tag, true
 	}
 	if b, ok := req.Header(tracing.BaggageHeader); ok {

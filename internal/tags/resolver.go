@@ -131,7 +131,7 @@ func (r *Resolver) ResolveWith(ctx context.Context, req attr.Request, trusted bo
 		}
 	}
 	if r.header != "" && trusted {
-		if v, ok := req.Header(r.header); ok {
+		if v, ok := req.TrustedHeader(r.header); ok {
 			s, err := ParseHeader(v)
 			if err != nil {
 				failed, res.Err = true, joinErr(res.Err, err)
@@ -213,7 +213,7 @@ func (r *Resolver) SourceOf(req attr.Request, trusted bool, res Result, tag stri
 		}
 	}
 	if r.header != "" && trusted {
-		if v, ok := req.Header(r.header); ok {
+		if v, ok := req.TrustedHeader(r.header); ok {
 			if s, err := ParseHeader(v); err == nil {
 				if _, ok := s[tag]; ok {
 					return "header"
