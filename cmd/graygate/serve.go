@@ -132,6 +132,7 @@ type configSource struct {
 // and whenever the file changes. access_log.path "stdout" and "stderr" are
 // stdout and stderr; a file is reopened on SIGUSR1 (see reopenSignals).
 func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToken string, logger *slog.Logger, stdout, stderr io.Writer, ready func(dataAddr, adminAddr string)) error {
+	ignoreBrokenPipes()
 	if adminToken == "" && len(cfg.Admin.Tokens) == 0 {
 		logger.Warn("no admin token configured: the admin API will refuse every /api request (set --admin-token or GRAYGATE_ADMIN_TOKEN)")
 	}

@@ -40,7 +40,7 @@ func (g *Gateway) openAccessLog(cfg *config.Config) error {
 		return nil
 	}
 	if g.alog == nil {
-		w, err := logfile.Open(cfg.AccessLog.Path, logfile.Options{Stdout: g.opts.Stdout, Stderr: g.opts.Stderr})
+		w, err := logfile.Open(cfg.AccessLog.Path, logfile.Options{Stdout: g.opts.Stdout, Stderr: g.opts.Stderr, Logger: g.log.With("log", "access_log")})
 		if err != nil {
 			return fmt.Errorf("access_log.path: %w", err)
 		}

@@ -215,6 +215,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.traffic = tr
 	g.breakers = breaker.NewSet(breaker.SetOptions{Now: opts.Now, OnTransition: g.breakerTransition})
+	g.metrics.Breakers(g.breakerStats)
 	g.limits = limit.NewSet(opts.Now)
 	if g.notify, err = g.newSender(cfg); err != nil {
 		return nil, err
@@ -343,6 +344,7 @@ func New(opts Options) (*Gateway, error) {
 		g.certs = cs
 	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
+	g.metrics.AccessLog(g.proxy.AccessLogDropped)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
 		v := g.proxy.ProtocolViolations()
 		return v[:]
@@ -777,10 +779,7 @@ func (g *Gateway) assemble(cfg *config.Config, reg *upstream.Registry, st store.
 	}
 	rules = kept
 	if commit {
-		for _, key := range g.breakers.Retain(func(k string) bool { return inUse[k] }) {
-			rk, target, _ := strings.Cut(key, "|")
-			g.metrics.ForgetBreaker(rk, target)
-		}
+		g.breakers.Retain(func(k string) bool { return inUse[k] })
 	}
 	limiters := map[string]bool{}
 	policy := func(route string, l config.Limits) *router.Policy {
@@ -882,15 +881,27 @@ func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason s
 	}
 	g.log.Log(context.Background(), level, "breaker "+to.String(), "rule", rk, "target", target, "from", from.String(), "to", to.String(), "reason", reason)
 	g.metrics.BreakerTransition(rk, target, from.String(), to.String())
-	state := metrics.BreakerClosed
-	switch to {
-	case breaker.Open:
-		state = metrics.BreakerOpen
-	case breaker.HalfOpen:
-		state = metrics.BreakerHalfOpen
-	}
-	g.metrics.BreakerState(rk, target, state)
 	g.notifyBreaker(rk, target, from, to, reason)
+}
+
+// breakerStats lists every breaker's state for graygate_breaker_state, at
+// scrape time. Like the status API, it makes the transitions due by the
+// clock (an open breaker whose open_for is over turns half-open).
+func (g *Gateway) breakerStats() []metrics.BreakerStat {
+	snaps := g.breakers.Snapshots()
+	out := make([]metrics.BreakerStat, 0, len(snaps))
+	for _, s := range snaps {
+		rk, target, _ := strings.Cut(s.Name, "|")
+		state := metrics.BreakerClosed
+		switch s.State {
+		case breaker.Open:
+			state = metrics.BreakerOpen
+		case breaker.HalfOpen:
+			state = metrics.BreakerHalfOpen
+		}
+		out = append(out, metrics.BreakerStat{Rule: rk, Target: target, State: state})
+	}
+	return out
 }
 
 // Apply rebuilds the snapshot from the store and publishes it. It returns

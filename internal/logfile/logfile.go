@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 )
@@ -21,10 +22,12 @@ const (
 	Stderr = "stderr"
 )
 
-// Options are the standard streams the names Stdout and Stderr stand for;
-// nil means the process's own.
+// Options are the standard streams the names Stdout and Stderr stand for
+// (nil means the process's own), and the logger that says when writes
+// start failing and when they succeed again (nil: slog.Default()).
 type Options struct {
 	Stdout, Stderr io.Writer
+	Logger         *slog.Logger
 }
 
 // Writer writes to the destination named by its path. It is safe for
@@ -40,6 +43,9 @@ type Writer struct {
 	path string
 	w    io.Writer // the destination
 	f    *os.File  // the file behind w, nil for a standard stream
+	// failed counts the writes that failed since the last one that
+	// succeeded: the first failure is logged, and so is the next success.
+	failed uint64
 }
 
 // Open returns a Writer for path: "stdout", "stderr" or a file, which is
@@ -50,6 +56,9 @@ func Open(path string, opts Options) (*Writer, error) {
 	}
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	w := &Writer{opts: opts}
 	dst, f, err := w.open(path)
@@ -78,14 +87,32 @@ func (w *Writer) open(path string) (io.Writer, *os.File, error) {
 	return f, f, nil
 }
 
-// Write writes p to the current destination.
+// Write writes p to the current destination. A failed write (a full
+// disk, a pipe whose reader is gone) returns its error, and is logged if
+// the write before it succeeded; the first write that succeeds after
+// failures is logged too, so that a destination failing for hours makes
+// two log lines, not one per write.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.w == nil {
+		w.mu.Unlock()
 		return 0, os.ErrClosed
 	}
-	return w.w.Write(p)
+	n, err := w.w.Write(p)
+	path, failed := w.path, w.failed
+	if err != nil {
+		w.failed++
+	} else {
+		w.failed = 0
+	}
+	w.mu.Unlock()
+	switch {
+	case err != nil && failed == 0:
+		w.opts.Logger.Error("log write failed; its lines are dropped until writes succeed again", "path", path, "err", err)
+	case err == nil && failed > 0:
+		w.opts.Logger.Info("log writes succeed again", "path", path, "failed_writes", failed)
+	}
+	return n, err
 }
 
 // Path returns the destination's name.

@@ -3,8 +3,10 @@ package logfile
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,5 +191,79 @@ func TestClosedOpensNothing(t *testing.T) {
 	}
 	if _, err := w.Write([]byte("x\n")); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Write after Close = %v, want os.ErrClosed", err)
+	}
+}
+
+// flakyWriter fails its writes while down is set.
+type flakyWriter struct {
+	down bool
+	got  bytes.Buffer
+}
+
+func (f *flakyWriter) Write(p []byte) (int, error) {
+	if f.down {
+		return 0, errors.New("no space left on device")
+	}
+	return f.got.Write(p)
+}
+
+// TestWriteFailuresLogged: a destination whose writes fail (a full disk, a
+// pipe whose reader died) returns the error of each write, and the log
+// says so once when the failures start, with the path and the error, and
+// once when writes succeed again, with how many failed: never once per
+// write.
+func TestWriteFailuresLogged(t *testing.T) {
+	var logged bytes.Buffer
+	dst := &flakyWriter{}
+	w, err := Open(Stdout, Options{Stdout: dst, Logger: slog.New(slog.NewJSONHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	write := func(line string) error {
+		_, err := w.Write([]byte(line + "\n"))
+		return err
+	}
+	if err := write("one"); err != nil {
+		t.Fatal(err)
+	}
+	dst.down = true
+	for i := range 5 {
+		if err := write(fmt.Sprintf("lost %d", i)); err == nil {
+			t.Errorf("write %d to a failing destination returned no error", i)
+		}
+	}
+	dst.down = false
+	for _, l := range []string{"two", "three"} {
+		if err := write(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := dst.got.String(); got != "one\ntwo\nthree\n" {
+		t.Errorf("destination holds %q", got)
+	}
+	type record struct {
+		Level, Msg, Path, Err string
+		FailedWrites          int `json:"failed_writes"`
+	}
+	var recs []record
+	for _, l := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var r record
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d log records, want 2 (failures started, writes succeed again):\n%s", len(recs), logged.String())
+	}
+	if r := recs[0]; r.Level != "ERROR" || r.Path != Stdout || !strings.Contains(r.Err, "no space left") || !strings.Contains(r.Msg, "dropped") {
+		t.Errorf("first record %+v, want an error naming the path, the error and the dropped lines", r)
+	}
+	if r := recs[1]; r.Level != "INFO" || r.Path != Stdout || r.FailedWrites != 5 || !strings.Contains(r.Msg, "succeed again") {
+		t.Errorf("second record %+v, want writes succeeding again after 5 failed", r)
 	}
 }

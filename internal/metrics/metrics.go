@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/router"
 )
 
@@ -25,7 +26,6 @@ type Metrics struct {
 	reloads  *prometheus.CounterVec
 	rollback *prometheus.GaugeVec
 	degraded *prometheus.CounterVec
-	brkState *prometheus.GaugeVec
 	brkTrans *prometheus.CounterVec
 	idReject *prometheus.CounterVec
 
@@ -67,17 +67,21 @@ func New() *Metrics {
 	m.degraded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "graygate_degraded_requests_total", Help: "Requests served somewhere other than their rule's choice, by reason (rollback, breaker, fallback).",
 	}, []string{"rule", "reason"})
-	m.brkState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "graygate_breaker_state", Help: "Circuit breaker state per gray target: 0 closed, 1 half-open, 2 open.",
-	}, []string{"rule", "target"})
 	m.brkTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "graygate_breaker_transitions_total", Help: "Circuit breaker transitions per gray target.",
 	}, []string{"rule", "target", "from", "to"})
 	m.idReject = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "graygate_identity_rejected_total", Help: "Requests answered 400 because their identity was refused, by reason (too_long: over identity.max_length).",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkState, m.brkTrans, m.idReject,
+	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkTrans, m.idReject,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The series of a fixed label set start at 0, so that rate() and
+	// increase() see their first event (the first failed reload, the first
+	// identity refused): a series that appears at 1 shows no increase.
+	for _, r := range []string{"ok", "partial", "error"} {
+		m.reloads.WithLabelValues(r)
+	}
+	m.idReject.WithLabelValues(identity.ReasonTooLong)
 	return m
 }
 
@@ -231,26 +235,47 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Breaker states for BreakerState.
+// Breaker states of BreakerStat.
 const (
 	BreakerClosed   = 0
 	BreakerHalfOpen = 1
 	BreakerOpen     = 2
 )
 
-// BreakerState sets a gray target's breaker state gauge.
-func (m *Metrics) BreakerState(rule, target string, state int) {
-	m.brkState.WithLabelValues(rule, target).Set(float64(state))
+// BreakerStat is one gray target's breaker: its rule, its target and its
+// state (BreakerClosed, BreakerHalfOpen or BreakerOpen).
+type BreakerStat struct {
+	Rule, Target string
+	State        int
+}
+
+// Breakers exports graygate_breaker_state{rule,target}, read at scrape
+// time from read, which lists every breaker the gateway has. Reading the
+// state when Prometheus asks, rather than setting a gauge at each
+// transition, keeps it what /api/v1/status says: an open breaker turns
+// half-open when its open_for is over, by the clock alone, and a gauge
+// set at transitions kept saying open until the next request came. A
+// breaker that never tripped reads 0 from its start, and one whose rule
+// is gone has no series.
+func (m *Metrics) Breakers(read func() []BreakerStat) {
+	m.reg.MustRegister(&breakerCollector{read: read})
+}
+
+var breakerState = prometheus.NewDesc("graygate_breaker_state", "Circuit breaker state per gray target: 0 closed, 1 half-open, 2 open.", []string{"rule", "target"}, nil)
+
+type breakerCollector struct{ read func() []BreakerStat }
+
+func (c *breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- breakerState }
+
+func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, b := range c.read() {
+		ch <- prometheus.MustNewConstMetric(breakerState, prometheus.GaugeValue, float64(b.State), b.Rule, b.Target)
+	}
 }
 
 // BreakerTransition counts one breaker transition.
 func (m *Metrics) BreakerTransition(rule, target, from, to string) {
 	m.brkTrans.WithLabelValues(rule, target, from, to).Inc()
-}
-
-// ForgetBreaker removes the gauges of a breaker that no longer exists.
-func (m *Metrics) ForgetBreaker(rule, target string) {
-	m.brkState.DeleteLabelValues(rule, target)
 }
 
 func b2f(b bool) float64 {
@@ -320,4 +345,34 @@ func (c *mirrorCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(mirrorFailed, prometheus.CounterValue, float64(s.Failed), s.Rule)
 		ch <- prometheus.MustNewConstMetric(mirrorDropped, prometheus.CounterValue, float64(s.Dropped), s.Rule)
 	}
+}
+
+// AccessLog exports graygate_access_log_dropped_total, the access log
+// lines never written: those that did not fit the writer's queue and those
+// whose write failed (a full disk, a closed pipe), read at scrape time from
+// dropped. The data plane starts a new writer, counting from 0, when a
+// reload turns the log off and on again, and reads 0 while it is off; the
+// counter adds what dropped grew by since the previous scrape and never
+// goes down (lines dropped by a writer after the last scrape before it was
+// replaced are not counted).
+func (m *Metrics) AccessLog(dropped func() uint64) {
+	var (
+		mu          sync.Mutex
+		last, total uint64
+	)
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "graygate_access_log_dropped_total",
+		Help: "Access log lines never written: the writer's queue was full (a slow disk) or the write failed (a full disk, a closed pipe).",
+	}, func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		v := dropped()
+		if v >= last {
+			total += v - last
+		} else { // a new writer, counting from 0
+			total += v
+		}
+		last = v
+		return float64(total)
+	}))
 }

@@ -73,3 +73,34 @@ func TestMirrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessLogDroppedNeverGoesDown: the data plane's count of dropped
+// access log lines starts over when a reload turns the log off (0) and on
+// again (a new writer); the exported counter adds what it grew by and never
+// goes down.
+func TestAccessLogDroppedNeverGoesDown(t *testing.T) {
+	m := New()
+	var dropped uint64
+	m.AccessLog(func() uint64 { return dropped })
+	tests := []struct {
+		name    string
+		dropped uint64
+		want    string
+	}{
+		{"none yet", 0, "0"},
+		{"queue full", 7, "7"},
+		{"more", 10, "10"},
+		{"log turned off", 0, "10"},
+		{"turned on: a new writer", 4, "14"},
+		{"it drops more", 6, "16"},
+	}
+	for _, tt := range tests {
+		dropped = tt.dropped
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		body, _ := io.ReadAll(rec.Body)
+		if want := "\ngraygate_access_log_dropped_total " + tt.want + "\n"; !strings.Contains(string(body), want) {
+			t.Errorf("%s (the data plane counts %d): want %q in\n%s", tt.name, tt.dropped, strings.TrimSpace(want), body)
+		}
+	}
+}
