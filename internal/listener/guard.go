@@ -128,6 +128,13 @@ type Guard struct {
 	afterPOST bool // the last request was a POST: empty lines may follow it
 	requests  uint64
 
+	// reqLine holds the method and target (at most maxLineTarget bytes of
+	// it) of the latest request line, and lineOf the head it began,
+	// counting from 1: the access log of a head refused after its line
+	// names them (RefusedLine).
+	reqLine []byte
+	lineOf  uint64
+
 	failedIn     uint64 // heads read when the Guard refused
 	failedInBody bool   // and the refusal was in a body
 	placeholder  bool   // and before any request line byte
@@ -143,8 +150,8 @@ func NewGuard(maxHead int) *Guard {
 
 // Reset prepares g for a new connection.
 func (g *Guard) Reset(maxHead int) {
-	carry := g.carry[:0]
-	*g = Guard{maxHead: maxHead, carry: carry}
+	carry, reqLine := g.carry[:0], g.reqLine[:0]
+	*g = Guard{maxHead: maxHead, carry: carry, reqLine: reqLine}
 }
 
 // InBody reports whether the current request's head has been read and its
@@ -189,6 +196,21 @@ func (g *Guard) fail() {
 	g.failedIn, g.failedInBody = g.requests, g.InBody()
 	g.placeholder = g.state == stStart
 	g.state = stFailed
+}
+
+// maxLineTarget bounds the part of a request target RefusedLine keeps.
+const maxLineTarget = 1024
+
+// RefusedLine returns the method and request target (its first
+// maxLineTarget bytes) of the head the Guard refused, when the refusal
+// came after a valid request line: what the access log names for the
+// 400, 431 or 505.
+func (g *Guard) RefusedLine() (method, target []byte, ok bool) {
+	if g.state != stFailed || g.failedInBody || g.lineOf != g.failedIn+1 {
+		return nil, nil, false
+	}
+	method, target, _ = bytes.Cut(g.reqLine, []byte{' '})
+	return method, target, true
 }
 
 // Placeholder reports whether the refused request was refused before any
@@ -392,6 +414,8 @@ func (g *Guard) requestLine(l []byte) *Error {
 			return errTarget
 		}
 	}
+	g.reqLine = append(append(append(g.reqLine[:0], method...), ' '), target[:min(len(target), maxLineTarget)]...)
+	g.lineOf = g.requests + 1
 	if len(version) != 8 || string(version[:5]) != "HTTP/" || !isDigit(version[5]) || version[6] != '.' || !isDigit(version[7]) {
 		return errVersion
 	}

@@ -298,3 +298,29 @@ func TestGuardBetween(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardRefusedLine: the method and target of a head refused after its
+// request line are kept for the access log; a refusal before the line (or
+// of a later request whose line was bad) names no earlier request's.
+func TestGuardRefusedLine(t *testing.T) {
+	for _, tt := range []struct {
+		name, in       string
+		method, target string
+		ok             bool
+	}{
+		{"a bad field", "GET /a?q HTTP/1.1\r\nBad Name: x\r\n\r\n", "GET", "/a?q", true},
+		{"the second of two", "GET /a HTTP/1.1\r\nHost: a\r\n\r\nPOST /b HTTP/1.1\r\nHost: \xff\r\n\r\n", "POST", "/b", true},
+		{"a bad method after a good request", "GET /a HTTP/1.1\r\nHost: a\r\n\r\nG\x01T /b HTTP/1.1\r\n\r\n", "", "", false},
+		{"a bad version", "GET /v HTTP/3.0\r\n\r\n", "GET", "/v", true},
+		{"nothing refused", "GET /a HTTP/1.1\r\nHost: a\r\n\r\n", "", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewGuard(8 << 10)
+			_, _ = g.Scan([]byte(tt.in))
+			m, target, ok := g.RefusedLine()
+			if ok != tt.ok || string(m) != tt.method || string(target) != tt.target {
+				t.Errorf("RefusedLine() = %q %q %v, want %q %q %v", m, target, ok, tt.method, tt.target, tt.ok)
+			}
+		})
+	}
+}

@@ -203,6 +203,17 @@ func (c *Conn) Resume() { c.interrupted.Store(false) }
 // pastDeadline is a read deadline long past, in Unix nanoseconds.
 var pastDeadline = time.Unix(1, 0).UnixNano()
 
+// RefusedLine returns the method and target of the request whose head the
+// Guard refused, if its request line came before the refusal (see
+// Guard.RefusedLine). Only the goroutine reading the connection may call
+// it.
+func (c *Conn) RefusedLine() (method, target []byte, ok bool) {
+	if c.err == nil {
+		return nil, nil, false
+	}
+	return c.guard.RefusedLine()
+}
+
 // OpenTunnel tells the connection that the request it carried became a
 // tunnel (a 101 answer to a WebSocket handshake), so the bytes that follow
 // are the tunnel's. After a handshake that was not accepted, Read reports

@@ -295,6 +295,13 @@ func TestNoRequestLineLogged(t *testing.T) {
 		{"nothing sent", "", http.StatusRequestTimeout, "", ""},
 		{"a head that never ends", "GET /partial HTTP/1.1\r\nHost: a\r\n", http.StatusRequestTimeout, "", ""},
 		{"a request", "GET /ok HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", http.StatusOK, "GET", "/ok"},
+		// A head the Guard refuses after its request line is logged with
+		// the line's method and path, as nginx logs it.
+		{"a bad field", "POST /refused?q=1 HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", http.StatusBadRequest, "POST", "/refused"},
+		{"an unsupported version", "GET /v2 HTTP/2.0\r\nHost: a\r\n\r\n", http.StatusHTTPVersionNotSupported, "GET", "/v2"},
+		{"absolute form, bad host", "GET http://a.example/abs/x?y HTTP/1.1\r\nHost: \xff\r\n\r\n", http.StatusBadRequest, "GET", "/abs/x"},
+		{"a bad version", "GET /x y HTTP/1.1\r\nHost: a\r\n\r\n", http.StatusBadRequest, "GET", "/x"},
+		{"a bad method", "G\x01T /x HTTP/1.1\r\nHost: a\r\n\r\n", http.StatusBadRequest, "", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := dialBounded(t, addr, 5*time.Second)

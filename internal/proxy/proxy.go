@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -742,6 +743,14 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	var gerr *listener.Error
 	switch {
 	case errors.As(err, &gerr):
+		if lc := clientConn(ctx); lc != nil && len(ex.method) == 0 {
+			// The Guard refused the head after its request line: the log
+			// names what was refused, as nginx's does.
+			if m, target, ok := lc.RefusedLine(); ok {
+				ex.method = append(ex.method[:0], m...)
+				ex.path = append(ex.path[:0], targetPath(target)...)
+			}
+		}
 		p.reject(ctx, ex, gerr.Status, bad(gerr.Status)+gerr.Reason)
 	case errors.As(err, &small):
 		p.reject(ctx, ex, fasthttp.StatusRequestHeaderFieldsTooLarge, "request header fields too large")
@@ -753,6 +762,23 @@ func (p *Proxy) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	}
 	p.log.Debug("request rejected by parser", "status", ex.status, "error", err)
 	ex.finish()
+}
+
+// targetPath is the path of a raw request target: without its query, and
+// without the scheme and authority of an absolute form.
+func targetPath(t []byte) []byte {
+	if i := bytes.Index(t, []byte("://")); i > 0 && t[0] != '/' {
+		t = t[i+3:]
+		if j := bytes.IndexByte(t, '/'); j >= 0 {
+			t = t[j:]
+		} else {
+			t = nil
+		}
+	}
+	if i := bytes.IndexAny(t, "?#"); i >= 0 {
+		t = t[:i]
+	}
+	return t
 }
 
 // bad is the start of a rejection message for status.
