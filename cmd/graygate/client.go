@@ -16,6 +16,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/graygate/graygate/internal/strict"
 )
 
 // clientCommands talk to a running gateway's admin API.
@@ -61,10 +63,23 @@ var (
 const changingCommands = "rules put, delete and revert, rollback, resume, rollout promote, pause, resume, abort and retry"
 
 func (c *client) register(fs *flag.FlagSet, kind cmdKind) {
-	fs.StringVar(&c.addr, "admin", os.Getenv("GRAYGATE_ADMIN"), "admin API `ADDR` or URL (env GRAYGATE_ADMIN, default 127.0.0.1:9080)")
-	fs.StringVar(&c.token, "token", os.Getenv("GRAYGATE_ADMIN_TOKEN"), "bearer `TOKEN` (env GRAYGATE_ADMIN_TOKEN)")
+	// The environment is read after parsing (fromEnv), not made the
+	// flags' defaults: -h prints defaults, and the token is a secret.
+	fs.StringVar(&c.addr, "admin", "", "admin API `ADDR` or URL (env GRAYGATE_ADMIN, default 127.0.0.1:9080)")
+	fs.StringVar(&c.token, "token", "", "bearer `TOKEN` (env GRAYGATE_ADMIN_TOKEN)")
 	fs.StringVar(&c.output, "o", "text", "output `FORMAT`: text or json")
 	registerScoped(fs, kind, &c.reason, &c.limit, &c.before)
+}
+
+// fromEnv takes --admin and --token from GRAYGATE_ADMIN and
+// GRAYGATE_ADMIN_TOKEN when they were not given.
+func (c *client) fromEnv(fs *flag.FlagSet) {
+	if !isSet(fs, "admin") {
+		c.addr = os.Getenv("GRAYGATE_ADMIN")
+	}
+	if !isSet(fs, "token") {
+		c.token = os.Getenv("GRAYGATE_ADMIN_TOKEN")
+	}
 }
 
 // registerScoped registers --reason, --limit and --before on fs, and makes
@@ -225,6 +240,20 @@ func (c *client) do(ctx context.Context, method, path string, body []byte, hdr m
 		}
 		return nil, ae
 	}
+	if len(bytes.TrimSpace(raw)) > 0 && !json.Valid(raw) {
+		// Not the admin API: most likely --admin names the data plane,
+		// whose upstream answered.
+		snippet := strings.TrimSpace(string(raw))
+		if len(snippet) > 80 {
+			snippet = snippet[:80] + "..."
+		}
+		what := strconv.Quote(snippet)
+		if ct := resp.Header.Get("Content-Type"); ct != "" {
+			what += " (" + ct + ")"
+		}
+		return nil, fmt.Errorf("admin API %s: %s %s answered %d with %s, not JSON: is %s the admin listener (admin_listen)?",
+			c.base(), method, path, resp.StatusCode, what, c.base())
+	}
 	return raw, nil
 }
 
@@ -252,6 +281,7 @@ func newClient(name string, kind cmdKind, args []string, stdout, stderr io.Write
 	if err := refuseFlags(fs, name, kind); err != nil {
 		return nil, nil, err
 	}
+	c.fromEnv(fs)
 	if c.output != "text" && c.output != "json" {
 		return nil, nil, usageError{fmt.Sprintf("-o must be text or json, got %q", c.output)}
 	}
@@ -278,10 +308,17 @@ func interleave(fs *flag.FlagSet, args []string) []string {
 				if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
 					continue
 				}
-				if i+1 < len(args) {
-					flags = append(flags, args[i+1])
-					i++
+				if i+1 == len(args) {
+					// The last argument is a flag that needs a value and
+					// has none. Moved before the positional arguments it
+					// would take the first of them as its value:
+					// "rollback KEY --reason" would roll back every rule
+					// with the reason KEY. Left last, it is the flag
+					// package's "flag needs an argument".
+					return flags
 				}
+				flags = append(flags, args[i+1])
+				i++
 			}
 			continue
 		}
@@ -346,6 +383,9 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch sub {
 	case "list":
+		if len(pos) > 0 {
+			return usageError{fmt.Sprintf("rules list takes no arguments, got %q", pos[0])}
+		}
 		raw, err := c.do(ctx, "GET", "/api/v1/rules", nil, nil)
 		if err != nil {
 			return err
@@ -388,12 +428,26 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
+		if len(bytes.TrimSpace(data)) == 0 {
+			return fmt.Errorf("%s is empty: want a rule, a list of rules or {\"rules\": [...]}; nothing was sent", file)
+		}
 		raws, err := splitRules(data)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		if len(raws) == 0 {
+			return fmt.Errorf("%s holds no rules; nothing was sent", file)
+		}
+		if len(pos) > 1 || len(pos) == 1 && len(raws) > 1 {
+			return usageError{fmt.Sprintf("rules put takes -f FILE, and a KEY only for a file of one rule; got %q for %d rule(s)", pos, len(raws))}
 		}
 		keys := make([]string, len(raws))
+		first := map[string]int{}
 		for i, raw := range raws {
+			if !json.Valid(raw) {
+				var v any
+				return fmt.Errorf("%s: %w; nothing was sent", file, strict.Decode(raw, &v))
+			}
 			var probe struct {
 				Key string `json:"key"`
 			}
@@ -405,6 +459,12 @@ func cmdRules(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if keys[i] == "" {
 				return fmt.Errorf("%s: rule %d has no \"key\"", file, i)
 			}
+			// Sent one after the other, the second would silently
+			// replace the first, as two versions of one rule.
+			if j, dup := first[keys[i]]; dup {
+				return fmt.Errorf("%s: rules %d and %d are both rule %q; nothing was sent", file, j, i, keys[i])
+			}
+			first[keys[i]] = i
 		}
 		hdr := map[string]string{}
 		if ifMatch >= 0 {
@@ -740,9 +800,12 @@ func cmdExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, _, err := newClient("status", readOnly, args, stdout, stderr, nil)
+	c, fs, err := newClient("status", readOnly, args, stdout, stderr, nil)
 	if err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("status takes no arguments, got %q", fs.Arg(0))}
 	}
 	raw, err := c.do(ctx, "GET", "/api/v1/status", nil, nil)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/graygate/graygate/internal/admin"
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/strict"
@@ -21,7 +22,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config `FILE` whose upstreams and routes rule targets may name")
-	kind := fs.String("kind", "", "`rule` or `config`; by default .json files are rules and others configs")
+	kind := fs.String("kind", "", "`KIND`: rule or config; by default .json files are rules and others configs")
 	if err := fs.Parse(interleave(fs, args)); err != nil {
 		return flagError(err)
 	}
@@ -73,7 +74,25 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) {
 			dups = strict.Prefix("rules", dups)
 		}
-		problems = errors.Join(dups, validateRules(cfg, raws, prefix))
+		// What `rules get -o json` prints (the rule with its version,
+		// updated_by, reason, ...) is what PUT takes: the metadata is
+		// stripped here as the admin API strips it.
+		var meta []error
+		for i, raw := range raws {
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(raw, &obj) != nil || obj == nil {
+				continue // not an object: the rule decoder says so
+			}
+			p := ""
+			if prefix != "" {
+				p = strict.Index(prefix, i)
+			}
+			if _, err := admin.StripMetadata(obj); err != nil {
+				meta = append(meta, strict.Prefix(p, err))
+			}
+			raws[i], _ = json.Marshal(obj)
+		}
+		problems = errors.Join(dups, errors.Join(meta...), validateRules(cfg, raws, prefix))
 		summary = fmt.Sprintf("%s: %d valid rule(s)", path, len(raws))
 	default:
 		return usageError{fmt.Sprintf("--kind must be rule or config, got %q", k)}

@@ -97,6 +97,23 @@ func parseIfMatch(r *http.Request) (int64, error) {
 // that exists.
 func ifMatchAny(r *http.Request) bool { return strings.TrimSpace(r.Header.Get("If-Match")) == "*" }
 
+// StripMetadata deletes from a rule object the read-only metadata fields
+// GET adds to it (readOnlyFields), so that a rule fetched, edited and sent
+// back is judged as the rule it is, and returns its reason field, with an
+// error naming reason if that is not a string. graygate validate strips a
+// rule file with it too, so that it passes the files PUT takes.
+func StripMetadata(obj map[string]json.RawMessage) (reason string, err error) {
+	if raw, ok := obj["reason"]; ok {
+		if json.Unmarshal(raw, &reason) != nil {
+			err = strict.Errorf("reason", "expected a string, got %s", raw)
+		}
+	}
+	for _, f := range readOnlyFields {
+		delete(obj, f)
+	}
+	return reason, err
+}
+
 // decodeRuleBody strips read-only metadata fields, takes the reason field
 // out, and strictly decodes the rest as a rule.
 func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
@@ -109,19 +126,17 @@ func decodeRuleBody(body []byte, key string) (rule.Rule, string, error) {
 		}
 		return rule.Rule{}, "", derr
 	}
+	if generic == nil {
+		// The body was the JSON literal null, which decodes into a nil
+		// map without an error (and the key below cannot be set in one).
+		return rule.Rule{}, "", &strict.FieldError{Message: "a rule must be a JSON object, got null"}
+	}
 	// A bad reason or key, or a key given twice, is reported with whatever
 	// else is wrong, and the rest is still decoded (under the URL's key),
 	// so that it is checked as it is, not reported as missing.
 	errs := []error{strict.DuplicateKeys(body)}
-	reason := ""
-	if raw, ok := generic["reason"]; ok {
-		if err := json.Unmarshal(raw, &reason); err != nil {
-			errs = append(errs, strict.Errorf("reason", "expected a string, got %s", raw))
-		}
-	}
-	for _, f := range readOnlyFields {
-		delete(generic, f)
-	}
+	reason, err := StripMetadata(generic)
+	errs = append(errs, err)
 	if raw, ok := generic["key"]; ok {
 		var k string
 		switch err := json.Unmarshal(raw, &k); {

@@ -680,7 +680,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return errors.New("expected a duration string such as \"2s\" or \"150ms\"")
+		return fmt.Errorf("expected a duration string such as \"2s\" or \"150ms\", got %s", b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil || v < 0 {
@@ -722,6 +722,12 @@ func Load(path string) (*Config, error) {
 func Parse(data []byte) (*Config, error) {
 	var generic any
 	if err := yaml.Unmarshal(data, &generic); err != nil {
+		var doc yaml.Node
+		if yaml.Unmarshal(data, &doc) == nil {
+			if dups := duplicateYAMLKeys(&doc, ""); len(dups) > 0 {
+				return nil, errors.Join(dups...)
+			}
+		}
 		return nil, &strict.FieldError{Message: "invalid YAML: " + err.Error()}
 	}
 	if generic == nil {
@@ -742,6 +748,41 @@ func Parse(data []byte) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// duplicateYAMLKeys names, by path, every key given twice in one mapping
+// of n, as the admin API names a JSON member given twice. yaml.v3 refuses
+// such a document with only "line N: mapping key "x" already defined at
+// line M", which does not say which section's key it is. Decoding into a
+// yaml.Node does not check for duplicates, so this walks that tree.
+func duplicateYAMLKeys(n *yaml.Node, path string) []error {
+	var errs []error
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			errs = append(errs, duplicateYAMLKeys(c, path)...)
+		}
+	case yaml.MappingNode:
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+				continue
+			}
+			p := strict.Join(path, k.Value)
+			if line, dup := seen[k.Value]; dup {
+				errs = append(errs, strict.Errorf(p, "duplicate key: %q is given more than once in the same mapping (lines %d and %d)", k.Value, line, k.Line))
+			} else {
+				seen[k.Value] = k.Line
+			}
+			errs = append(errs, duplicateYAMLKeys(v, p)...)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			errs = append(errs, duplicateYAMLKeys(c, strict.Index(path, i))...)
+		}
+	}
+	return errs
 }
 
 // jsonable converts YAML's generic values into JSON-marshalable ones.
@@ -1014,6 +1055,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	rnames := map[string]int{}
+	type hostPrefix struct{ host, prefix string }
+	owners := map[hostPrefix]int{}
 	for i, r := range c.Routes {
 		p := strict.Index("routes", i)
 		if r.Name == "" {
@@ -1023,8 +1066,23 @@ func (c *Config) Validate() error {
 		} else {
 			rnames[r.Name] = i
 		}
+		if err := checkRouteHost(r.Host); err != nil {
+			add(p+".host", "%v", err)
+		}
 		if r.PathPrefix != "" && r.PathPrefix[0] != '/' {
 			add(p+".path_prefix", "must start with \"/\", got %q", r.PathPrefix)
+		}
+		// The router takes the first route of a host and prefix: a second
+		// one would never serve anything (nginx refuses such a duplicate
+		// location too).
+		hp := hostPrefix{strings.ToLower(r.Host), r.PathPrefix}
+		if hp.prefix == "" {
+			hp.prefix = "/"
+		}
+		if j, dup := owners[hp]; dup {
+			add(p, "has the host %q and path_prefix %q of routes[%d] (%q), so it would never be used", r.Host, hp.prefix, j, c.Routes[j].Name)
+		} else {
+			owners[hp] = i
 		}
 		if r.Upstream != "" {
 			if err := c.checkTarget(r.Upstream); err != nil {
@@ -1036,6 +1094,48 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkRouteHost refuses a route host that no request's Host can equal:
+// the router compares the Host without its port, case-insensitively, and
+// exactly (no wildcards), so a host with a port, a scheme or a path, an
+// IPv6 address without brackets, or a name that is not ASCII (a request
+// carries the punycode form) would silently never match.
+func checkRouteHost(h string) error {
+	if h == "" {
+		return nil // any host
+	}
+	if strings.Contains(h, "://") {
+		return fmt.Errorf("must be a host name without a scheme, got %q", h)
+	}
+	if strings.HasPrefix(h, "[") {
+		end := strings.IndexByte(h, ']')
+		if end > 0 && net.ParseIP(h[1:end]) != nil {
+			if end == len(h)-1 {
+				return nil
+			}
+			if h[end+1] == ':' {
+				return fmt.Errorf("must not have a port (a request's port is not compared), got %q: use %q", h, h[:end+1])
+			}
+		}
+		return fmt.Errorf("must be a host name, an IPv4 address or a bracketed IPv6 address, got %q", h)
+	}
+	if ip := net.ParseIP(h); ip != nil && strings.Contains(h, ":") {
+		return fmt.Errorf("an IPv6 address must be in brackets, as in a Host header, got %q: use %q", h, "["+h+"]")
+	}
+	if name, port, err := net.SplitHostPort(h); err == nil && port != "" {
+		return fmt.Errorf("must not have a port (a request's port is not compared), got %q: use %q", h, name)
+	}
+	if strings.Contains(h, "*") {
+		return fmt.Errorf("wildcards are not supported (a host is matched exactly), got %q", h)
+	}
+	for i := 0; i < len(h); i++ {
+		b := h[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '-' || b == '_') {
+			return fmt.Errorf("must be a host name (ASCII letters, digits, \".\", \"-\"; an international name in its punycode form), got %q", h)
+		}
+	}
+	return nil
 }
 
 func (c *Config) checkTarget(t string) error {

@@ -91,6 +91,20 @@ func TestParseErrors(t *testing.T) {
 		{"history_limit huge", "store: {history_limit: 100000000}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got 100000000"}},
 		{"history_limit negative", "store: {history_limit: -1}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got -1"}},
 		{"tracing unknown key", "tracing: {otlp_endpoint: 'http://c:4318', endpoint: x}\n", []string{"tracing.endpoint: unknown field"}},
+		{"key given twice", "listen: ':1'\nupstreams:\n  a: {instances: [{addr: 'h:1', weight: 1, weight: 2}]}\n  a: {instances: [{addr: 'h:2'}]}\nrules:\n  - {key: k, type: gray, gray_percent: 5, gray_percent: 50}\n", []string{
+			`upstreams.a.instances[0].weight: duplicate key: "weight" is given more than once in the same mapping (lines 3 and 3)`,
+			`upstreams.a: duplicate key: "a" is given more than once in the same mapping (lines 3 and 4)`,
+			`rules[0].gray_percent: duplicate key: "gray_percent" is given more than once in the same mapping (lines 6 and 6)`}},
+		{"duration as a number", "proxy: {dial_timeout: 2}\n", []string{`proxy.dial_timeout: expected a duration string such as "2s" or "150ms", got 2`}},
+		{"route host with a port", "routes: [{name: r, host: 'api.example.com:8080'}]\n", []string{`routes[0].host: must not have a port (a request's port is not compared), got "api.example.com:8080": use "api.example.com"`}},
+		{"route host with a scheme", "routes: [{name: r, host: 'https://api.example.com'}]\n", []string{`routes[0].host: must be a host name without a scheme, got "https://api.example.com"`}},
+		{"route host with a path", "routes: [{name: r, host: 'api.example.com/v1'}]\n", []string{`routes[0].host: must be a host name (ASCII letters`}},
+		{"route host IPv6 without brackets", "routes: [{name: r, host: '::1'}]\n", []string{`routes[0].host: an IPv6 address must be in brackets, as in a Host header, got "::1": use "[::1]"`}},
+		{"route host IPv6 with a port", "routes: [{name: r, host: '[::1]:8080'}]\n", []string{`routes[0].host: must not have a port (a request's port is not compared), got "[::1]:8080": use "[::1]"`}},
+		{"route host wildcard", "routes: [{name: r, host: '*.example.com'}]\n", []string{`routes[0].host: wildcards are not supported (a host is matched exactly), got "*.example.com"`}},
+		{"route host not ASCII", "routes: [{name: r, host: 'bücher.example'}]\n", []string{`routes[0].host: must be a host name (ASCII letters, digits, ".", "-"; an international name in its punycode form), got "bücher.example"`}},
+		{"route shadowed by an earlier one", "routes: [{name: a, host: API.example.com, path_prefix: /v1/}, {name: b, host: api.example.com, path_prefix: /v1/}, {name: c}, {name: d, path_prefix: /}]\n",
+			[]string{`routes[1]: has the host "api.example.com" and path_prefix "/v1/" of routes[0] ("a"), so it would never be used`, `routes[3]: has the host "" and path_prefix "/" of routes[2] ("c"), so it would never be used`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,6 +118,17 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRouteHosts: the route hosts a request's Host can equal are valid,
+// and so are two routes of one host with different prefixes.
+func TestRouteHosts(t *testing.T) {
+	for _, h := range []string{"api.example.com", "API.Example.com", "localhost", "10.0.0.1", "[::1]", "[2001:db8::1]", "xn--bcher-kva.example", "my_host.internal", "example.com."} {
+		y := fmt.Sprintf("routes: [{name: a, host: %q, path_prefix: /v1/}, {name: b, host: %q, path_prefix: /v2/}, {name: c, host: %q}]\n", h, h, h)
+		if _, err := Parse([]byte(y)); err != nil {
+			t.Errorf("route host %q: %v", h, err)
+		}
 	}
 }
 
