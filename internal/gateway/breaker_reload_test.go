@@ -147,3 +147,50 @@ notifications:
 		t.Errorf("last notification %v, want breaker_close with 3 of 3 probes succeeded", last)
 	}
 }
+
+// TestRemovedOpenBreakerSaysClosed: the breaker of a gray target is
+// dropped with the rule, or when the rule moves to another gray target.
+// One that was open is reported closed (breaker_close, to "removed", with
+// why): the receivers that were told it opened would otherwise wait for
+// its end for ever.
+func TestRemovedOpenBreakerSaysClosed(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		change func(e *env)
+		reason string
+	}{
+		{"deleted", func(e *env) {
+			if code, out := e.api("DELETE", "/api/v1/rules/canary", nil); code != 200 && code != 204 {
+				t.Fatalf("delete: %d %v", code, out)
+			}
+		}, "rule canary was deleted"},
+		{"moved", func(e *env) {
+			e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 100,
+				"targets": map[string]any{"gray": "a", "stable": "stable"}})
+		}, "rule canary no longer sends gray traffic to gray"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rcv := newHook(t, "")
+			f := &flaky{}
+			e := start(t, strings.Replace(baseConfig, `{{gray}}`, startFlaky(t, f), 1)+`
+notifications:
+  - {name: ops, url: "`+rcv.srv.URL+`/hooks/ops", events: [breaker_open, breaker_close]}
+`, "")
+			e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(1).Targets,
+				"breaker": map[string]any{"window": "30s", "min_requests": 5, "open_for": "1m"}})
+			f.mode.Store(3) // every gray answer is a 500
+			for i := 0; i < 5; i++ {
+				e.get("/", "X-User-Id", fmt.Sprint(i))
+			}
+			if s := breakerState(e); s != "open" {
+				t.Fatalf("breaker %q after 5 failures, want open", s)
+			}
+			tt.change(e)
+			evs := rcv.waitEvents(2, "breaker_open, then breaker_close")
+			last := evs[len(evs)-1]
+			if last["event"] != "breaker_close" || last["to"] != "removed" || last["from"] != "open" || last["reason"] != tt.reason {
+				t.Errorf("last notification %v, want breaker_close from open to removed: %s", last, tt.reason)
+			}
+		})
+	}
+}

@@ -779,7 +779,7 @@ func (g *Gateway) assemble(cfg *config.Config, reg *upstream.Registry, st store.
 	}
 	rules = kept
 	if commit {
-		g.breakers.Retain(func(k string) bool { return inUse[k] })
+		g.retainBreakers(inUse, rules)
 	}
 	limiters := map[string]bool{}
 	policy := func(route string, l config.Limits) *router.Policy {
@@ -882,6 +882,39 @@ func (g *Gateway) breakerTransition(key string, from, to breaker.State, reason s
 	g.log.Log(context.Background(), level, "breaker "+to.String(), "rule", rk, "target", target, "from", from.String(), "to", to.String(), "reason", reason)
 	g.metrics.BreakerTransition(rk, target, from.String(), to.String())
 	g.notifyBreaker(rk, target, from, to, reason)
+}
+
+// retainBreakers drops the breakers of gray targets no rule uses any more
+// (a deleted rule, a rule pointed at another gray target). One that was
+// open or half-open is reported closed (breaker_close, and a log line):
+// otherwise the receivers that were told it opened would never hear the
+// end of it.
+func (g *Gateway) retainBreakers(inUse map[string]bool, rules []*rule.Compiled) {
+	left := map[string]breaker.State{}
+	for _, s := range g.breakers.Snapshots() {
+		if !inUse[s.Name] && s.State != breaker.Closed {
+			left[s.Name] = s.State
+		}
+	}
+	live := map[string]bool{}
+	for _, r := range rules {
+		live[r.Key] = true
+	}
+	for _, key := range g.breakers.Retain(func(k string) bool { return inUse[k] }) {
+		from, ok := left[key]
+		if !ok {
+			continue
+		}
+		rk, target, _ := strings.Cut(key, "|")
+		reason := fmt.Sprintf("rule %s was deleted", rk)
+		if live[rk] {
+			reason = fmt.Sprintf("rule %s no longer sends gray traffic to %s", rk, target)
+		}
+		g.log.Info("breaker removed", "rule", rk, "target", target, "from", from.String(), "reason", reason)
+		g.Notify(notify.Event{Type: notify.BreakerClose, Rule: rk,
+			Fields: map[string]any{"target": target, "from": from.String(), "to": "removed", "reason": reason},
+			Text:   fmt.Sprintf("breaker closed for rule %s (gray target %s): %s, so its breaker is gone", rk, target, reason)})
+	}
 }
 
 // breakerStats lists every breaker's state for graygate_breaker_state, at
