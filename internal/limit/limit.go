@@ -235,7 +235,8 @@ func (l *Limiter) Configure(cfg Config) {
 // Allow takes a token for a request from identity (ignored unless the limit
 // is per identity). identity may alias a request buffer: it is cloned when
 // kept. When there is none it returns false and how long until
-// one will be, for Retry-After.
+// one will be, for Retry-After. Only an admitted request takes a token: a
+// refused one costs nothing, however many arrive at once.
 func (l *Limiter) Allow(identity string) (bool, time.Duration) {
 	now := l.now()
 	l.mu.Lock()
@@ -244,15 +245,29 @@ func (l *Limiter) Allow(identity string) (bool, time.Duration) {
 		lim = l.userLocked(identity)
 	}
 	l.mu.Unlock()
-	r := lim.ReserveN(now, 1)
-	if !r.OK() {
-		return false, time.Second
+	// AllowN takes a token only when there is one. Reserving one and
+	// cancelling the reservation when it would have to wait (what
+	// rate.Limiter offers for the delay) is not atomic: requests refused
+	// at the same moment each reserve a token in the future, and a
+	// cancellation returns its token only if no later reservation was made
+	// meanwhile, so under concurrent overload the refused requests spent
+	// tokens, the bucket ran into debt, and fewer than RPS requests were
+	// admitted, with a Retry-After that grew with the debt.
+	if lim.AllowN(now, 1) {
+		return true, 0
 	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return false, d
+	return false, wait(lim, now)
+}
+
+// wait is how long from now until lim has a whole token.
+func wait(lim *rate.Limiter, now time.Time) time.Duration {
+	missing := 1 - lim.TokensAt(now)
+	if missing <= 0 {
+		// Refilled between AllowN and TokensAt (another request's
+		// later clock): try again at once.
+		return 0
 	}
-	return true, 0
+	return time.Duration(math.Ceil(missing / float64(lim.Limit()) * float64(time.Second)))
 }
 
 // userLocked returns id's bucket, making it if needed, and updates the

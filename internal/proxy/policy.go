@@ -110,6 +110,10 @@ type flow struct {
 	method, path []byte
 	idVal, tag   []byte
 	scratch      []byte
+	// client is the client address the decision saw, and limKey the
+	// rate limit key built from it (admit).
+	client netip.Addr
+	limKey []byte
 	tokens       [][]byte
 	// Inbound X-Forwarded-Proto / -Host kept from a trusted peer.
 	sawProto, sawHost bool
@@ -220,6 +224,7 @@ func (f *flow) end() time.Time {
 // it notes whether the request is mirrored.
 func (f *flow) decide(v attr.Request, in inHeader) {
 	f.p.decider.DecideInto(v, &f.d)
+	f.client = v.ClientIP()
 	f.keepDecision()
 	f.keepMirror(v)
 	if t := f.opts.Tracer; t != nil {
@@ -348,6 +353,7 @@ func (f *flow) resetFlow() {
 	f.reported, f.reportBuf = f.reported[:0], f.reportBuf[:0]
 	f.method, f.path = f.method[:0], f.path[:0]
 	f.idVal, f.tag, f.scratch = f.idVal[:0], f.tag[:0], f.scratch[:0]
+	f.client, f.limKey = netip.Addr{}, f.limKey[:0]
 	clear(f.tokens)
 	f.tokens = f.tokens[:0]
 	f.sawProto, f.sawHost = false, false

@@ -49,7 +49,15 @@ func (f *flow) admit(cl, inMemory int64, src io.Reader) error {
 	if pol.Limiter != nil {
 		// f.d.Identity.Value may alias a request buffer; the Limiter
 		// clones an identity when it keeps one as a map key.
-		if ok, retry := pol.Limiter.Allow(f.d.Identity.Value); !ok {
+		key := f.d.Identity.Value
+		if f.d.Identity.Issued {
+			// A client that kept no anonymous cookie is issued a new id,
+			// with a full bucket, on every request: its address is what
+			// it cannot drop, and its key is the one anonymous: ip gives.
+			f.limKey = f.client.AppendTo(append(f.limKey[:0], "ip_"...))
+			key = b2s(f.limKey)
+		}
+		if ok, retry := pol.Limiter.Allow(key); !ok {
 			f.retryAfter = retry
 			return errRateLimited
 		}
