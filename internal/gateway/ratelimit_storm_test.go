@@ -107,6 +107,11 @@ routes:
 	if codes[200] != 2 || codes[429] != 4 {
 		t.Errorf("6 cookie-less requests: %v, want the burst of 2 admitted and 4 refused", codes)
 	}
+	// The refusals are counted, by route and reason.
+	series := `graygate_refused_requests_total{reason="rate_limit",route="api"}`
+	if v := metricValue(metricsText(t, e), series); v != 4 {
+		t.Errorf("%s = %v, want 4", series, v)
+	}
 	for _, id := range []string{"alice", "bob"} {
 		if a, err := e.get("/api/x", "X-User-Id", id); err != nil || a.status != 200 {
 			t.Errorf("%s, named, after the cookie-less storm: %+v %v, want its own bucket", id, a, err)

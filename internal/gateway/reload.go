@@ -348,6 +348,9 @@ func tlsListener(cfg *config.Config) bool { return cfg.TLSListen != "" }
 func (g *Gateway) onDone(done *proxy.Done) {
 	d := done.Decision
 	g.metrics.Observe(d, done.Status, done.Elapsed)
+	if done.Refused != "" {
+		g.metrics.Refused(d.Route, done.Refused)
+	}
 	// A transport failure arrives as the 502/503/504 the proxy answered.
 	g.traffic.Record(d.Rule, d.Group, done.Status, false, done.Elapsed)
 	g.rollouts.Record(d, done.Status, done.Elapsed)

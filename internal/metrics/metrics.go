@@ -28,6 +28,7 @@ type Metrics struct {
 	degraded *prometheus.CounterVec
 	brkTrans *prometheus.CounterVec
 	idReject *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 
 	children sync.Map // key → *child
 }
@@ -73,7 +74,10 @@ func New() *Metrics {
 	m.idReject = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "graygate_identity_rejected_total", Help: "Requests answered 400 because their identity was refused, by reason (too_long: over identity.max_length).",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkTrans, m.idReject,
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "graygate_refused_requests_total", Help: "Requests the route's policy refused, by route and reason (rate_limit: 429, concurrency_cap: 503, body_too_large: 413).",
+	}, []string{"route", "reason"})
+	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkTrans, m.idReject, m.refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The series of a fixed label set start at 0, so that rate() and
 	// increase() see their first event (the first failed reload, the first
@@ -271,6 +275,12 @@ func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, b := range c.read() {
 		ch <- prometheus.MustNewConstMetric(breakerState, prometheus.GaugeValue, float64(b.State), b.Rule, b.Target)
 	}
+}
+
+// Refused counts a request the route's policy refused, for reason (see
+// proxy.Done.Refused).
+func (m *Metrics) Refused(route, reason string) {
+	m.refused.WithLabelValues(route, reason).Inc()
 }
 
 // BreakerTransition counts one breaker transition.

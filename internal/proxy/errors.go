@@ -31,6 +31,27 @@ var (
 	errGateFull = errors.New("upstream at its concurrency cap")
 )
 
+// The reasons of Done.Refused.
+const (
+	RefusedRateLimit      = "rate_limit"
+	RefusedConcurrencyCap = "concurrency_cap"
+	RefusedBodyTooLarge   = "body_too_large"
+)
+
+// refusal is Done.Refused for a failure: the route's policy refusals,
+// else "".
+func refusal(err error) string {
+	switch {
+	case errors.Is(err, errRateLimited):
+		return RefusedRateLimit
+	case errors.Is(err, errGateFull):
+		return RefusedConcurrencyCap
+	case errors.Is(err, errBodyTooLarge):
+		return RefusedBodyTooLarge
+	}
+	return ""
+}
+
 // classify is the one mapping from a forwarding failure to a status, after
 // net/http's ReverseProxy: client gone → 499, no instance or no free
 // connection → 503, timeout (dial, pool wait or response header) → 504, any
@@ -112,6 +133,7 @@ func (f *flow) failure(err error) (status int, body []byte) {
 	}
 	f.status = status
 	f.failType = failureType(status, err)
+	f.refusedBy = refusal(err)
 	if status == StatusClientClosedRequest {
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.Debug("client went away", "upstream", addr, "rule", f.d.Rule, "request_id", b2s(f.reqID), "error", err)

@@ -240,6 +240,10 @@ type Done struct {
 	BytesOut int64
 	// Method and Path are the request's method and decoded path.
 	Method, Path string
+	// Refused says why the route's policy refused the request, if it did:
+	// RefusedRateLimit (429), RefusedConcurrencyCap (503) or
+	// RefusedBodyTooLarge (413); "" otherwise.
+	Refused string
 	// Reported holds, in the order of Decision.Report.Headers, the values
 	// of the response headers the upstream reported metrics in (nil where
 	// it sent none); those headers were removed before the client saw the

@@ -114,9 +114,11 @@ type flow struct {
 	// rate limit key built from it (admit).
 	client netip.Addr
 	limKey []byte
-	tokens       [][]byte
+	tokens [][]byte
 	// Inbound X-Forwarded-Proto / -Host kept from a trusted peer.
 	sawProto, sawHost bool
+	// refusedBy is why the route's policy refused the request (Done.Refused).
+	refusedBy string
 
 	// Tracing (trace.go): the server span, when traced is set, and the
 	// adapters the tracer reads the request and writes the upstream
@@ -297,7 +299,7 @@ func (f *flow) finish() {
 	}
 	if f.opts.OnDone != nil {
 		f.done = Done{Decision: &f.d, Status: f.status, Start: f.start, Elapsed: elapsed, BytesOut: f.bytesOut,
-			Method: b2s(f.method), Path: b2s(f.path), Reported: f.reported}
+			Method: b2s(f.method), Path: b2s(f.path), Reported: f.reported, Refused: f.refusedBy}
 		f.opts.OnDone(&f.done)
 		f.done = Done{}
 	}
@@ -357,7 +359,7 @@ func (f *flow) resetFlow() {
 	clear(f.tokens)
 	f.tokens = f.tokens[:0]
 	f.sawProto, f.sawHost = false, false
-	f.traced, f.span, f.failType = false, tracing.Span{}, ""
+	f.traced, f.span, f.failType, f.refusedBy = false, tracing.Span{}, "", ""
 	f.spanBuf = f.spanBuf[:0]
 	f.sawBaggage, f.bagIn, f.bagOut = false, f.bagIn[:0], f.bagOut[:0]
 	f.mirror, f.upgrade, f.respEnded, f.mresp = mirrorOff, false, false, mirror.Response{}
