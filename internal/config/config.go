@@ -1156,10 +1156,11 @@ func (c *Config) checkTarget(t string) error {
 	return nil
 }
 
-// transport sets p's protocol and, for h2, its TLS settings: the CAs of
-// ca_file and the server name; TLSKey names them, so that pools with the
-// same settings share connections.
-func (u *Upstream) transport(p *upstream.Pool) error {
+// transport sets the pool options' protocol and, for h2, its TLS
+// settings: the CAs of ca_file and the server name; TLSKey names them, so
+// that pools with the same settings share connections. They are options,
+// so that active probes speak the pool's protocol from the first one.
+func (u *Upstream) transport(p *upstream.PoolOptions) error {
 	proto, err := upstream.ParseProtocol(u.Protocol)
 	if err != nil {
 		return fmt.Errorf("protocol: %w", err)
@@ -1223,9 +1224,11 @@ func (c *Config) Pools(h *upstream.Health, discovered map[string][]Instance) (ma
 			i.Metadata = in.Metadata
 			ins = append(ins, i)
 		}
-		p, err := upstream.NewPoolWith(name, ins, u.Config.Options(h))
+		opts := u.Config.Options(h)
+		err := u.transport(&opts)
+		var p *upstream.Pool
 		if err == nil {
-			err = u.transport(p)
+			p, err = upstream.NewPoolWith(name, ins, opts)
 		}
 		if err != nil {
 			for _, built := range out {

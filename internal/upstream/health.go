@@ -3,7 +3,6 @@ package upstream
 import (
 	"crypto/tls"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -40,6 +39,7 @@ type Health struct {
 
 	mu     sync.Mutex
 	hosts  map[string]*hostState
+	h2     map[string]*http.Client // probe clients of h2 and h2c pools, by protocol and TLS key
 	closed bool
 
 	loops atomic.Int64
@@ -57,15 +57,7 @@ func NewHealth(opts HealthOptions) *Health {
 	h.log = h.log.With("component", "upstream")
 	rt := opts.Transport
 	if rt == nil {
-		h.own = &http.Transport{
-			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			TLSClientConfig:       opts.TLSConfig,
-			TLSHandshakeTimeout:   5 * time.Second,
-			MaxIdleConnsPerHost:   1,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: time.Minute,
-			DisableCompression:    true,
-		}
+		h.own = newProbeTransport(opts.TLSConfig)
 		rt = h.own
 	}
 	h.client = &http.Client{
@@ -202,7 +194,7 @@ func (h *Health) attach(inst *Instance, active *activeCfg) *hostState {
 		s.activeRefs++
 		cfg := active.forHost(inst)
 		if pr := s.probe.Load(); pr != nil {
-			if *pr.cfg.Load() != *cfg {
+			if !pr.cfg.Load().same(cfg) {
 				pr.cfg.Store(cfg)
 				select { // probe now and re-arm with the new interval
 				case pr.kick <- struct{}{}:
@@ -252,10 +244,14 @@ func (h *Health) Close() error {
 			stop = append(stop, pr)
 		}
 	}
+	clients := h.h2
 	h.mu.Unlock()
 	stopAll(stop)
 	if h.own != nil {
 		h.own.CloseIdleConnections()
+	}
+	for _, c := range clients {
+		c.CloseIdleConnections()
 	}
 	return nil
 }

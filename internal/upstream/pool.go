@@ -31,6 +31,13 @@ type PoolOptions struct {
 	// Random returns uniformly distributed bits for least_request (default
 	// math/rand/v2). It must be safe for concurrent use.
 	Random func() uint64
+	// Protocol, TLS and TLSKey become the pool's fields of those names.
+	// They are options, not set afterwards, because active probes speak
+	// the pool's protocol: an h2 pool is probed over TLS with TLS's roots
+	// and server name, an h2c pool with HTTP/2 in clear.
+	Protocol Protocol
+	TLS      *tls.Config
+	TLSKey   string
 }
 
 // Pool is a named set of instances with a balancer. It is safe for
@@ -123,6 +130,9 @@ func newPool(name string, instances []*Instance, opts PoolOptions) *Pool {
 		Name:          name,
 		Instances:     instances,
 		VersionHeader: opts.VersionHeader,
+		Protocol:      opts.Protocol,
+		TLS:           opts.TLS,
+		TLSKey:        opts.TLSKey,
 		balancer:      opts.Balancer,
 		health:        opts.Health,
 		now:           time.Now,
@@ -147,7 +157,8 @@ func newPool(name string, instances []*Instance, opts PoolOptions) *Pool {
 	if opts.Active != nil {
 		c := opts.Active.withDefaults()
 		p.active = &activeCfg{path: c.Path, interval: c.Interval.Std(), timeout: c.Timeout.Std(),
-			healthy: int64(c.HealthyThreshold), unhealthy: int64(c.UnhealthyThreshold)}
+			healthy: int64(c.HealthyThreshold), unhealthy: int64(c.UnhealthyThreshold),
+			proto: opts.Protocol, tls: opts.TLS, tlsKey: opts.TLSKey}
 	}
 	all := make([]int32, len(instances))
 	versions := map[string][]int32{}

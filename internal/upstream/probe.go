@@ -2,7 +2,9 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -15,16 +17,77 @@ type activeCfg struct {
 	path               string
 	interval, timeout  time.Duration
 	healthy, unhealthy int64
+	// proto is the pool's protocol: probes speak it, as requests do.
+	proto Protocol
+	// tls is an h2 pool's TLS configuration (nil: the system's roots),
+	// tlsKey identifies its contents (Pool.TLSKey).
+	tls    *tls.Config
+	tlsKey string
 }
 
 func (c *activeCfg) forHost(inst *Instance) *activeCfg {
 	cp := *c
 	scheme := "http://"
-	if inst.TLS {
+	if inst.TLS || c.proto == H2 {
 		scheme = "https://"
 	}
 	cp.url = scheme + inst.Addr + c.path
 	return &cp
+}
+
+// same reports whether c and o probe alike. The TLS configuration is
+// compared by its key: a rebuilt pool has a new *tls.Config with the same
+// contents.
+func (c *activeCfg) same(o *activeCfg) bool {
+	a, b := *c, *o
+	a.tls, b.tls = nil, nil
+	return a == b
+}
+
+// clientFor returns the client that probes in cfg's protocol: the shared
+// HTTP/1.1 client, or (without an injected Transport) one per HTTP/2
+// protocol and TLS key, built on first use and closed by Close.
+func (h *Health) clientFor(cfg *activeCfg) *http.Client {
+	if h.own == nil || cfg.proto == HTTP1 {
+		return h.client
+	}
+	key := cfg.proto.String() + "|" + cfg.tlsKey
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.h2[key]; c != nil {
+		return c
+	}
+	tr := newProbeTransport(nil)
+	var ps http.Protocols
+	if cfg.proto == H2C {
+		ps.SetUnencryptedHTTP2(true)
+	} else {
+		ps.SetHTTP2(true)
+		if cfg.tls != nil {
+			tr.TLSClientConfig = cfg.tls.Clone()
+		}
+	}
+	tr.Protocols = &ps
+	c := &http.Client{Transport: tr, CheckRedirect: h.client.CheckRedirect}
+	if h.h2 == nil {
+		h.h2 = map[string]*http.Client{}
+	}
+	h.h2[key] = c
+	return c
+}
+
+// newProbeTransport is the transport of active probes: one idle
+// connection per address, no compression.
+func newProbeTransport(tlsConf *tls.Config) *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:       tlsConf,
+		TLSHandshakeTimeout:   5 * time.Second,
+		MaxIdleConnsPerHost:   1,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: time.Minute,
+		DisableCompression:    true,
+	}
 }
 
 // prober is one address's probe loop. Only its goroutine writes the runs
@@ -113,7 +176,7 @@ func (h *Health) check(ctx context.Context, cfg *activeCfg) (bool, string) {
 		return false, err.Error()
 	}
 	req.Header.Set("User-Agent", "graygate-health-check")
-	resp, err := h.client.Do(req)
+	resp, err := h.clientFor(cfg).Do(req)
 	if err != nil {
 		return false, err.Error()
 	}

@@ -69,7 +69,11 @@ func (e *NoInstanceError) Unwrap() error { return ErrNoInstance }
 
 // ParseAddress turns a target that is not a pool name into an instance:
 // "host:port", "http://host[:port]" or "https://host[:port]". Paths in URLs
-// are not supported: a gateway forwards the request path unchanged.
+// are not supported: a gateway forwards the request path unchanged. The
+// host must be non-empty and hold no spaces, control characters or "/",
+// and the port must be 1..65535, in either spelling: an address the
+// dialer can never reach is refused here, where the error names it, and
+// not on every request.
 func ParseAddress(s string) (*Instance, error) {
 	if s == "" {
 		return nil, errors.New("empty address")
@@ -85,30 +89,46 @@ func ParseAddress(s string) (*Instance, error) {
 		if u.Host == "" {
 			return nil, fmt.Errorf("invalid URL %q: no host", s)
 		}
-		if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
+		if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.ForceQuery || u.User != nil || u.Fragment != "" || strings.Contains(s, "#") {
 			return nil, fmt.Errorf("invalid URL %q: only scheme://host[:port] is allowed", s)
 		}
-		host := u.Host
-		if u.Port() == "" {
+		host, port := u.Hostname(), u.Port()
+		if port == "" {
+			port = "80"
 			if u.Scheme == "https" {
-				host = net.JoinHostPort(u.Hostname(), "443")
-			} else {
-				host = net.JoinHostPort(u.Hostname(), "80")
+				port = "443"
 			}
 		}
-		return &Instance{Addr: host, TLS: u.Scheme == "https"}, nil
+		if err := checkHostPort(host, port); err != nil {
+			return nil, fmt.Errorf("invalid URL %q: %s", s, err)
+		}
+		return &Instance{Addr: net.JoinHostPort(host, port), TLS: u.Scheme == "https"}, nil
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return nil, fmt.Errorf("invalid address %q: want host:port, a URL or an upstream name", s)
 	}
-	if host == "" {
-		return nil, fmt.Errorf("invalid address %q: empty host", s)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return nil, fmt.Errorf("invalid address %q: port must be 1..65535", s)
+	if err := checkHostPort(host, port); err != nil {
+		return nil, fmt.Errorf("invalid address %q: %s", s, err)
 	}
 	return &Instance{Addr: s}, nil
+}
+
+// checkHostPort says what is wrong with a host and port an instance would
+// be dialled at, or returns nil.
+func checkHostPort(host, port string) error {
+	if host == "" {
+		return errors.New("empty host")
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; c <= ' ' || c == 0x7f || c == '/' || c == '\\' {
+			return fmt.Errorf("host %q has a space, a control character or a slash", host)
+		}
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || port[0] == '+' || port[0] == '-' {
+		return errors.New("port must be 1..65535")
+	}
+	return nil
 }
 
 // Protocol is how the data plane speaks to a pool's instances.

@@ -22,6 +22,19 @@ func TestParseAddress(t *testing.T) {
 		{"h:0", "", false, "port must be 1..65535"},
 		{":80", "", false, "empty host"},
 		{"", "", false, "empty address"},
+		// URLs get the checks host:port gets (graygate validate used to
+		// accept these, and every request to them failed at the dial).
+		{"http://127.0.0.1:99999", "", false, "port must be 1..65535"},
+		{"http://127.0.0.1:0", "", false, "port must be 1..65535"},
+		{"https://:8443", "", false, "empty host"},
+		{"http://h:8080#frag", "", false, "only scheme://host[:port]"},
+		{"http://h:8080?", "", false, "only scheme://host[:port]"},
+		{"a b:80", "", false, `host "a b" has a space`},
+		{"a/b:80", "", false, `host "a/b" has a space`},
+		{"h:+80", "", false, "port must be 1..65535"},
+		{"http://[::1]:8080", "[::1]:8080", false, ""},
+		{"https://[::1]", "[::1]:443", true, ""},
+		{"http://h:/", "h:80", false, ""},
 	}
 	for _, tt := range tests {
 		in, err := ParseAddress(tt.in)
