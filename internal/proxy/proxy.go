@@ -623,7 +623,23 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 	if ws {
 		return p.serveUpgrade(ctx, ex)
 	}
-	if err := p.roundTrip(ctx, ex); err != nil {
+	err := p.roundTrip(ctx, ex)
+	for tries := 1; err != nil && ex.nextInstance(err, tries); tries++ {
+		// The instance could not be connected to, so nothing was sent:
+		// as nginx's proxy_next_upstream error, another instance of the
+		// pool is asked. Passive health hears of this one.
+		failed := ex.inst
+		ex.reportUpstream(false)
+		inst, perr := ex.d.Target.PickOther(failed)
+		if perr != nil {
+			return false, err
+		}
+		ex.inst, ex.pool = inst, ex.d.Target
+		ex.uc = p.client(ex.inst, ex.wallStart())
+		p.buildRequest(ctx, ex, trusted, ws)
+		err = p.roundTrip(ctx, ex)
+	}
+	if err != nil {
 		return false, err
 	}
 	if len(ex.interim) > 0 {
@@ -631,6 +647,24 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		return true, nil
 	}
 	return p.respond(ctx, ex), nil
+}
+
+// maxNextInstance bounds the instances a request tries in its pool when
+// connecting fails (nextInstance), the first included.
+const maxNextInstance = 3
+
+// nextInstance reports whether a failed attempt may go to another instance
+// of its pool: the connection could not be made (so nothing was sent and
+// the request is whole), the pool has another instance, the request did
+// not pick its instance by a version header (whose subset the retry would
+// leave), and fewer than maxNextInstance instances were tried.
+func (ex *exchange) nextInstance(err error, tries int) bool {
+	var de *dialError
+	if tries >= maxNextInstance || ex.sent || !errors.As(err, &de) || ex.canceled || ex.clientErr != nil {
+		return false
+	}
+	pool := ex.d.Target
+	return pool != nil && len(pool.Instances) > 1 && ex.d.VersionHeader == "" && pool.VersionHeader == ""
 }
 
 // completeHeader does to the final response header read from the upstream

@@ -220,6 +220,24 @@ func (p *Pool) PickVersion(version string) (*Instance, error) {
 	return p.Pick()
 }
 
+// PickOther is Pick for a request whose connection to not failed before
+// anything was sent: it chooses among the pool's other instances, so that
+// the request is not sent back to the one that refused it.
+func (p *Pool) PickOther(not *Instance) (*Instance, error) {
+	idx := make([]int32, 0, len(p.all.idx))
+	for _, i := range p.all.idx {
+		if p.Instances[i] != not {
+			idx = append(idx, i)
+		}
+	}
+	g := newGroup(idx)
+	g.rr.Store(p.all.rr.Load()) // spread retries as first tries are
+	if i, ok := p.choose(g); ok {
+		return p.take(i), nil
+	}
+	return nil, p.noInstance()
+}
+
 func (p *Pool) take(i int32) *Instance {
 	p.hosts[i].inflight.Add(1)
 	return p.Instances[i]
