@@ -41,6 +41,22 @@ func readErr(c net.Conn) (time.Duration, error) {
 	return time.Since(start), err
 }
 
+// sendThrough writes msg from the client and reads all of it through c.
+func sendThrough(t *testing.T, c *Conn, client net.Conn, msg string) {
+	t.Helper()
+	if _, err := client.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	var b [256]byte
+	for got := 0; got < len(msg); {
+		n, err := c.Read(b[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+}
+
 // setRead asks c for the read deadline at.
 func setRead(t *testing.T, c *Conn, at time.Time) {
 	t.Helper()
@@ -162,17 +178,7 @@ func TestLazyReadDeadline(t *testing.T) {
 		}},
 		{"the body deadline is kept from the config", func(t *testing.T, c *Conn, client net.Conn) {
 			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nab"
-			if _, err := client.Write([]byte(msg)); err != nil {
-				t.Fatal(err)
-			}
-			var b [256]byte
-			for got := 0; got < len(msg); {
-				n, err := c.Read(b[:])
-				if err != nil {
-					t.Fatal(err)
-				}
-				got += n
-			}
+			sendThrough(t, c, client, msg)
 			took, err := readErr(c)
 			if !errors.Is(err, os.ErrDeadlineExceeded) || took < d*7/8 || took > 10*d {
 				t.Fatalf("body read ended after %v with %v; want the %v body timeout", took, err, d)
@@ -183,17 +189,8 @@ func TestLazyReadDeadline(t *testing.T) {
 			// a past deadline set just before a Read would be undone by
 			// it; an Interrupt is not.
 			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nab"
-			if _, err := client.Write([]byte(msg)); err != nil {
-				t.Fatal(err)
-			}
+			sendThrough(t, c, client, msg)
 			var b [256]byte
-			for got := 0; got < len(msg); {
-				n, err := c.Read(b[:])
-				if err != nil {
-					t.Fatal(err)
-				}
-				got += n
-			}
 			c.config = func() *Config { return &Config{MaxHeaderBytes: 8 << 10, BodyReadTimeout: time.Minute} }
 			if err := c.Interrupt(); err != nil {
 				t.Fatal(err)
@@ -221,17 +218,7 @@ func TestLazyReadDeadline(t *testing.T) {
 		}},
 		{"an interrupt racing the body read wins", func(t *testing.T, c *Conn, client net.Conn) {
 			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n"
-			if _, err := client.Write([]byte(msg)); err != nil {
-				t.Fatal(err)
-			}
-			var b [256]byte
-			for got := 0; got < len(msg); {
-				n, err := c.Read(b[:])
-				if err != nil {
-					t.Fatal(err)
-				}
-				got += n
-			}
+			sendThrough(t, c, client, msg)
 			c.config = func() *Config { return &Config{MaxHeaderBytes: 8 << 10, BodyReadTimeout: time.Minute} }
 			for i := range 200 {
 				c.Resume()

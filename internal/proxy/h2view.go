@@ -65,24 +65,18 @@ func (v *netView) Host() string { return v.req.Host }
 func (v *netView) Path() string { return b2s(v.uri.Path()) }
 
 // Header returns the first value of the named header.
-func (v *netView) Header(name string) (string, bool) {
-	if !seesHeader(name, v.noUnderscores) {
-		return "", false
-	}
-	vals := v.req.Header[textproto.CanonicalMIMEHeaderKey(name)]
-	if len(vals) == 0 {
-		return "", false
-	}
-	// The whitespace around a field value is not part of it (RFC 9110
-	// section 5.5); the HTTP/1.1 parser drops it, Go's HTTP/2 server hands
-	// it over, and a header condition or user id must not differ between
-	// the two.
-	return strings.Trim(vals[0], " \t"), true
-}
+func (v *netView) Header(name string) (string, bool) { return v.line(name, false) }
 
 // TrustedHeader returns the last line of the named header (see
-// attr.Request), without the whitespace around it.
-func (v *netView) TrustedHeader(name string) (string, bool) {
+// attr.Request).
+func (v *netView) TrustedHeader(name string) (string, bool) { return v.line(name, true) }
+
+// line returns the first or the last line of the named header, without
+// the whitespace around it: that is not part of a field value (RFC 9110
+// section 5.5); the HTTP/1.1 parser drops it, Go's HTTP/2 server hands it
+// over, and a header condition or user id must not differ between the
+// two.
+func (v *netView) line(name string, last bool) (string, bool) {
 	if !seesHeader(name, v.noUnderscores) {
 		return "", false
 	}
@@ -90,7 +84,11 @@ func (v *netView) TrustedHeader(name string) (string, bool) {
 	if len(vals) == 0 {
 		return "", false
 	}
-	return strings.Trim(vals[len(vals)-1], " \t"), true
+	i := 0
+	if last {
+		i = len(vals) - 1
+	}
+	return strings.Trim(vals[i], " \t"), true
 }
 
 // Cookie returns the first cookie with that exact name, decoded as PHP

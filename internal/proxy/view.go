@@ -71,22 +71,16 @@ func (v *view) Host() string { return b2s(v.req.Host()) }
 // form rules match on; the upstream still receives the raw request target.
 func (v *view) Path() string { return b2s(v.req.URI().Path()) }
 
-// Header returns the first value of the named header. PeekAll is used, not
-// Peek, because it reports a present header with an empty value.
-func (v *view) Header(name string) (string, bool) {
-	if !seesHeader(name, v.noUnderscores) {
-		return "", false
-	}
-	vals := v.req.Header.PeekAll(name)
-	if len(vals) == 0 {
-		return "", false
-	}
-	return b2s(vals[0]), true
-}
+// Header returns the first value of the named header.
+func (v *view) Header(name string) (string, bool) { return v.line(name, false) }
 
 // TrustedHeader returns the last line of the named header (see
 // attr.Request).
-func (v *view) TrustedHeader(name string) (string, bool) {
+func (v *view) TrustedHeader(name string) (string, bool) { return v.line(name, true) }
+
+// line returns the first or the last line of the named header. PeekAll is
+// used, not Peek, because it reports a present header with an empty value.
+func (v *view) line(name string, last bool) (string, bool) {
 	if !seesHeader(name, v.noUnderscores) {
 		return "", false
 	}
@@ -94,7 +88,10 @@ func (v *view) TrustedHeader(name string) (string, bool) {
 	if len(vals) == 0 {
 		return "", false
 	}
-	return b2s(vals[len(vals)-1]), true
+	if last {
+		return b2s(vals[len(vals)-1]), true
+	}
+	return b2s(vals[0]), true
 }
 
 // seesHeader reports whether a view shows the header field name. A field
