@@ -1042,6 +1042,11 @@ func (c *Config) Validate() error {
 			if in.Weight < 0 {
 				add(ip+".weight", "must not be negative, got %d", in.Weight)
 			}
+			if in.Weight > 1 && (u.Balancer == upstream.RoundRobin || u.Balancer == upstream.LeastRequest) {
+				// Silently ignored, the weight would promise a share it
+				// does not give.
+				add(ip+".weight", "the %s balancer ignores weights, got %d: set balancer: weighted (or leave balancer out, which is weighted when an instance has a weight)", u.Balancer, in.Weight)
+			}
 		}
 	}
 	nnames := map[string]int{}
@@ -1156,6 +1161,16 @@ func (c *Config) checkTarget(t string) error {
 	return nil
 }
 
+// weighted reports whether an instance has a weight other than 1.
+func weighted(ins []Instance) bool {
+	for _, in := range ins {
+		if in.Weight > 1 {
+			return true
+		}
+	}
+	return false
+}
+
 // transport sets the pool options' protocol and, for h2, its TLS
 // settings: the CAs of ca_file and the server name; TLSKey names them, so
 // that pools with the same settings share connections. They are options,
@@ -1225,6 +1240,12 @@ func (c *Config) Pools(h *upstream.Health, discovered map[string][]Instance) (ma
 			ins = append(ins, i)
 		}
 		opts := u.Config.Options(h)
+		if opts.Balancer == "" && weighted(u.Instances) {
+			// As nginx's upstream does by default, weights count: a pool
+			// that gives its instances weights and names no balancer is
+			// balanced by them.
+			opts.Balancer = upstream.Weighted
+		}
 		err := u.transport(&opts)
 		var p *upstream.Pool
 		if err == nil {
