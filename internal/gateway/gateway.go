@@ -280,7 +280,7 @@ func New(opts Options) (*Gateway, error) {
 		g.mu.Unlock()
 		out := make([]metrics.PoolStats, 0, len(stats))
 		for _, p := range stats {
-			out = append(out, metrics.PoolStats{Name: p.Name, Size: p.Size, Healthy: p.Healthy, Ejected: p.Ejected, InFlight: p.InFlight})
+			out = append(out, metrics.PoolStats{Name: p.Name, Size: p.Size, Healthy: p.Healthy, Ejected: p.Ejected, Failing: p.Failing, InFlight: p.InFlight})
 		}
 		return out
 	}, func() map[string]uint64 {

@@ -201,9 +201,9 @@ func (m *Metrics) Pools(read func() []PoolStats, ejections func() map[string]uin
 
 // PoolStats is one pool's health.
 type PoolStats struct {
-	Name                   string
-	Size, Healthy, Ejected int
-	InFlight               int64
+	Name                            string
+	Size, Healthy, Ejected, Failing int
+	InFlight                        int64
 }
 
 type poolCollector struct {
@@ -215,6 +215,7 @@ var (
 	poolSize    = prometheus.NewDesc("graygate_pool_instances", "Instances in the pool.", []string{"pool"}, nil)
 	poolHealthy = prometheus.NewDesc("graygate_pool_healthy_instances", "Instances of the pool that take traffic.", []string{"pool"}, nil)
 	poolEjected = prometheus.NewDesc("graygate_pool_ejected_instances", "Instances of the pool ejected by passive health.", []string{"pool"}, nil)
+	poolFailing = prometheus.NewDesc("graygate_pool_failing_instances", "Instances of the pool failing their active health checks.", []string{"pool"}, nil)
 	poolFlight  = prometheus.NewDesc("graygate_pool_in_flight", "Requests in flight to the pool.", []string{"pool"}, nil)
 	ejections   = prometheus.NewDesc("graygate_instance_ejections_total", "Times passive health ejected the instance.", []string{"addr"}, nil)
 )
@@ -223,6 +224,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- poolSize
 	ch <- poolHealthy
 	ch <- poolEjected
+	ch <- poolFailing
 	ch <- poolFlight
 	ch <- ejections
 }
@@ -232,6 +234,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolSize, prometheus.GaugeValue, float64(p.Size), p.Name)
 		ch <- prometheus.MustNewConstMetric(poolHealthy, prometheus.GaugeValue, float64(p.Healthy), p.Name)
 		ch <- prometheus.MustNewConstMetric(poolEjected, prometheus.GaugeValue, float64(p.Ejected), p.Name)
+		ch <- prometheus.MustNewConstMetric(poolFailing, prometheus.GaugeValue, float64(p.Failing), p.Name)
 		ch <- prometheus.MustNewConstMetric(poolFlight, prometheus.GaugeValue, float64(p.InFlight), p.Name)
 	}
 	for addr, n := range c.ejections() {
