@@ -14,9 +14,11 @@ import (
 // config to embed. The zero value is a round-robin pool without health
 // checks. Field comments are the user documentation.
 type Config struct {
-	// Balancer is "round_robin" (default), "weighted" (smooth weighted
-	// round robin by instance weight) or "least_request" (the fewer
-	// requests in flight of two random instances; weights are ignored).
+	// Balancer is "round_robin" (default; the gateway's config makes a
+	// pool whose instances have weights "weighted"), "weighted" (smooth
+	// weighted round robin by instance weight) or "least_request" (the
+	// fewer requests in flight of two random instances; weights are
+	// ignored).
 	Balancer Balancer `json:"balancer,omitempty"`
 	// VersionHeader turns on seed 003 version routing: true uses the
 	// header "version", a string names another header. A request whose
