@@ -191,8 +191,17 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	}
 	logger.Info("graygate serving", "listen", dataLn.Addr().String(), "tls_listen", tlsAddr, "h2c", cfg.H2C, "admin_listen", adminLn.Addr().String(),
 		"store", g.Status().Store.Kind, "data_dir", cfg.DataDir, "revision", g.Status().Revision, "version", versionString())
+	// SIGHUP is caught from here until serve returns, the drain after
+	// SIGTERM included: its default action would end the process and cut
+	// the requests in flight. Without a config file there is nothing to
+	// reload, and it is logged and ignored.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if src != nil {
-		go watchConfig(ctx, src, g, logger)
+		go watchConfig(ctx, src, g, logger, hup)
+	} else {
+		go ignoreHangups(ctx, hup, logger)
 	}
 	go reopenOnSignal(ctx, g, logger)
 	if ready != nil {
@@ -203,11 +212,22 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 	return err
 }
 
-// watchConfig reloads the config on SIGHUP and when the file changes.
-func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, logger *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// ignoreHangups logs the SIGHUPs that hup receives until ctx ends: the
+// gateway runs without a config file, so there is nothing to reload.
+func ignoreHangups(ctx context.Context, hup <-chan os.Signal, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			logger.Warn("SIGHUP ignored: graygate runs without --config, so there is no config file to reload")
+		}
+	}
+}
+
+// watchConfig reloads the config on a signal from hup (SIGHUP) and when the
+// file changes.
+func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, logger *slog.Logger, hup <-chan os.Signal) {
 	changed := make(chan struct{}, 1)
 	go func() {
 		if err := config.WatchSince(ctx, src.path, src.loaded, 200*time.Millisecond, func() {

@@ -1131,8 +1131,19 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_ = adminSrv.Shutdown(sctx)
+	// The admin API and the data plane stop side by side, each within
+	// shutdown_timeout: an admin client stalled in its request body must
+	// neither keep the data listener open past drain_delay nor spend the
+	// data plane's shutdown_timeout, after which its requests are cut.
+	adminDone := make(chan struct{})
+	go func() {
+		defer close(adminDone)
+		if adminSrv.Shutdown(sctx) != nil {
+			_ = adminSrv.Close() // net/http leaves the stalled connections open
+		}
+	}()
 	_ = g.proxy.Shutdown(sctx)
+	<-adminDone
 	<-rolloutsDone // its drivers write through the store: stop them before it closes
 	// After the data plane: the last requests' exposures are flushed too.
 	if err := g.exp.Close(); err != nil {
