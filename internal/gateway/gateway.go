@@ -1121,6 +1121,7 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	g.serving = false
 	lc := g.cfg.Lifecycle
 	g.mu.Unlock()
+	g.proxy.Drain()
 	if err == nil && lc.DrainDelay > 0 {
 		g.log.Info("draining: /readyz fails until the listeners close", "drain_delay", lc.DrainDelay.Std().String())
 		time.Sleep(lc.DrainDelay.Std())

@@ -75,6 +75,8 @@ type Proxy struct {
 	hijacks hijackSet
 	closing atomic.Bool
 	conns   connSet
+	// draining is set by Drain: HTTP/1.1 answers close their connection.
+	draining atomic.Bool
 
 	// The HTTP/2 codec (h2.go) and the net/http upstream transports
 	// (nethttp.go).
@@ -252,6 +254,14 @@ func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
 	}
 	return p.server.Serve(listener.Split(ln, p.lcfg.Load, prot))
 }
+
+// Drain tells the data plane that it is about to stop (the gateway's
+// drain_delay begins): every HTTP/1.1 answer from now on carries
+// "Connection: close", as Envoy's drain does, so that keep-alive clients
+// open their next connection elsewhere (to the process that took over, or
+// another gateway behind the load balancer) instead of sending it on a
+// connection that closes when the listeners do.
+func (p *Proxy) Drain() { p.draining.Store(true) }
 
 // Shutdown stops accepting (it closes the listeners), closes idle client
 // connections, and waits until ctx is done for requests in flight, which
@@ -538,7 +548,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		ex.finish()
 	}
 	// Otherwise a streamed body, a tunnel or a hijacked response owns ex
-	// now; don't touch it.
+	// now; don't touch it. The answer's header is written after Handler
+	// returns; a tunnel's 101, and a hijacked answer, own their connection.
+	if p.draining.Load() && !ctx.Hijacked() && ctx.Response.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		ctx.SetConnectionClose()
+	}
 }
 
 // serve does the work of Handler. It returns true if the exchange now
