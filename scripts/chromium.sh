@@ -20,8 +20,8 @@ profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 if ! timeout 120 chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
     --disable-component-update --disable-sync --user-data-dir="$profile" \
-    --dump-dom 'data:text/html,<p>chromium-ok</p>' 2>/dev/null | grep -q chromium-ok; then
+    --dump-dom 'data:text/html,<p>chromium-ok</p>' 2>/dev/null | grep chromium-ok >/dev/null; then
   echo "scripts/chromium.sh: chromium is installed but does not render a page headless" >&2
   exit 1
 fi
-chromium --version 2>/dev/null | head -1
+chromium --version 2>/dev/null | sed -n 1p

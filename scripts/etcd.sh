@@ -17,4 +17,4 @@ if command -v service >/dev/null 2>&1; then
   service etcd stop >/dev/null 2>&1 || true
 fi
 
-etcd --version | head -1
+etcd --version | sed -n 1p

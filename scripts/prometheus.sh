@@ -21,4 +21,4 @@ if command -v service >/dev/null 2>&1; then
   service prometheus-node-exporter stop >/dev/null 2>&1 || true
 fi
 
-prometheus --version 2>&1 | head -1
+prometheus --version 2>&1 | sed -n 1p
