@@ -1042,11 +1042,6 @@ func (c *Config) Validate() error {
 			if in.Weight < 0 {
 				add(ip+".weight", "must not be negative, got %d", in.Weight)
 			}
-			if in.Weight > 1 && (u.Balancer == upstream.RoundRobin || u.Balancer == upstream.LeastRequest) {
-				// Silently ignored, the weight would promise a share it
-				// does not give.
-				add(ip+".weight", "the %s balancer ignores weights, got %d: set balancer: weighted (or leave balancer out, which is weighted when an instance has a weight)", u.Balancer, in.Weight)
-			}
 		}
 	}
 	nnames := map[string]int{}

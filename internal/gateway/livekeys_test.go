@@ -1595,7 +1595,7 @@ var liveCases = slices.Concat([]liveCase{
 	},
 	{
 		key: "upstreams.*.balancer", prep: prepTwo,
-		before:     echoCfg(`{instances: [{addr: "{{e1}}", weight: 1}, {addr: "{{e2}}", weight: 3}]}`, ""),
+		before:     echoCfg(`{instances: [{addr: "{{e1}}", weight: 1}, {addr: "{{e2}}", weight: 3}], balancer: round_robin}`, ""),
 		after:      echoCfg(`{instances: [{addr: "{{e1}}", weight: 1}, {addr: "{{e2}}", weight: 3}], balancer: weighted}`, ""),
 		probe:      func(t *testing.T, e *env, fx *fixture) string { return e.count(4, "/", "e2") },
 		wantBefore: "2", wantAfter: "3",
