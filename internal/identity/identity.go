@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/graygate/graygate/internal/attr"
@@ -198,11 +199,7 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 		}
 	}
 	if r.anonIP {
-		ip := req.ClientIP()
-		if !ip.IsValid() {
-			return ID{Value: "ip_unknown", Source: SourceAnonymousIP}
-		}
-		return ID{Value: "ip_" + ip.String(), Source: SourceAnonymousIP}
+		return ID{Value: string(AppendAddressID(nil, req.ClientIP())), Source: SourceAnonymousIP}
 	}
 	if v, ok := req.Cookie(r.cookie); ok && v != "" {
 		if len(v) > r.maxLen {
@@ -215,9 +212,20 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 	var b [16]byte
 	if _, err := io.ReadFull(r.random, b[:]); err != nil {
 		// Without randomness fall back to the seed's behaviour rather than fail.
-		return ID{Value: "ip_" + req.ClientIP().String(), Source: SourceAnonymousIP}
+		return ID{Value: string(AppendAddressID(nil, req.ClientIP())), Source: SourceAnonymousIP}
 	}
 	return ID{Value: hex.EncodeToString(b[:]), Source: SourceAnonymousCookie, Issued: true, Cookie: r.cookie}
+}
+
+// AppendAddressID appends the id anonymous: ip gives a client at ip
+// ("ip_" and the address, "ip_unknown" without one) to dst. The per-identity
+// rate limit keys a client that keeps no anonymous cookie by it too.
+func AppendAddressID(dst []byte, ip netip.Addr) []byte {
+	dst = append(dst, "ip_"...)
+	if !ip.IsValid() {
+		return append(dst, "unknown"...)
+	}
+	return ip.AppendTo(dst)
 }
 
 // Claim returns the identity taken from a verified token's identity claim

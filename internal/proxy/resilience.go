@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/graygate/graygate/internal/breaker"
+	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -54,7 +55,7 @@ func (f *flow) admit(cl, inMemory int64, src io.Reader) error {
 			// A client that kept no anonymous cookie is issued a new id,
 			// with a full bucket, on every request: its address is what
 			// it cannot drop, and its key is the one anonymous: ip gives.
-			f.limKey = f.client.AppendTo(append(f.limKey[:0], "ip_"...))
+			f.limKey = identity.AppendAddressID(f.limKey[:0], f.client)
 			key = b2s(f.limKey)
 		}
 		if ok, retry := pol.Limiter.Allow(key); !ok {

@@ -918,8 +918,18 @@ func armHeaderDeadline(conn net.Conn, up *upstreamTCP, start time.Time, timeout 
 // (and by bufferHead).
 func finalHeadBuffered(br *bufio.Reader) bool {
 	b, _ := br.Peek(br.Buffered())
-	return len(b) > len("HTTP/1.1 ") && bytes.HasPrefix(b, httpSlash) && b[len("HTTP/1.1 ")] != '1' &&
-		bytes.Contains(b, crlfCRLF)
+	c := statusClass(b)
+	return c != 0 && c != '1' && bytes.Contains(b, crlfCRLF)
+}
+
+// statusClass returns the first digit of the status of the response head
+// b starts with ('2' for "HTTP/1.1 204"), or 0 when b does not start with
+// one as far as the status.
+func statusClass(b []byte) byte {
+	if len(b) > len("HTTP/1.1 ") && bytes.HasPrefix(b, httpSlash) {
+		return b[len("HTTP/1.1 ")]
+	}
+	return 0
 }
 
 var httpSlash = []byte("HTTP/")

@@ -59,7 +59,7 @@ func (ex *exchange) watchUp(ctx *fasthttp.RequestCtx, raw syscall.RawConn) {
 			// The status line came in part: look again shortly.
 			time.Sleep(time.Millisecond)
 			continue
-		case len(b) > len("HTTP/1.1 ") && bytes.HasPrefix(b, httpSlash) && b[len("HTTP/1.1 ")] == '1':
+		case statusClass(b) == '1':
 			return // an interim answer: no verdict
 		}
 		ex.upSaw = saw
