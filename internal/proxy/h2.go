@@ -149,6 +149,33 @@ func (p *Proxy) reconfigureH2(o *Options) {
 	st.mu.Unlock()
 }
 
+// drainH2 sends a graceful GOAWAY on every HTTP/2 connection: clients
+// open their next connection elsewhere, streams in flight finish, and the
+// connection closes once it has none (http2.ConfigureServer registered
+// that shutdown with base, whose Shutdown returns at once here: it has no
+// listener and tracks no connection).
+func (p *Proxy) drainH2() {
+	st := &p.h2
+	st.mu.Lock()
+	gens := slices.Clone(st.gens)
+	st.mu.Unlock()
+	for _, g := range gens {
+		_ = g.base.Shutdown(context.Background())
+	}
+}
+
+// writeFinal writes the final answer's header. During the drain it asks
+// the HTTP/2 server for a graceful GOAWAY after it ("Connection: close"
+// on a handler's header means that to golang.org/x/net/http2, which sends
+// no such field), so that a connection opened during the drain is not
+// kept either.
+func (s *stream) writeFinal(status int) {
+	if s.p.draining.Load() {
+		s.w.Header().Set("Connection", "close")
+	}
+	s.w.WriteHeader(status)
+}
+
 // shutdownH2 sends GOAWAY on every HTTP/2 connection, waits until ctx
 // ends for them to finish their streams, then closes what is left.
 func (p *Proxy) shutdownH2(ctx context.Context) error {
@@ -691,7 +718,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	out := netOut{h}
 	s.decisionHeaders(&out)
 	s.addVia(&out)
-	w.WriteHeader(resp.StatusCode)
+	s.writeFinal(resp.StatusCode)
 	if s.r.Method == http.MethodHead {
 		s.respEnded = true
 		return false
@@ -879,7 +906,7 @@ func (s *stream) fail(err error) {
 	// Retry-After): it is copied first, as the HTTP/1.1 codec's fail does.
 	body = append([]byte(nil), body...)
 	s.errorFields(&netOut{h}, status)
-	s.w.WriteHeader(status)
+	s.writeFinal(status)
 	n, _ := s.w.Write(body)
 	m, _ := s.w.Write(newline)
 	s.bytesOut = int64(n + m)
@@ -895,7 +922,7 @@ func (s *stream) grpcAnswer(code int, msg []byte, status int) {
 	h.Set(hdrGRPCMessage, string(enc))
 	s.errorFields(&netOut{h}, status)
 	s.grpcStatus = code
-	s.w.WriteHeader(http.StatusOK)
+	s.writeFinal(http.StatusOK)
 }
 
 // reject answers a request refused before routing.
@@ -909,7 +936,7 @@ func (s *stream) reject(status int, why string) {
 	h := s.w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set(hdrRequestID, string(s.reqID))
-	s.w.WriteHeader(status)
+	s.writeFinal(status)
 	_, _ = s.w.Write(body)
 }
 

@@ -260,8 +260,13 @@ func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
 // "Connection: close", as Envoy's drain does, so that keep-alive clients
 // open their next connection elsewhere (to the process that took over, or
 // another gateway behind the load balancer) instead of sending it on a
-// connection that closes when the listeners do.
-func (p *Proxy) Drain() { p.draining.Store(true) }
+// connection that closes when the listeners do. HTTP/2 connections get a
+// graceful GOAWAY at once (their streams in flight finish), and a
+// connection opened during the drain gets one with its first answer.
+func (p *Proxy) Drain() {
+	p.draining.Store(true)
+	p.drainH2()
+}
 
 // Shutdown stops accepting (it closes the listeners), closes idle client
 // connections, and waits until ctx is done for requests in flight, which
