@@ -430,6 +430,24 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	if err := s.pick(&s.in); err != nil {
 		return nil, err
 	}
+	resp, err := s.attempt(trusted)
+	for tries := 1; err != nil && s.nextInstance(err, tries); tries++ {
+		// The instance could not be connected to, so nothing was sent:
+		// another instance of the pool is asked (see the HTTP/1.1
+		// codec's forward), with the body as the fallback would send it
+		// (replayOK), if it can be sent again.
+		s.replayOK()
+		if s.att.body != nil || s.toNextInstance() != nil {
+			break
+		}
+		resp, err = s.attempt(trusted)
+	}
+	return resp, err
+}
+
+// attempt sends the request to the instance picked, s.inst, and returns
+// the response, header read, as forward does.
+func (s *stream) attempt(trusted bool) (*http.Response, error) {
 	pool := s.d.Target
 	call := newNetCallUntil(s.r.Context(), s.headerTimeout, s.deadline)
 	s.att = netAttempt{call: call, h2: pool.Protocol != upstream.HTTP1}

@@ -873,6 +873,18 @@ func (b *upBody) again(src io.Reader, call *netCall) *upBody {
 		count: bodyCount{size: b.count.size, max: b.count.max}}
 }
 
+// untouched reports whether nothing was asked of b's source, so that
+// another attempt may read it from its start; a nil b (no streamed body)
+// is untouched too.
+func (b *upBody) untouched() bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.read
+}
+
 // ended reports whether the body was read to its end.
 func (b *upBody) ended() bool {
 	b.mu.Lock()

@@ -5,7 +5,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // refusedAddr returns a loopback address nothing listens on: a connection
@@ -63,4 +67,53 @@ func TestNextInstanceOnRefusedConnection(t *testing.T) {
 			t.Errorf("status %d, want 502: the pool has no other instance", resp.StatusCode)
 		}
 	})
+}
+
+// TestNextInstanceEveryProtocol: the refused instance is skipped for
+// every pair of client and pool protocol, not only an HTTP/1.1 client of
+// an http1 pool: an HTTP/2 client (its own codec, stream.forward) and an
+// h2c pool (net/http's transports, forwardNet and stream.forward) did
+// answer 502 before. A body goes along whole.
+func TestNextInstanceEveryProtocol(t *testing.T) {
+	var hits atomic.Int64
+	live := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, r.Proto+" "+string(b))
+	}))
+	dead := refusedAddr(t)
+	clients := map[string]*http.Client{"h1": {}, "h2c": h2cClient(t)}
+	for _, tc := range []struct{ client, pool string }{
+		{"h1", "http1"}, {"h2c", "http1"}, {"h1", "h2c"}, {"h2c", "h2c"},
+	} {
+		t.Run(tc.client+" client, "+tc.pool+" pool", func(t *testing.T) {
+			pool := poolOf("up", dead, addrOf(live))
+			wantProto := "HTTP/1.1"
+			if tc.pool == "h2c" {
+				pool.Protocol, wantProto = upstream.H2C, "HTTP/2.0"
+			}
+			_, gw := startProxyWith(t, Options{}, staticDecider{Group: "g", Target: pool}, listener.Protocols{H2C: true})
+			before := hits.Load()
+			for i := range 8 {
+				var body io.Reader
+				method, want := http.MethodGet, wantProto+" "
+				if i%2 == 1 {
+					method, body, want = http.MethodPost, strings.NewReader("payload"), wantProto+" payload"
+				}
+				req, _ := http.NewRequest(method, "http://"+gw+"/x", body)
+				resp, err := clients[tc.client].Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || string(b) != want {
+					t.Fatalf("request %d (%s): %d %q, want 200 %q from the live instance", i, method, resp.StatusCode, b, want)
+				}
+			}
+			if n := hits.Load() - before; n != 8 {
+				t.Errorf("the live instance got %d requests, want all 8", n)
+			}
+		})
+	}
 }

@@ -635,7 +635,16 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		return false, err
 	}
 	if ex.d.Target.Protocol != upstream.HTTP1 {
-		return p.forwardNet(ctx, ex, trusted, ws)
+		streamed, err := p.forwardNet(ctx, ex, trusted, ws)
+		for tries := 1; err != nil && ex.nextInstance(err, tries) && ex.net.att.body.untouched(); tries++ {
+			// As below; the body, not read yet, is read by the next
+			// attempt (aheadBody).
+			if ex.toNextInstance() != nil {
+				break
+			}
+			streamed, err = p.forwardNet(ctx, ex, trusted, ws)
+		}
+		return streamed, err
 	}
 	ex.uc = p.client(ex.inst, ex.wallStart())
 	p.buildRequest(ctx, ex, trusted, ws)
@@ -647,13 +656,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		// The instance could not be connected to, so nothing was sent:
 		// as nginx's proxy_next_upstream error, another instance of the
 		// pool is asked. Passive health hears of this one.
-		failed := ex.inst
-		ex.reportUpstream(false)
-		inst, perr := ex.d.Target.PickOther(failed)
-		if perr != nil {
+		if ex.toNextInstance() != nil {
 			return false, err
 		}
-		ex.inst, ex.pool = inst, ex.d.Target
 		ex.uc = p.client(ex.inst, ex.wallStart())
 		p.buildRequest(ctx, ex, trusted, ws)
 		err = p.roundTrip(ctx, ex)
@@ -677,13 +682,28 @@ const maxNextInstance = 3
 // the request is whole), the pool has another instance, the request did
 // not pick its instance by a version header (whose subset the retry would
 // leave), and fewer than maxNextInstance instances were tried.
-func (ex *exchange) nextInstance(err error, tries int) bool {
+// Both codecs and every pool protocol ask it.
+func (f *flow) nextInstance(err error, tries int) bool {
 	var de *dialError
-	if tries >= maxNextInstance || ex.sent || !errors.As(err, &de) || ex.canceled || ex.clientErr != nil {
+	if tries >= maxNextInstance || f.sent || !errors.As(err, &de) || f.canceled || f.clientErr != nil {
 		return false
 	}
-	pool := ex.d.Target
-	return pool != nil && len(pool.Instances) > 1 && ex.d.VersionHeader == "" && pool.VersionHeader == ""
+	pool := f.d.Target
+	return pool != nil && len(pool.Instances) > 1 && f.d.VersionHeader == "" && pool.VersionHeader == ""
+}
+
+// toNextInstance moves the flow to another instance of its pool after an
+// attempt nextInstance allows another: passive health hears of the one
+// that failed. It fails when the pool has no other instance to give.
+func (f *flow) toNextInstance() error {
+	failed := f.inst
+	f.reportUpstream(false)
+	inst, err := f.d.Target.PickOther(failed)
+	if err != nil {
+		return err
+	}
+	f.inst, f.pool = inst, f.d.Target
+	return nil
 }
 
 // completeHeader does to the final response header read from the upstream
