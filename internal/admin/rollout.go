@@ -98,7 +98,11 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 		writeError(w, http.StatusBadRequest, "invalid rollout request", []strict.FieldError{{Path: "full", Message: fmt.Sprintf("is only for promote, not %s", action)}})
 		return
 	}
-	v, err := s.opts.Rollout.Act(r.Context(), key, rollout.Command{Action: action, Full: req.Full, By: p.name, Reason: changeReason(r, req.Reason), IfVersion: ifVersion})
+	reason, ok := reasonOK(w, r, req.Reason, fmt.Sprintf("the rollout of rule %q", key))
+	if !ok {
+		return
+	}
+	v, err := s.opts.Rollout.Act(r.Context(), key, rollout.Command{Action: action, Full: req.Full, By: p.name, Reason: reason, IfVersion: ifVersion})
 	if err != nil {
 		rolloutError(w, err)
 		return

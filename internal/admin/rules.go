@@ -175,11 +175,44 @@ func parseDryRun(r *http.Request) (bool, error) {
 	return b, nil
 }
 
-func changeReason(r *http.Request, bodyReason string) string {
+// hasField reports whether the JSON object body has the field name (a
+// strictly decoded body is an object).
+func hasField(body []byte, name string) bool {
+	var obj map[string]json.RawMessage
+	_ = json.Unmarshal(body, &obj)
+	raw, ok := obj[name]
+	return ok && string(raw) != "null"
+}
+
+// MaxReasonBytes bounds a change's reason, which every version of the
+// rule keeps (history, diff, notifications): a longer one is refused.
+const MaxReasonBytes = 1024
+
+// changeReason returns the reason a change is made for: the
+// X-Change-Reason header, else the body's reason field, else the reason
+// query parameter; over MaxReasonBytes it is an error naming reason.
+func changeReason(r *http.Request, bodyReason string) (string, error) {
+	reason := bodyReason
 	if h := r.Header.Get("X-Change-Reason"); h != "" {
-		return h
+		reason = h
+	} else if reason == "" {
+		reason = r.URL.Query().Get("reason")
 	}
-	return bodyReason
+	if len(reason) > MaxReasonBytes {
+		return "", strict.Errorf("reason", "is %d bytes long; the limit is %d", len(reason), MaxReasonBytes)
+	}
+	return reason, nil
+}
+
+// reasonOK is changeReason for a handler: a reason over the limit is
+// answered 400, naming what was not changed, and ok is false.
+func reasonOK(w http.ResponseWriter, r *http.Request, bodyReason, what string) (reason string, ok bool) {
+	reason, err := changeReason(r, bodyReason)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid reason; %s was not changed", what), strict.Fields(err))
+		return "", false
+	}
+	return reason, true
 }
 
 func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
@@ -249,7 +282,11 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "valid": true, "rule": view, "priority": rl.EffectivePriority()})
 		return
 	}
-	meta := store.Meta{By: p.name, Reason: changeReason(r, reason)}
+	reason, ok = reasonOK(w, r, reason, fmt.Sprintf("rule %q", key))
+	if !ok {
+		return
+	}
+	meta := store.Meta{By: p.name, Reason: reason}
 	var e store.Entry
 	err = s.opts.Commit(r.Context(), change, func(ctx context.Context) (int64, error) {
 		var err error
@@ -278,10 +315,14 @@ func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, p principal)
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
 		return
 	}
+	reason, ok := reasonOK(w, r, "", fmt.Sprintf("rule %q", key))
+	if !ok {
+		return
+	}
 	var ch store.Change
 	err = s.opts.Commit(r.Context(), Change{Key: key, Delete: true}, func(ctx context.Context) (int64, error) {
 		var err error
-		ch, err = s.opts.Store.Delete(ctx, key, ifVersion, store.Meta{By: p.name, Reason: changeReason(r, "")})
+		ch, err = s.opts.Store.Delete(ctx, key, ifVersion, store.Meta{By: p.name, Reason: reason})
 		return ch.Revision, err
 	})
 	if err != nil {
@@ -402,7 +443,11 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	if req.Version < 1 {
-		writeError(w, http.StatusBadRequest, "invalid revert request", []strict.FieldError{{Path: "version", Message: fmt.Sprintf("must be a version number >= 1, got %d", req.Version)}})
+		msg := fmt.Sprintf("must be a version number >= 1, got %d", req.Version)
+		if !hasField(body, "version") {
+			msg = `is required: the version to revert to, e.g. {"version": 3} (GET .../history lists them)`
+		}
+		writeError(w, http.StatusBadRequest, "invalid revert request", []strict.FieldError{{Path: "version", Message: msg}})
 		return
 	}
 	hs, err := s.opts.Store.History(r.Context(), key)
@@ -448,7 +493,10 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		}
 		ifVersion = cur.Version
 	}
-	reason := changeReason(r, req.Reason)
+	reason, ok := reasonOK(w, r, req.Reason, fmt.Sprintf("rule %q", key))
+	if !ok {
+		return
+	}
 	if reason == "" {
 		reason = fmt.Sprintf("revert to version %d", req.Version)
 	}
@@ -508,8 +556,6 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		}
 	}
 	var st store.State
-	reason := changeReason(r, req.Reason)
-	was, known := s.rollbackFlag(r.Context(), key)
 	what := "the rollback"
 	if !on {
 		what = "the resume"
@@ -517,6 +563,11 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 	if key != "" {
 		what += fmt.Sprintf(" of rule %q", key)
 	}
+	reason, ok := reasonOK(w, r, req.Reason, "the rollback state")
+	if !ok {
+		return
+	}
+	was, known := s.rollbackFlag(r.Context(), key)
 	err = s.opts.Commit(r.Context(), Change{Key: key, RolledBack: &on}, func(ctx context.Context) (int64, error) {
 		var err error
 		st, err = s.opts.Store.SetRollback(ctx, key, on, ifVersion, store.Meta{By: p.name, Reason: reason})
