@@ -188,7 +188,19 @@ func loadCAs(path string) (*x509.CertPool, error) {
 // Admin configures the admin API.
 type Admin struct {
 	Tokens []Token `json:"tokens,omitempty"`
+	// ReadTimeout bounds reading an admin request, its header and body
+	// (default 60s); a client slower than that is disconnected.
+	ReadTimeout *Duration `json:"read_timeout,omitempty"`
+	// IdleTimeout closes an admin keep-alive connection that waits this
+	// long for its next request (default 120s).
+	IdleTimeout *Duration `json:"idle_timeout,omitempty"`
 }
+
+// Default admin server timeouts (Admin.ReadTimeout, Admin.IdleTimeout).
+const (
+	DefaultAdminReadTimeout = 60 * time.Second
+	DefaultAdminIdleTimeout = 120 * time.Second
+)
 
 // Token is one named bearer token.
 type Token struct {
@@ -866,6 +878,14 @@ func (c *Config) Defaults() {
 			t.ServiceName = "graygate"
 		}
 	}
+	if c.Admin.ReadTimeout == nil {
+		d := Duration(DefaultAdminReadTimeout)
+		c.Admin.ReadTimeout = &d
+	}
+	if c.Admin.IdleTimeout == nil {
+		d := Duration(DefaultAdminIdleTimeout)
+		c.Admin.IdleTimeout = &d
+	}
 	for i := range c.Admin.Tokens {
 		if c.Admin.Tokens[i].Role == "" {
 			c.Admin.Tokens[i].Role = "admin"
@@ -967,6 +987,7 @@ func (c *Config) Validate() error {
 		{"proxy.read_timeout", c.Proxy.ReadTimeout}, {"proxy.write_timeout", c.Proxy.WriteTimeout},
 		{"proxy.client_read_timeout", c.Proxy.ClientReadTimeout}, {"proxy.client_write_timeout", c.Proxy.ClientWriteTimeout},
 		{"proxy.client_idle_timeout", c.Proxy.ClientIdleTimeout},
+		{"admin.read_timeout", c.Admin.ReadTimeout}, {"admin.idle_timeout", c.Admin.IdleTimeout},
 	} {
 		if f.d != nil && *f.d == 0 {
 			add(f.path, "must be a positive duration such as \"60s\"; 0 would leave a stall unbounded")

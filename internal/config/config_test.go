@@ -70,6 +70,8 @@ func TestParseErrors(t *testing.T) {
 		{"unknown default", "default_upstream: nope\n", []string{`default_upstream: "nope" is neither a configured upstream nor an address`}},
 		{"route problems", "routes: [{name: r, path_prefix: api, upstream: x}, {name: r}]\n",
 			[]string{`routes[0].path_prefix: must start with "/"`, "routes[0].upstream:", `routes[1].name: duplicates routes[0].name "r"`}},
+		{"admin timeouts of 0", "admin: {read_timeout: 0s, idle_timeout: 0s}\n", []string{
+			`admin.read_timeout: must be a positive duration such as "60s"`, `admin.idle_timeout: must be a positive duration such as "60s"`}},
 		{"token problems", "admin: {tokens: [{name: a}, {name: a, token: t, role: root}]}\n",
 			[]string{"admin.tokens[0]: set exactly one of token or token_env", `admin.tokens[1].name: duplicates`, `admin.tokens[1].role: must be "admin", "viewer" or "events", got "root"`}},
 		{"same token twice", "admin: {tokens: [{name: dash, token: same, role: viewer}, {name: ops, token: same, role: admin}]}\n",

@@ -64,6 +64,8 @@ var fields = []Field{
 	{"lifecycle.reuse_port", Restart, "the data-plane socket is bound at start"},
 	{"targeting", Live, "region and tag sources are rebuilt when the section changes, or the key files and environment variables it names do"},
 	{"admin.tokens", Live, "the admin API's token set is replaced"},
+	{"admin.read_timeout", Restart, "a setting of the admin HTTP server"},
+	{"admin.idle_timeout", Restart, "a setting of the admin HTTP server"},
 	{"identity", Live, "the next snapshot"},
 	{"experiments.holdout", Live, "the next snapshot"},
 	{"experiments.conversion_window", Live, "the next snapshot's experiment catalog"},

@@ -156,6 +156,8 @@ func TestDefaultWrittenOutNeedsNoRestart(t *testing.T) {
 		{"tracing", `tracing: {otlp_endpoint: "http://127.0.0.1:4318"}`, `tracing: {otlp_endpoint: "http://127.0.0.1:4318", sample_ratio: 0.01, service_name: graygate}`, `tracing: {otlp_endpoint: "http://127.0.0.1:4318", sample_ratio: 0.5}`},
 		{"tracing", "", "tracing: null", `tracing: {otlp_endpoint: "http://127.0.0.1:4318"}`},
 		{"store.history_limit", "", "store: {history_limit: 100}", "store: {history_limit: 7}"},
+		{"admin.read_timeout", "", "admin: {read_timeout: 60s}", "admin: {read_timeout: 5s}"},
+		{"admin.idle_timeout", "", "admin: {idle_timeout: 2m}", "admin: {idle_timeout: 5s}"},
 		{"store.url", "", `store: {url: ""}`, etcd + "}"},
 		{"store.tls", etcd + "}", etcd + ", tls: {enabled: false}}", etcd + ", tls: {enabled: true}}"},
 		{"store.username", etcd + "}", etcd + `, username: ""}`, etcd + ", username: u, password_env: HOME}"},

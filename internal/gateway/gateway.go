@@ -1066,7 +1066,15 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	if ls.TLS != nil && g.certs == nil {
 		return errors.New("a TLS listener needs tls_listen and tls.certificates in the config")
 	}
-	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
+	// A client trickling its request body, or keeping idle keep-alive
+	// connections, holds nothing for ever (admin.read_timeout,
+	// admin.idle_timeout). No write timeout: an answer may wait on the
+	// store, whose own timeouts bound it.
+	g.mu.Lock()
+	adminRead := cmp.Or(config.StdOf(g.boot.Admin.ReadTimeout), config.DefaultAdminReadTimeout)
+	adminIdle := cmp.Or(config.StdOf(g.boot.Admin.IdleTimeout), config.DefaultAdminIdleTimeout)
+	g.mu.Unlock()
+	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: min(10*time.Second, adminRead), ReadTimeout: adminRead, IdleTimeout: adminIdle}
 	errc := make(chan error, 3)
 	g.mu.Lock()
 	h2c := g.boot.H2C
