@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -253,9 +252,9 @@ func watchConfig(ctx context.Context, src *configSource, g *gateway.Gateway, log
 			logger.Warn("config file is empty (a save in progress?): nothing reloaded; the running config keeps serving", "path", src.path)
 			continue
 		}
-		if err := g.ReloadConfigFile(ctx, src.load); err != nil && !errors.Is(err, context.Canceled) {
-			logger.Error("config reload failed; the previous config keeps serving", "err", err)
-		}
+		// A failure is logged (and shown in /api/v1/status) by the
+		// gateway, once.
+		_ = g.ReloadConfigFile(ctx, src.load)
 	}
 }
 

@@ -970,12 +970,25 @@ func (g *Gateway) Apply(ctx context.Context) error {
 	return nil
 }
 
+// recordError records a failed reload in the status and the metrics, and
+// logs it, once: a rule apply's, or a config reload's (errConfigReload).
 func (g *Gateway) recordError(err error) {
 	g.metrics.Reloaded("error", 0)
 	now := g.opts.Now()
 	g.status.LastResult, g.status.LastError, g.status.LastErrorAt = "error", err.Error(), &now
+	if errors.Is(err, errConfigReload) {
+		g.log.Error("config reload failed; the previous config keeps serving", "err", err)
+		return
+	}
 	g.log.Error("reload failed; the previous rules keep serving", "err", err)
 }
+
+// errConfigReload marks a config reload's failure (configReloadError).
+var errConfigReload = errors.New("config reload")
+
+// configReloadError is err as a config reload's failure: "config reload:
+// <err>", with errConfigReload in its chain for recordError.
+func configReloadError(err error) error { return fmt.Errorf("%w: %w", errConfigReload, err) }
 
 // Status returns a copy of the status document.
 func (g *Gateway) Status() Status {

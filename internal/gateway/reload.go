@@ -38,7 +38,7 @@ func (g *Gateway) reloadLocked(ctx context.Context, cfg *config.Config) error {
 	oldCfg, oldReg, oldGen, oldBroken := g.cfg, g.reg, g.status.ConfigGen, g.status.BrokenRules
 	oldTgt := g.tgt.Load()
 	fail := func(err error) error {
-		g.recordError(fmt.Errorf("config reload: %w", err))
+		g.recordError(configReloadError(err))
 		return err
 	}
 	if err := g.checkDiscovery(cfg); err != nil {
@@ -238,7 +238,7 @@ func (g *Gateway) ReloadConfigFile(ctx context.Context, load func() (*config.Con
 	cfg, err := load()
 	if err != nil {
 		g.mu.Lock()
-		g.recordError(fmt.Errorf("config reload: %w", err))
+		g.recordError(configReloadError(err))
 		g.mu.Unlock()
 		return err
 	}

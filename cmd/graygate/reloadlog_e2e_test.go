@@ -1,0 +1,38 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRefusedReloadLoggedOnce: a config reload that is refused is one
+// ERROR line, which names the field and the value, not two (the gateway
+// and serve's reload loop both logged it). The file watch reloads it.
+func TestRefusedReloadLoggedOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "graygate.yaml")
+	if err := os.WriteFile(cfg, []byte("default_upstream: \"127.0.0.1:1\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	if err := os.WriteFile(cfg, []byte("default_upstream: \"127.0.0.1:1\"\nproxy: {dial_timeout: fast}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "config reload failed; the previous config keeps serving")
+	time.Sleep(500 * time.Millisecond) // a second line would come at once
+	p.mu.Lock()
+	log := p.stderr.String()
+	p.mu.Unlock()
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "ERROR") && strings.Contains(l, "reload") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "proxy.dial_timeout") || !strings.Contains(lines[0], "fast") {
+		t.Errorf("the refused reload logged %d ERROR lines, want one naming proxy.dial_timeout and its value:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+}
