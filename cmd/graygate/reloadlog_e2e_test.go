@@ -36,3 +36,22 @@ func TestRefusedReloadLoggedOnce(t *testing.T) {
 		t.Errorf("the refused reload logged %d ERROR lines, want one naming proxy.dial_timeout and its value:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 }
+
+// TestReloadNamesEmptyIdentitySources: `identity: {sources: []}` (no
+// client-supplied id is believed) against a config without it is a
+// change, and the reload's log line names it; it was missed, since the
+// JSON of both leaves the list out.
+func TestReloadNamesEmptyIdentitySources(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "graygate.yaml")
+	base := "default_upstream: \"127.0.0.1:1\"\n"
+	if err := os.WriteFile(cfg, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	if err := os.WriteFile(cfg, []byte(base+"identity: {sources: []}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, `"msg":"config reloaded"`)
+	p.waitLog(t, `"changed":["identity"]`)
+}

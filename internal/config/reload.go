@@ -132,6 +132,9 @@ func FieldOf(path string) (Field, bool) {
 // listen, not also as the exposure label it implies.
 var derived = map[string]func(*Config) any{
 	"experiments.gateway": func(c *Config) any { return c.ExposureGateway() },
+	// An empty list of sources is none at all, unset is the defaults:
+	// the JSON of both leaves the list out.
+	"identity": func(c *Config) any { return c.Identity.Effective() },
 }
 
 // Changed returns the paths of the table's rows whose effective value

@@ -75,6 +75,9 @@ upstreams: {stable: {instances: [{addr: "127.0.0.1:1"}]}}
 		{"nested restart field", base + "lifecycle: {reuse_port: true, drain_delay: 1s}\n", []string{"lifecycle.drain_delay", "lifecycle.reuse_port"}, []string{"lifecycle.reuse_port"}},
 		{"both", base + "store: {history_limit: 5}\nproxy: {max_conns_per_host: 8}\n", []string{"proxy.max_conns_per_host", "store.history_limit"}, []string{"store.history_limit"}},
 		{"a default written out is no change", base + "store: {history_limit: 100}\naccess_log: {path: stdout}\n", nil, nil},
+		{"identity defaults written out are no change", base + "identity: {sources: [{header: X-User-Id}, {cookie: user_id}, {query: user_id}], anonymous: cookie, anonymous_cookie: gg_uid, max_length: 256}\n", nil, nil},
+		{"no identity sources is a change", base + "identity: {sources: []}\n", []string{"identity"}, nil},
+		{"identity max_length", base + "identity: {max_length: 64}\n", []string{"identity"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

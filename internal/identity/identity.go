@@ -23,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/graygate/graygate/internal/attr"
@@ -66,12 +67,36 @@ const (
 	// DefaultMaxLength is Config.MaxLength's default: room for any UUID,
 	// email address or numeric id, far below a header's 16 KiB.
 	DefaultMaxLength = 256
+	// MaxMaxLength bounds Config.MaxLength: every identity is a key of the
+	// rate limiter, the experiment store and the exposure log, and no
+	// user id, email address or token subject needs more.
+	MaxMaxLength = 4096
 	// DefaultAnonymousCookie is the cookie an anonymous visitor's id lives in.
 	DefaultAnonymousCookie = "gg_uid"
 	// SourceAnonymousCookie and SourceAnonymousIP name the fallbacks.
 	SourceAnonymousCookie = "anonymous-cookie"
 	SourceAnonymousIP     = "anonymous-ip"
 )
+
+// Effective returns c with its defaults filled in, as NewResolver reads
+// it: unset sources are DefaultSources (an empty list stays empty: no
+// source), and the anonymous fallback, its cookie and the maximum length
+// take their defaults. Two configs with the same Effective resolve alike.
+func (c Config) Effective() Config {
+	if c.Sources == nil {
+		c.Sources = slices.Clone(DefaultSources)
+	}
+	if c.Anonymous == "" {
+		c.Anonymous = "cookie"
+	}
+	if c.AnonymousCookie == "" {
+		c.AnonymousCookie = DefaultAnonymousCookie
+	}
+	if c.MaxLength == 0 {
+		c.MaxLength = DefaultMaxLength
+	}
+	return c
+}
 
 // Validate reports every problem under path.
 func (c *Config) Validate(path string) error {
@@ -102,8 +127,8 @@ func (c *Config) Validate(path string) error {
 	if c.JWT != "" && c.JWT != "first" && c.JWT != "only" {
 		errs = append(errs, strict.Errorf(strict.Join(path, "jwt"), "must be \"first\" or \"only\", got %q", c.JWT))
 	}
-	if c.MaxLength < 0 {
-		errs = append(errs, strict.Errorf(strict.Join(path, "max_length"), "must not be negative, got %d", c.MaxLength))
+	if c.MaxLength < 0 || c.MaxLength > MaxMaxLength {
+		errs = append(errs, strict.Errorf(strict.Join(path, "max_length"), "must be 1..%d bytes (0 is the default, %d), got %d", MaxMaxLength, DefaultMaxLength, c.MaxLength))
 	}
 	if c.AnonymousCookie != "" && !attr.ValidToken(c.AnonymousCookie) {
 		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous_cookie"), "invalid cookie name %q", c.AnonymousCookie))

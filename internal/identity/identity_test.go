@@ -55,7 +55,8 @@ func TestValidate(t *testing.T) {
 		{Config{Sources: []Source{{Header: "bad header"}}}, `identity.sources[0].header: invalid header name "bad header"`},
 		{Config{Anonymous: "random"}, `identity.anonymous: must be "cookie" or "ip", got "random"`},
 		{Config{AnonymousCookie: "a;b"}, `identity.anonymous_cookie: invalid cookie name "a;b"`},
-		{Config{MaxLength: -1}, `identity.max_length: must not be negative, got -1`},
+		{Config{MaxLength: -1}, `identity.max_length: must be 1..4096 bytes (0 is the default, 256), got -1`},
+		{Config{MaxLength: 1 << 20}, `identity.max_length: must be 1..4096 bytes (0 is the default, 256), got 1048576`},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate("identity")
