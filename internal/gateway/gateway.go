@@ -259,7 +259,7 @@ func New(opts Options) (*Gateway, error) {
 	if st == nil {
 		fs, err := store.OpenFile(cfg.DataDir, store.FileOptions{HistoryLimit: cfg.Store.HistoryLimit, Logger: opts.Logger})
 		if err != nil {
-			return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
+			return nil, err // "open store <dir>: …"
 		}
 		st = fs
 	}
