@@ -71,6 +71,37 @@ type Outcome struct {
 	// costs from 20 ns to several hundred depending on the host. The zero
 	// value means the breaker reads its clock.
 	End time.Time
+	// Status, GRPCStatus and Err say what failed, for the reason of a
+	// failed half-open probe ("probe failed: status 503"): the answer's
+	// HTTP status (0 when none came), its gRPC status (-1 when none), and
+	// the failure to get or finish the answer (nil when it came whole).
+	Status     int
+	GRPCStatus int
+	Err        error
+}
+
+// failure describes what made a failed outcome fail, "" when o does not
+// say.
+func (s *settings) failure(o Outcome) string {
+	switch {
+	case o.Err != nil:
+		return o.Err.Error()
+	case o.Status != 0 && s.statuses.Contains(o.Status):
+		return fmt.Sprintf("status %d", o.Status)
+	case s.grpc.contains(o.GRPCStatus) && o.GRPCStatus < len(grpcNames):
+		return fmt.Sprintf("grpc-status %d (%s)", o.GRPCStatus, grpcNames[o.GRPCStatus])
+	case o.Status != 0:
+		return fmt.Sprintf("status %d", o.Status)
+	}
+	return ""
+}
+
+// probeFailed is the reason of a transition after a failed probe.
+func (s *settings) probeFailed(o Outcome) string {
+	if what := s.failure(o); what != "" {
+		return "probe failed: " + what
+	}
+	return "probe failed"
 }
 
 // Options are the parts of a breaker that are not rule configuration.
@@ -410,7 +441,7 @@ func (b *Breaker) recordProbe(t Ticket, o Outcome) {
 	}
 	switch {
 	case o.Failed:
-		b.transitionLocked(Open, at, "probe failed")
+		b.transitionLocked(Open, at, s.probeFailed(o))
 	case o.Latency > s.p99:
 		b.transitionLocked(Open, at, fmt.Sprintf("probe latency %s > %s", formatLatency(o.Latency, s.p99), s.p99))
 	default:

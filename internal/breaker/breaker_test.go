@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -223,7 +224,7 @@ func TestTransitions(t *testing.T) {
 			steps: []step{
 				{n: 20, failed: true, latency: fast, want: Open, wantAllowed: any},
 				{advance: time.Minute, n: 2, latency: fast, wantAllowed: 2, want: HalfOpen},
-				{n: 1, failed: true, latency: fast, wantAllowed: 1, want: Open, wantReason: "probe failed"},
+				{n: 1, failed: true, latency: fast, wantAllowed: 1, want: Open, wantReason: "probe failed"}, // the outcome says nothing more
 				// A fresh open period, counted from the failure.
 				{advance: 59 * time.Second, n: 1, wantAllowed: 0, want: Open},
 				{advance: time.Second, n: 5, latency: fast, wantAllowed: 5, want: Closed},
@@ -834,5 +835,41 @@ func BenchmarkNewBreaker(b *testing.B) {
 		if _, err := New(Config{}, Options{Name: "bench"}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestProbeFailureSaysWhat: a failed half-open probe reopens the breaker
+// with what failed, for the notification and the status: the answer's
+// status, its gRPC status, or the transport's error. It said only
+// "probe failed".
+func TestProbeFailureSaysWhat(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Outcome
+		want string
+	}{
+		{"5xx answer", Outcome{Failed: true, Status: 503, GRPCStatus: -1}, "probe failed: status 503"},
+		{"gRPC status", Outcome{Failed: true, Status: 200, GRPCStatus: 14}, "probe failed: grpc-status 14 (UNAVAILABLE)"},
+		{"transport error", Outcome{Failed: true, GRPCStatus: -1, Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")},
+			"probe failed: dial tcp 127.0.0.1:1: connect: connection refused"},
+		{"a status outside error_statuses that failed otherwise", Outcome{Failed: true, Status: 200, GRPCStatus: -1}, "probe failed: status 200"},
+		{"nothing known", Outcome{Failed: true, GRPCStatus: -1}, "probe failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			b := newTestBreaker(t, Config{}, clk)
+			send(b, clk, 20, true, time.Millisecond)
+			clk.Advance(time.Minute)
+			tk, ok := b.Allow()
+			if !ok || b.State() != HalfOpen {
+				t.Fatalf("no probe allowed after open_for (state %v)", b.State())
+			}
+			tt.o.End = clk.Now()
+			b.Record(tk, tt.o)
+			if s := b.Snapshot(); s.State != Open || s.Reason != tt.want {
+				t.Errorf("after the probe: %v %q, want open %q", s.State, s.Reason, tt.want)
+			}
+		})
 	}
 }

@@ -194,3 +194,30 @@ notifications:
 		})
 	}
 }
+
+// TestFailedProbeSaysWhat: the breaker_open sent when a half-open probe
+// fails says what failed (the gray answer's status here), as the first
+// breaker_open says which error rate tripped it; it said "probe failed".
+func TestFailedProbeSaysWhat(t *testing.T) {
+	rcv := newHook(t, "")
+	f := &flaky{}
+	e := start(t, strings.Replace(baseConfig, `{{gray}}`, startFlaky(t, f), 1)+`
+notifications:
+  - {name: ops, url: "`+rcv.srv.URL+`/hooks/ops", events: [breaker_open]}
+`, "")
+	e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(1).Targets,
+		"breaker": map[string]any{"window": "3s", "min_requests": 5, "open_for": "1s"}})
+	f.mode.Store(3) // every gray answer is a 500
+	for i := 0; i < 5; i++ {
+		e.get("/", "X-User-Id", fmt.Sprint(i))
+	}
+	if s := breakerState(e); s != "open" {
+		t.Fatalf("breaker %q after 5 failures, want open", s)
+	}
+	time.Sleep(1100 * time.Millisecond) // open_for
+	e.get("/", "X-User-Id", "probe")    // the probe gets a 500 too
+	evs := rcv.waitEvents(2, "breaker_open, then breaker_open after the probe")
+	if last := evs[len(evs)-1]; last["event"] != "breaker_open" || last["from"] != "half-open" || last["reason"] != "probe failed: status 500" {
+		t.Errorf("last notification %v, want breaker_open from half-open: probe failed: status 500", last)
+	}
+}

@@ -293,7 +293,7 @@ func (f *flow) recordOutcome(start time.Time, err error) {
 	default:
 		failed = true
 	}
-	b.Record(f.d.Ticket, breaker.Outcome{Latency: latency, Failed: failed, End: end})
+	b.Record(f.d.Ticket, breaker.Outcome{Latency: latency, Failed: failed, End: end, Status: f.status, GRPCStatus: f.grpcStatus, Err: err})
 }
 
 // recordBody reports the outcome of a request whose response body streamed
@@ -310,5 +310,5 @@ func (f *flow) recordBody() {
 	}
 	f.recorded = true
 	failed := b.IsErrorStatus(f.status) || b.IsErrorGRPC(f.grpcStatus) || f.upErr != nil
-	b.Record(f.d.Ticket, breaker.Outcome{Latency: f.brkLatency, Failed: failed, End: f.p.now()})
+	b.Record(f.d.Ticket, breaker.Outcome{Latency: f.brkLatency, Failed: failed, End: f.p.now(), Status: f.status, GRPCStatus: f.grpcStatus, Err: f.upErr})
 }
