@@ -68,13 +68,16 @@ func TestNotificationsBinary(t *testing.T) {
 	write(fmt.Sprintf("notifications: [{name: ops, url: %q, secret_env: GRAYGATE_E2E_HOOK_SECRET}]\n", hook.URL+"/hook"))
 	p := startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
 	env := []string{"GRAYGATE_ADMIN=" + p.admin, "GRAYGATE_ADMIN_TOKEN=tok"}
-	if out, code := runCLI(t, env, "rollback", "--reason", "pager went off"); code != 0 {
+	// The reason is the operator's text: in the chat sentence it is
+	// escaped as Slack asks, so that it pings no channel; the structured
+	// field keeps it as typed.
+	if out, code := runCLI(t, env, "rollback", "--reason", "pager went off <!channel> & <http://x|y>"); code != 0 {
 		t.Fatalf("rollback: %d\n%s", code, out)
 	}
 	host, _ := os.Hostname()
 	b := wait(1, "the rollback")[0]
-	if b["event"] != "rollback" || b["actor"] != "default" || b["reason"] != "pager went off" || b["gateway"] != host ||
-		b["text"] != "["+host+"] default rolled back every rule: gray traffic goes to stable, experiments to their control group (reason: pager went off)" {
+	if b["event"] != "rollback" || b["actor"] != "default" || b["reason"] != "pager went off <!channel> & <http://x|y>" || b["gateway"] != host ||
+		b["text"] != "["+host+"] default rolled back every rule: gray traffic goes to stable, experiments to their control group (reason: pager went off &lt;!channel&gt; &amp; &lt;http://x|y&gt;)" {
 		t.Errorf("rollback body: %v", b)
 	}
 

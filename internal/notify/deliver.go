@@ -87,13 +87,19 @@ func (s *Sender) encode(ev Event) job {
 	}
 	m["id"], m["event"], m["rule"], m["gateway"] = id, ev.Type, ev.Rule, gw
 	m["time"] = at.UTC().Format(time.RFC3339Nano)
-	m["text"] = "[" + gw + "] " + text
+	m["text"] = chatEscaper.Replace("[" + gw + "] " + text)
 	body, err := marshal(m)
 	if err != nil { // unreachable: every value is a string or valid raw JSON
 		body = []byte(`{"event":` + strconv.Quote(ev.Type) + `}`)
 	}
 	return job{event: ev.Type, id: id, body: body}
 }
+
+// chatEscaper escapes the sentence as Slack asks of message text (&, <
+// and > as &amp;, &lt; and &gt;, which Slack and Mattermost show as the
+// characters): an operator's reason, or any text an event quotes, cannot
+// become a <!channel> ping, a mention or a link.
+var chatEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 // marshal is json.Marshal without HTML escaping, so that a reason's ">"
 // reaches a chat as ">", and a receiver that logs the raw body can read it.

@@ -41,8 +41,9 @@
 //
 // # Body and signature
 //
-// The body is one JSON object: "text" (a sentence, shown as is by Slack
-// and Mattermost incoming webhooks), "event", "rule", "time" (RFC 3339,
+// The body is one JSON object: "text" (a sentence for Slack and
+// Mattermost incoming webhooks, with &, < and > escaped as Slack asks, so
+// that quoted text cannot ping a channel or make a link), "event", "rule", "time" (RFC 3339,
 // UTC), "gateway", "id" (unique per event and Sender, the same on every
 // attempt), and the event's own fields beside them. With a secret, the
 // X-Graygate-Signature header is "sha256=" followed by the hex HMAC-SHA256

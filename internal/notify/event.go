@@ -56,9 +56,9 @@ type Event struct {
 	// Time is when it happened; zero means when Send was called.
 	Time time.Time
 	// Text is the human sentence, without the gateway's name (Send puts
-	// "[gateway] " in front of it). Chat webhooks (Slack, Mattermost) show
-	// the body's "text" field as it is. Empty means a generic sentence made
-	// from Type and Rule.
+	// "[gateway] " in front of it, and escapes &, < and > as Slack asks).
+	// Chat webhooks (Slack, Mattermost) show the body's "text" field.
+	// Empty means a generic sentence made from Type and Rule.
 	Text string
 	// Fields are the event's structured details (a breaker's reason, a
 	// rollout's step, percent, check, value and threshold, an actor), put
