@@ -79,6 +79,9 @@ type Options struct {
 	// OnSRM, when set, is called when an experiment's split turns
 	// mismatched (see experiment.Options.OnSRM), for notifications.
 	OnSRM func(experiment.SRMAlert)
+	// SeriesRetireGrace is how long the metrics of a rule that no longer
+	// serves are kept (0: metrics.RetireGrace).
+	SeriesRetireGrace time.Duration
 }
 
 // Gateway is one running graygate process's worth of parts.
@@ -205,6 +208,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	cfg := opts.Config
 	g := &Gateway{opts: opts, fakeClock: fakeClock, log: opts.Logger.With("component", "gateway"), cfg: cfg, boot: cfg, cache: map[string]cached{}, metrics: metrics.New()}
+	if opts.SeriesRetireGrace > 0 {
+		g.metrics.SetRetireGrace(opts.SeriesRetireGrace)
+	}
 	g.status.StartedAt = opts.Now()
 	g.status.RestartRequired = []string{}
 	g.status.ConfigRulesNotApplied = []string{}
@@ -287,6 +293,17 @@ func New(opts Options) (*Gateway, error) {
 		out := map[string]uint64{}
 		for _, h := range g.health.Snapshot() {
 			out[h.Addr] = h.Ejections
+		}
+		return out
+	})
+	g.metrics.RateLimits(func() []metrics.RateLimitStats {
+		stats := g.limits.Stats()
+		out := make([]metrics.RateLimitStats, 0, len(stats))
+		for _, l := range stats {
+			route, ok := strings.CutPrefix(l.Key, limiterKey(""))
+			if ok {
+				out = append(out, metrics.RateLimitStats{Route: route, Identities: l.Identities, Bytes: l.Bytes, Evicted: l.Evicted})
+			}
 		}
 		return out
 	})
@@ -681,6 +698,11 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	g.status.LastResult = g.result(g.lastBuild)
 	g.metrics.Reloaded(g.lastBuild, st.Revision)
 	g.metrics.SetRollback(st.RolledBack, in.RolledBack)
+	keys := make([]string, len(in.Rules))
+	for i, r := range in.Rules {
+		keys[i] = r.Key
+	}
+	g.metrics.SetRules(keys)
 	return snap, nil
 }
 

@@ -411,6 +411,37 @@ func (s *Set) Gate(key string, max int) *Gate {
 	return g
 }
 
+// LimiterStats is what one per-identity limiter holds, for the metrics.
+type LimiterStats struct {
+	Key string
+	// Identities and Bytes are the identities it tracks and what they
+	// cost against MaxIdentityBytes.
+	Identities int
+	Bytes      int64
+	// Evicted counts identities it dropped to stay within its bounds
+	// (each such identity gets a fresh bucket when it comes back).
+	Evicted uint64
+}
+
+// Stats returns every limiter's stats, in no particular order.
+func (s *Set) Stats() []LimiterStats {
+	s.mu.Lock()
+	ls := make([]*Limiter, 0, len(s.limiters))
+	keys := make([]string, 0, len(s.limiters))
+	for k, l := range s.limiters {
+		ls, keys = append(ls, l), append(keys, k)
+	}
+	s.mu.Unlock()
+	out := make([]LimiterStats, len(ls))
+	for i, l := range ls {
+		l.mu.Lock()
+		out[i] = LimiterStats{Key: keys[i], Identities: l.probation.n + l.protected.n,
+			Bytes: l.probation.bytes + l.protected.bytes, Evicted: l.evicted}
+		l.mu.Unlock()
+	}
+	return out
+}
+
 // Len returns how many limiters and gates the set holds.
 func (s *Set) Len() (limiters, gates int) {
 	s.mu.Lock()

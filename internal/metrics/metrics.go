@@ -31,7 +31,25 @@ type Metrics struct {
 	refused  *prometheus.CounterVec
 
 	children sync.Map // key → *child
+
+	// rules are the rules served (SetRules), under rulesMu; gone holds the
+	// rules whose series wait out retireGrace before they are deleted.
+	rulesMu    sync.Mutex
+	rules      map[string]bool
+	gone       map[string]*time.Timer
+	retired    sync.Map // rule key → struct{}: its series were deleted
+	retireWait time.Duration
 }
+
+// RetireGrace is how long the series of a rule that no longer serves are
+// kept before SetRules deletes them: requests the rule sent upstream
+// before it went are still counted. One that ends after the deletion is
+// not, so that it does not bring the series back.
+const RetireGrace = 2 * time.Minute
+
+// degradedReasons are the reasons of graygate_degraded_requests_total
+// (router.Decision.Degraded).
+var degradedReasons = [...]string{router.DegradedRollback, router.DegradedBreaker, router.DegradedFallback}
 
 type key struct {
 	rule, group, upstream, degraded string
@@ -86,7 +104,80 @@ func New() *Metrics {
 		m.reloads.WithLabelValues(r)
 	}
 	m.idReject.WithLabelValues(identity.ReasonTooLong)
+	m.retireWait = RetireGrace
 	return m
+}
+
+// SetRetireGrace sets how long SetRules keeps a gone rule's series
+// (RetireGrace by default), for rules that go from then on.
+func (m *Metrics) SetRetireGrace(d time.Duration) {
+	m.rulesMu.Lock()
+	m.retireWait = d
+	m.rulesMu.Unlock()
+}
+
+// SetRules tells the metrics which rules serve, at every snapshot. A new
+// rule's graygate_degraded_requests_total series start at 0, one per
+// reason, so that the first rollback, breaker trip or fallback shows as an
+// increase; a rule no longer served has its series (requests, latency,
+// degraded requests, breaker transitions) deleted after RetireGrace,
+// unless it serves again by then. Before, they stayed until the process
+// restarted, a flat line for every rule ever deleted.
+func (m *Metrics) SetRules(keys []string) {
+	m.rulesMu.Lock()
+	defer m.rulesMu.Unlock()
+	next := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		next[k] = true
+		if t := m.gone[k]; t != nil {
+			t.Stop()
+			delete(m.gone, k)
+		}
+		m.retired.Delete(k)
+		if !m.rules[k] {
+			for _, r := range degradedReasons {
+				m.degraded.WithLabelValues(k, r)
+			}
+		}
+	}
+	for k := range m.rules {
+		if next[k] || m.gone[k] != nil {
+			continue
+		}
+		if m.gone == nil {
+			m.gone = map[string]*time.Timer{}
+		}
+		m.gone[k] = time.AfterFunc(m.retireWait, func() { m.retire(k) })
+	}
+	// A rule still waiting out its grace stays known, so that the next
+	// SetRules that lists it again keeps its series.
+	for k := range m.gone {
+		next[k] = true
+	}
+	m.rules = next
+}
+
+// retire deletes the series of rule k, if it has not come back.
+func (m *Metrics) retire(k string) {
+	m.rulesMu.Lock()
+	defer m.rulesMu.Unlock()
+	if _, waiting := m.gone[k]; !waiting {
+		return // it serves again (SetRules stopped the timer too late)
+	}
+	delete(m.gone, k)
+	delete(m.rules, k)
+	m.retired.Store(k, struct{}{})
+	m.children.Range(func(ck, _ any) bool {
+		if ck.(key).rule == k {
+			m.children.Delete(ck)
+		}
+		return true
+	})
+	only := prometheus.Labels{"rule": k}
+	m.requests.DeletePartialMatch(only)
+	m.latency.DeletePartialMatch(only)
+	m.degraded.DeletePartialMatch(only)
+	m.brkTrans.DeletePartialMatch(only)
 }
 
 // Registry returns the private registry, for other packages' collectors.
@@ -113,6 +204,9 @@ func (m *Metrics) Observe(d *router.Decision, status int, elapsed time.Duration)
 	if v, ok := m.children.Load(k); ok {
 		c = v.(*child)
 	} else {
+		if _, gone := m.retired.Load(k.rule); gone {
+			return // a request of a rule deleted RetireGrace ago
+		}
 		c = &child{
 			requests: m.requests.WithLabelValues(k.rule, k.group, k.upstream, classes[k.class]),
 			latency:  m.latency.WithLabelValues(k.rule, k.group),
@@ -190,6 +284,43 @@ func (m *Metrics) Store(f StoreFuncs) {
 	)
 	if f.HistoryResets != nil {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "graygate_store_history_resets_total", Help: "Times etcd's history was found replaced (etcd restored from a backup) and the gateway went over to what it holds."}, f.HistoryResets))
+	}
+}
+
+// RateLimits exports, per route with a per-identity rate limit, the
+// identities its limiter tracks, their bytes, and how many it evicted,
+// read at scrape time.
+func (m *Metrics) RateLimits(read func() []RateLimitStats) {
+	m.reg.MustRegister(&rateLimitCollector{read: read})
+}
+
+// RateLimitStats is one route's per-identity limiter.
+type RateLimitStats struct {
+	Route      string
+	Identities int
+	Bytes      int64
+	Evicted    uint64
+}
+
+type rateLimitCollector struct{ read func() []RateLimitStats }
+
+var (
+	rlIdentities = prometheus.NewDesc("graygate_ratelimit_identities", "Identities the route's per-identity rate limiter tracks.", []string{"route"}, nil)
+	rlBytes      = prometheus.NewDesc("graygate_ratelimit_identity_bytes", "What the tracked identities cost against limits.max_identity_bytes.", []string{"route"}, nil)
+	rlEvicted    = prometheus.NewDesc("graygate_ratelimit_evictions_total", "Identities the route's rate limiter dropped to stay within max_identities and max_identity_bytes; each gets a fresh bucket when it comes back.", []string{"route"}, nil)
+)
+
+func (c *rateLimitCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rlIdentities
+	ch <- rlBytes
+	ch <- rlEvicted
+}
+
+func (c *rateLimitCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.read() {
+		ch <- prometheus.MustNewConstMetric(rlIdentities, prometheus.GaugeValue, float64(r.Identities), r.Route)
+		ch <- prometheus.MustNewConstMetric(rlBytes, prometheus.GaugeValue, float64(r.Bytes), r.Route)
+		ch <- prometheus.MustNewConstMetric(rlEvicted, prometheus.CounterValue, float64(r.Evicted), r.Route)
 	}
 }
 

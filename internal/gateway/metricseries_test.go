@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRuleSeriesLifecycle: a rule's graygate_degraded_requests_total
+// series exist from 0 as soon as it serves, one per reason, so that
+// increase() sees its first rollback; and once the rule is deleted its
+// series (requests, latency, degraded) are deleted after the retire grace,
+// instead of staying until the process restarts. A rule put back within
+// the grace keeps counting where it was.
+func TestRuleSeriesLifecycle(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	e := startWith(t, baseConfig, "", func(o *Options) { o.SeriesRetireGrace = grace })
+	e.mustPut("canary", grayRule(100))
+	m := e.metricsText()
+	for _, r := range []string{"rollback", "breaker", "fallback"} {
+		want := `graygate_degraded_requests_total{reason="` + r + `",rule="canary"} 0`
+		if !strings.Contains(m, want) {
+			t.Errorf("no %s before any request:\n%s", want, grepLines(m, "graygate_degraded_requests_total"))
+		}
+	}
+	if code, out := e.api("POST", "/api/v1/rules/canary/rollback", nil); code != 200 {
+		t.Fatalf("rollback: %d %v", code, out)
+	}
+	if a, err := e.get("/", "X-User-Id", "1"); err != nil || a.degraded != "rollback" {
+		t.Fatalf("request after the rollback: %+v %v", a, err)
+	}
+	m = e.metricsText()
+	if want := `graygate_degraded_requests_total{reason="rollback",rule="canary"} 1`; !strings.Contains(m, want) {
+		t.Errorf("no %s:\n%s", want, grepLines(m, "graygate_degraded_requests_total"))
+	}
+	if !strings.Contains(m, `graygate_requests_total{code="2xx",group="stable",rule="canary"`) {
+		t.Fatalf("no request series for canary:\n%s", grepLines(m, "graygate_requests_total"))
+	}
+
+	// Deleted and put back within the grace: the counts go on.
+	if code, _ := e.api("DELETE", "/api/v1/rules/canary", nil); code != 200 {
+		t.Fatal(code)
+	}
+	e.mustPut("canary", grayRule(100))
+	time.Sleep(2 * grace)
+	if m := e.metricsText(); !strings.Contains(m, `graygate_degraded_requests_total{reason="rollback",rule="canary"} 1`) {
+		t.Errorf("a rule put back within the grace lost its counts:\n%s", grepLines(m, `rule="canary"`))
+	}
+
+	// Deleted for good: gone after the grace, not before.
+	if code, _ := e.api("DELETE", "/api/v1/rules/canary", nil); code != 200 {
+		t.Fatal(code)
+	}
+	if m := e.metricsText(); !strings.Contains(m, `rule="canary"`) {
+		t.Errorf("the series went at once; requests still in flight would bring them back")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m := e.metricsText()
+		if !strings.Contains(m, `rule="canary"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("series of the deleted rule still there 5s later:\n%s", grepLines(m, `rule="canary"`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Traffic goes on without the rule; its series stay gone.
+	if _, err := e.get("/", "X-User-Id", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.metricsText(); strings.Contains(m, `rule="canary"`) {
+		t.Errorf("the deleted rule's series came back:\n%s", grepLines(m, `rule="canary"`))
+	}
+}
+
+// TestRateLimitMetrics: a per-identity rate limiter's identities, their
+// bytes and its evictions are exported per route; evictions were not,
+// so an operator could not tell that rotating ids were pushing real
+// users out (each evicted identity comes back with a full bucket).
+func TestRateLimitMetrics(t *testing.T) {
+	e := start(t, baseConfig+"\nlimits: {rate_limit: {rps: 1000, burst: 1000, per_identity: true, max_identities: 3}}\n", "")
+	for i := range 10 {
+		if _, err := e.get("/", "X-User-Id", fmt.Sprintf("user-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := e.metricsText()
+	for _, want := range []string{
+		`graygate_ratelimit_identities{route=""} 3`,
+		`graygate_ratelimit_evictions_total{route=""} 7`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("no %s:\n%s", want, grepLines(m, "graygate_ratelimit"))
+		}
+	}
+	if !strings.Contains(m, `graygate_ratelimit_identity_bytes{route=""} `) {
+		t.Errorf("no identity bytes:\n%s", grepLines(m, "graygate_ratelimit"))
+	}
+}
