@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -521,6 +522,14 @@ func (s *localStore) persist() error {
 	if len(s.buf) == 0 {
 		return s.broken
 	}
+	if err := s.checkLinked(); err != nil {
+		s.broken = err
+		return err
+	}
+	if len(s.buf) == 0 {
+		s.broken = nil
+		return nil // written back: the snapshot holds this apply too
+	}
 	if s.journal == nil {
 		if err := s.openJournal(s.gen + 1); err != nil {
 			s.broken = err
@@ -543,6 +552,64 @@ func (s *localStore) persist() error {
 		}
 	}
 	return nil
+}
+
+// checkLinked makes sure that the journal this store appends to is still
+// the file at its path, and writes the state back when it is gone, as the
+// rule store does (store.FileStore.checkLinked): a data dir removed under
+// a running gateway (rm -rf, a /tmp cleaner) would otherwise take every
+// exposure and conversion into a deleted file, and the next start would
+// find no experiment data at all. The whole state, this apply's included
+// (s.buf, which it then empties), is written as a new snapshot, the
+// directory and its lock taken again. Another file in the journal's place
+// is never overwritten: recording is refused, saying why, until it is
+// removed or graygate restarts and reads it. It costs two stat calls per
+// flush, next to its fsync.
+func (s *localStore) checkLinked() error {
+	if s.journal == nil {
+		return nil
+	}
+	name := s.journal.Name()
+	open, err := s.journal.Stat()
+	if err != nil {
+		return nil // the write finds out and says so
+	}
+	onDisk, err := os.Stat(name)
+	switch {
+	case err == nil && os.SameFile(open, onDisk):
+		return nil
+	case err == nil:
+		return fmt.Errorf("%s was replaced by another file while graygate was running, so nothing more is recorded: restart graygate to read it, or remove it to have the experiment data written back", name)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("stat %s: %w", name, err)
+	}
+	gone := fmt.Sprintf("%s was removed while graygate was running", name)
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("%s, and writing the experiment data back failed: %w", gone, err)
+	}
+	lockPath := filepath.Join(s.dir, lockFile)
+	if held, err := s.lock.Stat(); err != nil || !sameFile(held, lockPath) {
+		lock, err := lockDir(lockPath)
+		if err != nil {
+			return fmt.Errorf("%s, and writing the experiment data back failed: %w", gone, err)
+		}
+		_ = s.lock.Close()
+		s.lock = lock
+	}
+	_ = s.journal.Close()
+	s.journal = nil
+	if err := s.compactNow(); err != nil {
+		return fmt.Errorf("%s, and writing the experiment data back failed: %w", gone, err)
+	}
+	s.buf = s.buf[:0]
+	s.log.Error("the experiment journal was removed while graygate was running (was the data dir deleted?); wrote the experiment data back from memory", "dir", s.dir)
+	return nil
+}
+
+// sameFile reports whether path names the file fi describes.
+func sameFile(fi os.FileInfo, path string) bool {
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
 }
 
 func (s *localStore) openJournal(gen uint64) error {

@@ -380,3 +380,77 @@ func TestLocalStoreParkedExpiry(t *testing.T) {
 		t.Errorf("converted = %v, want none: the parked conversions expired", c.converted)
 	}
 }
+
+// TestLocalStoreRemovedDirIsWrittenBack: the data dir removed under a
+// running store (rm -rf, a /tmp cleaner) took every later exposure and
+// conversion into a deleted journal, and the next start found nothing.
+// The next flush now writes the whole state back, counted once, and
+// what follows is kept; another file put in the journal's place is not
+// overwritten.
+func TestLocalStoreRemovedDirIsWrittenBack(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "experiments")
+	s := openTestLocal(t, dir, localOptions{})
+	runScenario(t, s)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	st := make([]status, 2)
+	if _, err := s.apply(context.Background(), []Event{expose("late", "A", 6000), conv("late", "r", false, 6001, 2_000_000)}, window, st); err != nil {
+		t.Fatalf("apply after the dir was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, snapshotFile)); err != nil {
+		t.Fatalf("nothing written back: %v", err)
+	}
+	// Another process cannot take the store over while this one runs.
+	if _, err := openLocal(localOptions{Dir: dir, MaxUnits: 10, Logger: slog.New(slog.DiscardHandler), Now: time.Now}); err == nil {
+		t.Error("the written-back store is not locked")
+	}
+	s.close()
+	s = openTestLocal(t, dir, localOptions{})
+	checkScenarioCountsPlus(t, s, 1, 2_000_000)
+	s.close()
+
+	// A file that took the journal's place is kept, and recording stops.
+	s = openTestLocal(t, dir, localOptions{})
+	defer s.close()
+	journal := s.journal.Name()
+	if err := os.Remove(journal); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(journal, []byte("someone's backup"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.apply(context.Background(), []Event{expose("later", "A", 7000)}, window, make([]status, 1)); err == nil || !strings.Contains(err.Error(), "replaced by another file") {
+		t.Errorf("apply over a replaced journal: %v, want a refusal saying it was replaced", err)
+	}
+	if b, _ := os.ReadFile(journal); string(b) != "someone's backup" {
+		t.Errorf("the file in the journal's place was overwritten: %q", b)
+	}
+}
+
+// checkScenarioCountsPlus is checkScenarioCounts' unit count of A and
+// revenue of A with extra more of each.
+func checkScenarioCountsPlus(t *testing.T, s backend, units, revenue int64) {
+	t.Helper()
+	ctx := context.Background()
+	base := openTestLocal(t, t.TempDir(), localOptions{})
+	defer base.close()
+	runScenario(t, base)
+	want, _ := base.counts(ctx, "e:1")
+	got, _ := s.counts(ctx, "e:1")
+	if got.units["A"] != want.units["A"]+units || got.units["B"] != want.units["B"] {
+		t.Errorf("units = %v, want %v with A + %d", got.units, want.units, units)
+	}
+	sum := func(b backend) int64 {
+		var n int64
+		_ = b.values(ctx, "e:1", "r", func(g string, v int64) {
+			if g == "A" {
+				n += v
+			}
+		})
+		return n
+	}
+	if g, w := sum(s), sum(base); g != w+revenue {
+		t.Errorf("revenue of A = %d, want %d + %d", g, w, revenue)
+	}
+}

@@ -609,3 +609,30 @@ func TestFreezeRollsBackOnlyTheJudgedVersion(t *testing.T) {
 		t.Errorf("history should hold one rollback, of exp_next: %s", h)
 	}
 }
+
+// TestExperimentDataDirRemovedWhileServing: the data dir deleted under a
+// running gateway (rm -rf, a /tmp cleaner) lost every exposure and
+// conversion recorded afterwards, and the next start found no
+// experiment data at all: the journal was a deleted file. The next flush
+// now writes the experiment data back, and a restart counts every unit,
+// before and after the removal.
+func TestExperimentDataDirRemovedWhileServing(t *testing.T) {
+	units := loadUnits(t)[:600]
+	e, _, _ := startShop(t, "")
+	shop(t, e, units[:300], 4)
+	e.flushExperiments()
+	cfg := e.gw.cfg
+	if err := os.RemoveAll(cfg.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	shop(t, e, units[300:], 4)
+	e.flushExperiments()
+	if got, _ := e.results("checkout"); totalUnits(got) != 600 {
+		t.Fatalf("units while serving = %d, want 600", totalUnits(got))
+	}
+	e.shutdown()
+	e.restart(cfg)
+	if got, _ := e.results("checkout"); totalUnits(got) != 600 {
+		t.Errorf("units after a restart on the removed-then-written-back data dir = %d, want 600", totalUnits(got))
+	}
+}
