@@ -386,6 +386,8 @@ func storeError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, err.Error(), nil)
 	case errors.Is(err, store.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
+	case errors.Is(err, store.ErrUnconfirmed):
+		writeError(w, http.StatusServiceUnavailable, "the rule store did not confirm the change, so it may or may not have been applied: read the rule (or its history) back before you retry: "+err.Error(), nil)
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "the rule store is unavailable, so nothing was changed; the rules that were serving keep serving: "+err.Error(), nil)
 	default:

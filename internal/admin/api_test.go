@@ -35,6 +35,12 @@ type testAPI struct {
 
 func startAPI(t *testing.T) *testAPI {
 	t.Helper()
+	return startAPIWith(t, nil)
+}
+
+// startAPIWith is startAPI with its Options adjusted by adjust, unless nil.
+func startAPIWith(t *testing.T, adjust func(*Options)) *testAPI {
+	t.Helper()
 	st, err := store.OpenFile(t.TempDir(), store.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +56,7 @@ func startAPI(t *testing.T) *testAPI {
 		t.Fatal(err)
 	}
 	rt := router.New(snap)
-	api := New(Options{
+	opts := Options{
 		Store:   st,
 		Router:  rt,
 		View:    dataPlane(t, rt).View,
@@ -71,8 +77,11 @@ func startAPI(t *testing.T) *testAPI {
 			{Name: "dash", Value: testViewerToken, Role: RoleViewer},
 			{Name: "app", Value: testEventsToken, Role: RoleEvents},
 		},
-	})
-	srv := httptest.NewServer(api)
+	}
+	if adjust != nil {
+		adjust(&opts)
+	}
+	srv := httptest.NewServer(New(opts))
 	t.Cleanup(srv.Close)
 	return &testAPI{t: t, url: srv.URL, st: st}
 }
@@ -431,5 +440,34 @@ func TestHistoryPages(t *testing.T) {
 		if code != http.StatusBadRequest || !strings.Contains(body, `"path": "`+name+`"`) || !strings.Contains(body, `got \"`+value+`\"`) {
 			t.Errorf("history?%s = %d %s, want a 400 naming %s", q, code, body, name)
 		}
+	}
+}
+
+// TestUnconfirmedWriteAnswer: a write the store sent but could not have
+// confirmed (store.ErrUnconfirmed: etcd gave no answer in time) may have
+// been applied: the 503 says so and to read the rule back before a
+// retry, not that nothing was changed, which a write that never reached
+// the store still says (etcdstore.TestUnconfirmedWrite makes both errors
+// with a real etcd).
+func TestUnconfirmedWriteAnswer(t *testing.T) {
+	var fail error
+	a := startAPIWith(t, func(o *Options) {
+		o.Commit = func(ctx context.Context, _ Change, write func(context.Context) (int64, error)) error {
+			if write == nil {
+				return nil
+			}
+			return fail
+		}
+	})
+	fail = store.Unconfirmed(fmt.Errorf("etcd at 127.0.0.1:2379 did not confirm the write: it may or may not have been applied (no answer within 2s): %w", store.ErrUnavailable))
+	for _, req := range [][3]string{{"PUT", "/api/v1/rules/k", grayBody("5")}, {"DELETE", "/api/v1/rules/k", ""}, {"POST", "/api/v1/rollback", ""}} {
+		code, _, body := a.do(req[0], req[1], req[2])
+		if code != 503 || !strings.Contains(body, "may or may not have been applied") || !strings.Contains(body, "read the rule") || strings.Contains(body, "nothing was changed") {
+			t.Errorf("%s %s, the write unconfirmed: %d %s", req[0], req[1], code, body)
+		}
+	}
+	fail = fmt.Errorf("etcd at 127.0.0.1:2379 is unreachable: write not applied (connection refused): %w", store.ErrUnavailable)
+	if code, _, body := a.do("PUT", "/api/v1/rules/k", grayBody("5")); code != 503 || !strings.Contains(body, "nothing was changed") {
+		t.Errorf("PUT, the store unreachable: %d %s", code, body)
 	}
 }

@@ -80,6 +80,9 @@ type Options struct {
 	// each watch is created, with the revision it will start from. If it
 	// returns a channel, the store uses it instead of a real watch.
 	watchHook func(from int64) clientv3.WatchChan
+	// commitHook, when set by tests, runs before each write's transaction
+	// is sent, after the read it is decided on.
+	commitHook func()
 }
 
 func (o *Options) provision() error {

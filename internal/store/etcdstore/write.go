@@ -118,12 +118,19 @@ func (s *Store) write(ctx context.Context, key string, decide func(current) (*pl
 				return decided{err}
 			}
 		}
+		if s.opts.commitHook != nil {
+			s.opts.commitHook()
+		}
 		rev, ok, err := s.commit(octx, cli, key, cur, p)
 		if errors.Is(err, store.ErrInvalid) {
 			return err
 		}
 		if err != nil {
-			return s.etcdError(octx, ctx, err, lost, "did not confirm the write: it may or may not have been applied")
+			err = s.etcdError(octx, ctx, err, lost, "did not confirm the write: it may or may not have been applied")
+			if errors.Is(err, store.ErrUnavailable) {
+				err = store.Unconfirmed(err)
+			}
+			return err
 		}
 		if !ok {
 			// Another writer committed since the read: decide again on

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -329,6 +330,26 @@ func (s *Server) waitHealthy(exited <-chan struct{}) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("not healthy within %v: %v", startTimeout, last)
+}
+
+// Freeze stops the process (SIGSTOP) without closing its sockets: requests
+// are taken by the kernel and never answered, as by a hung etcd, until
+// the returned function resumes it (SIGCONT). The test's end resumes it
+// too.
+func (s *Server) Freeze() (thaw func()) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		s.t.Fatal("Freeze: etcd is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("SIGSTOP etcd pid %d: %v", cmd.Process.Pid, err)
+	}
+	var once sync.Once
+	thaw = func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGCONT) }) }
+	s.t.Cleanup(thaw)
+	return thaw
 }
 
 // kill stops the process, if running, and waits for it.
