@@ -68,6 +68,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad upstream addr", "upstreams: {a: {instances: [{addr: 'h'}]}}\n", []string{"upstreams.a.instances[0].addr: invalid address"}},
 		{"empty pool", "upstreams: {a: {instances: []}}\n", []string{"upstreams.a.instances: needs at least one instance"}},
 		{"unknown default", "default_upstream: nope\n", []string{`default_upstream: "nope" is neither a configured upstream nor an address`}},
+		{"default with a stray bracket", "default_upstream: \"http://]\"\n", []string{`default_upstream: "http://]" is neither a configured upstream nor an address: invalid URL "http://]": host "]" has a stray bracket`}},
 		{"route problems", "routes: [{name: r, path_prefix: api, upstream: x}, {name: r}]\n",
 			[]string{`routes[0].path_prefix: must start with "/"`, "routes[0].upstream:", `routes[1].name: duplicates routes[0].name "r"`}},
 		{"identity max_length out of range", "identity: {max_length: 4097}\n", []string{"identity.max_length: must be 1..4096 bytes (0 is the default, 256), got 4097"}},

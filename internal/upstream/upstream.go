@@ -124,6 +124,10 @@ func checkHostPort(host, port string) error {
 		if c := host[i]; c <= ' ' || c == 0x7f || c == '/' || c == '\\' {
 			return fmt.Errorf("host %q has a space, a control character or a slash", host)
 		}
+		if c := host[i]; c == '[' || c == ']' {
+			// An IPv6 literal comes here without its brackets.
+			return fmt.Errorf("host %q has a stray bracket", host)
+		}
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || port[0] == '+' || port[0] == '-' {
 		return errors.New("port must be 1..65535")

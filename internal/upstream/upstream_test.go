@@ -35,6 +35,10 @@ func TestParseAddress(t *testing.T) {
 		{"http://[::1]:8080", "[::1]:8080", false, ""},
 		{"https://[::1]", "[::1]:443", true, ""},
 		{"http://h:/", "h:80", false, ""},
+		// Found by FuzzParseAddress: accepted as "]:80", which no dialer
+		// can parse.
+		{"http://]", "", false, "stray bracket"},
+		{"http://a]b:80", "", false, "stray bracket"},
 	}
 	for _, tt := range tests {
 		in, err := ParseAddress(tt.in)
