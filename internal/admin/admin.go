@@ -62,6 +62,10 @@ type Options struct {
 	View Viewer
 	// Compile validates and compiles one rule against the current config.
 	Compile func(r rule.Rule) (*rule.Compiled, error)
+	// Vet, when set, checks a rule that compiles against the outside
+	// services it names (a rollout's Prometheus parses its queries), for
+	// a PUT and its dry run; what it finds refuses the write as invalid.
+	Vet func(ctx context.Context, r rule.Rule) []strict.FieldError
 	// Commit makes one write serve: it checks that the state change leads
 	// to compiles and serves under the current config, runs write (the
 	// store call, which returns the new store revision) and returns once

@@ -247,6 +247,12 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid rule %q; nothing was changed", key), strict.Fields(err))
 		return
 	}
+	if s.opts.Vet != nil {
+		if fes := s.opts.Vet(r.Context(), rl); len(fes) > 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid rule %q; nothing was changed", key), fes)
+			return
+		}
+	}
 	canonical, _ := json.Marshal(rl)
 	change := Change{Key: key, Rule: canonical}
 	if ifMatchAny(r) || dryRun && ifVersion != store.AnyVersion {

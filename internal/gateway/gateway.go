@@ -371,6 +371,7 @@ func New(opts Options) (*Gateway, error) {
 		Router:      g.router,
 		View:        g.proxy.View,
 		Compile:     g.compile,
+		Vet:         g.rollouts.Vet,
 		Status:      func() any { return g.Status() },
 		Ready:       g.ready,
 		Metrics:     g.metrics.Handler(),

@@ -628,3 +628,39 @@ func TestRolloutHeldByRollback(t *testing.T) {
 		})
 	}
 }
+
+// TestRolloutQueryVetted: a prometheus check whose query its Prometheus
+// cannot parse is refused when the rule is written (and by its dry run),
+// naming the check and quoting Prometheus, instead of aborting the
+// rollout at its first analysis. A Prometheus that cannot be asked
+// vets nothing: the write goes through.
+func TestRolloutQueryVetted(t *testing.T) {
+	promtest.Binary(t)
+	stable, _ := countingBackend(t, "stable", nil)
+	gray, _ := countingBackend(t, "gray", nil)
+	e := startRollouts(t, stable, gray, "", nil)
+	prom := promtest.Start(t)
+	rollout := func(address, query string) string {
+		q, _ := json.Marshal(query)
+		return fmt.Sprintf(canaryRule, tolerant, fmt.Sprintf(`{"steps":[{"percent":5},{"analysis":"prom"},{"percent":100}],
+			"analyses":{"prom":{"interval":"1s","checks":[{"metric":"error_rate","max":0.5},{"prometheus":{"address":%q,"query":%s,"max":0.05}}]}}}`, address, q))
+	}
+	bad := rollout(prom.URL(), `sum(rate(graygate_requests_total{rule="canary"}[1m])`)
+	for _, path := range []string{"/api/v1/rules/canary?dry_run=1", "/api/v1/rules/canary"} {
+		code, out := e.api("PUT", path, bad)
+		details := fmt.Sprint(out["details"])
+		if code != 400 || !strings.Contains(details, "rollout.analyses.prom.checks[1].prometheus.query") || !strings.Contains(details, "unclosed left parenthesis") {
+			t.Errorf("PUT %s with a query that does not parse: %d %v, want 400 naming the check and Prometheus's error", path, code, out)
+		}
+	}
+	if code, _ := e.api("GET", "/api/v1/rules/canary", nil); code != 404 {
+		t.Errorf("the refused rule was stored: GET is %d", code)
+	}
+	if code, out := e.api("PUT", "/api/v1/rules/canary", rollout(prom.URL(), `sum(rate(graygate_requests_total{rule="canary"}[1m]))`)); code != 201 {
+		t.Errorf("PUT with a query that parses: %d %v", code, out)
+	}
+	prom.Stop()
+	if code, out := e.api("PUT", "/api/v1/rules/other", rollout(prom.URL(), `sum(up`)); code != 201 {
+		t.Errorf("PUT with Prometheus down: %d %v, want it stored (nothing can vet it)", code, out)
+	}
+}
