@@ -170,21 +170,7 @@ func TestRemovedOpenBreakerSaysClosed(t *testing.T) {
 		}, "rule canary no longer sends gray traffic to gray"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rcv := newHook(t, "")
-			f := &flaky{}
-			e := start(t, strings.Replace(baseConfig, `{{gray}}`, startFlaky(t, f), 1)+`
-notifications:
-  - {name: ops, url: "`+rcv.srv.URL+`/hooks/ops", events: [breaker_open, breaker_close]}
-`, "")
-			e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(1).Targets,
-				"breaker": map[string]any{"window": "30s", "min_requests": 5, "open_for": "1m"}})
-			f.mode.Store(3) // every gray answer is a 500
-			for i := 0; i < 5; i++ {
-				e.get("/", "X-User-Id", fmt.Sprint(i))
-			}
-			if s := breakerState(e); s != "open" {
-				t.Fatalf("breaker %q after 5 failures, want open", s)
-			}
+			e, rcv := openCanaryBreaker(t, "1m", "breaker_open, breaker_close")
 			tt.change(e)
 			evs := rcv.waitEvents(2, "breaker_open, then breaker_close")
 			last := evs[len(evs)-1]
@@ -199,14 +185,29 @@ notifications:
 // fails says what failed (the gray answer's status here), as the first
 // breaker_open says which error rate tripped it; it said "probe failed".
 func TestFailedProbeSaysWhat(t *testing.T) {
+	e, rcv := openCanaryBreaker(t, "1s", "breaker_open")
+	time.Sleep(1100 * time.Millisecond) // open_for
+	e.get("/", "X-User-Id", "probe")    // the probe gets a 500 too
+	evs := rcv.waitEvents(2, "breaker_open, then breaker_open after the probe")
+	if last := evs[len(evs)-1]; last["event"] != "breaker_open" || last["from"] != "half-open" || last["reason"] != "probe failed: status 500" {
+		t.Errorf("last notification %v, want breaker_open from half-open: probe failed: status 500", last)
+	}
+}
+
+// openCanaryBreaker starts a gateway whose gray target answers every
+// request 500, with a webhook receiver of events (a YAML list body), puts
+// rule canary (all users gray, a breaker with openFor) and trips its
+// breaker with five requests.
+func openCanaryBreaker(t *testing.T, openFor, events string) (*env, *hook) {
+	t.Helper()
 	rcv := newHook(t, "")
 	f := &flaky{}
 	e := start(t, strings.Replace(baseConfig, `{{gray}}`, startFlaky(t, f), 1)+`
 notifications:
-  - {name: ops, url: "`+rcv.srv.URL+`/hooks/ops", events: [breaker_open]}
+  - {name: ops, url: "`+rcv.srv.URL+`/hooks/ops", events: [`+events+`]}
 `, "")
 	e.mustPut("canary", map[string]any{"type": "gray", "gray_percent": 100, "targets": grayRule(1).Targets,
-		"breaker": map[string]any{"window": "3s", "min_requests": 5, "open_for": "1s"}})
+		"breaker": map[string]any{"window": "30s", "min_requests": 5, "open_for": openFor}})
 	f.mode.Store(3) // every gray answer is a 500
 	for i := 0; i < 5; i++ {
 		e.get("/", "X-User-Id", fmt.Sprint(i))
@@ -214,10 +215,5 @@ notifications:
 	if s := breakerState(e); s != "open" {
 		t.Fatalf("breaker %q after 5 failures, want open", s)
 	}
-	time.Sleep(1100 * time.Millisecond) // open_for
-	e.get("/", "X-User-Id", "probe")    // the probe gets a 500 too
-	evs := rcv.waitEvents(2, "breaker_open, then breaker_open after the probe")
-	if last := evs[len(evs)-1]; last["event"] != "breaker_open" || last["from"] != "half-open" || last["reason"] != "probe failed: status 500" {
-		t.Errorf("last notification %v, want breaker_open from half-open: probe failed: status 500", last)
-	}
+	return e, rcv
 }
