@@ -190,6 +190,8 @@ var restartKeys = map[string]string{
 	"tls_listen":           "tls_listen", // removed too: TestReloadRemovingTLSListenNamesRestart
 	"h2c":                  "h2c",
 	"lifecycle.reuse_port": "lifecycle.reuse_port",
+	"admin.read_timeout":   "admin.read_timeout",
+	"admin.idle_timeout":   "admin.idle_timeout",
 
 	"experiments.exposure_log":   "experiments.exposure_log",
 	"experiments.store":          "experiments.store",

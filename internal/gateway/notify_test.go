@@ -153,7 +153,9 @@ notifications:
 		open["from"] != "closed" || open["to"] != "open" {
 		t.Errorf("breaker_open body: %v", open)
 	}
-	if r, _ := open["reason"].(string); !strings.Contains(r, "error rate") || !strings.Contains(fmt.Sprint(open["text"]), "[gw-e2e] breaker opened for rule canary (gray target gray): "+r) {
+	// The sentence quotes the reason escaped as Slack asks ("&gt;").
+	if r, _ := open["reason"].(string); !strings.Contains(r, "error rate") || !strings.Contains(r, " > ") ||
+		!strings.Contains(fmt.Sprint(open["text"]), "[gw-e2e] breaker opened for rule canary (gray target gray): "+strings.ReplaceAll(r, ">", "&gt;")) {
 		t.Errorf("breaker_open reason %q, text %q", open["reason"], open["text"])
 	}
 	if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(open["time"])); err != nil {
