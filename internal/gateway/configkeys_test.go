@@ -354,6 +354,8 @@ var restartCases = []restartCase{
 	{key: "tls_listen", after: `tls_listen: "127.0.0.1:1"` + "\n" + `tls: {certificates: [{cert_file: "{{cert}}", key_file: "{{key}}"}]}`, prep: serverCert},
 	{key: "h2c", after: "h2c: true"},
 	{key: "lifecycle.reuse_port", after: "lifecycle: {reuse_port: true}"},
+	{key: "admin.read_timeout", after: "admin: {read_timeout: 5s}"},
+	{key: "admin.idle_timeout", after: "admin: {idle_timeout: 5s}"},
 	{key: "experiments.exposure_log", after: `experiments: {exposure_log: "{{dir}}/exposures.log"}`, prep: tempDir},
 	{key: "experiments.store", after: `experiments: {store: "redis://127.0.0.1:1/0"}`},
 	{key: "experiments.flush_interval", after: "experiments: {flush_interval: 2s}"},

@@ -37,6 +37,7 @@ import (
 	"github.com/graygate/graygate/internal/certs/certstest"
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/tags/redistest"
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // liveCase proves one live key: a gateway started with before answers a
@@ -270,15 +271,7 @@ func (b *echo) release() {
 }
 
 // deadAddr is a loopback address nothing listens on: connecting is refused.
-func deadAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+func deadAddr(t *testing.T) string { return testport.Refused(t) }
 
 // do sends one request through the data plane.
 func (e *env) do(method, path string, body io.Reader, hdr ...string) (*http.Response, string, error) {

@@ -2,28 +2,20 @@ package proxy
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
-// refusedAddr returns a loopback address nothing listens on: a connection
-// to it is refused.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
+// refusedAddr returns a loopback address that refuses every connection
+// until the test ends (testport.Refused: a closed listener's port could be
+// given to another test's server).
+func refusedAddr(t *testing.T) string { return testport.Refused(t) }
 
 // TestNextInstanceOnRefusedConnection: an instance whose process died
 // (its address still in the pool, not yet ejected) refuses connections.
