@@ -229,7 +229,7 @@ func (l *Limiter) Configure(cfg Config) {
 	}
 	l.cfg = cfg
 	l.demoteLocked()
-	l.evictLocked()
+	l.evictLocked(nil)
 }
 
 // Allow takes a token for a request from identity (ignored unless the limit
@@ -288,7 +288,7 @@ func (l *Limiter) userLocked(id string) *rate.Limiter {
 	e := &entry{id: id, lim: rate.NewLimiter(rate.Limit(l.cfg.RPS), l.cfg.Burst)}
 	l.users[id] = e
 	l.probation.pushFront(e)
-	l.evictLocked()
+	l.evictLocked(e)
 	return e.lim
 }
 
@@ -306,11 +306,14 @@ func (l *Limiter) demoteLocked() {
 }
 
 // evictLocked drops entries, probation's least recently used first, until
-// the table is within both bounds.
-func (l *Limiter) evictLocked() {
+// the table is within both bounds. keep, the entry just made (nil: none),
+// goes last: were it dropped to make room for itself, its identity would
+// get a fresh bucket on every request and never be limited (with
+// max_identities 1, or a protected segment that fills the table).
+func (l *Limiter) evictLocked(keep *entry) {
 	for l.probation.n+l.protected.n > l.cfg.MaxIdentities || l.probation.bytes+l.protected.bytes > l.cfg.MaxIdentityBytes {
 		s := &l.probation
-		if s.n == 0 {
+		if s.n == 0 || (s.n == 1 && s.back() == keep && l.protected.n > 0) {
 			s = &l.protected
 		}
 		e := s.back()

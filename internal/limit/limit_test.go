@@ -364,3 +364,23 @@ func BenchmarkAllowIdentity(b *testing.B) {
 		}
 	})
 }
+
+// TestNewIdentityIsNotItsOwnVictim: with room for one identity, a new one
+// used to be evicted to make room for itself (the protected segment held
+// the other), so it got a fresh bucket on every request and was never
+// limited. It now takes the room, and the older identity goes.
+func TestNewIdentityIsNotItsOwnVictim(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	l := New(Config{RPS: 0.001, Burst: 1, PerIdentity: true, MaxIdentities: 1}, c.now)
+	for _, id := range []string{"a", "b", "c"} {
+		if ok, _ := l.Allow(id); !ok {
+			t.Errorf("first request of %s refused", id)
+		}
+		if ok, _ := l.Allow(id); ok {
+			t.Errorf("second request of %s admitted: its bucket was dropped to make room for itself", id)
+		}
+	}
+	if p, q, _ := l.size(); p+q != 1 {
+		t.Errorf("%d identities kept, want 1", p+q)
+	}
+}
