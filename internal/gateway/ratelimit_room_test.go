@@ -18,3 +18,27 @@ func TestRateLimitRoomForOne(t *testing.T) {
 		}
 	}
 }
+
+// TestPerIdentityToggleKeepsTokens: rate limiters keep their tokens
+// while their route keeps a rate_limit (the reload table says so), and
+// per_identity turned off and on again is no exception: a client that
+// used its burst does not get a fresh one. Before, every identity's
+// bucket was dropped, which also happened on a reload refused after its
+// build.
+func TestPerIdentityToggleKeepsTokens(t *testing.T) {
+	limits := func(perIdentity string) string {
+		return baseConfig + "\nlimits: {rate_limit: {rps: 0.001, burst: 1, per_identity: " + perIdentity + "}}\n"
+	}
+	e := start(t, limits("true"), "")
+	if got := e.status("GET", "/", nil, "X-User-Id", "a"); got != "200" {
+		t.Fatalf("a's first request: %s", got)
+	}
+	for _, v := range []string{"false", "true"} {
+		if err := e.reloadKeepingDataDir(limits(v)); err != nil {
+			t.Fatalf("reload per_identity: %s: %v", v, err)
+		}
+	}
+	if got := e.status("GET", "/", nil, "X-User-Id", "a"); got != "429" {
+		t.Errorf("a's second request after per_identity went off and on: %s, want 429 (its bucket is empty)", got)
+	}
+}

@@ -216,16 +216,19 @@ func (l *Limiter) Configure(cfg Config) {
 		l.route.SetLimitAt(now, rate.Limit(cfg.RPS))
 		l.route.SetBurstAt(now, cfg.Burst)
 	}
-	if cfg.PerIdentity != l.cfg.PerIdentity || l.users == nil {
+	if l.users == nil {
 		l.users = map[string]*entry{}
 		l.probation.init()
 		l.protected.init()
-	} else {
-		now := l.now()
-		for _, e := range l.users {
-			e.lim.SetLimitAt(now, rate.Limit(cfg.RPS))
-			e.lim.SetBurstAt(now, cfg.Burst)
-		}
+	}
+	// The identities' buckets are kept when per_identity is turned off:
+	// a reload refused after its build turns it back at once (the build
+	// configured this limiter), and dropping them would give every client
+	// a fresh burst. The table stays within its bounds meanwhile.
+	now := l.now()
+	for _, e := range l.users {
+		e.lim.SetLimitAt(now, rate.Limit(cfg.RPS))
+		e.lim.SetBurstAt(now, cfg.Burst)
 	}
 	l.cfg = cfg
 	l.demoteLocked()

@@ -384,3 +384,23 @@ func TestNewIdentityIsNotItsOwnVictim(t *testing.T) {
 		t.Errorf("%d identities kept, want 1", p+q)
 	}
 }
+
+// TestPerIdentityToggleKeepsBuckets: a reload refused after its build
+// configures a route's limiter and then configures it back; with
+// per_identity toggled, that dropped every identity's bucket, and each
+// client got a fresh burst. The buckets are kept now.
+func TestPerIdentityToggleKeepsBuckets(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	on := Config{RPS: 0.001, Burst: 1, PerIdentity: true}
+	l := New(on, c.now)
+	if ok, _ := l.Allow("a"); !ok {
+		t.Fatal("a's first request refused")
+	}
+	off := on
+	off.PerIdentity = false
+	l.Configure(off)
+	l.Configure(on)
+	if ok, _ := l.Allow("a"); ok {
+		t.Error("a's second request admitted after per_identity went off and on: its bucket was dropped")
+	}
+}
