@@ -401,18 +401,24 @@ func (s *Store) publish(snap *snapshot, notify bool) {
 }
 
 // waitApplied waits until the published snapshot includes etcd revision
-// rev of the history of epoch. It returns nil once it does, an error
-// wrapping errHistory if a later epoch is published first (the revision
-// may not exist in the history etcd holds now), and ctx's error if ctx
-// ends first.
-func (s *Store) waitApplied(ctx context.Context, rev, epoch int64) error {
+// rev of the history of epoch, a write committed on top of the state read
+// at from. It returns nil once it does, an error wrapping errHistory if a
+// later epoch is published first whose state does not follow from (the
+// revision may not exist in the history etcd holds now), and ctx's error
+// if ctx ends first. A later epoch whose state follows from is the history
+// the write went into, noticed by the watch after the write read it (etcd
+// restored just before): the wait goes on in it.
+func (s *Store) waitApplied(ctx context.Context, rev, epoch int64, from position) error {
 	for {
 		s.amu.Lock()
 		snap, ch := s.snap.Load(), s.applied
 		s.amu.Unlock()
 		if snap != nil {
 			if snap.state.Epoch != epoch {
-				return fmt.Errorf("etcd revision %d: %w", rev, errHistory)
+				if !from.leadsTo(snap.pos()) {
+					return fmt.Errorf("etcd revision %d: %w", rev, errHistory)
+				}
+				epoch = snap.state.Epoch
 			}
 			if snap.etcdRev >= rev {
 				return nil

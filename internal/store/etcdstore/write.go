@@ -109,7 +109,7 @@ func (s *Store) write(ctx context.Context, key string, decide func(current) (*pl
 			return decided{err}
 		}
 		if p == nil {
-			_ = s.waitApplied(octx, cur.counterMod, epoch)
+			_ = s.waitApplied(octx, cur.counterMod, epoch, cur.pos())
 			return nil
 		}
 		if check != nil {
@@ -138,7 +138,7 @@ func (s *Store) write(ctx context.Context, key string, decide func(current) (*pl
 			lost++
 			continue
 		}
-		switch err := s.waitApplied(octx, rev, epoch); {
+		switch err := s.waitApplied(octx, rev, epoch, cur.pos()); {
 		case err == nil:
 		case errors.Is(err, errHistory):
 			return fmt.Errorf("%s committed the write at revision %d, then its history was replaced (restored from a backup?): the write may not be part of what it holds now: %w",
