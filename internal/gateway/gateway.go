@@ -318,6 +318,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.syncMirrors(snap)
 	g.router = router.New(snap)
+	g.servedRules(snap)
 	g.epoch = g.builtEpoch
 	g.noteRulesNotApplied(context.Background(), cfg)
 
@@ -419,11 +420,23 @@ func (g *Gateway) freeze(ctx context.Context, key string, version int64, reason 
 // Concurrency gates are dropped at the same moment (see capped). The
 // caller holds g.mu.
 func (g *Gateway) publish(snap *router.Snapshot) {
+	g.servedRules(snap)
 	g.exp.SetCatalog(experiment.NewCatalog(snap, experimentSettings(g.cfg)))
 	g.syncMirrors(snap)
 	g.router.Store(snap)
 	g.epoch = g.builtEpoch
 	g.limits.Retain(func(k string) bool { return g.limiters[k] }, g.capped)
+}
+
+// servedRules tells the metrics which rules serve from now on: a served
+// snapshot's, never a build's that does not serve (an older state, a
+// refused reload), which would retire the series of a rule still serving.
+func (g *Gateway) servedRules(snap *router.Snapshot) {
+	keys := make([]string, 0, len(snap.RuleSet))
+	for k := range snap.RuleSet {
+		keys = append(keys, k)
+	}
+	g.metrics.SetRules(keys)
 }
 
 // capped reports whether the serving config caps the upstream named key,
@@ -699,11 +712,6 @@ func (g *Gateway) build(ctx context.Context) (*router.Snapshot, error) {
 	g.status.LastResult = g.result(g.lastBuild)
 	g.metrics.Reloaded(g.lastBuild, st.Revision)
 	g.metrics.SetRollback(st.RolledBack, in.RolledBack)
-	keys := make([]string, len(in.Rules))
-	for i, r := range in.Rules {
-		keys[i] = r.Key
-	}
-	g.metrics.SetRules(keys)
 	return snap, nil
 }
 

@@ -99,3 +99,17 @@ func TestRateLimitMetrics(t *testing.T) {
 		t.Errorf("no identity bytes:\n%s", grepLines(m, "graygate_ratelimit"))
 	}
 }
+
+// TestConfigRuleSeriesFromStart: a rule the config file seeds serves from
+// the first snapshot, which is not published like later ones: its
+// degraded series are there from 0 too.
+func TestConfigRuleSeriesFromStart(t *testing.T) {
+	e := start(t, baseConfig+`
+rules:
+  - {key: seeded, type: gray, gray_percent: 10, targets: {gray: gray, stable: stable}}
+`, "")
+	m := e.metricsText()
+	if want := `graygate_degraded_requests_total{reason="breaker",rule="seeded"} 0`; !strings.Contains(m, want) {
+		t.Errorf("no %s right after the start:\n%s", want, grepLines(m, "graygate_degraded_requests_total"))
+	}
+}
