@@ -8,19 +8,30 @@ import (
 	"time"
 )
 
+// serveConfig runs graygate serve with a config file holding doc, and
+// returns the process and a function that rewrites the file (its watch
+// reloads it).
+func serveConfig(t *testing.T, doc string) (*proc, func(doc string)) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "graygate.yaml")
+	write := func(doc string) {
+		t.Helper()
+		if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(doc)
+	return startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data")), write
+}
+
 // TestRefusedReloadLoggedOnce: a config reload that is refused is one
 // ERROR line, which names the field and the value, not two (the gateway
 // and serve's reload loop both logged it). The file watch reloads it.
 func TestRefusedReloadLoggedOnce(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "graygate.yaml")
-	if err := os.WriteFile(cfg, []byte("default_upstream: \"127.0.0.1:1\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
-	if err := os.WriteFile(cfg, []byte("default_upstream: \"127.0.0.1:1\"\nproxy: {dial_timeout: fast}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	base := "default_upstream: \"127.0.0.1:1\"\n"
+	p, write := serveConfig(t, base)
+	write(base + "proxy: {dial_timeout: fast}\n")
 	p.waitLog(t, "config reload failed; the previous config keeps serving")
 	time.Sleep(500 * time.Millisecond) // a second line would come at once
 	p.mu.Lock()
@@ -42,16 +53,9 @@ func TestRefusedReloadLoggedOnce(t *testing.T) {
 // change, and the reload's log line names it; it was missed, since the
 // JSON of both leaves the list out.
 func TestReloadNamesEmptyIdentitySources(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "graygate.yaml")
 	base := "default_upstream: \"127.0.0.1:1\"\n"
-	if err := os.WriteFile(cfg, []byte(base), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
-	if err := os.WriteFile(cfg, []byte(base+"identity: {sources: []}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	p, write := serveConfig(t, base)
+	write(base + "identity: {sources: []}\n")
 	p.waitLog(t, `"msg":"config reloaded"`)
 	p.waitLog(t, `"changed":["identity"]`)
 }
