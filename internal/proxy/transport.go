@@ -714,7 +714,7 @@ func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn n
 			break
 		}
 		if rerr != nil {
-			if ex.upSpoke.Load() && isTimeout(rerr) {
+			if ex.upSpoke.Load() && interruptedRead(ctx, rerr) {
 				// watchUpstream ended the read: the upstream closed,
 				// reset or answered, and the body goes no further.
 				ex.clientErr = nil
@@ -1311,6 +1311,16 @@ func idempotentMethod(m []byte) bool {
 		return true
 	}
 	return safeMethod(m)
+}
+
+// interruptedRead reports whether a read of the client's body failed on
+// its deadline: a timeout, or fasthttp's chunked reader's ErrBrokenChunk,
+// which is what a timeout becomes when it ends the read of a chunk-size
+// line (its wrapped error cannot be reached), unless the listener's guard
+// found the client's framing malformed.
+func interruptedRead(ctx *fasthttp.RequestCtx, err error) bool {
+	var brk fasthttp.ErrBrokenChunk
+	return isTimeout(err) || errors.As(err, &brk) && bodyRefused(ctx) == nil
 }
 
 func isTimeout(err error) bool {
