@@ -80,8 +80,12 @@ func (f *serveFlags) load(fs *flag.FlagSet) (*config.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("flags: %w", err)
 	}
+	from := "--admin-token"
 	if f.adminToken == "" {
-		f.adminToken = os.Getenv("GRAYGATE_ADMIN_TOKEN")
+		f.adminToken, from = os.Getenv("GRAYGATE_ADMIN_TOKEN"), "GRAYGATE_ADMIN_TOKEN"
+	}
+	if msg := config.TokenProblem(f.adminToken); msg != "" {
+		return nil, fmt.Errorf("%s: %s", from, msg)
 	}
 	return cfg, nil
 }

@@ -202,6 +202,24 @@ const (
 	DefaultAdminIdleTimeout = 120 * time.Second
 )
 
+// TokenProblem says why no request could ever authenticate with the
+// bearer token secret, or returns "": an Authorization header cannot
+// carry whitespace around the token (the admin API trims it, as HTTP
+// does) nor control characters, so such a token would lock its holder
+// out without a word. The usual cause is the newline a secret file or
+// volume ends with. The message never quotes the secret.
+func TokenProblem(secret string) string {
+	if strings.TrimSpace(secret) != secret {
+		return "starts or ends with whitespace (a newline a secret file ends with?), which no Authorization header can carry: no request could authenticate with it; remove it"
+	}
+	for i := 0; i < len(secret); i++ {
+		if c := secret[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return fmt.Sprintf("holds a control character (byte %d is 0x%02x), which no Authorization header can carry: no request could authenticate with it", i, c)
+		}
+	}
+	return ""
+}
+
 // Token is one named bearer token.
 type Token struct {
 	Name string `json:"name"`
@@ -955,6 +973,15 @@ func (c *Config) Validate() error {
 		}
 		if t.TokenEnv != "" && os.Getenv(t.TokenEnv) == "" {
 			add(p+".token_env", "environment variable %s is empty or unset", t.TokenEnv)
+		}
+		if t.Token != "" && t.TokenEnv == "" {
+			if msg := TokenProblem(t.Token); msg != "" {
+				add(p+".token", "%s", msg)
+			}
+		} else if v := os.Getenv(t.TokenEnv); t.TokenEnv != "" && v != "" {
+			if msg := TokenProblem(v); msg != "" {
+				add(p+".token_env", "environment variable %s %s", t.TokenEnv, msg)
+			}
 		}
 		if t.Role != "admin" && t.Role != "viewer" && t.Role != "events" {
 			add(p+".role", "must be \"admin\", \"viewer\" or \"events\", got %q", t.Role)

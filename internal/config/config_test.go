@@ -76,6 +76,12 @@ func TestParseErrors(t *testing.T) {
 			`admin.read_timeout: must be a positive duration such as "60s"`, `admin.idle_timeout: must be a positive duration such as "60s"`}},
 		{"token problems", "admin: {tokens: [{name: a}, {name: a, token: t, role: root}]}\n",
 			[]string{"admin.tokens[0]: set exactly one of token or token_env", `admin.tokens[1].name: duplicates`, `admin.tokens[1].role: must be "admin", "viewer" or "events", got "root"`}},
+		{"token with a trailing newline", "admin: {tokens: [{name: ops, token: \"s3cret\\n\"}]}\n",
+			[]string{"admin.tokens[0].token: starts or ends with whitespace (a newline a secret file ends with?), which no Authorization header can carry"}},
+		{"token with a leading space", "admin: {tokens: [{name: ops, token: \" s3cret\"}]}\n",
+			[]string{"admin.tokens[0].token: starts or ends with whitespace"}},
+		{"token with a control character", "admin: {tokens: [{name: ops, token: \"s3\\x01cret\"}]}\n",
+			[]string{"admin.tokens[0].token: holds a control character (byte 2 is 0x01)"}},
 		{"same token twice", "admin: {tokens: [{name: dash, token: same, role: viewer}, {name: ops, token: same, role: admin}]}\n",
 			[]string{`admin.tokens[1]: has the same secret as admin.tokens[0] ("dash")`}},
 		{"max_header_bytes too large", "proxy: {max_header_bytes: 99999999999}\n", []string{"proxy.max_header_bytes: must be 1024..1048576 (1 KiB..1 MiB; 0 is the default, 16384), got 99999999999"}},
@@ -260,5 +266,48 @@ func TestNonFiniteNumbers(t *testing.T) {
 		if len(fields) != 1 || fields[0].Path != "rules[0].gray_percent" || !strings.Contains(fields[0].Message, "finite") {
 			t.Errorf("gray_percent: %s: %v, want one problem at rules[0].gray_percent", v, err)
 		}
+	}
+}
+
+// TestAdminTokenSecrets: a token no Authorization header can carry
+// (whitespace around it, as a secret file's newline leaves, or a control
+// character) is refused naming the field, from the file or from the
+// environment, and the message never quotes the secret; before, such a
+// token was accepted and every request carrying it got 401. Any token a
+// header can carry is accepted.
+func TestAdminTokenSecrets(t *testing.T) {
+	tests := []struct {
+		name, env, secret string
+		want              string // "" for valid
+	}{
+		{"plain", "", "s3cret", ""},
+		{"inner space and tab", "", "s3 cr\tet", ""},
+		{"punctuation and UTF-8", "", "s3cret!~/+=é", ""},
+		{"trailing newline", "", "s3cret\n", "admin.tokens[0].token: starts or ends with whitespace"},
+		{"trailing CRLF", "", "s3cret\r\n", "admin.tokens[0].token: starts or ends with whitespace"},
+		{"leading tab", "", "\ts3cret", "admin.tokens[0].token: starts or ends with whitespace"},
+		{"NUL inside", "", "s3\x00cret", "admin.tokens[0].token: holds a control character (byte 2 is 0x00)"},
+		{"DEL inside", "", "s3\x7fcret", "admin.tokens[0].token: holds a control character (byte 2 is 0x7f)"},
+		{"env plain", "GG_TEST_TOKEN_SECRET", "s3cret", ""},
+		{"env trailing newline", "GG_TEST_TOKEN_SECRET", "s3cret\n", "admin.tokens[0].token_env: environment variable GG_TEST_TOKEN_SECRET starts or ends with whitespace"},
+		{"env control character", "GG_TEST_TOKEN_SECRET", "s3\x1bcret", "admin.tokens[0].token_env: environment variable GG_TEST_TOKEN_SECRET holds a control character (byte 2 is 0x1b)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok := fmt.Sprintf("{name: ops, token: %q}", tt.secret)
+			if tt.env != "" {
+				t.Setenv(tt.env, tt.secret)
+				tok = "{name: ops, token_env: " + tt.env + "}"
+			}
+			_, err := Parse([]byte("admin: {tokens: [" + tok + "]}\n"))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("token %q: %v, want it accepted", tt.secret, err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("token %q: %v, want an error containing %q", tt.secret, err, tt.want)
+			case err != nil && strings.Contains(err.Error(), "s3"):
+				t.Errorf("token %q: the error quotes the secret: %v", tt.secret, err)
+			}
+		})
 	}
 }
