@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -266,6 +268,13 @@ type ctxKey struct{}
 func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.Request, principal)) {
 	// Known when the route is added, not worked out per request.
 	namesRule, history := strings.Contains(pattern, "/rules/{key}"), strings.HasSuffix(pattern, "/history")
+	var params []string // the query parameters a change takes
+	if role == RoleAdmin {
+		params = []string{"reason"}
+		if strings.HasPrefix(pattern, http.MethodPut+" ") {
+			params = []string{"dry_run", "reason"}
+		}
+	}
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		p, ok := s.authenticate(w, r)
 		if !ok {
@@ -282,9 +291,40 @@ func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.
 		if namesRule && !validKeyInURL(w, r, history) {
 			return
 		}
+		if params != nil {
+			if err := checkQuery(r, params); err != nil {
+				writeError(w, http.StatusBadRequest, "invalid query; nothing was changed", strict.Fields(err))
+				return
+			}
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		h(w, r, p)
 	})
+}
+
+// checkQuery reports every problem of a change's query: a parameter it
+// does not take (a mistyped ?dryrun=1 would otherwise be ignored, and the
+// change made for real), one given twice (?dry_run=1&dry_run=0), or a
+// query that does not parse (URL.Query drops a malformed pair such as
+// dry_run=%zz, so it too would be a write). params are the ones it takes.
+func checkQuery(r *http.Request, params []string) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return strict.Errorf("", "malformed query %q: %v", r.URL.RawQuery, err)
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		switch {
+		case !slices.Contains(params, name):
+			errs = append(errs, strict.Errorf(name, "unknown query parameter: %s %s takes %s", r.Method, r.Pattern[strings.IndexByte(r.Pattern, ' ')+1:], strings.Join(params, " and ")))
+		case len(q[name]) > 1:
+			errs = append(errs, strict.Errorf(name, "is given %d times; give it once", len(q[name])))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // validKeyInURL checks the rule key in r's URL, and answers 400 with
