@@ -188,28 +188,20 @@ func hasField(body []byte, name string) bool {
 // rule keeps (history, diff, notifications): a longer one is refused.
 const MaxReasonBytes = 1024
 
-// changeReason returns the reason a change is made for: the
-// X-Change-Reason header, else the body's reason field, else the reason
-// query parameter; over MaxReasonBytes it is an error naming reason.
-func changeReason(r *http.Request, bodyReason string) (string, error) {
-	reason := bodyReason
+// reasonOK returns the reason a change is made for: the X-Change-Reason
+// header, else the body's reason field (bodyReason), else the reason
+// query parameter. One over MaxReasonBytes is answered 400, naming reason
+// and what was not changed, and ok is false.
+func reasonOK(w http.ResponseWriter, r *http.Request, bodyReason, what string) (reason string, ok bool) {
+	reason = bodyReason
 	if h := r.Header.Get("X-Change-Reason"); h != "" {
 		reason = h
 	} else if reason == "" {
 		reason = r.URL.Query().Get("reason")
 	}
 	if len(reason) > MaxReasonBytes {
-		return "", strict.Errorf("reason", "is %d bytes long; the limit is %d", len(reason), MaxReasonBytes)
-	}
-	return reason, nil
-}
-
-// reasonOK is changeReason for a handler: a reason over the limit is
-// answered 400, naming what was not changed, and ok is false.
-func reasonOK(w http.ResponseWriter, r *http.Request, bodyReason, what string) (reason string, ok bool) {
-	reason, err := changeReason(r, bodyReason)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid reason; %s was not changed", what), strict.Fields(err))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid reason; %s was not changed", what),
+			[]strict.FieldError{{Path: "reason", Message: fmt.Sprintf("is %d bytes long; the limit is %d", len(reason), MaxReasonBytes)}})
 		return "", false
 	}
 	return reason, true
