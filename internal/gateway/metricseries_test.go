@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -111,5 +112,34 @@ rules:
 	m := e.metricsText()
 	if want := `graygate_degraded_requests_total{reason="breaker",rule="seeded"} 0`; !strings.Contains(m, want) {
 		t.Errorf("no %s right after the start:\n%s", want, grepLines(m, "graygate_degraded_requests_total"))
+	}
+}
+
+// TestFirstErrorBurstCounts: a pool's 5xx series is there at 0 from its
+// first answer of another class, so that the first burst of gray errors
+// shows as an increase in rate() and increase(), which the shipped alert
+// GraygateGrayErrorRateHigh reads. Before, the series appeared with the
+// burst already in it, and Prometheus saw no increase at all.
+func TestFirstErrorBurstCounts(t *testing.T) {
+	var failing atomic.Bool
+	gray, _ := countingBackend(t, "gray", func(int64) bool { return failing.Load() })
+	e := start(t, strings.ReplaceAll(baseConfig, "{{gray}}", gray), "")
+	e.mustPut("canary", grayRule(100))
+	if a, err := e.get("/", "X-User-Id", "1"); err != nil || a.status != 200 {
+		t.Fatalf("a healthy gray answer: %+v %v", a, err)
+	}
+	series := `graygate_requests_total{code="5xx",group="gray",rule="canary",upstream="gray"}`
+	m := e.metricsText()
+	if !strings.Contains(m, series+" 0") {
+		t.Fatalf("no %s 0 after the first 2xx:\n%s", series, grepLines(m, "graygate_requests_total"))
+	}
+	failing.Store(true)
+	for i := range 3 {
+		if a, err := e.get("/", "X-User-Id", fmt.Sprint(i)); err != nil || a.status != 500 {
+			t.Fatalf("a failing gray answer: %+v %v", a, err)
+		}
+	}
+	if m := e.metricsText(); !strings.Contains(m, series+" 3") {
+		t.Errorf("no %s 3 after three 500s:\n%s", series, grepLines(m, "graygate_requests_total"))
 	}
 }

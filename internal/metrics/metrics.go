@@ -64,6 +64,9 @@ type child struct {
 
 var classes = [...]string{"0xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
+// class5xx is the index of "5xx" in classes.
+const class5xx = 5
+
 // New registers every collector on a fresh registry.
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
@@ -206,6 +209,15 @@ func (m *Metrics) Observe(d *router.Decision, status int, elapsed time.Duration)
 	} else {
 		if _, gone := m.retired.Load(k.rule); gone {
 			return // a request of a rule deleted RetireGrace ago
+		}
+		if k.class != class5xx {
+			// The pool's 5xx series starts at 0 with its first answer of
+			// any other class, so that rate() and increase() (and the
+			// shipped GraygateGrayErrorRateHigh alert) see the first
+			// burst of errors: a series that appears at its first value
+			// shows no increase. One series per rule, group and pool that
+			// has traffic, not one per class up front.
+			m.requests.WithLabelValues(k.rule, k.group, k.upstream, classes[class5xx])
 		}
 		c = &child{
 			requests: m.requests.WithLabelValues(k.rule, k.group, k.upstream, classes[k.class]),
