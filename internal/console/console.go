@@ -7,6 +7,14 @@
 // cookie (so there is nothing for a cross-site request to ride on) or a
 // URL.
 //
+// The console copes with an admin API that fails (README "Operator
+// console"): every request is given up after 10 s without a complete
+// answer (TIMEOUT_MS in assets/js/api.js), refreshes run one at a time, a
+// screen that cannot refresh keeps what it showed and names the request
+// that failed, a change without a clear answer is said to be maybe
+// applied (never saved), and a write button is disabled while its change
+// is out.
+//
 // Every response carries a Content-Security-Policy that allows scripts,
 // styles and connections from the console's own origin only, with no
 // inline script or style, no eval, and Trusted Types required, so a string

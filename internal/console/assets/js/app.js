@@ -78,11 +78,11 @@ function refusal(ex) {
   const why = ex.body && ex.body.error ? `: ${ex.body.error}` : '';
   if (ex.status === 401) return `That token was refused (HTTP 401${why}). Check it and try again.`;
   if (ex.status === 403) return `That token may not use the console (HTTP 403${why}). Log in with an admin or a viewer token.`;
-  return `The admin API answered HTTP ${ex.status}${why}.`;
+  return `The admin API could not answer: ${ex.message}.`;
 }
 
 async function whoami() {
-  const {data} = await request('GET', '/api/v1/whoami', {quiet401: true});
+  const {data} = await request('GET', '/api/v1/whoami', {quiet: true});
   session = {name: data.name, role: data.role, canWrite: data.role === 'admin'};
 }
 
@@ -102,19 +102,26 @@ function header(r) {
 }
 
 // roleChanged asks the API again who the token is, after it refused a
-// change: a config reload may have lowered the token's role since login
-// (admin to viewer). The console then shows the screen again without the
-// write controls, and says why, instead of offering buttons the API
-// refuses.
+// request: a config reload may have lowered the token's role since login,
+// to a viewer (the console then shows the screen again without the write
+// controls, and says why, instead of offering buttons the API refuses),
+// or to one that may not read the API at all (events: back to the login,
+// with the reason, and the token is forgotten). Several refusals at once
+// ask once.
+let asking = false;
 async function roleChanged() {
-  if (!session) return;
+  if (!session || asking) return;
   const before = session.role;
+  asking = true;
   try {
     await whoami();
   } catch (ex) {
     if (ex instanceof APIError && (ex.status === 401 || ex.status === 403)) logout(refusal(ex));
     return;
+  } finally {
+    asking = false;
   }
+  if (!session) return;
   if (session.role === before) return;
   roleNotice = session.canWrite ? '' :
     `Your token's role is now ${session.role} (it was ${before}): the gateway no longer lets it change rules, so the console shows them read-only.`;
@@ -125,11 +132,18 @@ async function render() {
   unmount();
   if (!getToken()) { showLogin(); return; }
   if (!session) {
+    replace(app, h('main', {class: 'page'}, h('p', {class: 'muted', id: 'connecting'}, 'Connecting to the admin API…')));
     try {
       await whoami();
     } catch (ex) {
       if (ex instanceof APIError && (ex.status === 401 || ex.status === 403)) { logout(refusal(ex)); return; }
-      replace(app, h('main', {class: 'page'}, h('p', {class: 'error'}, `Could not reach the admin API: ${ex.message}`)));
+      // Not a verdict on the token: the API did not answer. Offer to try
+      // again, or to log in with another token.
+      const again = h('button', {type: 'button', class: ['btn', 'primary'], id: 'connect-retry', onclick: render}, 'Try again');
+      const out = h('button', {type: 'button', class: 'btn', id: 'connect-logout', onclick: () => logout('')}, 'Log out');
+      replace(app, h('main', {class: 'page'},
+        h('p', {class: 'error', id: 'connect-error', role: 'alert'}, `Could not reach the admin API: ${ex.message}.`),
+        h('div', {class: 'actions'}, again, out)));
       return;
     }
   }

@@ -169,7 +169,9 @@ export function confirmDialog({title, message, confirm, danger = true}) {
   });
 }
 
-// toast shows a short message at the bottom of the screen.
+// toast shows a short message at the bottom of the screen. A 'bad' one
+// (a change that failed, or may not have been applied) stays until it is
+// dismissed: it says something the operator must not miss.
 export function toast(text, kind = 'ok') {
   let box = document.getElementById('toasts');
   if (!box) {
@@ -177,6 +179,67 @@ export function toast(text, kind = 'ok') {
     document.body.appendChild(box);
   }
   const t = h('div', {class: ['toast', kind]}, text);
+  if (kind === 'bad') {
+    t.appendChild(h('button', {type: 'button', class: ['btn', 'small', 'ghost', 'dismiss'], title: 'dismiss', 'aria-label': 'dismiss', onclick: () => t.remove()}, '×'));
+  } else {
+    setTimeout(() => t.remove(), 6000);
+  }
   box.appendChild(t);
-  setTimeout(() => t.remove(), 6000);
+}
+
+// serial wraps an async refresh so that one runs at a time: a call while
+// one runs makes it run once more when it ends (what is shown is then
+// never older than the call), instead of a second request beside one the
+// API has not answered (hung requests would take the browser's few
+// connections to the admin API from the operator's next change). The
+// refresh handles its own errors.
+export function serial(refresh) {
+  let running = null, again = false;
+  return () => {
+    if (running) { again = true; return running; }
+    running = (async () => {
+      try {
+        do { again = false; await refresh(); } while (again);
+      } finally {
+        running = null;
+      }
+    })();
+    return running;
+  };
+}
+
+// writeGate lets one change of a screen run at a time, so that a second
+// press of a button (or of another write button) while a change is out
+// sends nothing. While one runs, the write buttons under scope are
+// disabled and aria-busy; a write button drawn meanwhile should be passed
+// to hold. When the change ends, however it ends, they work again.
+export function writeGate(scope) {
+  let busy = false;
+  const hold = (btn) => {
+    if (!busy || !btn || btn.disabled) return btn;
+    btn.disabled = true;
+    btn.setAttribute('aria-busy', 'true');
+    btn.dataset.held = '';
+    return btn;
+  };
+  return {
+    get busy() { return busy; },
+    hold,
+    // run calls fn (an async function) unless a change is out already.
+    async run(fn) {
+      if (busy) return;
+      busy = true;
+      for (const btn of scope.querySelectorAll('button[data-write]')) hold(btn);
+      try {
+        await fn();
+      } finally {
+        busy = false;
+        for (const btn of scope.querySelectorAll('button[data-held]')) {
+          btn.disabled = false;
+          btn.removeAttribute('aria-busy');
+          delete btn.dataset.held;
+        }
+      }
+    },
+  };
 }

@@ -1,8 +1,8 @@
 // The overview: every rule with its split, breaker, rollback and rollout
 // state, and live per-group traffic refreshed every few seconds; Rollback
 // all and Resume for admins.
-import {append, confirmDialog, fmtMs, fmtPercent, fmtRate, fmtTime, h, pill, place, replace, sparkline, toast} from './dom.js';
-import {enc, get, post, probe} from './api.js';
+import {append, confirmDialog, fmtMs, fmtPercent, fmtRate, fmtTime, h, pill, place, replace, serial, sparkline, toast, writeGate} from './dom.js';
+import {enc, get, look, post, writeFailure} from './api.js';
 
 export const REFRESH_MS = 3000;
 
@@ -31,6 +31,8 @@ export function breakerOf(statusDoc, key) {
 
 export function breakerPill(r, statusDoc) {
   if (r.type !== 'gray') return h('span', {class: 'muted'}, '—');
+  // null: the status did not load, so the breaker's state is not known.
+  if (!statusDoc) return h('span', {class: 'muted', title: 'the status did not load'}, 'unknown');
   const b = breakerOf(statusDoc, r.key);
   if (!b) return pill('closed', 'ok');
   const kind = b.state === 'open' ? 'bad' : b.state === 'half-open' ? 'warn' : 'ok';
@@ -89,8 +91,12 @@ export function overview(ctx) {
   const body = h('div', {id: 'overview'}, barSlot, tableSlot);
   let barOn = null, barText = null;
   const updated = h('span', {class: 'muted', id: 'updated'});
-  const problem = h('p', {class: 'error', role: 'alert'});
+  // problem says why the last refresh failed; what the page showed
+  // before stays.
+  const problem = h('p', {class: 'error', id: 'overview-problem', role: 'alert'});
   replace(main, h('div', {class: 'titlebar'}, h('h1', null, 'Rules'), updated), problem, body);
+  // One change at a time: a second press while one is out sends nothing.
+  const gate = writeGate(barSlot);
   let timer = null, alive = true, hasStats = true;
   const thead = h('thead'), tbody = h('tbody');
   const table = h('table', {class: 'rules'}, thead, tbody);
@@ -99,20 +105,26 @@ export function overview(ctx) {
   const rowsByKey = new Map();
   let headShape = '';
 
-  async function load() {
+  // load refreshes the page, one refresh at a time (a hung one is not
+  // joined by another every REFRESH_MS).
+  let lastStats = null;
+  const load = serial(async () => {
     try {
-      const [list, statusDoc, statsDoc] = await Promise.all([
+      const [list, statusDoc, stats] = await Promise.all([
         get('/api/v1/rules'), get('/api/v1/status'),
-        hasStats ? probe('/api/v1/stats?window=10s') : Promise.resolve(null)]);
+        hasStats ? look('/api/v1/stats?window=10s') : Promise.resolve({state: 'absent'})]);
       if (!alive) return;
-      if (!statsDoc) hasStats = false;
-      draw(list, statusDoc, statsDoc);
-      problem.textContent = '';
+      // A gateway without the stats API (404) has no live column; stats
+      // that failed this time keep the last figures, and the page says so.
+      if (stats.state === 'absent') hasStats = false;
+      if (stats.state === 'ok') lastStats = stats.data;
+      draw(list, statusDoc, hasStats ? lastStats : null);
+      problem.textContent = stats.state === 'error' ? `Could not refresh the live traffic: ${stats.message}. It shows the last answer.` : '';
       updated.textContent = `live, every ${REFRESH_MS / 1000} s · updated ${new Date().toLocaleTimeString('en-GB')}`;
     } catch (ex) {
-      if (alive) problem.textContent = `Could not refresh: ${ex.message}`;
+      if (alive) problem.textContent = `Could not refresh: ${ex.message}. The page shows the last answer.`;
     }
-  }
+  });
 
   function draw(list, statusDoc, statsDoc) {
     const stats = statsByRule(statsDoc);
@@ -125,9 +137,9 @@ export function overview(ctx) {
       barText = h('span');
       const bar = h('div', {class: ['globalbar', globalOn ? 'on' : null], id: 'global-rollback', 'data-rolled-back': String(globalOn)}, barText);
       if (session.canWrite) {
-        bar.appendChild(globalOn
-          ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', onclick: resumeAll}, 'Resume')
-          : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', onclick: rollbackAll}, 'Rollback all'));
+        bar.appendChild(gate.hold(globalOn
+          ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', onclick: () => gate.run(resumeAll)}, 'Resume')
+          : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', onclick: () => gate.run(rollbackAll)}, 'Rollback all')));
       }
       replace(barSlot, bar);
     }
@@ -197,7 +209,7 @@ export function overview(ctx) {
       await post('/api/v1/rollback', {reason: 'console: rollback all'});
       toast('Every rule is rolled back.', 'warn');
     } catch (ex) {
-      toast(`Rollback failed: ${ex.message}`, 'bad');
+      toast(writeFailure('Rollback', ex), 'bad');
     }
     load();
   }
@@ -212,7 +224,7 @@ export function overview(ctx) {
       await post('/api/v1/resume', {reason: 'console: resume'});
       toast('Resumed: rules route as written again.');
     } catch (ex) {
-      toast(`Resume failed: ${ex.message}`, 'bad');
+      toast(writeFailure('Resume', ex), 'bad');
     }
     load();
   }

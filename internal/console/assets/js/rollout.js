@@ -7,7 +7,7 @@
 // stands), the rule (its plan) and its history, and steers it with POST
 // /api/v1/rules/{key}/rollout/{action}.
 import {confirmDialog, fmtNum, fmtTime, h, pill, replace, toast} from './dom.js';
-import {enc, get, look, post} from './api.js';
+import {enc, get, look, post, writeFailure} from './api.js';
 
 // STATE_KIND colors a rollout state.
 const STATE_KIND = {progressing: 'ok', paused: 'warn', aborted: 'bad', completed: 'ok'};
@@ -100,8 +100,11 @@ function measurementLine(m) {
 // rolloutPanel renders into el and keeps its action buttons in the page
 // across refreshes of the same state, so a refresh never replaces a
 // button under the operator's pointer. onAction runs after an action.
+// ctx.gate, when given, is the page's writeGate: an action runs only while
+// no other change of the page is out.
 export function rolloutPanel(ctx, key, onAction) {
   const {session} = ctx;
+  const gate = ctx.gate || {hold: (b) => b, run: (fn) => fn()};
   const top = h('div'), actionSlot = h('div'), rest = h('div');
   const el = h('section', {class: ['card', 'rollout'], id: 'rollout'}, top, actionSlot, rest);
   let actionsFor = '';
@@ -201,8 +204,8 @@ export function rolloutPanel(ctx, key, onAction) {
 
   function actionBar(view, rule) {
     const bar = h('div', {class: 'actions', id: 'rollout-actions'});
-    const add = (action, text, kind, extra) => bar.appendChild(h('button', {type: 'button', class: ['btn', kind], id: `rollout-${action}${extra && extra.full ? '-full' : ''}`,
-      'data-write': '', onclick: () => act(action, rule, extra || {})}, text));
+    const add = (action, text, kind, extra) => bar.appendChild(gate.hold(h('button', {type: 'button', class: ['btn', kind], id: `rollout-${action}${extra && extra.full ? '-full' : ''}`,
+      'data-write': '', onclick: () => gate.run(() => act(action, rule, extra || {}))}, text)));
     const active = view.state === 'progressing' || view.state === 'paused';
     if (active) add('promote', 'Promote', 'primary');
     if (active) add('promote', 'Promote fully', '', {full: true});
@@ -232,7 +235,7 @@ export function rolloutPanel(ctx, key, onAction) {
       const v = await post(`/api/v1/rules/${enc(key)}/rollout/${action}`, body);
       toast(`Rollout of ${key}: ${v.state} at step ${v.step}, gray ${v.percent}%.`, v.state === 'aborted' ? 'warn' : 'ok');
     } catch (ex) {
-      toast(`${action[0].toUpperCase() + action.slice(1)} failed: ${ex.message}`, 'bad');
+      toast(writeFailure(action[0].toUpperCase() + action.slice(1), ex), 'bad');
     }
     onAction();
   }

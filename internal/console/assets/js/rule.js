@@ -5,8 +5,8 @@
 // Resume; live traffic per group; and, where the gateway has them for
 // this rule, the rollout timeline, the experiment results and the shadow
 // traffic diff, refreshed with the live traffic.
-import {confirmDialog, fmtTime, h, json, pill, replace, toast} from './dom.js';
-import {APIError, enc, get, post, probe, request} from './api.js';
+import {confirmDialog, fmtTime, h, json, pill, replace, serial, toast, writeGate} from './dom.js';
+import {APIError, enc, get, post, probe, request, uncertain, writeFailure} from './api.js';
 import {diff, diffText, joinPath} from './diff.js';
 import {REFRESH_MS, breakerPill, definedGroups, liveTable, split, statsByRule} from './overview.js';
 import {loadRollout, rolloutPanel} from './rollout.js';
@@ -66,32 +66,56 @@ export function rulePage(ctx, key) {
   // pointer about to press it.
   const notice = h('div', {id: 'rule-notice', role: 'status'});
   let noticeFor = '';
+  // One change at a time: a second press while one is out sends nothing.
+  const gate = writeGate(main);
 
-  async function load() {
+  // load draws the page from the API, one load at a time. Until the rule
+  // has come, the page says it is loading, then why it could not load
+  // it, with Try again; once the page shows the rule, a reload that fails
+  // keeps it and says why in the notice (a rule that is gone says so).
+  const load = serial(async () => {
+    if (!shown) replace(main, back(), h('p', {class: 'muted', id: 'rule-loading'}, `Loading ${key}…`));
     let view;
     try {
       view = await get(`/api/v1/rules/${enc(key)}`);
     } catch (ex) {
       if (!alive) return;
-      replace(main, back(), ex instanceof APIError && ex.status === 404
-        ? h('p', {class: 'error', id: 'rule-missing'}, `There is no rule named ${key}.`)
-        : h('p', {class: 'error'}, `Could not load rule ${key}: ${ex.message}`));
+      if (ex instanceof APIError && ex.status === 404) {
+        shown = null;
+        replace(main, back(), h('p', {class: 'error', id: 'rule-missing'}, `There is no rule named ${key}.`));
+      } else if (shown) {
+        problemNotice(`Could not reload ${key}: ${ex.message}. This page shows version ${shown.version} as it was loaded.`);
+      } else {
+        replace(main, back(), h('p', {class: 'error', id: 'rule-error', role: 'alert'}, `Could not load rule ${key}: ${ex.message}.`),
+          h('div', {class: 'actions'}, h('button', {type: 'button', class: 'btn', id: 'rule-retry', onclick: load}, 'Try again')));
+      }
       return;
     }
+    // The history and the status are not the rule: without them the page
+    // says what is missing rather than showing none or a closed breaker.
     const [hist, statusDoc] = await Promise.all([
-      get(`/api/v1/rules/${enc(key)}/history`).catch(() => ({history: []})),
-      get('/api/v1/status').catch(() => ({}))]);
+      get(`/api/v1/rules/${enc(key)}/history`).catch((ex) => ({failed: ex.message})),
+      get('/api/v1/status').catch(() => null)]);
     if (!alive) return;
     shown = view;
     replace(notice);
     noticeFor = '';
-    draw(view, hist.history || [], statusDoc);
-    refreshLive(view);
+    draw(view, hist.failed ? hist.failed : hist.history || [], statusDoc);
+    refreshLive();
     if (!optionals || optionalsType !== view.type) {
       optionals = optionalsFor(view);
       optionalsType = view.type;
     }
     refreshExtras();
+  });
+
+  // problemNotice says in the notice that the page could not refresh the
+  // rule; it shows what it last loaded.
+  function problemNotice(say) {
+    noticeFor = 'error';
+    const reload = h('button', {type: 'button', class: ['btn', 'small'], id: 'rule-reload'}, 'Reload');
+    reload.addEventListener('click', load);
+    replace(notice, h('p', {class: ['error', 'stale'], id: 'rule-problem', role: 'alert'}, h('span', {title: say}, say), reload));
   }
 
   // optionalsFor lists the sections a rule of view's type may have:
@@ -100,7 +124,7 @@ export function rulePage(ctx, key) {
   // trace of it and no error.
   function optionalsFor(view) {
     const list = [];
-    if (view.type === 'gray') list.push(optional(rolloutPanel(ctx, key, load), () => loadRollout(key)));
+    if (view.type === 'gray') list.push(optional(rolloutPanel({...ctx, gate}, key, load), () => loadRollout(key)));
     if (view.type === 'ab') list.push(optional(experimentPanel(), () => loadResults(key)));
     if (view.type === 'gray') list.push(optional(mirrorPanel(), () => loadDiff(key)));
     return list;
@@ -153,23 +177,26 @@ export function rulePage(ctx, key) {
     }
   }
 
-  async function refreshLive(view) {
+  const refreshLive = serial(async () => {
+    const view = shown;
     const doc = await probe('/api/v1/stats?window=10s');
-    if (!alive || !doc) return;
+    if (!alive || !doc || !view) return;
     const stats = statsByRule(doc).get(key) || new Map();
     const groups = definedGroups(view);
     for (const g of stats.keys()) if (!groups.includes(g)) groups.push(g);
     replace(live, h('h2', null, 'Live traffic, last 10 s'), liveTable(groups, stats));
-  }
+  });
 
   function back() { return h('p', null, h('a', {href: '#/', class: 'back'}, '← All rules')); }
 
   // checkCurrent looks whether the rule is still the version the page
   // shows, so that an operator looking at it (or editing it) learns that
   // someone changed or deleted it before acting on what is no longer so.
-  // It never redraws the page by itself: an edit in progress stays.
-  async function checkCurrent() {
+  // It never redraws the page by itself: an edit in progress stays. One
+  // check runs at a time; one that gets no answer says so.
+  const checkCurrent = serial(async () => {
     const was = shown;
+    if (!was) return;
     let about, say;
     try {
       const now = await get(`/api/v1/rules/${enc(key)}`);
@@ -185,7 +212,12 @@ export function rulePage(ctx, key) {
         about = '';
       }
     } catch (ex) {
-      if (!(ex instanceof APIError && ex.status === 404)) return;
+      if (!(ex instanceof APIError && ex.status === 404)) {
+        if (alive && shown === was && noticeFor !== 'error') {
+          problemNotice(`Could not check whether ${key} changed: ${ex.message}. This page shows version ${was.version} as it was loaded.`);
+        }
+        return;
+      }
       about = 'deleted';
       say = `${key} has been deleted since this page loaded it; this page shows version ${was.version} as it was.`;
     }
@@ -196,7 +228,7 @@ export function rulePage(ctx, key) {
       about === 'deleted' ? 'Reload' : session.canWrite ? 'Load the latest version (discards any edit)' : 'Load the latest version');
     reload.addEventListener('click', load);
     replace(notice, h('p', {class: 'stale', id: 'rule-stale', 'data-stale': about}, h('span', {title: say}, say), reload));
-  }
+  });
 
   // since says how the rule stands now against view, the version the
   // page shows, after a compare-and-set write got 409: ", and it is now
@@ -223,11 +255,11 @@ export function rulePage(ctx, key) {
     const actions = h('div', {class: 'actions'});
     if (session.canWrite) {
       if (view.rolled_back) {
-        actions.appendChild(h('button', {type: 'button', class: ['btn', 'primary'], id: 'rule-resume', 'data-write': '', onclick: () => setRollback(view, false)}, 'Resume'));
+        actions.appendChild(h('button', {type: 'button', class: ['btn', 'primary'], id: 'rule-resume', 'data-write': '', onclick: () => gate.run(() => setRollback(view, false))}, 'Resume'));
       } else {
-        actions.appendChild(h('button', {type: 'button', class: ['btn', 'danger'], id: 'rule-rollback', 'data-write': '', onclick: () => setRollback(view, true)}, 'Rollback'));
+        actions.appendChild(h('button', {type: 'button', class: ['btn', 'danger'], id: 'rule-rollback', 'data-write': '', onclick: () => gate.run(() => setRollback(view, true))}, 'Rollback'));
       }
-      if (statusDoc.rolled_back) actions.appendChild(h('span', {class: 'muted'}, 'Global rollback is on: Resume it on the overview.'));
+      if (statusDoc && statusDoc.rolled_back) actions.appendChild(h('span', {class: 'muted'}, 'Global rollback is on: Resume it on the overview.'));
     }
     replace(main, back(), title, notice, name, actions, extras,
       section('Fields', fieldsTable(view, statusDoc)),
@@ -273,12 +305,13 @@ export function rulePage(ctx, key) {
       await post(`/api/v1/rules/${enc(key)}/${on ? 'rollback' : 'resume'}`, {reason: `console: ${on ? 'rollback' : 'resume'}`});
       toast(on ? `${key} is rolled back.` : `${key} resumed.`, on ? 'warn' : 'ok');
     } catch (ex) {
-      toast(`${on ? 'Rollback' : 'Resume'} failed: ${ex.message}`, 'bad');
+      toast(writeFailure(on ? 'Rollback' : 'Resume', ex), 'bad');
     }
     load();
   }
 
   function historyList(view, history) {
+    if (typeof history === 'string') return h('p', {class: 'error', id: 'history-error'}, `Could not load the history: ${history}.`);
     if (!history.length) return h('p', {class: 'muted'}, 'No history.');
     return h('ol', {class: 'history', id: 'history'}, history.map((it) => {
       const head = h('div', {class: 'history-head'},
@@ -290,7 +323,7 @@ export function rulePage(ctx, key) {
       const li = h('li', {'data-version': String(it.version)}, head, lines.length ? h('ul', {class: 'diff-lines'}, lines) : null);
       if (session.canWrite && it.after && it.version !== view.version) {
         li.appendChild(h('button', {type: 'button', class: ['btn', 'small'], 'data-write': '', 'data-revert': String(it.version),
-          onclick: () => revert(view, it.version)}, 'Revert to this version'));
+          onclick: () => gate.run(() => revert(view, it.version))}, 'Revert to this version'));
       }
       return li;
     }));
@@ -315,7 +348,7 @@ export function rulePage(ctx, key) {
       if (now !== null) {
         toast(`${key} changed since you opened it: you opened version ${view.version}${now}. Nothing was reverted.`, 'bad');
       } else {
-        toast(`Revert failed: ${ex.message}`, 'bad');
+        toast(writeFailure('Revert', ex), 'bad');
       }
     }
     load();
@@ -445,7 +478,8 @@ export function rulePage(ctx, key) {
       } catch (ex) {
         if (my !== seq || !alive) return;
         valid = false;
-        showProblems(ex instanceof APIError && ex.details.length ? ex.details : [{path: '', message: ex.message}]);
+        showProblems(ex instanceof APIError && ex.details.length ? ex.details
+          : [{path: '', message: uncertain(ex) ? `could not check the rule (${ex.message}); change a field to check again` : ex.message}]);
       }
     }
 
@@ -506,7 +540,7 @@ export function rulePage(ctx, key) {
             replace(msg, h('p', {class: 'error'}, ex.message));
             showProblems(ex.details);
           } else {
-            replace(msg, h('p', {class: 'error'}, `Save failed: ${ex.message}`));
+            replace(msg, h('p', {class: 'error'}, writeFailure('Save', ex)));
           }
         }
       });
@@ -526,6 +560,6 @@ export function rulePage(ctx, key) {
   }
 
   load();
-  timer = setInterval(() => { if (shown) { refreshLive(shown); refreshExtras(); checkCurrent(); } }, REFRESH_MS);
+  timer = setInterval(() => { if (shown) { refreshLive(); refreshExtras(); checkCurrent(); } }, REFRESH_MS);
   return {dispose() { alive = false; clearInterval(timer); }};
 }

@@ -1,6 +1,6 @@
 // The status screen: the store and its state, the ruleset revision, the
 // last reload and error, version and uptime, and the breakers.
-import {fmtDuration, fmtTime, h, pill, replace} from './dom.js';
+import {fmtDuration, fmtTime, h, pill, replace, serial} from './dom.js';
 import {get} from './api.js';
 
 const REFRESH_MS = 5000;
@@ -26,16 +26,18 @@ function windowText(w) {
 export function status(ctx) {
   const {main} = ctx;
   const body = h('div', {id: 'status'});
-  const problem = h('p', {class: 'error', role: 'alert'});
+  const problem = h('p', {class: 'error', id: 'status-problem', role: 'alert'});
   replace(main, h('div', {class: 'titlebar'}, h('h1', null, 'Status')), problem, body);
   let alive = true;
 
-  async function load() {
+  // load refreshes the screen, one refresh at a time; a failed one keeps
+  // what the screen showed and says why.
+  const load = serial(async () => {
     let doc;
     try {
       doc = await get('/api/v1/status');
     } catch (ex) {
-      if (alive) problem.textContent = `Could not load the status: ${ex.message}`;
+      if (alive) problem.textContent = `Could not load the status: ${ex.message}.`;
       return;
     }
     if (!alive) return;
@@ -72,7 +74,7 @@ export function status(ctx) {
             h('td', null, fmtTime(b.since)), h('td', null, b.reason || '—'),
             h('td', {class: 'muted small'}, windowText(b.window))))))
           : h('p', {class: 'muted'}, 'No breaker has been created yet (a gray rule makes one).')));
-  }
+  });
 
   load();
   const timer = setInterval(load, REFRESH_MS);
