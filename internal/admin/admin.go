@@ -8,6 +8,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -419,6 +420,25 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	return b, true
+}
+
+// optionalBody decodes a change's optional JSON body into req, strictly
+// (an unknown field is a 400 naming it). An empty body leaves req as it
+// is. It answers the request itself, with what in the message and
+// nothing changed, and returns false when the body is bad.
+func optionalBody(w http.ResponseWriter, r *http.Request, what string, req any) bool {
+	body, ok := readBody(w, r)
+	if !ok {
+		return false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return true
+	}
+	if err := decodeStrict(body, req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid request; %s was not changed", what), strict.Fields(err))
+		return false
+	}
+	return true
 }
 
 // storeError maps store errors to HTTP answers.

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,19 +79,12 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 	if ifVersion == store.AnyVersion {
 		ifVersion = 0
 	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
 	var req struct {
 		Full   bool   `json:"full,omitempty"`
 		Reason string `json:"reason,omitempty"`
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeStrict(body, &req); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid rollout request", strict.Fields(err))
-			return
-		}
+	if !optionalBody(w, r, fmt.Sprintf("the rollout of rule %q", key), &req) {
+		return
 	}
 	if req.Full && action != rollout.ActionPromote {
 		writeError(w, http.StatusBadRequest, "invalid rollout request", []strict.FieldError{{Path: "full", Message: fmt.Sprintf("is only for promote, not %s", action)}})

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -313,7 +312,14 @@ func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, p principal)
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
 		return
 	}
-	reason, ok := reasonOK(w, r, "", fmt.Sprintf("rule %q", key))
+	// The reason may come in a body, as for every other change.
+	var req struct {
+		Reason string `json:"reason,omitempty"`
+	}
+	if !optionalBody(w, r, fmt.Sprintf("rule %q", key), &req) {
+		return
+	}
+	reason, ok := reasonOK(w, r, req.Reason, fmt.Sprintf("rule %q", key))
 	if !ok {
 		return
 	}
@@ -540,18 +546,11 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		writeError(w, http.StatusBadRequest, err.Error(), nil)
 		return
 	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
 	var req struct {
 		Reason string `json:"reason,omitempty"`
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeStrict(body, &req); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid request", strict.Fields(err))
-			return
-		}
+	if !optionalBody(w, r, "the rollback state", &req) {
+		return
 	}
 	var st store.State
 	what := "the rollback"

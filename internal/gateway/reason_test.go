@@ -84,3 +84,27 @@ func TestRevertWithoutVersion(t *testing.T) {
 		t.Errorf("revert to version 0: %d %v, want 400 naming the 0", code, out)
 	}
 }
+
+// TestDeleteTakesReasonFromBody: DELETE takes its reason from a body's
+// reason field, as every other change does (README "Admin API"), and a
+// body that is not {"reason": ...} is a 400 naming the field, with the
+// rule kept.
+func TestDeleteTakesReasonFromBody(t *testing.T) {
+	e := start(t, baseConfig, "")
+	e.mustPut("k", grayRule(5))
+	code, out := e.api("DELETE", "/api/v1/rules/k", map[string]any{"reason": "gray retired", "reasn": "typo"})
+	if details := fmt.Sprint(out["details"]); code != 400 || !strings.Contains(details, "reasn") {
+		t.Errorf("DELETE with an unknown body field: %d %v, want 400 naming reasn", code, out)
+	}
+	if code, got := e.api("GET", "/api/v1/rules/k", nil); code != 200 || got["version"] != float64(1) {
+		t.Fatalf("after a refused DELETE the rule is %d %v, want version 1 kept", code, got)
+	}
+	if code, out := e.api("DELETE", "/api/v1/rules/k", map[string]any{"reason": "gray retired"}); code != 200 {
+		t.Fatalf("DELETE: %d %v", code, out)
+	}
+	_, h := e.api("GET", "/api/v1/rules/k/history", nil)
+	hist, _ := h["history"].([]any)
+	if len(hist) == 0 || hist[0].(map[string]any)["reason"] != "gray retired" {
+		t.Errorf("history after DELETE with a body reason: %v, want the deletion first with reason %q", h, "gray retired")
+	}
+}
