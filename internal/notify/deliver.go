@@ -99,7 +99,13 @@ func (s *Sender) encode(ev Event) job {
 // and > as &amp;, &lt; and &gt;, which Slack and Mattermost show as the
 // characters): an operator's reason, or any text an event quotes, cannot
 // become a <!channel> ping, a mention or a link.
-var chatEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+//
+// Mattermost also mentions on plain text: it splits a message into words
+// at every character that is not a letter, a digit or one of : . - _ @,
+// and "@channel", "@all", "@here" or "@name" as a word pings. A WORD
+// JOINER (U+2060) after every "@" is such a split, and invisible, so a
+// reason that says "@channel" reads the same and pings no one.
+var chatEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "@", "@\u2060")
 
 // marshal is json.Marshal without HTML escaping, so that a reason's ">"
 // reaches a chat as ">", and a receiver that logs the raw body can read it.

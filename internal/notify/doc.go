@@ -42,8 +42,9 @@
 // # Body and signature
 //
 // The body is one JSON object: "text" (a sentence for Slack and
-// Mattermost incoming webhooks, with &, < and > escaped as Slack asks, so
-// that quoted text cannot ping a channel or make a link), "event", "rule", "time" (RFC 3339,
+// Mattermost incoming webhooks, with &, < and > escaped as Slack asks, and
+// a WORD JOINER after every @, so that quoted text cannot ping a channel,
+// mention anyone or make a link), "event", "rule", "time" (RFC 3339,
 // UTC), "gateway", "id" (unique per event and Sender, the same on every
 // attempt), and the event's own fields beside them. With a secret, the
 // X-Graygate-Signature header is "sha256=" followed by the hex HMAC-SHA256

@@ -56,7 +56,8 @@ type Event struct {
 	// Time is when it happened; zero means when Send was called.
 	Time time.Time
 	// Text is the human sentence, without the gateway's name (Send puts
-	// "[gateway] " in front of it, and escapes &, < and > as Slack asks).
+	// "[gateway] " in front of it, escapes &, < and > as Slack asks, and puts a
+	// WORD JOINER after every @ so that Mattermost mentions no one).
 	// Chat webhooks (Slack, Mattermost) show the body's "text" field.
 	// Empty means a generic sentence made from Type and Rule.
 	Text string

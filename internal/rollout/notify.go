@@ -9,8 +9,8 @@ const (
 )
 
 // Notifier delivers the engine's events: event is one of the Event
-// constants, rule the rule key, text a sentence for people (Slack and
-// Mattermost show it as is), and fields the structured details: state,
+// constants, rule the rule key, text a sentence for people, unescaped
+// (the notify package escapes it for Slack and Mattermost), and fields the structured details: state,
 // step, percent, and for an abort the check, its value and threshold.
 //
 // Notify is called after the change it reports is committed, once per
