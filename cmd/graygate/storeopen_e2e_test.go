@@ -26,3 +26,32 @@ func TestDataDirErrorSaysItOnce(t *testing.T) {
 		t.Errorf("serve --data-dir FILE: %v\n%s\nwant it to stop saying %q, once", err, out, want)
 	}
 }
+
+// TestStoreURLCredentialsNotRepeated: a store URL with a password in it,
+// given to serve (--store or the config's store.url), to validate or to
+// register, is refused with one error saying where credentials go, and
+// the password is nowhere in the output (it used to be quoted in each
+// endpoint's error).
+func TestStoreURLCredentialsNotRepeated(t *testing.T) {
+	const secret = "s3cr3t-Pa55"
+	url := "etcd://graygate:" + secret + "@127.0.0.1:2379,127.0.0.1:22379/graygate"
+	cfg := filepath.Join(t.TempDir(), "graygate.yaml")
+	if err := os.WriteFile(cfg, []byte("store:\n  url: \""+url+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runs := [][]string{
+		{"serve", "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--store", url},
+		{"serve", "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--config", cfg},
+		{"validate", "--kind", "config", cfg},
+		{"register", "--store", url, "--service", "api", "--addr", "127.0.0.1:9000"},
+	}
+	for _, args := range runs {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+		cancel()
+		if err == nil || strings.Contains(string(out), "Pa55") || !strings.Contains(string(out), "credentials do not belong in the URL") ||
+			!strings.Contains(string(out), "username and password_env") {
+			t.Errorf("graygate %s: %v\n%s\nwant it refused, saying where credentials go, without the password", args[0], err, out)
+		}
+	}
+}

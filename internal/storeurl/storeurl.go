@@ -62,6 +62,9 @@ func (t TLS) On() bool {
 // Scheme is the URL scheme that selects this store.
 const Scheme = "etcd"
 
+// errCredentials refuses a store URL with credentials in it.
+var errCredentials = errors.New("endpoints: credentials do not belong in the URL (it is not repeated here, so that its password is not either); use username and password_env")
+
 // ParseURL parses a store URL of the form
 //
 //	etcd://HOST:PORT[,HOST:PORT...]/PREFIX
@@ -70,8 +73,16 @@ const Scheme = "etcd"
 // scheme etcds:// is the same with TLS on. Each problem is reported with the
 // part of the URL it concerns (scheme, endpoints[i], prefix), all of them
 // joined, so a caller can prefix its own config path.
+//
+// A URL with credentials in it (an "@" anywhere: no part of a valid store
+// URL holds one) is refused with that one error and without repeating any
+// of the URL, which would put the password in a log or an API answer;
+// a query is repeated with its values masked for the same reason.
 func ParseURL(s string) (Config, error) {
 	var cfg Config
+	if strings.Contains(s, "@") {
+		return cfg, errCredentials
+	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		return cfg, fmt.Errorf("scheme: want %s://HOST:PORT[,HOST:PORT]/PREFIX, got %q", Scheme, s)
@@ -85,13 +96,10 @@ func ParseURL(s string) (Config, error) {
 	}
 	var errs []error
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
-		errs = append(errs, fmt.Errorf("url: query and fragment are not supported, got %q", rest[i:]))
+		errs = append(errs, fmt.Errorf("url: query and fragment are not supported (etcd options are config keys), got %q", maskQuery(rest[i:])))
 		rest = rest[:i]
 	}
 	hosts, path, _ := strings.Cut(rest, "/")
-	if strings.Contains(hosts, "@") {
-		errs = append(errs, errors.New("endpoints: credentials do not belong in the URL; use username and password_env"))
-	}
 	if hosts == "" {
 		errs = append(errs, errors.New("endpoints: at least one HOST:PORT is required"))
 	} else {
@@ -114,6 +122,33 @@ func ParseURL(s string) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// maskQuery returns a URL's "?query#fragment" with every value replaced
+// by "…": the names say what was given, and a value may be a secret.
+func maskQuery(qf string) string {
+	var b strings.Builder
+	query, frag, hasFrag := strings.Cut(qf, "#")
+	if q, ok := strings.CutPrefix(query, "?"); ok {
+		b.WriteByte('?')
+		for i, kv := range strings.Split(q, "&") {
+			if i > 0 {
+				b.WriteByte('&')
+			}
+			k, _, hasValue := strings.Cut(kv, "=")
+			b.WriteString(k)
+			if hasValue {
+				b.WriteString("=…")
+			}
+		}
+	}
+	if hasFrag {
+		b.WriteByte('#')
+		if frag != "" {
+			b.WriteString("…")
+		}
+	}
+	return b.String()
 }
 
 // Validate reports every problem of c, each named by its JSON path.

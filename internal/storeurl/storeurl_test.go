@@ -60,13 +60,56 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestParseURLCredentials: a URL with credentials in it is refused with
+// one error naming endpoints and saying where credentials go, and no
+// piece of the password shows in any error, whatever else is wrong with
+// the URL (before, each endpoint error quoted "user:password@host").
+// A query's values are masked the same way.
+func TestParseURLCredentials(t *testing.T) {
+	const secret = "s3cr3t-Pa55"
+	for _, in := range []string{
+		"etcd://gg:" + secret + "@127.0.0.1:2379/graygate",
+		"etcd://gg:" + secret + "@127.0.0.1:2379",
+		"etcd://gg:" + secret + "@h1:2379,h2:2379/x",
+		"etcds://gg:" + secret + "@h1/x?timeout=1s",
+		"etcd://gg:s3cr/3t-Pa55@h1:2379/x", // a / in the password
+		"etcd://gg:s3cr,3t-Pa55@h1:2379/x", // a , in the password
+		"gg:" + secret + "@127.0.0.1:2379/graygate",
+		"http://gg:" + secret + "@127.0.0.1:2379/graygate",
+	} {
+		_, err := ParseURL(in)
+		if err == nil {
+			t.Errorf("ParseURL(%q) = nil error, want credentials refused", in)
+			continue
+		}
+		msg := err.Error()
+		for _, piece := range []string{secret, "s3cr", "3t-Pa55", "Pa55"} {
+			if strings.Contains(msg, piece) {
+				t.Errorf("ParseURL(%q) = %q: the error shows %q of the password", in, msg, piece)
+			}
+		}
+		if !strings.HasPrefix(msg, "endpoints: credentials do not belong in the URL") || !strings.Contains(msg, "username and password_env") || strings.Contains(msg, "\n") {
+			t.Errorf("ParseURL(%q) = %q, want the one credentials error", in, msg)
+		}
+	}
+	_, err := ParseURL("etcd://h:1/x?password=" + secret + "&timeout=1s#frag")
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), `"?password=…&timeout=…#…"`) {
+		t.Errorf("a query with a password: %v, want the names with the values masked", err)
+	}
+}
+
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"etcd://127.0.0.1:2379/graygate", "etcds://a:1,b:2/x/y/", "etcd://[::1]:1/a", "etcd://h/a//b", "etcd://h:1/x?y"} {
+	for _, s := range []string{"etcd://127.0.0.1:2379/graygate", "etcds://a:1,b:2/x/y/", "etcd://[::1]:1/a", "etcd://h/a//b", "etcd://h:1/x?y", "etcd://u:p@h:1/x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		cfg, err := ParseURL(s)
 		if err != nil {
+			// Nothing of a URL with credentials is repeated: its error is
+			// the one fixed message.
+			if strings.Contains(s, "@") && err.Error() != errCredentials.Error() {
+				t.Fatalf("ParseURL(%q) = %q: want only the credentials error", s, err)
+			}
 			return
 		}
 		if err := cfg.Validate(); err != nil {
