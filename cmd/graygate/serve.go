@@ -149,12 +149,8 @@ func serve(ctx context.Context, cfg *config.Config, src *configSource, adminToke
 		if err != nil {
 			return fmt.Errorf("open the etcd store %s: %w", cfg.Store.URL, err)
 		}
-		switch {
-		case es.StateErr() != nil:
-			logger.Error("no rules to serve until etcd answers: /readyz fails until then", "err", es.StateErr())
-		case es.Stale():
-			logger.Warn("etcd is unreachable: serving the rules cached in the data dir until it returns", "data_dir", cfg.DataDir)
-		}
+		// Open has logged it if etcd is unreachable, once, with the cache
+		// it serves or the reason it serves nothing.
 		st = es
 	}
 	g, err := gateway.New(gateway.Options{Config: cfg, AdminToken: adminToken, Logger: logger, Stdout: stdout, Stderr: stderr, Store: st, Version: versionString()})

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -52,6 +53,31 @@ func TestStoreURLCredentialsNotRepeated(t *testing.T) {
 		if err == nil || strings.Contains(string(out), "Pa55") || !strings.Contains(string(out), "credentials do not belong in the URL") ||
 			!strings.Contains(string(out), "username and password_env") {
 			t.Errorf("graygate %s: %v\n%s\nwant it refused, saying where credentials go, without the password", args[0], err, out)
+		}
+	}
+}
+
+// TestEtcdDownSaidOnceAndStopNamesSignal: serve started while etcd is
+// unreachable, without a cache, says so in one ERROR line (the store and
+// serve each said it), and when a signal stops it, it logs which one
+// before it drains, so that an operator reading the log of a gateway that
+// stopped learns why.
+func TestEtcdDownSaidOnceAndStopNamesSignal(t *testing.T) {
+	for _, tt := range []struct {
+		sig  syscall.Signal
+		name string
+	}{{syscall.SIGTERM, "terminated"}, {syscall.SIGINT, "interrupt"}} {
+		p := startServe(t, "--data-dir", t.TempDir(), "--store", "etcd://"+freeAddr(t)+"/graygate")
+		p.waitLog(t, `"msg":"graygate serving"`)
+		p.kill(tt.sig)
+		p.mu.Lock()
+		log := p.stderr.String()
+		p.mu.Unlock()
+		if n := strings.Count(log, "etcd is unreachable"); n != 1 || !strings.Contains(log, "no rules to serve, and /readyz fails, until etcd answers") {
+			t.Errorf("the log says etcd is unreachable %d times, want once, with what it means:\n%s", n, log)
+		}
+		if want := `"why":"` + tt.name + ` signal received"`; !strings.Contains(log, `"msg":"stopping: draining, then closing the listeners"`) || !strings.Contains(log, want) {
+			t.Errorf("after %v the log does not say it is stopping, with %s:\n%s", tt.sig, want, log)
 		}
 	}
 }

@@ -1165,6 +1165,9 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		// Say why it stops: serve's context ends with the signal that
+		// stopped it ("terminated signal received" for SIGTERM).
+		g.log.Info("stopping: draining, then closing the listeners", "why", context.Cause(ctx).Error())
 	case err = <-errc:
 	}
 	// Fail /readyz first, give the load balancer drain_delay to notice,

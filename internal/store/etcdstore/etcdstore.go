@@ -278,13 +278,13 @@ func Open(ctx context.Context, cfg Config, opts Options) (*Store, error) {
 			s.publish(snap, false)
 			s.stale.Store(true)
 			s.lastSync.Store(at.UnixNano())
-			s.log.Warn("etcd is unreachable; serving the cached state", "error", err,
+			s.log.Warn("etcd is unreachable: serving the rules cached in the data dir until it answers", "error", err,
 				"revision", snap.state.Revision, "synced_at", at, "cache", s.cache.path)
 		case opts.StartWithoutState:
 			why := fmt.Errorf("%s is unreachable (%v) and %w", s.where, err, cerr)
 			s.noState.Store(&why)
 			s.stale.Store(true)
-			s.log.Error("etcd is unreachable and there is no cached state: no rules until etcd answers", "error", why)
+			s.log.Error("etcd is unreachable and there is no cached state: no rules to serve, and /readyz fails, until etcd answers", "error", why)
 		default:
 			s.shutdown()
 			return nil, fmt.Errorf("open etcd store: %s is unreachable (%v) and %w: %w", s.where, err, cerr, store.ErrUnavailable)
