@@ -73,7 +73,7 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 		err = fmt.Errorf("If-Match: a rollout action needs the rule's version (1 or more), got %q", r.Header.Get("If-Match"))
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		writeError(w, http.StatusBadRequest, err.Error()+"; nothing was changed", nil)
 		return
 	}
 	if ifVersion == store.AnyVersion {
@@ -87,7 +87,7 @@ func (s *Server) actRollout(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	if req.Full && action != rollout.ActionPromote {
-		writeError(w, http.StatusBadRequest, "invalid rollout request", []strict.FieldError{{Path: "full", Message: fmt.Sprintf("is only for promote, not %s", action)}})
+		writeError(w, http.StatusBadRequest, "invalid rollout request; nothing was changed", []strict.FieldError{{Path: "full", Message: fmt.Sprintf("is only for promote, not %s", action)}})
 		return
 	}
 	reason, ok := reasonOK(w, r, req.Reason, fmt.Sprintf("the rollout of rule %q", key))

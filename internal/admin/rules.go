@@ -210,7 +210,7 @@ func (s *Server) putRule(w http.ResponseWriter, r *http.Request, p principal) {
 	key := r.PathValue("key") // valid: handle checked it
 	ifVersion, err := parseIfMatch(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		writeError(w, http.StatusBadRequest, err.Error()+"; nothing was changed", nil)
 		return
 	}
 	dryRun, err := parseDryRun(r)
@@ -309,7 +309,7 @@ func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request, p principal)
 	key := r.PathValue("key")
 	ifVersion, err := parseIfMatch(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		writeError(w, http.StatusBadRequest, err.Error()+"; nothing was changed", nil)
 		return
 	}
 	// The reason may come in a body, as for every other change.
@@ -431,7 +431,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 	// what someone else wrote since, nor bring back a rule deleted since.
 	ifVersion, err := parseIfMatch(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		writeError(w, http.StatusBadRequest, err.Error()+"; nothing was changed", nil)
 		return
 	}
 	body, ok := readBody(w, r)
@@ -443,7 +443,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		Reason  string `json:"reason,omitempty"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid revert request", strict.Fields(err))
+		writeError(w, http.StatusBadRequest, "invalid revert request; nothing was changed", strict.Fields(err))
 		return
 	}
 	if req.Version < 1 {
@@ -451,7 +451,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		if !hasField(body, "version") {
 			msg = `is required: the version to revert to, e.g. {"version": 3} (GET .../history lists them)`
 		}
-		writeError(w, http.StatusBadRequest, "invalid revert request", []strict.FieldError{{Path: "version", Message: msg}})
+		writeError(w, http.StatusBadRequest, "invalid revert request; nothing was changed", []strict.FieldError{{Path: "version", Message: msg}})
 		return
 	}
 	hs, err := s.opts.Store.History(r.Context(), key)
@@ -472,7 +472,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, p principal) {
 		return
 	}
 	if target == nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("version %d of rule %q is a deletion; DELETE the rule instead", req.Version, key), nil)
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("version %d of rule %q is a deletion, so there is nothing to revert to; nothing was changed (DELETE the rule instead)", req.Version, key), nil)
 		return
 	}
 	rl, err := rule.Decode(target)
@@ -543,7 +543,7 @@ func (s *Server) setRollback(w http.ResponseWriter, r *http.Request, p principal
 		err = fmt.Errorf("If-Match: the global rollback flag has no version, got %q", r.Header.Get("If-Match"))
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		writeError(w, http.StatusBadRequest, err.Error()+"; nothing was changed", nil)
 		return
 	}
 	var req struct {
