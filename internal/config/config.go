@@ -309,6 +309,12 @@ type Proxy struct {
 	// section (default 16384, at most MaxHeaderBytes); larger gets 431.
 	MaxHeaderBytes  int `json:"max_header_bytes,omitempty"`
 	MaxConnsPerHost int `json:"max_conns_per_host,omitempty"`
+	// MaxClientConnections caps the client connections open at once over
+	// the data-plane listeners; a new one beyond it is closed at once, so
+	// that clients cannot take every file descriptor from the admin API
+	// and the upstream dials. 0 (the default) is half the open-file
+	// limit, less 256 (listener.DefaultMaxConns).
+	MaxClientConnections int `json:"max_client_connections,omitempty"`
 	// AllowUnderscoresInHeaders forwards request header fields whose
 	// names contain "_" (default false: they are dropped, as nginx does).
 	AllowUnderscoresInHeaders bool `json:"allow_underscores_in_headers,omitempty"`
@@ -1006,6 +1012,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Proxy.MaxConnsPerHost < 0 {
 		add("proxy.max_conns_per_host", "must not be negative, got %d", c.Proxy.MaxConnsPerHost)
+	}
+	if c.Proxy.MaxClientConnections < 0 {
+		add("proxy.max_client_connections", "must not be negative (0 is the default, from the open-file limit), got %d", c.Proxy.MaxClientConnections)
 	}
 	for _, f := range []struct {
 		path string

@@ -86,6 +86,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`admin.tokens[1]: has the same secret as admin.tokens[0] ("dash")`}},
 		{"max_header_bytes too large", "proxy: {max_header_bytes: 99999999999}\n", []string{"proxy.max_header_bytes: must be 1024..1048576 (1 KiB..1 MiB; 0 is the default, 16384), got 99999999999"}},
 		{"max_header_bytes too small", "proxy: {max_header_bytes: 100}\n", []string{"proxy.max_header_bytes: must be 1024..1048576"}},
+		{"max_client_connections negative", "proxy: {max_client_connections: -1}\n", []string{"proxy.max_client_connections: must not be negative (0 is the default, from the open-file limit), got -1"}},
 		{"bad cidr", "trusted_proxies: [10.0.0.0/40]\n", []string{`trusted_proxies[0]: invalid CIDR or address "10.0.0.0/40"`}},
 		{"bad identity", "identity: {anonymous: nope}\n", []string{`identity.anonymous: must be "cookie" or "ip"`}},
 		{"bad yaml", "listen: [\n", []string{"invalid YAML"}},

@@ -88,6 +88,7 @@ var fields = []Field{
 	{"proxy.client_idle_timeout", Restart, "a setting of the listening HTTP/1.1 server"},
 	{"proxy.max_header_bytes", Restart, "the listening server's read buffer is sized at start"},
 	{"proxy.max_conns_per_host", Live, "the data plane's options; upstream pools are replaced"},
+	{"proxy.max_client_connections", Live, "the listener's options, for the next connection accepted"},
 	{"proxy.allow_underscores_in_headers", Live, "the data plane's options"},
 	{"proxy.via", Live, "the data plane's options"},
 	{"access_log.enabled", Live, "the data plane's options; turning it off closes the file (one logrotate deleted is freed), turning it on opens it again"},

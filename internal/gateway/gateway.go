@@ -363,6 +363,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.proxy = proxy.New(popts, g.router, opts.Logger)
 	g.metrics.AccessLog(g.proxy.AccessLogDropped)
+	g.metrics.ClientConns(g.proxy.ClientConns)
 	g.metrics.ProtocolViolations(proxy.ViolationReasons[:], func() []uint64 {
 		v := g.proxy.ProtocolViolations()
 		return v[:]

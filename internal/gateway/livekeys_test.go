@@ -1566,6 +1566,19 @@ var liveCases = slices.Concat([]liveCase{
 		wantBefore: "peak 2", wantAfter: "peak 1",
 	},
 	{
+		// Six client connections held open at once: with a cap of 4 the
+		// last two are closed unanswered.
+		key: "proxy.max_client_connections", prep: prepEcho,
+		before: echoCfg("", ""), after: echoCfg("", "proxy: {max_client_connections: 4}"),
+		probe: func(t *testing.T, e *env, fx *fixture) string {
+			waitClientConns(t, e, 0)
+			answered, conns := dataConns(t, e, 6)
+			closeAll(conns)
+			return fmt.Sprint(answered, " answered")
+		},
+		wantBefore: "6 answered", wantAfter: "4 answered",
+	},
+	{
 		key: "proxy.allow_underscores_in_headers", prep: prepEcho,
 		before: echoCfg("", ""), after: echoCfg("", "proxy: {allow_underscores_in_headers: true}"),
 		probe: func(t *testing.T, e *env, fx *fixture) string {

@@ -302,6 +302,7 @@ func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 		WriteTimeout:          config.StdOf(cfg.Proxy.ClientWriteTimeout),
 		IdleTimeout:           config.StdOf(cfg.Proxy.ClientIdleTimeout),
 		MaxHeaderBytes:        cfg.Proxy.MaxHeaderBytes,
+		MaxClientConns:        cfg.Proxy.MaxClientConnections,
 		MaxConnsPerHost:       cfg.Proxy.MaxConnsPerHost,
 
 		AllowUnderscoresInHeaders: cfg.Proxy.AllowUnderscoresInHeaders,

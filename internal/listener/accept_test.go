@@ -20,7 +20,7 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 	}
 	defer ln.Close()
 	cfg := &Config{MaxHeaderBytes: 4096}
-	wl := Wrap(ln, func() *Config { return cfg }, nil)
+	wl := Wrap(ln, func() *Config { return cfg }, nil, nil)
 	client, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ func connPair(t *testing.T, cfg *Config) (*Conn, net.Conn) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	ln := Wrap(raw, func() *Config { return cfg }, nil)
+	ln := Wrap(raw, func() *Config { return cfg }, nil, nil)
 	client, err := net.Dial("tcp", raw.Addr().String())
 	if err != nil {
 		t.Fatal(err)

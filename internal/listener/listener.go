@@ -48,6 +48,10 @@ type Config struct {
 	// WriteTimeout bounds how long one write to the client may wait for
 	// the client to read (proxy.client_write_timeout). 0 means no bound.
 	WriteTimeout time.Duration
+	// MaxConns caps the client connections open at once over the
+	// listeners that share a Gate (proxy.max_client_connections); a new
+	// one beyond it is closed at once. 0 means no cap.
+	MaxConns int
 }
 
 // Listen opens a listener. With reusePort it sets SO_REUSEPORT before
@@ -70,38 +74,46 @@ func Listen(network, addr string, reusePort bool) (net.Listener, error) {
 }
 
 // Wrap returns a listener whose TCP connections are Conns enforcing
-// config(). Connections of other kinds are returned as they are. log
-// gets accept's warnings (nil: discard).
-func Wrap(ln net.Listener, config func() *Config, log *slog.Logger) net.Listener {
+// config(). Connections of other kinds are returned as they are. gate
+// (nil: none) counts the TCP connections and closes new ones beyond
+// config().MaxConns. log gets accept's warnings and the gate's (nil:
+// discard).
+func Wrap(ln net.Listener, config func() *Config, gate *Gate, log *slog.Logger) net.Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &wrapped{Listener: ln, config: config, log: log}
+	return &wrapped{Listener: ln, config: config, gate: gate, log: log}
 }
 
 type wrapped struct {
 	net.Listener
 	config func() *Config
+	gate   *Gate
 	log    *slog.Logger
 }
 
 func (l *wrapped) Accept() (net.Conn, error) {
-	c, err := accept(l.Listener, l.log)
-	if err != nil {
-		return nil, err
+	for {
+		c, err := accept(l.Listener, l.log)
+		if err != nil {
+			return nil, err
+		}
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			return c, nil
+		}
+		if l.gate.take(tc, l.config().MaxConns, l.log) {
+			return newConn(tc, tc, l.config, nil, l.gate), nil
+		}
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return c, nil
-	}
-	return newConn(tc, tc, l.config, nil), nil
 }
 
 // newConn guards c, which runs over the TCP connection tc (c itself, or a
 // TLS connection on it). pre are bytes already read from c, which the
-// Guard checks first.
-func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte) *Conn {
-	cc := &Conn{Conn: c, tcp: tc, config: config, pre: pre}
+// Guard checks first. gate counted tc (nil: none); the Conn tells it when
+// it closes.
+func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte, gate *Gate) *Conn {
+	cc := &Conn{Conn: c, tcp: tc, config: config, pre: pre, gate: gate}
 	_, cc.tls = c.(*tls.Conn)
 	if !cc.tls {
 		cc.sock = rawio.New(tc)
@@ -162,6 +174,8 @@ type Conn struct {
 	// which may run on another goroutine.
 	midRequest atomic.Bool
 	closing    atomic.Bool // Close began a lingering close
+	gate       *Gate       // counted the connection (nil: none)
+	released   atomic.Bool // the gate was told it closed
 	// interrupted: Interrupt was called, and no Resume since.
 	interrupted atomic.Bool
 	// Deadlines armed on the connection, in Unix nanoseconds (0: none).
@@ -358,24 +372,34 @@ func (c *Conn) Read(p []byte) (int, error) {
 // linger at once; beyond that, Close closes at once.
 func (c *Conn) Close() error {
 	if !c.midRequest.Load() || c.tunnel.Load() || !c.closing.CompareAndSwap(false, true) {
-		return c.Conn.Close()
+		return c.closeNow()
 	}
 	select {
 	case lingering <- struct{}{}:
 	default:
-		return c.Conn.Close()
+		return c.closeNow()
 	}
 	if err := c.tcp.CloseWrite(); err != nil {
 		<-lingering
-		return c.Conn.Close()
+		return c.closeNow()
 	}
 	go func() {
 		defer func() { <-lingering }()
 		_ = c.tcp.SetReadDeadline(time.Now().Add(LingerTime))
 		_, _ = io.CopyN(io.Discard, c.tcp, LingerBytes)
-		_ = c.Conn.Close()
+		_ = c.closeNow()
 	}()
 	return nil
+}
+
+// closeNow closes the connection and, the first time, tells the Gate
+// that counted it.
+func (c *Conn) closeNow() error {
+	err := c.Conn.Close()
+	if c.gate != nil && c.released.CompareAndSwap(false, true) {
+		c.gate.done()
+	}
+	return err
 }
 
 // The bounds of a lingering close (see Conn.Close).

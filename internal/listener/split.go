@@ -37,8 +37,12 @@ type Protocols struct {
 	// for a new connection's first bytes (default 10s).
 	HandshakeTimeout time.Duration
 	// Logger receives failed handshakes at debug level, and failures to
-	// accept that are waited out (accept) as warnings (nil: discard).
+	// accept that are waited out (accept) and the Gate's refusals as
+	// warnings (nil: discard).
 	Logger *slog.Logger
+	// Gate (nil: none) counts the TCP connections, HTTP/2 ones too, and
+	// closes new ones beyond Config.MaxConns, as for Wrap.
+	Gate *Gate
 }
 
 // Split returns the HTTP/1.1 side of ln: a listener whose Accept returns
@@ -54,7 +58,7 @@ type Protocols struct {
 // that were looked at but not yet accepted are closed.
 func Split(ln net.Listener, config func() *Config, p Protocols) net.Listener {
 	if p.TLS == nil && !p.H2C {
-		return Wrap(ln, config, p.Logger)
+		return Wrap(ln, config, p.Gate, p.Logger)
 	}
 	if p.HandshakeTimeout <= 0 {
 		p.HandshakeTimeout = 10 * time.Second
@@ -119,17 +123,29 @@ func (s *split) run() {
 			close(s.done)
 			return
 		}
+		if tc, ok := c.(*net.TCPConn); ok && !s.p.Gate.take(tc, s.config().MaxConns, s.p.Logger) {
+			continue
+		}
 		go s.sort(c)
 	}
 }
 
 // sort finds out what c speaks and hands it on: to ServeH2, or to Accept.
+// The Gate counted a TCP connection: a *Conn made for HTTP/1.1 tells it
+// when it closes; otherwise sort does, once the connection is closed
+// (ServeH2 returns when it is).
 func (s *split) sort(c net.Conn) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		s.offer(c)
 		return
 	}
+	owned := false // a *Conn tells the Gate
+	defer func() {
+		if !owned {
+			s.p.Gate.done()
+		}
+	}()
 	deadline := time.Now().Add(s.p.HandshakeTimeout)
 	if s.p.TLS != nil {
 		tlc := tls.Server(tc, s.p.TLS)
@@ -144,7 +160,8 @@ func (s *split) sort(c net.Conn) {
 			s.p.ServeH2(tlc)
 			return
 		}
-		s.offer(newConn(tlc, tc, s.config, nil))
+		owned = true
+		s.offer(newConn(tlc, tc, s.config, nil, s.p.Gate))
 		return
 	}
 	// Cleartext with h2c: read until the bytes leave the preface or are it.
@@ -171,7 +188,8 @@ func (s *split) sort(c net.Conn) {
 		s.p.ServeH2(&replayConn{Conn: tc, pre: pre})
 		return
 	}
-	s.offer(newConn(tc, tc, s.config, pre))
+	owned = true
+	s.offer(newConn(tc, tc, s.config, pre, s.p.Gate))
 }
 
 // offer hands an HTTP/1.1 connection to Accept, or closes it if the

@@ -441,6 +441,21 @@ func b2f(b bool) float64 {
 	return 0
 }
 
+// ClientConns exports graygate_client_connections, the client connections
+// open over the data-plane listeners, and
+// graygate_client_connections_refused_total, those closed at once because
+// proxy.max_client_connections were open, read at scrape time.
+func (m *Metrics) ClientConns(read func() (open int64, refused uint64)) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "graygate_client_connections",
+			Help: "Client connections open over the data-plane listeners."},
+			func() float64 { open, _ := read(); return float64(open) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "graygate_client_connections_refused_total",
+			Help: "Client connections closed at once because proxy.max_client_connections were open."},
+			func() float64 { _, refused := read(); return float64(refused) }),
+	)
+}
+
 // ProtocolViolations exports, by reason, how many upstream connections the
 // data plane closed because the upstream broke HTTP/1.1 framing (bytes
 // after a complete response, bytes on an idle pooled connection, a

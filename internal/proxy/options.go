@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/tracing"
@@ -94,6 +95,11 @@ type Options struct {
 	// MaxHeaderBytes limits the request line plus header, and a request's
 	// trailer section; a larger one gets 431. Default 16 KiB.
 	MaxHeaderBytes int
+	// MaxClientConns caps the client connections open at once over all
+	// the data-plane listeners (proxy.max_client_connections); a new one
+	// beyond it is closed at once. Default listener.DefaultMaxConns(),
+	// from the open-file limit.
+	MaxClientConns int
 	// AllowUnderscoresInHeaders forwards request header fields whose names
 	// contain "_". By default they are dropped, as nginx does
 	// (ignore_invalid_headers), because upstreams that fold "_" into "-"
@@ -184,6 +190,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if o.MaxClientConns <= 0 {
+		o.MaxClientConns = listener.DefaultMaxConns()
 	}
 	if o.AccessLogQueue <= 0 {
 		o.AccessLogQueue = DefaultAccessLogQueue

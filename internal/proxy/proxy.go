@@ -60,6 +60,7 @@ type Proxy struct {
 	degrade   *degradeLog
 	ids       requestIDs
 	lcfg      atomic.Pointer[listener.Config]
+	gate      listener.Gate // the client connections open over every listener
 
 	clients   atomic.Pointer[map[clientKey]*upstreamClient]
 	clientsMu sync.Mutex
@@ -148,9 +149,16 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 	return p
 }
 
+// ClientConns returns how many client connections are open over the
+// data-plane listeners, and how many were closed at once because
+// proxy.max_client_connections were open.
+func (p *Proxy) ClientConns() (open int64, refused uint64) {
+	return p.gate.Open(), p.gate.Refused()
+}
+
 // listenerConfig is what the listener enforces for o.
 func listenerConfig(o *Options) *listener.Config {
-	return &listener.Config{MaxHeaderBytes: o.MaxHeaderBytes, BodyReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout}
+	return &listener.Config{MaxHeaderBytes: o.MaxHeaderBytes, BodyReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, MaxConns: o.MaxClientConns}
 }
 
 // Reconfigure applies new options to the running proxy: requests that start
@@ -236,7 +244,7 @@ func upstreamOptionsChanged(a, b *Options) bool {
 // restart without downtime, open ln with listener.Listen and reusePort set
 // (see the package doc).
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load, p.log))
+	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load, &p.gate, p.log))
 }
 
 // ServeWith is Serve for a listener that offers more than cleartext
@@ -252,6 +260,7 @@ func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
 	if prot.Logger == nil {
 		prot.Logger = p.log
 	}
+	prot.Gate = &p.gate
 	return p.server.Serve(listener.Split(ln, p.lcfg.Load, prot))
 }
 

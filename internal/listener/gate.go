@@ -1,0 +1,81 @@
+package listener
+
+import (
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// Gate counts the client connections open at once over the listeners it
+// is given to (Wrap, Protocols.Gate), and closes a new one at once while
+// Config.MaxConns are open. A process has a bounded number of file
+// descriptors: without a cap, clients that hold connections open (idle
+// keep-alives, a flood) take them all, and then the admin API cannot
+// accept, upstream dials fail, and every request is lost, including the
+// ones on connections already open. nginx's worker_connections and
+// Envoy's max connections do the same. The zero Gate is ready to use; a
+// nil *Gate counts nothing.
+type Gate struct {
+	open     atomic.Int64
+	refused  atomic.Uint64
+	lastWarn atomic.Int64 // unix nanoseconds of the last warning
+}
+
+// gateWarnEvery spaces the warnings of a gate that keeps refusing.
+const gateWarnEvery = time.Minute
+
+// Open returns how many client connections are open.
+func (g *Gate) Open() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.open.Load()
+}
+
+// Refused returns how many connections were closed at once because max
+// were open.
+func (g *Gate) Refused() uint64 {
+	if g == nil {
+		return 0
+	}
+	return g.refused.Load()
+}
+
+// take counts c as open, or, when max (> 0) are open already, closes it,
+// counts it refused, and warns at most once a minute. Whoever holds a
+// counted connection calls done once when it is closed.
+func (g *Gate) take(c net.Conn, max int, log *slog.Logger) bool {
+	if g == nil {
+		return true
+	}
+	n := g.open.Add(1)
+	if max <= 0 || n <= int64(max) {
+		return true
+	}
+	g.open.Add(-1)
+	total := g.refused.Add(1)
+	_ = c.Close()
+	now := time.Now().UnixNano()
+	if last := g.lastWarn.Load(); now-last >= int64(gateWarnEvery) && g.lastWarn.CompareAndSwap(last, now) {
+		log.Warn("client connections are at proxy.max_client_connections: new ones are closed until some close",
+			"max_client_connections", max, "refused_total", total, "remote_addr", c.RemoteAddr().String())
+	}
+	return false
+}
+
+// done counts a connection taken by take as closed.
+func (g *Gate) done() {
+	if g != nil {
+		g.open.Add(-1)
+	}
+}
+
+// maxConnsFor is DefaultMaxConns for an open-file limit of nofile.
+func maxConnsFor(nofile uint64) int {
+	const reserved, least = 256, 64
+	if nofile <= 2*least+reserved {
+		return least
+	}
+	return int(min((nofile-reserved)/2, 1<<30))
+}
