@@ -314,6 +314,11 @@ func TestBrowserViewer(t *testing.T) {
 	}
 }
 
+// opsConfig is the demo config with one more token, named ops, of role.
+func opsConfig(token, role string) string {
+	return strings.Replace(demoConfig, "  tokens:\n", "  tokens:\n    - {name: ops, token: "+token+", role: "+role+"}\n", 1)
+}
+
 // TestBrowserRoleLoweredByReload: a config reload lowers a logged-in
 // token's role from admin to viewer while its operator edits a rule. The
 // save is refused (403), and the console then shows the new role, takes
@@ -321,11 +326,8 @@ func TestBrowserViewer(t *testing.T) {
 // API refuses until the next login.
 func TestBrowserRoleLoweredByReload(t *testing.T) {
 	const opsToken = "console-ops-token"
-	withOps := func(role string) string {
-		return strings.Replace(demoConfig, "  tokens:\n", "  tokens:\n    - {name: ops, token: "+opsToken+", role: "+role+"}\n", 1)
-	}
 	b := newTab(t)
-	e := startGatewayWith(t, withOps("admin"), adminToken, nil)
+	e := startGatewayWith(t, opsConfig(opsToken, "admin"), adminToken, nil)
 	b.login(e, opsToken)
 	b.waitText("#whoami", "ops · admin")
 	b.open(e.admin + "/ui/#/rules/user_center_v2")
@@ -335,7 +337,7 @@ func TestBrowserRoleLoweredByReload(t *testing.T) {
 	b.click("#review")
 	b.waitFor("the save button", `document.querySelector('#save')`)
 
-	e.reload(withOps("viewer"))
+	e.reload(opsConfig(opsToken, "viewer"))
 	b.click("#save")
 	b.waitText("#whoami", "ops · viewer")
 	b.waitText("#role-notice", "role is now viewer (it was admin)")

@@ -406,21 +406,18 @@ func TestBrowserBadAnswers(t *testing.T) {
 // reason and forgets the token.
 func TestBrowserTokenWithdrawn(t *testing.T) {
 	const opsToken = "console-ops-token"
-	withOps := func(role string) string {
-		return strings.Replace(demoConfig, "  tokens:\n", "  tokens:\n    - {name: ops, token: "+opsToken+", role: "+role+"}\n", 1)
-	}
 	b := newTab(t)
-	e := startGatewayWith(t, withOps("viewer"), adminToken, nil)
+	e := startGatewayWith(t, opsConfig(opsToken, "viewer"), adminToken, nil)
 	b.login(e, opsToken)
 	b.waitText("#whoami", "ops · viewer")
 
-	e.reload(withOps("events"))
+	e.reload(opsConfig(opsToken, "events"))
 	b.waitText("#login-error", `token "ops" has role "events"`)
 	if got := eval[string](b, `sessionStorage.getItem('graygate.token') || ''`); got != "" {
 		t.Errorf("after the token lost its role, sessionStorage still holds %q", got)
 	}
 
-	e.reload(withOps("viewer"))
+	e.reload(opsConfig(opsToken, "viewer"))
 	b.login(e, opsToken)
 	b.open(e.admin + "/ui/#/rules/user_center_v2")
 	b.waitText("#rule-json", `"gray_percent": 30`)
