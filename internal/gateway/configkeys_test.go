@@ -132,6 +132,7 @@ var liveKeys = map[string]string{
 	"proxy.client_read_timeout":          "TestLiveKeysApply/proxy.client_read_timeout",
 	"proxy.client_write_timeout":         "TestLiveKeysApply/proxy.client_write_timeout",
 	"proxy.max_conns_per_host":           "TestLiveKeysApply/proxy.max_conns_per_host",
+	"proxy.max_client_connections":       "TestLiveKeysApply/proxy.max_client_connections",
 	"proxy.allow_underscores_in_headers": "TestLiveKeysApply/proxy.allow_underscores_in_headers",
 	"proxy.via":                          "TestLiveKeysApply/proxy.via",
 
