@@ -159,6 +159,13 @@ func TestRulesPutRefusesAmbiguousFiles(t *testing.T) {
 func TestClientAtTheDataPlane(t *testing.T) {
 	be := backend(t, "STABLE")
 	p, env := auditServe(t, "--default-upstream", be)
+	// The CLI sends no identity, so each request gets a random anonymous
+	// id, which canary's 5% sent to its dead gray target one time in
+	// twenty: at 0% every request reaches the default upstream.
+	body := `{"type":"gray","gray_percent":0,"targets":{"gray":"127.0.0.1:1","stable":"127.0.0.1:2"}}`
+	if code, out, err := put(p.admin, "canary", body); err != nil || code != 200 {
+		t.Fatalf("PUT canary at 0%% = %d %v %v", code, out, err)
+	}
 	for _, args := range [][]string{{"status"}, {"rules", "list"}, {"rules", "get", "canary"}} {
 		out, code := runCLI(t, nil, append(args, "--admin", p.data, "--token", "tok")...)
 		if code != 1 || !strings.Contains(out, `answered 200 with "STABLE"`) || !strings.Contains(out, "is http://"+p.data+" the admin listener") {
