@@ -42,7 +42,7 @@ export class NoAnswer extends Error {
 // complete answer came, or a 5xx did (which a proxy in front of the
 // gateway may send after the gateway applied it).
 export function uncertain(ex) {
-  return ex instanceof NoAnswer || (ex instanceof APIError && ex.status >= 500) || !(ex instanceof APIError);
+  return !(ex instanceof APIError) || ex.status >= 500;
 }
 
 // writeFailure is what a screen says when a change failed: the API's
