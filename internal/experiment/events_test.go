@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/tags/redistest"
+	"github.com/graygate/graygate/internal/testproc"
 )
 
 // TestBinomialTinyValues: a binomial metric converts on any value but 0,
@@ -101,17 +101,7 @@ func TestPostEventsRedisHung(t *testing.T) {
 			flush(t, r) // the buffer bounds what one flush sends too
 		}
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
+	resume := testproc.Freeze(t, pid)
 	post := func(from, to int) (EventsResult, error, time.Duration) {
 		var b strings.Builder
 		b.WriteString(`{"events":[`)

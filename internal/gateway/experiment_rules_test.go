@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/experiment"
 	"github.com/graygate/graygate/internal/tags/redistest"
+	"github.com/graygate/graygate/internal/testproc"
 )
 
 // startShopYAML is startShop on a config text of the caller's, so that a
@@ -261,10 +261,7 @@ func TestEventsAPIRedisHung(t *testing.T) {
 			pid, _ = strconv.Atoi(v)
 		}
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("SIGSTOP redis-server %d: %v", pid, err)
-	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	testproc.Freeze(t, pid)
 	post := func() (*http.Response, []byte, time.Duration) {
 		var events []map[string]any
 		for i := range 15 {

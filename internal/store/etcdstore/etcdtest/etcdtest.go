@@ -24,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/graygate/graygate/internal/testport"
+	"github.com/graygate/graygate/internal/testproc"
 )
 
 // startTimeout bounds how long a start or restart may take to become
@@ -343,13 +343,7 @@ func (s *Server) Freeze() (thaw func()) {
 	if cmd == nil {
 		s.t.Fatal("Freeze: etcd is not running")
 	}
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		s.t.Fatalf("SIGSTOP etcd pid %d: %v", cmd.Process.Pid, err)
-	}
-	var once sync.Once
-	thaw = func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGCONT) }) }
-	s.t.Cleanup(thaw)
-	return thaw
+	return testproc.Freeze(s.t, cmd.Process.Pid)
 }
 
 // kill stops the process, if running, and waits for it.
