@@ -32,6 +32,8 @@ notifications:
 		{"url scheme", `notifications: [{name: a, url: "ftp://h/credential"}]`, []string{`notifications[0].url: must be an http or https URL, got scheme "ftp"`}},
 		{"url without scheme", `notifications: [{name: a, url: "hooks.slack.com/credential"}]`, []string{"notifications[0].url: must be an http or https URL, got no scheme"}},
 		{"url without host", `notifications: [{name: a, url: "https:///credential"}]`, []string{"notifications[0].url: has no host"}},
+		{"url with only a port", `notifications: [{name: a, url: "http://:1234/credential"}]`, []string{"notifications[0].url: has no host name, only a port"}},
+		{"url with a user and no host", `notifications: [{name: a, url: "http://user:credential@/"}]`, []string{"notifications[0].url: has no host"}},
 		{"url unparsable", `notifications: [{name: a, url: "http://h/%zzcredential"}]`, []string{"notifications[0].url: is not a valid URL"}},
 		{"secret unset", `notifications: [{name: a, url: "http://h/", secret_env: NO_SUCH_SECRET_VAR}]`,
 			[]string{"notifications[0].secret_env: environment variable NO_SUCH_SECRET_VAR is empty or unset"}},

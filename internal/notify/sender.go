@@ -292,6 +292,10 @@ func CheckURL(u string) error {
 	if p.Host == "" {
 		return errors.New("has no host")
 	}
+	if p.Hostname() == "" {
+		// "http://:1234/" parses, and would be sent to this host.
+		return errors.New("has no host name, only a port")
+	}
 	return nil
 }
 
