@@ -1053,7 +1053,7 @@ func (c *Config) Validate() error {
 		add("access_log.path", "cannot open %q for appending: %v", c.AccessLog.Path, err)
 	}
 	if n := c.Store.HistoryLimit; n < 1 || n > store.MaxHistoryLimit {
-		add("store.history_limit", "must be 1..%d (versions kept per rule), got %d", store.MaxHistoryLimit, n)
+		add("store.history_limit", "must be 1..%d (versions kept per rule; 0 or unset means 100), got %d", store.MaxHistoryLimit, n)
 	}
 	for name, u := range c.Upstreams {
 		p := strict.Join("upstreams", name)

@@ -98,9 +98,9 @@ func TestParseErrors(t *testing.T) {
 		{"tracing endpoint with a query", "tracing: {otlp_endpoint: 'http://c:4318/?x=1'}\n", []string{"tracing.otlp_endpoint: must be an http:// or https:// URL"}},
 		{"tracing ratio", "tracing: {otlp_endpoint: 'http://c:4318', sample_ratio: 1.5}\n", []string{"tracing.sample_ratio: must be 0..1, got 1.5"}},
 		{"tracing service name", "tracing: {otlp_endpoint: 'http://c:4318', service_name: ' '}\n", []string{"tracing.service_name: must not be empty"}},
-		{"history_limit above the maximum", "store: {history_limit: 1001}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got 1001"}},
-		{"history_limit huge", "store: {history_limit: 100000000}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got 100000000"}},
-		{"history_limit negative", "store: {history_limit: -1}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule), got -1"}},
+		{"history_limit above the maximum", "store: {history_limit: 1001}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule; 0 or unset means 100), got 1001"}},
+		{"history_limit huge", "store: {history_limit: 100000000}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule; 0 or unset means 100), got 100000000"}},
+		{"history_limit negative", "store: {history_limit: -1}\n", []string{"store.history_limit: must be 1..1000 (versions kept per rule; 0 or unset means 100), got -1"}},
 		{"tracing unknown key", "tracing: {otlp_endpoint: 'http://c:4318', endpoint: x}\n", []string{"tracing.endpoint: unknown field"}},
 		{"key given twice", "listen: ':1'\nupstreams:\n  a: {instances: [{addr: 'h:1', weight: 1, weight: 2}]}\n  a: {instances: [{addr: 'h:2'}]}\nrules:\n  - {key: k, type: gray, gray_percent: 5, gray_percent: 50}\n", []string{
 			`upstreams.a.instances[0].weight: duplicate key: "weight" is given more than once in the same mapping (lines 3 and 3)`,
@@ -143,12 +143,13 @@ func TestRouteHosts(t *testing.T) {
 	}
 }
 
-// TestHistoryLimitBounds: the bounds themselves are valid.
+// TestHistoryLimitBounds: the bounds themselves are valid, and 0, as the
+// error for a bad value says, means the default of 100.
 func TestHistoryLimitBounds(t *testing.T) {
-	for _, n := range []int{1, 1000} {
+	for n, want := range map[int]int{1: 1, 1000: 1000, 0: 100} {
 		c, err := Parse([]byte(fmt.Sprintf("store: {history_limit: %d}\n", n)))
-		if err != nil || c.Store.HistoryLimit != n {
-			t.Errorf("history_limit %d: %+v %v", n, c, err)
+		if err != nil || c.Store.HistoryLimit != want {
+			t.Errorf("history_limit %d: %+v %v, want %d", n, c, err, want)
 		}
 	}
 }
