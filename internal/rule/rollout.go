@@ -671,7 +671,7 @@ func bounds(p string, minV, maxV *float64, lo, hi float64, metric string) []erro
 
 func timeout(p string, d breaker.Duration) []error {
 	if d != 0 && (d.Std() <= 0 || d.Std() > maxCheckTimeout) {
-		return []error{strict.Errorf(p, "must be between 1ms and %s, got %s", maxCheckTimeout, d)}
+		return []error{strict.Errorf(p, "must be between 1ms and %s (0 or unset means %s), got %s", maxCheckTimeout, DefaultCheckTimeout, d)}
 	}
 	return nil
 }
