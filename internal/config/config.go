@@ -312,8 +312,8 @@ type Proxy struct {
 	// MaxClientConnections caps the client connections open at once over
 	// the data-plane listeners; a new one beyond it is closed at once, so
 	// that clients cannot take every file descriptor from the admin API
-	// and the upstream dials. 0 (the default) is half the open-file
-	// limit, less 256 (listener.DefaultMaxConns).
+	// and the upstream dials. 0 (the default) is (open-file limit - 256)
+	// / 2, at least 64 (listener.DefaultMaxConns).
 	MaxClientConnections int `json:"max_client_connections,omitempty"`
 	// AllowUnderscoresInHeaders forwards request header fields whose
 	// names contain "_" (default false: they are dropped, as nginx does).

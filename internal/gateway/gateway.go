@@ -1119,8 +1119,8 @@ func (g *Gateway) ServeListeners(ctx context.Context, ls Listeners) error {
 	adminRead := cmp.Or(config.StdOf(g.boot.Admin.ReadTimeout), config.DefaultAdminReadTimeout)
 	adminIdle := cmp.Or(config.StdOf(g.boot.Admin.IdleTimeout), config.DefaultAdminIdleTimeout)
 	g.mu.Unlock()
-	// net/http's own messages (an accept error and its retry, a query
-	// with ";") go to the gateway's log, named, not to slog's default.
+	// net/http's own messages (an accept error and its retry, a handler's
+	// panic) go to the gateway's log, named, not to slog's default.
 	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: min(10*time.Second, adminRead), ReadTimeout: adminRead, IdleTimeout: adminIdle,
 		ErrorLog: slog.NewLogLogger(g.log.With("component", "admin").Handler(), slog.LevelWarn)}
 	errc := make(chan error, 3)
