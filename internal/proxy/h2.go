@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -295,6 +296,27 @@ func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// dropFragment removes a fragment from the :path, as originForm does for
+// HTTP/1.1: the decision parses the target as a URI, without it, and the
+// upstream must get the same path and query. Go's server keeps it in
+// r.URL.Path ("/p#x?q=1" is the path "/p#x" and the query q=1), where
+// the transport would send it escaped, as "/p%23x?q=1". It reports false
+// if what is left is not a request target; Go's server has already
+// refused a :path that does not start with "/", so that is not expected.
+func dropFragment(r *http.Request) bool {
+	i := strings.IndexByte(r.RequestURI, '#')
+	if i < 0 {
+		return true
+	}
+	r.RequestURI = r.RequestURI[:i]
+	u, err := url.ParseRequestURI(r.RequestURI)
+	if err != nil {
+		return false
+	}
+	r.URL = u
+	return true
+}
+
 func (s *stream) resetStream() {
 	s.resetFlow()
 	s.view.reset()
@@ -326,8 +348,13 @@ func (s *stream) serve() bool {
 	s.in.h = r.Header
 	s.setRequestID(s.in.Peek(hdrRequestID), trusted)
 	s.grpc = isGRPC(r.Header.Get("Content-Type"))
+	target := dropFragment(r)
 	s.view.see(r, s.peer, s.trusted, s.opts.AllowUnderscoresInHeaders)
 	s.path = append(s.path[:0], s.view.Path()...)
+	if !target {
+		s.reject(http.StatusBadRequest, "bad request target")
+		return false
+	}
 	if r.Method == http.MethodConnect {
 		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false

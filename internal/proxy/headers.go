@@ -346,7 +346,16 @@ func (f *flow) keepRequestHeader(k []byte, trusted bool) bool {
 // which is what an upstream expects from a gateway. An absolute-form target
 // ("http://host/path", RFC 9112 section 3.2.2) loses its scheme and
 // authority; the authority has already become the Host.
+//
+// A fragment ("#..."), which a request target may not carry but Go's
+// server and llhttp accept, is dropped, as nginx drops it: the decision
+// parsed the target as a URI, without it, and the upstream must see the
+// same path and query ("/p#x?user_id=1" is /p with no query to the
+// decision, and was "/p#x" with user_id=1 to a Go upstream).
 func (ex *exchange) originForm(uri []byte) []byte {
+	if i := bytes.IndexByte(uri, '#'); i >= 0 {
+		uri = uri[:i]
+	}
 	if len(uri) == 0 || uri[0] == '/' || (len(uri) == 1 && uri[0] == '*') {
 		return uri
 	}
