@@ -22,45 +22,52 @@ type NotApplied struct {
 // seeding, which creates every key the store never held, so that a key of
 // the file that held lacks is one the store deleted. A rule is compared as
 // the rule it decodes to, so that its formatting, the order of its keys
-// and an empty field written out do not count, and without rollout.status,
-// which the gateway writes as a rollout advances. A rule of the file that
+// and an empty field written out do not count, and without what the
+// gateway writes as a rollout runs: rollout.status, and gray_percent once
+// the stored rule's rollout has started (it has a status), since moving
+// gray_percent is the rollout's job, not an edit. A rule of the file that
 // does not decode is left out: it was refused before anything was seeded.
 func (c *Config) RulesNotApplied(held map[string]json.RawMessage) []NotApplied {
 	var out []NotApplied
 	for _, raw := range c.Rules {
-		file, ok := canonicalRule(raw)
-		if !ok {
+		file, err := rule.Decode(raw)
+		if err != nil {
 			continue
 		}
-		var key struct {
-			Key string `json:"key"`
-		}
-		_ = json.Unmarshal(file, &key)
-		stored, found := held[key.Key]
+		stored, found := held[file.Key]
 		if !found {
-			out = append(out, NotApplied{Key: key.Key, Deleted: true})
+			out = append(out, NotApplied{Key: file.Key, Deleted: true})
 			continue
 		}
-		if s, ok := canonicalRule(stored); !ok || !bytes.Equal(s, file) {
-			out = append(out, NotApplied{Key: key.Key})
+		s, err := rule.Decode(stored)
+		if err != nil || !sameRule(file, s) {
+			out = append(out, NotApplied{Key: file.Key})
 		}
 	}
 	return out
 }
 
-// canonicalRule is raw as the admin API stores a rule (the JSON of the
-// rule it decodes to), without rollout.status; ok is false for JSON that
-// is not a rule.
-func canonicalRule(raw json.RawMessage) (json.RawMessage, bool) {
-	r, err := rule.Decode(raw)
-	if err != nil {
-		return nil, false
-	}
-	if r.Rollout != nil {
-		ro := *r.Rollout
+// sameRule reports whether the file's rule f is what the store holds, s,
+// apart from what a rollout writes (see RulesNotApplied).
+func sameRule(f, s rule.Rule) bool {
+	rolled := s.Rollout != nil && s.Rollout.Status != nil
+	a, okA := canonicalRule(f, rolled)
+	b, okB := canonicalRule(s, rolled)
+	return okA && okB && bytes.Equal(a, b)
+}
+
+// canonicalRule is r as the admin API stores it (its JSON), without
+// rollout.status, and without gray_percent if rolled; ok is false if it
+// does not encode.
+func canonicalRule(c rule.Rule, rolled bool) (json.RawMessage, bool) {
+	if c.Rollout != nil {
+		ro := *c.Rollout
 		ro.Status = nil
-		r.Rollout = &ro
+		c.Rollout = &ro
 	}
-	b, err := json.Marshal(r)
+	if rolled {
+		c.GrayPercent = nil
+	}
+	b, err := json.Marshal(&c)
 	return b, err == nil
 }

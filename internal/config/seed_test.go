@@ -26,6 +26,16 @@ rules:
 		aEdited  = `{"key":"a","type":"gray","gray_percent":50,"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"}}`
 		b        = `{"key":"b","type":"gray","gray_percent":0,"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"},"rollout":{"steps":[{"percent":5},{"pause":"1m"}]}}`
 		bRunning = `{"key":"b","type":"gray","gray_percent":0,"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"},"rollout":{"steps":[{"percent":5},{"pause":"1m"}],"status":{"state":"running","step":0}}}`
+		// The rollout's first step has moved gray_percent.
+		bMoved = `{"key":"b","type":"gray","gray_percent":5,"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"},"rollout":{"steps":[{"percent":5},{"pause":"1m"}],"status":{"state":"progressing","step":1}}}`
+		// gray_percent changed, but no rollout has run: an edit.
+		bEdited = `{"key":"b","type":"gray","gray_percent":5,"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"},"rollout":{"steps":[{"percent":5},{"pause":"1m"}]}}`
+		// A rollout has run, and its steps were edited.
+		bOtherSteps = `{"key":"b","type":"gray","gray_percent":5,"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"},"rollout":{"steps":[{"percent":5},{"pause":"2m"}],"status":{"state":"progressing","step":1}}}`
+		// A rollout has run, and the targets were edited.
+		bOtherTargets = `{"key":"b","type":"gray","gray_percent":5,"targets":{"gray":"127.0.0.1:3","stable":"127.0.0.1:1"},"rollout":{"steps":[{"percent":5},{"pause":"1m"}],"status":{"state":"progressing","step":1}}}`
+		// A rollout status on a rule whose file has no rollout.
+		aRolled = `{"key":"a","type":"gray","gray_percent":5,"targets":{"gray":"127.0.0.1:2","stable":"127.0.0.1:1"},"rollout":{"steps":[{"percent":5}],"status":{"state":"completed","step":1}}}`
 	)
 	tests := []struct {
 		name string
@@ -35,6 +45,11 @@ rules:
 		{"as the file says", map[string]string{"a": a, "b": b}, nil},
 		{"formatted and ordered otherwise", map[string]string{"a": aOrdered, "b": b}, nil},
 		{"a rollout status", map[string]string{"a": a, "b": bRunning}, nil},
+		{"gray_percent moved by the rollout", map[string]string{"a": a, "b": bMoved}, nil},
+		{"gray_percent edited, no rollout run", map[string]string{"a": a, "b": bEdited}, []NotApplied{{Key: "b"}}},
+		{"a rollout has run, steps edited", map[string]string{"a": a, "b": bOtherSteps}, []NotApplied{{Key: "b"}}},
+		{"a rollout has run, targets edited", map[string]string{"a": a, "b": bOtherTargets}, []NotApplied{{Key: "b"}}},
+		{"a rollout added through the API", map[string]string{"a": aRolled, "b": b}, []NotApplied{{Key: "a"}}},
 		{"edited through the API", map[string]string{"a": aEdited, "b": b}, []NotApplied{{Key: "a"}}},
 		{"deleted", map[string]string{"b": b}, []NotApplied{{Key: "a", Deleted: true}}},
 		{"both, in file order", map[string]string{"a": aEdited}, []NotApplied{{Key: "a"}, {Key: "b", Deleted: true}}},

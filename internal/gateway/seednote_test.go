@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigRulesNotApplied: the config file's rules only seed the store,
@@ -76,5 +77,38 @@ func TestConfigRulesNotApplied(t *testing.T) {
 				t.Errorf("%s: %q logged %d times, want %d:\n%s", st.name, line, got, n, step)
 			}
 		}
+	}
+}
+
+// TestConfigRuleMovedByItsRollout: a rule of the file whose rollout moved
+// gray_percent in the store is still the file's rule, and a reload does
+// not name it; the status comes from a rollout run by the gateway itself.
+func TestConfigRuleMovedByItsRollout(t *testing.T) {
+	logs := &syncBuffer{}
+	yaml := baseConfig + "rules:\n" +
+		"  - {key: r1, type: gray, gray_percent: 0, targets: {gray: gray, stable: stable}, rollout: {steps: [{percent: 5}, {pause: 1h}]}}\n"
+	e := startWith(t, yaml, "", func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	waitRollout(t, e, "r1", "progressing", 1, 10*time.Second)
+	if _, r := e.api("GET", "/api/v1/rules/r1", nil); r["gray_percent"] != 5.0 {
+		t.Fatalf("the rollout did not move gray_percent: %v", r)
+	}
+	mark := len(logs.String())
+	if err := e.reloadKeepingDataDir(yaml); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.gw.Status().ConfigRulesNotApplied; len(got) != 0 {
+		t.Errorf("config_rules_not_applied = %q, want none", got)
+	}
+	if step := logs.String()[mark:]; strings.Contains(step, "not applied") {
+		t.Errorf("the reload warned:\n%s", step)
+	}
+	// The same file with the steps changed is not what serves.
+	if err := e.reloadKeepingDataDir(strings.Replace(yaml, "1h", "2h", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.gw.Status().ConfigRulesNotApplied; !slices.Equal(got, []string{"r1"}) {
+		t.Errorf("with other steps, config_rules_not_applied = %q, want [r1]", got)
 	}
 }
