@@ -27,8 +27,9 @@
 // yet; a backend posted the event while the request was still being
 // served) waits up to a minute for it. The data-dir store journals it,
 // so a restart keeps it, and counts one that waited in vain
-// (reason="no_exposure"), also when the wait ended while it was closed;
-// Redis expires its parked conversions itself, which nobody counts.
+// (reason="no_exposure"), also when the wait ended while it was closed.
+// In Redis, the batch of the experiment's events that finds a wait ended
+// drops it and counts it, on the gateway that sent the batch.
 //
 // # The request path
 //

@@ -108,7 +108,7 @@ func TestLocalStorePhases(t *testing.T) {
 
 func TestRedisStorePhases(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := openRedis("redis://" + srv.Addr() + "/4")
+	s, err := openRedis("redis://"+srv.Addr()+"/4", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -175,10 +175,10 @@ func New(o Options) (*Recorder, error) {
 		r.gateway, _ = os.Hostname()
 	}
 	var err error
+	expired := func(n int) { r.dropped[indexOf(DropNoExposure)].Add(uint64(n)) }
 	if o.Store != "" {
-		r.store, err = openRedis(o.Store)
+		r.store, err = openRedis(o.Store, o.Now, expired)
 	} else {
-		expired := func(n int) { r.dropped[indexOf(DropNoExposure)].Add(uint64(n)) }
 		r.store, err = openLocal(localOptions{Dir: o.Dir, MaxUnits: o.MaxUnits, CompactBytes: o.CompactBytes, Logger: r.log, Now: o.Now, Expired: expired})
 	}
 	if err != nil {

@@ -28,7 +28,10 @@ import (
 //	k          hash  "<metric>\n<group>" → converted units
 //	v:<metric> hash  "<len(group)>:<group><unit>" → the unit's total, µ-units
 //	p:<unit>   list  conversions of a unit not (yet) exposed, for pendingTTL
-//	                 (Redis's EXPIRE drops them: no_exposure stays 0)
+//	pz         zset  unit → when its wait ends (Unix ms): a batch of the
+//	                 experiment drops the lists whose wait ended and
+//	                 returns how many conversions they held (no_exposure);
+//	                 both expire after twice pendingTTL without a batch
 //	b:<id>     string  marks a batch as applied, for an hour
 //	ph         string  the experiment's phase (JSON, see phase.go)
 //	ps         string  "<since> <alloc>" of the phase: first exposures of
@@ -48,6 +51,10 @@ type redisStore struct {
 	phase  *redis.Script
 	id     string
 	seq    atomic.Uint64
+	// now dates a batch, for the waits of parked conversions; expired is
+	// told how many of them a batch found expired and dropped.
+	now     func() time.Time
+	expired func(n int)
 }
 
 // redisTimeout bounds one Redis call, so that an outage costs the writer
@@ -57,7 +64,10 @@ const redisTimeout = 2 * time.Second
 // maxBatch is the most events one script call applies.
 const maxBatch = 512
 
-func openRedis(rawURL string) (*redisStore, error) {
+// openRedis opens the store at rawURL. now is the gateway's clock (nil
+// for time.Now); expired, if not nil, is told how many parked conversions
+// expired.
+func openRedis(rawURL string, now func() time.Time, expired func(n int)) (*redisStore, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("experiments.store: %w", err)
@@ -70,7 +80,11 @@ func openRedis(rawURL string) (*redisStore, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("batch id: %w", err)
 	}
-	return &redisStore{c: redis.NewClient(o), script: redis.NewScript(applyScript), phase: redis.NewScript(phaseScript), id: hex.EncodeToString(id[:])}, nil
+	if now == nil {
+		now = time.Now
+	}
+	return &redisStore{c: redis.NewClient(o), script: redis.NewScript(applyScript), phase: redis.NewScript(phaseScript), id: hex.EncodeToString(id[:]),
+		now: now, expired: expired}, nil
 }
 
 func (s *redisStore) kind() string { return "redis" }
@@ -78,18 +92,22 @@ func (s *redisStore) kind() string { return "redis" }
 func prefix(exp string) string { return "graygate:exp:" + strconv.Itoa(len(exp)) + ":" + exp + ":" }
 
 // applyScript applies one batch of one experiment's events; see redisStore.
-// ARGV: window (ms), pending TTL (s), key prefix, batch id, then six fields
+// ARGV: window (ms), pending TTL (s), key prefix, batch id, the gateway's
+// time (Unix ms), then six fields
 // per event: kind ("e" exposure, "b" binomial, "m" mean), unit, and for an
 // exposure group, ts, version, alloc (hex); for a conversion metric, ts,
 // value, "".
 // A conversion's kind is upper-case ("B", "M") when its request exposed the
 // unit too (Event.Exposes).
 // It returns one code per event (1 fresh or counted, 0 repeated, 2 parked,
-// 3 outside the window, 4 overflow), or {-1} for a batch applied before.
+// 3 outside the window, 4 overflow) and then how many parked conversions
+// it dropped because their wait had ended, or {-1} for a batch applied
+// before.
 const applyScript = `
 local W = tonumber(ARGV[1])
 local TTL = tonumber(ARGV[2])
 local P = ARGV[3]
+local NOW = tonumber(ARGV[5])
 if ARGV[4] ~= "" then
   if not redis.call("SET", P .. "b:" .. ARGV[4], "1", "NX", "EX", 3600) then
     return {-1}
@@ -127,7 +145,7 @@ local function conv(unit, kind, metric, ts, val, rec)
   return 1
 end
 local out = {}
-local i = 5
+local i = 6
 while i + 5 <= #ARGV do
   local kind, unit, a, b, c, f = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
   i = i + 6
@@ -142,6 +160,7 @@ while i + 5 <= #ARGV do
       local ps = redis.call("LRANGE", pk, 0, -1)
       if #ps > 0 then
         redis.call("DEL", pk)
+        redis.call("ZREM", P .. "pz", unit)
         for _, p in ipairs(ps) do
           local k, m, t, v = string.match(p, "^(%a) (%S+) (%-?%d+) (%-?%d+)$")
           if k then conv(unit, k, m, tonumber(t), v, redis.call("HGET", P .. "u", unit)) end
@@ -166,11 +185,23 @@ while i + 5 <= #ARGV do
       local pk = P .. "p:" .. unit
       redis.call("RPUSH", pk, kind .. " " .. a .. " " .. b .. " " .. c)
       redis.call("LTRIM", pk, -100, -1)
-      redis.call("EXPIRE", pk, TTL)
+      -- The wait is pz's, from the last conversion parked; EXPIRE only
+      -- cleans up after an experiment that no batch comes for.
+      redis.call("EXPIRE", pk, 2 * TTL)
+      redis.call("ZADD", P .. "pz", NOW + TTL * 1000, unit)
+      redis.call("EXPIRE", P .. "pz", 2 * TTL)
       out[#out+1] = 2
     end
   end
 end
+local expired = 0
+for _, unit in ipairs(redis.call("ZRANGEBYSCORE", P .. "pz", "-inf", NOW, "LIMIT", 0, 1000)) do
+  local pk = P .. "p:" .. unit
+  expired = expired + redis.call("LLEN", pk)
+  redis.call("DEL", pk)
+  redis.call("ZREM", P .. "pz", unit)
+end
+out[#out+1] = expired
 return out
 `
 
@@ -183,7 +214,7 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 		for end < len(events) && end-done < maxBatch && events[end].Experiment == exp {
 			end++
 		}
-		args = append(args[:0], window, int64(pendingTTL/time.Second), prefix(exp), s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10))
+		args = append(args[:0], window, int64(pendingTTL/time.Second), prefix(exp), s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10), s.now().UnixMilli())
 		for i := done; i < end; i++ {
 			e := &events[i]
 			if e.Kind == Exposure {
@@ -208,6 +239,9 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 			if j := i - done; j < len(codes) {
 				st[i] = decodeStatus(events[i].Kind, codes[j])
 			}
+		}
+		if n := end - done; len(codes) == n+1 && codes[n] > 0 && s.expired != nil {
+			s.expired(int(codes[n]))
 		}
 		done = end
 	}

@@ -60,3 +60,57 @@ func units(res *Results) int64 {
 	}
 	return n
 }
+
+// TestRedisNoExposure: with the fleet's Redis store, a conversion whose
+// unit is never exposed is dropped when its wait ends and counted
+// (no_exposure), as the data-dir store counts it; one whose unit comes
+// in time is moved and counts, and is never counted as dropped. A second
+// gateway sharing the Redis does not count the same drop again.
+func TestRedisNoExposure(t *testing.T) {
+	srv := redistest.Start(t)
+	clk, ctx := newClock(), context.Background()
+	store := "redis://" + srv.Addr() + "/5"
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	r := newRecorder(t, Options{Store: store, Now: clk.Now})
+	r.SetCatalog(NewCatalog(snap, Settings{}))
+	other := newRecorder(t, Options{Store: store, Now: clk.Now})
+	other.SetCatalog(NewCatalog(snap, Settings{}))
+	post := func(units ...string) {
+		t.Helper()
+		for _, u := range units {
+			if _, err := r.PostEvents(ctx, []byte(`{"events":[{"unit":"`+u+`","metric":"signup"}]}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flush(t, r)
+	}
+	post("late", "never", "never")
+	// In time: the conversion moves. The request came 1 ms before the
+	// event (as a client posts a conversion after the page it got).
+	serve(r, snap, "GET", "/shop/", "late", 200)
+	flush(t, r)
+	clk.Add(pendingTTL - time.Millisecond)
+	serve(r, snap, "GET", "/shop/", "someone-else", 200)
+	flush(t, r)
+	if n := r.Dropped(DropNoExposure); n != 0 {
+		t.Fatalf("no_exposure = %d before any wait ended, want 0", n)
+	}
+	clk.Add(time.Millisecond)
+	serve(other, snap, "GET", "/shop/", "someone", 200) // a batch of the experiment, on the other gateway
+	flush(t, other)
+	if n := other.Dropped(DropNoExposure); n != 2 {
+		t.Errorf("no_exposure = %d after the wait of two conversions ended, want 2", n)
+	}
+	serve(r, snap, "GET", "/shop/", "never", 200) // too late: nothing is left to move
+	flush(t, r)
+	if n, m := r.Dropped(DropNoExposure), other.Dropped(DropNoExposure); n != 0 || m != 2 {
+		t.Errorf("no_exposure = %d and %d after a later batch, want 0 and 2 (counted once, in the fleet)", n, m)
+	}
+	var signups int64
+	for _, g := range results(t, r, "checkout").Groups {
+		signups += g.Metrics["signup"].Count
+	}
+	if signups != 1 {
+		t.Errorf("signups = %d, want 1 (late's)", signups)
+	}
+}

@@ -233,7 +233,7 @@ func TestLocalStoreMaxUnits(t *testing.T) {
 
 func TestRedisStore(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := openRedis("redis://" + srv.Addr() + "/3")
+	s, err := openRedis("redis://"+srv.Addr()+"/3", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestRedisStore(t *testing.T) {
 	// A batch whose reply was lost is sent again under its id: it is not
 	// counted twice.
 	ctx := context.Background()
-	args := []any{window, 60, prefix("e:1"), "replayed-1", "m", "u1", "r", int64(2000), int64(10), ""}
+	args := []any{window, 60, prefix("e:1"), "replayed-1", time.Now().UnixMilli(), "m", "u1", "r", int64(2000), int64(10), ""}
 	for range 2 {
 		if _, err := s.script.Run(ctx, s.c, nil, args...).Int64Slice(); err != nil {
 			t.Fatal(err)
