@@ -71,8 +71,8 @@ const (
 	DropOverflow         = "overflow"          // a unit's total would overflow
 	DropUnitTooLong      = "unit_too_long"     // a request's unit id is over MaxUnitBytes
 	// DropNoExposure counts conversions that waited pendingTTL for their
-	// unit's exposure in vain (the data-dir store; Redis expires its
-	// parked conversions itself, uncounted).
+	// unit's exposure in vain; with Redis, by the gateway whose batch
+	// found the wait ended.
 	DropNoExposure = "no_exposure"
 )
 
