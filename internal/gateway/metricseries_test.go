@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -141,5 +144,68 @@ func TestFirstErrorBurstCounts(t *testing.T) {
 	}
 	if m := e.metricsText(); !strings.Contains(m, series+" 3") {
 		t.Errorf("no %s 3 after three 500s:\n%s", series, grepLines(m, "graygate_requests_total"))
+	}
+}
+
+// TestRetiredRuleRequestCounted: a request its rule sent upstream, still
+// running when the rule's series are deleted (the retire grace after the
+// rule went), does not bring them back, and is not lost either: it is
+// counted in graygate_retired_rule_requests_total by status class.
+func TestRetiredRuleRequestCounted(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-time.After(20 * time.Second):
+			}
+		}
+		_, _ = io.WriteString(w, "slow")
+	}))
+	defer slow.Close()
+	defer close(release)
+	yaml := baseConfig + `  slow:   {instances: [{addr: "` + slow.Listener.Addr().String() + `"}]}` + "\n"
+	e := startWith(t, yaml, "", func(o *Options) { o.SeriesRetireGrace = grace })
+	e.mustPut("long", map[string]any{"type": "gray", "gray_percent": 100, "targets": map[string]string{"gray": "slow", "stable": "stable"},
+		"breaker": map[string]any{"enabled": false}})
+	if a, err := e.get("/fast", "X-User-Id", "1"); err != nil || a.rule != "long" {
+		t.Fatalf("a request of the rule: %+v, %v", a, err)
+	}
+	if m := e.metricsText(); !strings.Contains(m, `graygate_retired_rule_requests_total{code="2xx"} 0`) {
+		t.Errorf("the counter does not start at 0:\n%s", grepLines(m, "graygate_retired_rule_requests_total"))
+	}
+	type result struct {
+		a   answer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, err := e.get("/slow", "X-User-Id", "2")
+		done <- result{a, err}
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow request did not reach its upstream")
+	}
+	if code, _ := e.api("DELETE", "/api/v1/rules/long", nil); code != 200 {
+		t.Fatal(code)
+	}
+	waitFor(t, "the deleted rule's series to go", 5*time.Second, func() bool {
+		return !strings.Contains(e.metricsText(), `rule="long"`)
+	})
+	release <- struct{}{}
+	r := <-done
+	if r.err != nil || r.a.status != 200 || r.a.rule != "long" {
+		t.Fatalf("the slow request: %+v, %v", r.a, r.err)
+	}
+	m := e.metricsText()
+	if !strings.Contains(m, `graygate_retired_rule_requests_total{code="2xx"} 1`) {
+		t.Errorf("the request that ended after its rule's series went is not counted:\n%s", grepLines(m, "graygate_retired_rule_requests_total"))
+	}
+	if strings.Contains(m, `rule="long"`) {
+		t.Errorf("the deleted rule's series came back:\n%s", grepLines(m, `rule="long"`))
 	}
 }

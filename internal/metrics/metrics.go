@@ -29,6 +29,7 @@ type Metrics struct {
 	brkTrans *prometheus.CounterVec
 	idReject *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	late     *prometheus.CounterVec
 
 	children sync.Map // key → *child
 
@@ -43,8 +44,9 @@ type Metrics struct {
 
 // RetireGrace is how long the series of a rule that no longer serves are
 // kept before SetRules deletes them: requests the rule sent upstream
-// before it went are still counted. One that ends after the deletion is
-// not, so that it does not bring the series back.
+// before it went are still counted. One that ends after the deletion (a
+// long download, a stream) does not bring the series back: it is counted
+// in graygate_retired_rule_requests_total, by status class.
 const RetireGrace = 2 * time.Minute
 
 // degradedReasons are the reasons of graygate_degraded_requests_total
@@ -98,7 +100,10 @@ func New() *Metrics {
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "graygate_refused_requests_total", Help: "Requests the route's policy refused, by route and reason (rate_limit: 429, concurrency_cap: 503, body_too_large: 413).",
 	}, []string{"route", "reason"})
-	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkTrans, m.idReject, m.refused,
+	m.late = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "graygate_retired_rule_requests_total", Help: "Requests that ended after their rule's series were deleted (RetireGrace after the rule stopped serving), by status class.",
+	}, []string{"code"})
+	m.reg.MustRegister(m.requests, m.latency, m.revision, m.reloads, m.rollback, m.degraded, m.brkTrans, m.idReject, m.refused, m.late,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The series of a fixed label set start at 0, so that rate() and
 	// increase() see their first event (the first failed reload, the first
@@ -107,6 +112,9 @@ func New() *Metrics {
 		m.reloads.WithLabelValues(r)
 	}
 	m.idReject.WithLabelValues(identity.ReasonTooLong)
+	for _, c := range classes {
+		m.late.WithLabelValues(c)
+	}
 	m.retireWait = RetireGrace
 	return m
 }
@@ -208,7 +216,9 @@ func (m *Metrics) Observe(d *router.Decision, status int, elapsed time.Duration)
 		c = v.(*child)
 	} else {
 		if _, gone := m.retired.Load(k.rule); gone {
-			return // a request of a rule deleted RetireGrace ago
+			// A request of a rule whose series went RetireGrace ago.
+			m.late.WithLabelValues(classes[k.class]).Inc()
+			return
 		}
 		if k.class != class5xx {
 			// The pool's 5xx series starts at 0 with its first answer of
