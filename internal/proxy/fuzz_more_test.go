@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"net/url"
+	"strings"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 // FuzzURLDecoded: the views decode query parameters and cookies as
@@ -19,6 +22,33 @@ func FuzzURLDecoded(f *testing.F) {
 		}
 		if len(got) > len(s) {
 			t.Fatalf("appendURLDecoded(%q) = %q: longer than its input", s, got)
+		}
+	})
+}
+
+// FuzzOriginForm: what an origin-form target sends upstream is what the
+// decision parsed (fasthttp's URI, as the view reads it): the same path
+// and the same query, and never a fragment.
+func FuzzOriginForm(f *testing.F) {
+	for _, s := range []string{"/", "/p?q=1#frag", "/p#frag?q=1", "/p#", "/a/b#/../../c", "//x#y", "/?#", "/%23?a=%23#b", "http://abs.test#f/p?q=3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		var ex exchange
+		out := string(ex.originForm([]byte(target)))
+		if strings.Contains(out, "#") {
+			t.Fatalf("originForm(%q) = %q: a fragment is forwarded", target, out)
+		}
+		if !strings.HasPrefix(target, "/") {
+			return
+		}
+		var u fasthttp.URI
+		if err := u.Parse([]byte("h.test"), []byte(target)); err != nil {
+			return
+		}
+		path, query, _ := strings.Cut(out, "?")
+		if path != string(u.PathOriginal()) || query != string(u.QueryString()) {
+			t.Fatalf("originForm(%q) = %q, the decision parsed path %q and query %q", target, out, u.PathOriginal(), u.QueryString())
 		}
 	})
 }
