@@ -1,16 +1,11 @@
 package gateway
 
 import (
-	"context"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/graygate/graygate/internal/config"
 )
 
 // emfileListener fails its first Accept as a process out of descriptors
@@ -40,44 +35,11 @@ func (l *emfileListener) Accept() (net.Conn, error) {
 // answers after the retry.
 func TestAdminServerLogsToGatewayLog(t *testing.T) {
 	logs := &syncBuffer{}
-	yaml := baseConfig
-	for name, addr := range startBackends(t, "stable", "gray", "a", "b") {
-		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", addr)
-	}
-	cfg, err := config.Parse([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DataDir = t.TempDir()
-	g, err := New(Options{Config: cfg, AdminToken: token, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, dl, &emfileListener{Listener: al}) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("the gateway did not stop")
-		}
+	e, cfg := newEnv(t, baseConfig, "", func(o *Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	})
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + al.Addr().String() + "/healthz")
-	if err != nil {
-		t.Fatalf("the admin API after a failed accept: %v", err)
-	}
-	resp.Body.Close()
+	e.wrapAdmin = func(l net.Listener) net.Listener { return &emfileListener{Listener: l} }
+	e.restart(cfg) // waits until the admin API answers /healthz: after the retry
 	var line string
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, "too many open files") {

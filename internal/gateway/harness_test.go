@@ -41,6 +41,8 @@ type env struct {
 	openStore func() store.Store
 	// options, when set, adjusts the gateway's Options at each (re)start.
 	options func(*Options)
+	// wrapAdmin, when set, wraps the admin listener at each (re)start.
+	wrapAdmin func(net.Listener) net.Listener
 }
 
 func startBackends(t *testing.T, names ...string) map[string]string {
@@ -67,6 +69,15 @@ func start(t *testing.T, yaml string, dataDir string) *env {
 // startWith is start with options adjusting the gateway's Options.
 func startWith(t *testing.T, yaml string, dataDir string, options func(*Options)) *env {
 	t.Helper()
+	e, cfg := newEnv(t, yaml, dataDir, options)
+	e.restart(cfg)
+	return e
+}
+
+// newEnv is startWith without the start: the caller adjusts e, then
+// calls e.restart(cfg).
+func newEnv(t *testing.T, yaml string, dataDir string, options func(*Options)) (*env, *config.Config) {
+	t.Helper()
 	e := &env{t: t, backends: startBackends(t, "stable", "gray", "a", "b"), options: options}
 	for name, addr := range e.backends {
 		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", addr)
@@ -79,8 +90,7 @@ func startWith(t *testing.T, yaml string, dataDir string, options func(*Options)
 		t.Fatalf("config: %v", err)
 	}
 	cfg.DataDir = dataDir
-	e.restart(cfg)
-	return e
+	return e, cfg
 }
 
 func (e *env) restart(cfg *config.Config) {
@@ -103,7 +113,11 @@ func (e *env) restart(cfg *config.Config) {
 	e.gw, e.stop, e.done = g, cancel, make(chan error, 1)
 	e.data, e.admin = "http://"+dl.Addr().String(), "http://"+al.Addr().String()
 	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	go func() { e.done <- g.Serve(ctx, dl, al) }()
+	var adminLn net.Listener = al
+	if e.wrapAdmin != nil {
+		adminLn = e.wrapAdmin(al)
+	}
+	go func() { e.done <- g.Serve(ctx, dl, adminLn) }()
 	t.Cleanup(e.shutdown)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
