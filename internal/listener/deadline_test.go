@@ -216,6 +216,32 @@ func TestLazyReadDeadline(t *testing.T) {
 				t.Fatalf("read after Resume: %q, %v", b[:n], err)
 			}
 		}},
+		{"a read after Resume is not cut by the interrupt it outlived", func(t *testing.T, c *Conn, client net.Conn) {
+			// The interrupting goroutine may still be recording the past
+			// deadline it set when the read it ended has returned, been
+			// resumed and reads again; that read must not take the
+			// recorded minute for what is armed. (CI saw it time out.)
+			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n"
+			sendThrough(t, c, client, msg)
+			c.config = func() *Config { return &Config{MaxHeaderBytes: 8 << 10, BodyReadTimeout: time.Minute} }
+			var b [8]byte
+			for i := range 2000 {
+				setRead(t, c, time.Now().Add(time.Minute))
+				done := make(chan struct{})
+				go func() { _ = c.Interrupt(); close(done) }()
+				if took, err := readErr(c); !errors.Is(err, os.ErrDeadlineExceeded) || took > 5*time.Second {
+					t.Fatalf("try %d: read ended after %v with %v; want the interrupt's timeout", i, took, err)
+				}
+				c.Resume()
+				if _, err := client.Write([]byte("x")); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := c.Read(b[:]); err != nil || string(b[:n]) != "x" {
+					t.Fatalf("try %d: read after Resume: %q, %v", i, b[:n], err)
+				}
+				<-done
+			}
+		}},
 		{"an interrupt racing the body read wins", func(t *testing.T, c *Conn, client net.Conn) {
 			msg := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n"
 			sendThrough(t, c, client, msg)

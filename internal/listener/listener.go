@@ -24,10 +24,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -178,8 +180,11 @@ type Conn struct {
 	released   atomic.Bool // the gate was told it closed
 	// interrupted: Interrupt was called, and no Resume since.
 	interrupted atomic.Bool
-	// Deadlines armed on the connection, in Unix nanoseconds (0: none).
+	// Deadlines armed on the connection, in Unix nanoseconds (0: none;
+	// arming: a read deadline is being set, its value not yet known).
 	rdl, wdl atomic.Int64
+	// arm serializes setting the read deadline (see armRead).
+	arm sync.Mutex
 	// The read deadline asked for (0: none), and how much earlier than it
 	// the armed one may fall (see armRead).
 	rwant, rtol atomic.Int64
@@ -267,26 +272,44 @@ func (c *Conn) read(p []byte) (int, error) {
 // later than it and no more than its tolerance earlier. A deadline armed
 // at once by another goroutine while it runs (a cancel) wins: it arms
 // again until what it armed is still what is asked.
+//
+// The reading goroutine and a canceling one (Interrupt, a past
+// SetReadDeadline) may arm at once. Setting is serialized, and rdl reads
+// arming while a set is under way, so that neither trusts a value the
+// other is replacing: without that, a read could keep a deadline recorded
+// as a minute away while a cancel it had already outlived was setting a
+// past one, and time out at once.
 func (c *Conn) armRead() error {
-	for {
-		want, armed := c.rwant.Load(), c.rdl.Load()
-		if armed == want || Keeps(armed, want, c.rtol.Load()) {
-			return nil
-		}
+	if c.kept() {
+		return nil
+	}
+	c.arm.Lock()
+	defer c.arm.Unlock()
+	for !c.kept() {
+		want := c.rwant.Load()
 		var t time.Time
 		if want != 0 {
 			t = time.Unix(0, want)
 		}
 		c.arms.Add(1)
+		c.rdl.Store(arming)
 		if err := c.Conn.SetReadDeadline(t); err != nil {
-			return err
+			return err // rdl stays arming: the next arm sets it for sure
 		}
 		c.rdl.Store(want)
-		if c.rwant.Load() == want {
-			return nil
-		}
 	}
+	return nil
 }
+
+// kept reports whether the read deadline armed may stay for the one asked
+// for (see armRead).
+func (c *Conn) kept() bool {
+	want, armed := c.rwant.Load(), c.rdl.Load()
+	return armed != arming && (armed == want || Keeps(armed, want, c.rtol.Load()))
+}
+
+// arming is rdl while the read deadline is being set.
+const arming = math.MinInt64
 
 // askRead records want as the read deadline, with tolerance tol, for the
 // next read to arm (see armRead).
