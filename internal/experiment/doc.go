@@ -29,7 +29,10 @@
 // so a restart keeps it, and counts one that waited in vain
 // (reason="no_exposure"), also when the wait ended while it was closed.
 // In Redis, the batch of the experiment's events that finds a wait ended
-// drops it and counts it, on the gateway that sent the batch.
+// drops it and counts it, on the gateway that sent the batch; the gateway
+// that parked it sweeps its experiment once the wait ends if no batch has.
+// Either store sweeps waits that ended at most a second late while no
+// events come.
 //
 // # The request path
 //

@@ -107,6 +107,10 @@ type backend interface {
 	// while). It sets st[i] for each event it handled and returns how many
 	// it handled; on error the rest were not applied.
 	apply(ctx context.Context, events []Event, window int64, st []status) (int, error)
+	// sweepIdle drops the parked conversions whose wait has ended where no
+	// apply would (an experiment, or a whole store, that no events come
+	// for), and tells the store's expired callback how many.
+	sweepIdle(ctx context.Context) error
 	counts(ctx context.Context, exp string) (counts, error)
 	// setPhase replaces the experiment's phase with next if it is still
 	// old (compare and set, so that a fleet's gateways agree), and

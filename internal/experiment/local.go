@@ -377,6 +377,20 @@ func (s *localStore) apply(_ context.Context, events []Event, window int64, st [
 	return len(events), nil
 }
 
+// sweepIdle sweeps while no events come (see backend), at most once a
+// second, and persists what it dropped.
+func (s *localStore) sweepIdle(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if s.pending == 0 || now.Sub(s.lastSweep) < time.Second {
+		return nil
+	}
+	s.buf = s.buf[:0]
+	s.sweep(now)
+	return s.persist()
+}
+
 func (s *localStore) applyOne(ev *Event, window int64, now time.Time) status {
 	e := s.exp(ev.Experiment)
 	key := xxhash.Sum64String(ev.Unit)

@@ -29,9 +29,11 @@ import (
 //	v:<metric> hash  "<len(group)>:<group><unit>" → the unit's total, µ-units
 //	p:<unit>   list  conversions of a unit not (yet) exposed, for pendingTTL
 //	pz         zset  unit → when its wait ends (Unix ms): a batch of the
-//	                 experiment drops the lists whose wait ended and
-//	                 returns how many conversions they held (no_exposure);
-//	                 both expire after twice pendingTTL without a batch
+//	                 experiment, or the sweep of the gateway that parked
+//	                 the conversion (sweepIdle), drops the lists whose
+//	                 wait ended and returns how many conversions they held
+//	                 (no_exposure); both expire after twice pendingTTL
+//	                 without a batch
 //	b:<id>     string  marks a batch as applied, for an hour
 //	ph         string  the experiment's phase (JSON, see phase.go)
 //	ps         string  "<since> <alloc>" of the phase: first exposures of
@@ -55,6 +57,10 @@ type redisStore struct {
 	// told how many of them a batch found expired and dropped.
 	now     func() time.Time
 	expired func(n int)
+	// parked: experiment → when the wait of the last conversion this
+	// gateway parked in it ends (Unix ms), until sweepIdle has found its
+	// waits ended. Only the writer uses it.
+	parked map[string]int64
 }
 
 // redisTimeout bounds one Redis call, so that an outage costs the writer
@@ -84,7 +90,7 @@ func openRedis(rawURL string, now func() time.Time, expired func(n int)) (*redis
 		now = time.Now
 	}
 	return &redisStore{c: redis.NewClient(o), script: redis.NewScript(applyScript), phase: redis.NewScript(phaseScript), id: hex.EncodeToString(id[:]),
-		now: now, expired: expired}, nil
+		now: now, expired: expired, parked: map[string]int64{}}, nil
 }
 
 func (s *redisStore) kind() string { return "redis" }
@@ -214,7 +220,8 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 		for end < len(events) && end-done < maxBatch && events[end].Experiment == exp {
 			end++
 		}
-		args = append(args[:0], window, int64(pendingTTL/time.Second), prefix(exp), s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10), s.now().UnixMilli())
+		now := s.now().UnixMilli()
+		args = append(args[:0], window, int64(pendingTTL/time.Second), prefix(exp), s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10), now)
 		for i := done; i < end; i++ {
 			e := &events[i]
 			if e.Kind == Exposure {
@@ -239,6 +246,9 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 			if j := i - done; j < len(codes) {
 				st[i] = decodeStatus(events[i].Kind, codes[j])
 			}
+			if st[i] == stPending {
+				s.parked[exp] = now + pendingTTL.Milliseconds()
+			}
 		}
 		if n := end - done; len(codes) == n+1 && codes[n] > 0 && s.expired != nil {
 			s.expired(int(codes[n]))
@@ -246,6 +256,32 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 		done = end
 	}
 	return done, nil
+}
+
+// sweepIdle runs the apply script without events (and without a batch
+// id: a sweep repeated finds nothing left to count) for each experiment
+// in which this gateway parked conversions whose wait has now ended, so
+// that they are counted (no_exposure) even if no batch of the experiment
+// comes again. An experiment stays listed until a sweep finds nothing
+// more (one sweep drops at most 1000 units). Conversions another gateway
+// parked are its to sweep, or any batch's.
+func (s *redisStore) sweepIdle(ctx context.Context) error {
+	now := s.now().UnixMilli()
+	for exp, ends := range s.parked {
+		if ends > now {
+			continue
+		}
+		codes, err := s.run(ctx, []any{0, int64(pendingTTL / time.Second), prefix(exp), "", now})
+		if err != nil {
+			return err
+		}
+		if len(codes) != 1 || codes[0] == 0 {
+			delete(s.parked, exp)
+		} else if s.expired != nil {
+			s.expired(int(codes[0]))
+		}
+	}
+	return nil
 }
 
 // run sends one batch; a reply lost to a timeout is retried once with the

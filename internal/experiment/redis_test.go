@@ -114,3 +114,41 @@ func TestRedisNoExposure(t *testing.T) {
 		t.Errorf("signups = %d, want 1 (late's)", signups)
 	}
 }
+
+// TestNoExposureWhileIdle: a conversion whose unit is never exposed is
+// counted (no_exposure) within a second of the end of its wait even if no
+// event of its experiment, or none at all, comes after it, in either
+// store.
+func TestNoExposureWhileIdle(t *testing.T) {
+	for _, store := range []string{"file", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			clk, ctx := newClock(), context.Background()
+			o := Options{Now: clk.Now}
+			if store == "redis" {
+				o.Store = "redis://" + redistest.Start(t).Addr() + "/6"
+			}
+			r := newRecorder(t, o)
+			r.SetCatalog(NewCatalog(snapshot(t, router.Input{}, checkoutRule), Settings{}))
+			if _, err := r.PostEvents(ctx, []byte(`{"events":[{"unit":"never","metric":"signup"},{"unit":"never","metric":"signup"}]}`)); err != nil {
+				t.Fatal(err)
+			}
+			flush(t, r)
+			clk.Add(pendingTTL - time.Millisecond)
+			flush(t, r)
+			if n := r.Dropped(DropNoExposure); n != 0 {
+				t.Fatalf("no_exposure = %d before the wait ended, want 0", n)
+			}
+			clk.Add(time.Second) // idle waits are swept once a second
+			flush(t, r)          // no events at all
+			if n := r.Dropped(DropNoExposure); n != 2 {
+				t.Fatalf("no_exposure = %d a second after the wait ended with no events, want 2", n)
+			}
+			clk.Add(time.Minute)
+			flush(t, r)
+			flush(t, r)
+			if n := r.Dropped(DropNoExposure); n != 2 {
+				t.Fatalf("no_exposure = %d after later sweeps, want 2 (counted once)", n)
+			}
+		})
+	}
+}
