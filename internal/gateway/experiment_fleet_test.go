@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -634,5 +635,46 @@ func TestExperimentDataDirRemovedWhileServing(t *testing.T) {
 	e.restart(cfg)
 	if got, _ := e.results("checkout"); totalUnits(got) != 600 {
 		t.Errorf("units after a restart on the removed-then-written-back data dir = %d, want 600", totalUnits(got))
+	}
+}
+
+// TestNoExposureCountedWhileIdle: a conversion posted for a unit that is
+// never exposed is counted in /metrics as no_exposure once its minute is
+// up, with no request and no event after it, in the data-dir store and in
+// Redis. Before, only a later batch of events (in Redis, of the same
+// experiment) swept it.
+func TestNoExposureCountedWhileIdle(t *testing.T) {
+	for _, store := range []string{"file", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			extra := ""
+			if store == "redis" {
+				extra = fmt.Sprintf("  store: redis://%s/0", redistest.Start(t).Addr())
+			}
+			var offset atomic.Int64 // added to the real clock, so network deadlines stay real
+			e := startWith(t, shopConfig(t, extra), "", func(o *Options) {
+				o.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+			})
+			code, out := e.postEvents("events-token", []any{map[string]any{"unit": "never-exposed", "metric": "signup"}})
+			if code != 200 || out["conversions"] != 1.0 {
+				t.Fatalf("POST /api/v1/events = %d %v, want 200 with 1 conversion", code, out)
+			}
+			const counted = `graygate_experiment_events_dropped_total{reason="no_exposure"} 1`
+			time.Sleep(300 * time.Millisecond) // three flushes
+			if m := e.metricsText(); strings.Contains(m, counted) {
+				t.Fatalf("no_exposure counted before the wait ended:\n%s", grepLines(m, "dropped"))
+			}
+			offset.Store(int64(time.Minute + time.Second))
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				m := e.metricsText()
+				if strings.Contains(m, counted) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no_exposure not counted within 5 s of the end of the wait, with no traffic:\n%s", grepLines(m, "dropped"))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 	}
 }
