@@ -388,6 +388,9 @@ func (s *localStore) sweepIdle(context.Context) error {
 	}
 	s.buf = s.buf[:0]
 	s.sweep(now)
+	if len(s.buf) == 0 {
+		return nil // nothing ended: nothing to write, nor to fail
+	}
 	return s.persist()
 }
 
