@@ -664,17 +664,9 @@ func TestNoExposureCountedWhileIdle(t *testing.T) {
 				t.Fatalf("no_exposure counted before the wait ended:\n%s", grepLines(m, "dropped"))
 			}
 			offset.Store(int64(time.Minute + time.Second))
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				m := e.metricsText()
-				if strings.Contains(m, counted) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no_exposure not counted within 10 s of the end of the wait, with no traffic:\n%s", grepLines(m, "dropped"))
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			waitFor(t, "no_exposure counted after the end of the wait, with no traffic", 10*time.Second, func() bool {
+				return strings.Contains(e.metricsText(), counted)
+			})
 		})
 	}
 }
