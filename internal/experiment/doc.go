@@ -31,8 +31,8 @@
 // In Redis, the batch of the experiment's events that finds a wait ended
 // drops it and counts it, on the gateway that sent the batch; the gateway
 // that parked it sweeps its experiment once the wait ends if no batch has.
-// Either store sweeps waits that ended at most a second late while no
-// events come.
+// Either store sweeps waits that ended while no events come at most a
+// second late, or one flush interval if that is longer.
 //
 // # The request path
 //

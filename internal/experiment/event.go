@@ -109,7 +109,9 @@ type backend interface {
 	apply(ctx context.Context, events []Event, window int64, st []status) (int, error)
 	// sweepIdle drops the parked conversions whose wait has ended where no
 	// apply would (an experiment, or a whole store, that no events come
-	// for), and tells the store's expired callback how many.
+	// for), and tells the store's expired callback how many. The writer
+	// calls it at every flush; it does nothing until a wait has ended,
+	// and at most once a second.
 	sweepIdle(ctx context.Context) error
 	counts(ctx context.Context, exp string) (counts, error)
 	// setPhase replaces the experiment's phase with next if it is still

@@ -120,19 +120,17 @@ type Recorder struct {
 	storeCall atomic.Int64
 
 	// owned by the writer goroutine
-	batch   []Event
-	backlog []Event
-	st      []status
-	failing bool
-	expFile *os.File
-	expLog  *bufio.Writer
-	expEnc  *json.Encoder
-	gateway string
-	lastSRM time.Time
-	// lastSweep: when the writer last asked the store to sweep idle waits.
-	lastSweep time.Time
-	freezing  sync.Map // rule → struct{}: a freeze in flight
-	froze     sync.Map // rule → frozeAt: a freeze made, for the phase
+	batch    []Event
+	backlog  []Event
+	st       []status
+	failing  bool
+	expFile  *os.File
+	expLog   *bufio.Writer
+	expEnc   *json.Encoder
+	gateway  string
+	lastSRM  time.Time
+	freezing sync.Map // rule → struct{}: a freeze in flight
+	froze    sync.Map // rule → frozeAt: a freeze made, for the phase
 
 	mu     sync.Mutex
 	health map[string]*health // by rule key, for metrics and SRM edges
@@ -615,11 +613,11 @@ func (r *Recorder) flush(final bool) {
 		r.failing = err != nil
 		r.storeDown.Store(r.failing)
 	}
-	// Waits that ended where no events come are swept too, at most once a
-	// second, and not while the store's writes fail; before the
-	// submissions are told, so that a Flush sees what it dropped.
-	if now := r.opts.Now(); !r.failing && now.Sub(r.lastSweep) >= time.Second {
-		r.lastSweep = now
+	// Waits that ended where no events come are swept too (each store
+	// bounds how often; see sweepIdle), not while the store's writes fail,
+	// and before the submissions are told, so that a Flush sees what it
+	// dropped.
+	if !r.failing {
 		r.storeBegin()
 		err := r.store.sweepIdle(ctx)
 		r.storeEnd()

@@ -262,8 +262,8 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 // id: a sweep repeated finds nothing left to count) for each experiment
 // in which this gateway parked conversions whose wait has now ended, so
 // that they are counted (no_exposure) even if no batch of the experiment
-// comes again. An experiment stays listed until a sweep finds nothing
-// more (one sweep drops at most 1000 units). Conversions another gateway
+// comes again. An experiment stays listed, swept again a second later,
+// until a sweep finds nothing more (one sweep drops at most 1000 units). Conversions another gateway
 // parked are its to sweep, or any batch's.
 func (s *redisStore) sweepIdle(ctx context.Context) error {
 	now := s.now().UnixMilli()
@@ -277,9 +277,12 @@ func (s *redisStore) sweepIdle(ctx context.Context) error {
 		}
 		if len(codes) != 1 || codes[0] == 0 {
 			delete(s.parked, exp)
-		} else if s.expired != nil {
+			continue
+		}
+		if s.expired != nil {
 			s.expired(int(codes[0]))
 		}
+		s.parked[exp] = now + time.Second.Milliseconds() // more may be left: look again in a second
 	}
 	return nil
 }
