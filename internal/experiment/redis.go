@@ -211,6 +211,13 @@ out[#out+1] = expired
 return out
 `
 
+// scriptHead appends applyScript's first five ARGV to args: window (ms),
+// pending TTL (s), exp's key prefix, the batch id ("": none) and the
+// gateway's time (Unix ms).
+func scriptHead(args []any, window int64, exp, batch string, now int64) []any {
+	return append(args, window, int64(pendingTTL/time.Second), prefix(exp), batch, now)
+}
+
 func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st []status) (int, error) {
 	done := 0
 	args := make([]any, 0, 4+6*maxBatch)
@@ -221,7 +228,7 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 			end++
 		}
 		now := s.now().UnixMilli()
-		args = append(args[:0], window, int64(pendingTTL/time.Second), prefix(exp), s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10), now)
+		args = scriptHead(args[:0], window, exp, s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10), now)
 		for i := done; i < end; i++ {
 			e := &events[i]
 			if e.Kind == Exposure {
@@ -271,7 +278,7 @@ func (s *redisStore) sweepIdle(ctx context.Context) error {
 		if ends > now {
 			continue
 		}
-		codes, err := s.run(ctx, []any{0, int64(pendingTTL / time.Second), prefix(exp), "", now})
+		codes, err := s.run(ctx, scriptHead(nil, 0, exp, "", now))
 		if err != nil {
 			return err
 		}
