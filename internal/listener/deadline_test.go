@@ -2,8 +2,10 @@ package listener
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -290,5 +292,71 @@ func TestKeeps(t *testing.T) {
 	}
 	if Keeps(want, 0, tol) {
 		t.Error("an armed deadline was kept where none is asked")
+	}
+}
+
+func TestWriteDeadlineCancel(t *testing.T) {
+	past := time.Unix(1, 0)
+	tests := []struct {
+		name string
+		run  func(t *testing.T, c *Conn)
+	}{
+		{"a past write deadline fails later writes, whatever the write timeout", func(t *testing.T, c *Conn) {
+			if _, err := c.Write([]byte("a")); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetWriteDeadline(past); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if _, err := c.Write([]byte("b")); !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("write %d after the cancel: %v; want a timeout", i, err)
+				}
+			}
+			if err := c.SetWriteDeadline(time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Write([]byte("c")); err != nil {
+				t.Fatalf("write after the deadline was cleared: %v", err)
+			}
+		}},
+		{"a cancel racing a write that re-arms wins", func(t *testing.T, c *Conn) {
+			// The write timeout is so short that nearly every write
+			// re-arms its deadline, and the cancel comes at any moment of
+			// that; no write that starts after it may succeed.
+			for i := range 2000 {
+				if err := c.SetWriteDeadline(time.Time{}); err != nil {
+					t.Fatal(err)
+				}
+				var canceled atomic.Bool
+				done := make(chan struct{})
+				go func() {
+					_ = c.SetWriteDeadline(past)
+					canceled.Store(true)
+					close(done)
+				}()
+				for {
+					after := canceled.Load()
+					_, err := c.Write([]byte("x"))
+					if err != nil {
+						if !errors.Is(err, os.ErrDeadlineExceeded) {
+							t.Fatalf("try %d: %v; want the cancel's timeout", i, err)
+						}
+						break
+					}
+					if after {
+						t.Fatalf("try %d: a write that began after the cancel succeeded", i)
+					}
+				}
+				<-done
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, client := connPair(t, &Config{MaxHeaderBytes: 8 << 10, WriteTimeout: time.Millisecond})
+			go func() { _, _ = io.Copy(io.Discard, client) }()
+			tt.run(t, c)
+		})
 	}
 }

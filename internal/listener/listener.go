@@ -183,8 +183,12 @@ type Conn struct {
 	// Deadlines armed on the connection, in Unix nanoseconds (0: none;
 	// arming: a read deadline is being set, its value not yet known).
 	rdl, wdl atomic.Int64
-	// arm serializes setting the read deadline (see armRead).
-	arm sync.Mutex
+	// arm serializes setting the read deadline (see armRead), warm the
+	// write deadline (see armWrite).
+	arm, warm sync.Mutex
+	// wcut: the write deadline set last (SetWriteDeadline) is past, a
+	// cancel that no Write undoes.
+	wcut atomic.Bool
 	// The read deadline asked for (0: none), and how much earlier than it
 	// the armed one may fall (see armRead).
 	rwant, rtol atomic.Int64
@@ -436,7 +440,7 @@ var lingering = make(chan struct{}, maxLingering)
 
 func (c *Conn) Write(p []byte) (int, error) {
 	if d := c.config().WriteTimeout; d > 0 {
-		if err := c.keepDeadline(&c.wdl, d, c.Conn.SetWriteDeadline); err != nil {
+		if err := c.armWrite(d); err != nil {
 			return 0, err
 		}
 	}
@@ -446,15 +450,26 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// keepDeadline sets the deadline *at to now+d unless it is already within
-// [now+7d/8, now+d].
-func (c *Conn) keepDeadline(at *atomic.Int64, d time.Duration, set func(time.Time) error) error {
+// armWrite sets the write deadline to now+d unless the one armed is
+// already within [now+7d/8, now+d], or a past one was set (a cancel from
+// another goroutine, such as a shutdown cutting a response): that one
+// stays, and the write fails on it, until SetWriteDeadline sets a zero or
+// future one. Setting is serialized with SetWriteDeadline, so a write
+// re-arming its deadline at the moment of a cancel cannot undo the
+// cancel: either the cancel comes after and applies to the socket last,
+// or it came before and the write sees it.
+func (c *Conn) armWrite(d time.Duration) error {
 	want := time.Now().Add(d).UnixNano()
-	if Keeps(at.Load(), want, int64(d/8)) {
+	if Keeps(c.wdl.Load(), want, int64(d/8)) {
 		return nil
 	}
-	at.Store(want)
-	return set(time.Unix(0, want))
+	c.warm.Lock()
+	defer c.warm.Unlock()
+	if c.wcut.Load() {
+		return nil
+	}
+	c.wdl.Store(want)
+	return c.Conn.SetWriteDeadline(time.Unix(0, want))
 }
 
 // SetReadDeadline asks for t as the read deadline. One in the future is
@@ -473,9 +488,15 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	return c.armRead()
 }
 
-// SetWriteDeadline records t and sets it.
+// SetWriteDeadline records t and sets it. A past t is a cancel: every
+// later Write fails on it, the config's write timeout notwithstanding,
+// until a zero or future t is set (see armWrite).
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	c.wdl.Store(UnixNano(t))
+	c.warm.Lock()
+	defer c.warm.Unlock()
+	at := UnixNano(t)
+	c.wcut.Store(at != 0 && time.Until(t) <= 0)
+	c.wdl.Store(at)
 	return c.Conn.SetWriteDeadline(t)
 }
 
