@@ -141,6 +141,10 @@ func (a *accessLog) record(f *flow, end time.Time, elapsed time.Duration) {
 		b = append(b, `,"timeout":`...)
 		b = appendJSONString(b, f.timeout)
 	}
+	if len(f.errMsg) > 0 {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, b2s(f.errMsg))
+	}
 	if f.proto != "" {
 		b = append(b, `,"proto":`...)
 		b = appendJSONString(b, f.proto)

@@ -265,3 +265,59 @@ func TestShutdownLogsCutRequests(t *testing.T) {
 		t.Errorf("access log after a shutdown that cut a request:\n%s\nwant a line for /slow", out.String())
 	}
 }
+
+// TestAccessLogError: an answer the gateway made itself is logged with
+// what its body said, through the real listener: a refused head (the
+// Guard's reasons, fasthttp's parser), an upstream that refuses
+// connections; an upstream's own answer, an error status included, has
+// no error field.
+func TestAccessLogError(t *testing.T) {
+	backend, _ := echoBackend(t, "stable")
+	tests := []struct {
+		name, target, method, raw string
+		status                    int
+		want                      string // the error field; "" for none
+	}{
+		{"served", addrOf(backend), "GET", "GET /ok HTTP/1.1\r\nHost: a\r\n\r\n", 200, ""},
+		{"obs-fold", addrOf(backend), "GET", "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n folded\r\n\r\n", 400, "bad request: "},
+		{"unsupported version", addrOf(backend), "GET", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505, ""},
+		{"bad chunk size", addrOf(backend), "POST", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n-0x0\r\n\r\n", 400, "bad request: "},
+		{"two Content-Lengths", addrOf(backend), "POST", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400, "bad request"},
+		{"upstream refuses", refusedAddr(t), "GET", "GET /x HTTP/1.1\r\nHost: a\r\n\r\n", 502, `upstream "stable" unreachable`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out syncBuffer
+			p, addr := startProxy(t, Options{AccessLog: &out}, staticDecider{Rule: "r1", Group: "stable", Target: poolOf("stable", tt.target)})
+			resp, body := rawExchange(t, addr, tt.method, tt.raw)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d (body %q)", resp.StatusCode, tt.status, body)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &rec); err != nil {
+				t.Fatalf("access log %q: %v", out.String(), err)
+			}
+			got, has := rec["error"].(string)
+			if tt.status == 200 {
+				if _, ok := rec["error"]; ok {
+					t.Fatalf("a served request logged error %v", rec["error"])
+				}
+				return
+			}
+			// The field says what the body said, without the prefix and
+			// the request id, and never an instance address.
+			said, _, _ := strings.Cut(strings.TrimPrefix(body, "graygate: "), " (request id ")
+			if !has || got != said || !strings.HasPrefix(got, tt.want) {
+				t.Fatalf("error = %q (present %v); the body said %q, want it, beginning %q", got, has, body, tt.want)
+			}
+			if strings.Contains(got, tt.target) {
+				t.Fatalf("error %q names the instance %s", got, tt.target)
+			}
+		})
+	}
+}

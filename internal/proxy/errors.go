@@ -135,6 +135,7 @@ func (f *flow) failure(err error) (status int, body []byte) {
 	f.failType = failureType(status, err)
 	f.refusedBy = refusal(err)
 	if status == StatusClientClosedRequest {
+		f.errMsg = append(f.errMsg[:0], "client closed the request"...)
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.Debug("client went away", "upstream", addr, "rule", f.d.Rule, "request_id", b2s(f.reqID), "error", err)
 		}
@@ -156,6 +157,7 @@ func (f *flow) failure(err error) (status int, body []byte) {
 	default:
 		body = fmt.Appendf(f.scratch[:0], "graygate: upstream %q %s", poolName, reason)
 	}
+	f.errMsg = append(f.errMsg[:0], body[len(errPrefix):]...)
 	body = append(append(append(body, " (request id "...), f.reqID...), ")"...)
 	f.scratch = body[:0]
 	switch {
@@ -246,10 +248,14 @@ func (p *Proxy) reject(ctx *fasthttp.RequestCtx, ex *exchange, status int, why s
 	ctx.Response.Header.SetBytesV(hdrRequestID, ex.reqID)
 }
 
+// errPrefix begins every error body the gateway writes.
+const errPrefix = "graygate: "
+
 // rejection is the answer to a request refused before routing: its body
 // (in f.scratch), with the request id.
 func (f *flow) rejection(status int, why string) []byte {
-	body := append(append(append(f.scratch[:0], "graygate: "...), why...), " (request id "...)
+	f.errMsg = append(f.errMsg[:0], why...)
+	body := append(append(append(f.scratch[:0], errPrefix...), why...), " (request id "...)
 	body = append(append(body, f.reqID...), ")\n"...)
 	f.scratch = body[:0]
 	f.status = status

@@ -152,7 +152,8 @@ func resetClose(t *testing.T, c net.Conn) {
 func TestClientGone(t *testing.T) {
 	stuck, _, canceled := stuckBackend(t)
 	rec := newDoneRecorder()
-	_, addr := startProxy(t, Options{OnDone: rec.onDone}, staticDecider{
+	var log syncBuffer
+	_, addr := startProxy(t, Options{OnDone: rec.onDone, AccessLog: &log}, staticDecider{
 		Rule: "r", Group: "stable", Target: poolOf("stable", stuck),
 	})
 
@@ -167,6 +168,14 @@ func TestClientGone(t *testing.T) {
 		resetClose(t, c)
 		if d := rec.next(t, 3*time.Second); d.status != StatusClientClosedRequest || d.rule != "r" {
 			t.Errorf("OnDone(status %d, rule %q), want (499, r)", d.status, d.rule)
+		}
+		// The access log says it (its writer flushes within a second).
+		want := `"path":"/slow","status":499,`
+		for end := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), want) && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if l := log.String(); !strings.Contains(l, want) || !strings.Contains(l, `"error":"client closed the request"`) {
+			t.Errorf("access log %q: want the 499 with its error", l)
 		}
 		select {
 		case <-canceled:

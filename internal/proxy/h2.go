@@ -918,7 +918,8 @@ func (s *stream) tooLargeMidAnswer(h http.Header) (abort bool) {
 // passive health judge it so too: by grpc_error_codes, not as a break-off.
 func (s *stream) deadlineMidAnswer(h http.Header) (abort bool) {
 	s.timeout = timeoutGRPC
-	msg := fmt.Appendf(nil, "graygate: the call's deadline (grpc-timeout) passed (request id %s)", s.reqID)
+	s.errMsg = append(s.errMsg[:0], "the call's deadline (grpc-timeout) passed"...)
+	msg := fmt.Appendf(nil, errPrefix+"%s (request id %s)", s.errMsg, s.reqID)
 	h.Set(http.TrailerPrefix+hdrGRPCStatus, strconv.Itoa(grpcDeadlineExceeded))
 	h.Set(http.TrailerPrefix+hdrGRPCMessage, string(appendGRPCMessage(nil, msg)))
 	s.grpcStatus = grpcDeadlineExceeded

@@ -93,6 +93,10 @@ type flow struct {
 	clientErr error
 	writeErr  error  // the client write that failed
 	timeout   string // which timeout fired, for the access log
+	// errMsg is what the gateway's own answer said (its error body
+	// without "graygate: " and the request id; "client closed the
+	// request" for a 499), for the access log's error field.
+	errMsg []byte
 	// canceled: the client went away while the upstream was asked.
 	canceled bool
 
@@ -348,6 +352,7 @@ func (f *flow) resetFlow() {
 	f.brkPending, f.brkLatency = false, 0
 	f.status, f.bytesOut = 0, 0
 	f.upErr, f.clientErr, f.writeErr, f.timeout = nil, nil, nil, ""
+	f.errMsg = f.errMsg[:0]
 	f.canceled = false
 	f.proto, f.upHTTP10, f.grpc, f.grpcStatus = "", false, false, -1
 	f.reqID = f.reqID[:0]
