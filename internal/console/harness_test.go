@@ -326,6 +326,13 @@ type tab struct {
 	dialogs  []string // JavaScript dialogs that opened
 }
 
+// tabBudget bounds everything a test does in its tab, so that a hung
+// page fails the test rather than the run. It is not a speed check: each
+// wait has its own bound. The longest test (TestBrowserRollout) takes
+// about 36 s alone and 125 s on a machine running two whole suites at
+// once, which the budget must allow.
+const tabBudget = 4 * time.Minute
+
 // newTab opens a tab, or skips the test when there is no browser. On
 // failure it saves a screenshot and names it in the log. Browser tests run
 // in parallel, each in its own tab against its own gateway: most of their
@@ -341,7 +348,7 @@ func newTab(t *testing.T) *tab {
 		cancel()
 		t.Fatalf("open a tab: %v", err)
 	}
-	ctx, cancelT := context.WithTimeout(tctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(tctx, tabBudget)
 	b := &tab{t: t, ctx: ctx}
 	msgs := chromedp.Console(ctx)
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
