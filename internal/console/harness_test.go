@@ -434,10 +434,25 @@ func (b *tab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 
 func (b *tab) open(url string) { b.t.Helper(); b.do("open "+url, chromedp.Navigate(url)) }
 
+// click clicks the element sel finds once it is visible and enabled. A
+// rule page's reload draws the page again around the same sections,
+// which takes them out of the document and puts them back: the DevTools
+// node id the click found then no longer exists, and the click fails
+// before any mouse event is sent. A person sees the same button and
+// clicks it; so does click, a few times at most.
 func (b *tab) click(sel string) {
 	b.t.Helper()
-	b.waitFor("a visible "+sel, fmt.Sprintf(`(() => { const el = document.querySelector(%s); return !!el && el.offsetParent !== null && !el.disabled; })()`, js(sel)))
-	b.do("click "+sel, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+	for tries := 1; ; tries++ {
+		b.waitFor("a visible "+sel, fmt.Sprintf(`(() => { const el = document.querySelector(%s); return !!el && el.offsetParent !== null && !el.disabled; })()`, js(sel)))
+		err := chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err == nil {
+			return
+		}
+		if tries < 5 && strings.Contains(err.Error(), "Could not find node with given id") {
+			continue
+		}
+		b.t.Fatalf("click %s: %v", sel, err)
+	}
 }
 
 // typeInto replaces the value of an input as a person would: select what
