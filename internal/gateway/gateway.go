@@ -1051,17 +1051,19 @@ func (g *Gateway) Status() Status {
 func (g *Gateway) ready() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.serving {
-		return errors.New("not serving")
-	}
 	// A gateway that holds rules stays ready through an etcd outage: it
 	// serves them (the status says stale), and taking every replica out
 	// of its load balancer at once would turn a control-plane outage into
-	// a fleet-wide one. One with nothing to serve is not ready.
+	// a fleet-wide one. One with nothing to serve is not ready. That
+	// reason, known from the store's opening on, is given first, so a
+	// probe in the moment before the listeners serve says it too.
 	if s, ok := g.store.(syncer); ok {
 		if err := s.StateErr(); err != nil {
 			return fmt.Errorf("no rules to serve yet: %w; the gateway becomes ready when etcd answers", err)
 		}
+	}
+	if !g.serving {
+		return errors.New("not serving")
 	}
 	return nil
 }
