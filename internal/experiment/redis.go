@@ -270,8 +270,8 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 // in which this gateway parked conversions whose wait has now ended, so
 // that they are counted (no_exposure) even if no batch of the experiment
 // comes again. An experiment stays listed, swept again a second later,
-// until a sweep finds nothing more (one sweep drops at most 1000 units). Conversions another gateway
-// parked are its to sweep, or any batch's.
+// until a sweep finds nothing more (one sweep drops at most 1000 units).
+// Conversions another gateway parked are its to sweep, or any batch's.
 func (s *redisStore) sweepIdle(ctx context.Context) error {
 	now := s.now().UnixMilli()
 	for exp, ends := range s.parked {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/store/etcdstore"
 	"github.com/graygate/graygate/internal/testport"
 )
@@ -21,16 +20,8 @@ import (
 // command's TestServeWithoutEtcdOrCache asked /readyz in that moment on a
 // loaded machine and got the bare words.)
 func TestReadyzBeforeServingSaysWhy(t *testing.T) {
-	yaml := baseConfig
-	for _, name := range []string{"stable", "gray", "a", "b"} {
-		yaml = strings.ReplaceAll(yaml, "{{"+name+"}}", testport.Refused(t))
-	}
-	cfg, err := config.Parse([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	cfg.DataDir = dir
+	_, cfg := newEnv(t, baseConfig, dir, nil)
 	ecfg, err := etcdstore.ParseURL("etcd://" + testport.Refused(t) + "/graygate")
 	if err != nil {
 		t.Fatal(err)

@@ -105,12 +105,13 @@ func (s *hijackSet) len() int {
 }
 
 // hijackedResponse is a response respondHijacked writes on the client
-// connection. Closing it marks it cut, which the writer checks before
-// each write (writeHijacked), and expires the connection's deadline,
-// which ends a write under way, and fails every later one (the
-// listener's connection keeps a past write deadline until a zero or
-// future one is set, whatever its write timeout). The cut is a failure to write to the client, not the
-// upstream's (the breaker hears no failure; the upstream connection is
+// connection. Closing it expires the connection's write deadline, which
+// ends a write under way and fails every later one (the listener's
+// connection keeps a past write deadline, whatever its write timeout),
+// and marks it cut, which the writer checks before each write
+// (writeHijacked) so that the failure is named errCutByShutdown rather
+// than a client timeout. The cut is a failure to write to the client, not
+// the upstream's (the breaker hears no failure; the upstream connection is
 // closed, as for any response cut short). A writer waiting for the
 // upstream meanwhile is bounded by the header and read timeouts, as
 // always: the upstream connection is not touched from Shutdown's
