@@ -208,11 +208,39 @@ export function serial(refresh) {
   };
 }
 
+// focusMark notes which element under scope has the keyboard focus, so
+// that restore can give it back after the page was drawn again around it
+// (or after disabling it took the focus away). restore gives the focus,
+// unless something else has it by then, to the same element if it is
+// still in the page and enabled, else to the element standing for it: the
+// one with the same id, or else the same data-focus (a pair of buttons
+// that take each other's place, such as Rollback and Resume, share one).
+export function focusMark(scope) {
+  const was = document.activeElement;
+  if (!was || was === document.body || !scope.contains(was)) return {restore() {}};
+  const key = was.dataset.focus || '';
+  const id = was.id;
+  return {
+    restore() {
+      const now = document.activeElement;
+      if (now && now !== document.body) return;
+      const usable = (el) => el && scope.contains(el) && !el.disabled;
+      let next = was.isConnected ? was : null;
+      if (!usable(next) && id) next = document.getElementById(id);
+      if (!usable(next) && key) next = scope.querySelector(`[data-focus="${CSS.escape(key)}"]`);
+      if (usable(next)) next.focus({preventScroll: true});
+    },
+  };
+}
+
 // writeGate lets one change of a screen run at a time, so that a second
 // press of a button (or of another write button) while a change is out
 // sends nothing. While one runs, the write buttons under scope are
 // disabled and aria-busy; a write button drawn meanwhile should be passed
-// to hold. When the change ends, however it ends, they work again.
+// to hold. When the change ends, however it ends, they work again, and
+// the keyboard focus goes back to the pressed button or the one that now
+// stands in its place (focusMark): fn should draw what the change altered
+// before it resolves.
 export function writeGate(scope) {
   let busy = false;
   const hold = (btn) => {
@@ -229,6 +257,7 @@ export function writeGate(scope) {
     async run(fn) {
       if (busy) return;
       busy = true;
+      const mark = focusMark(scope);
       for (const btn of scope.querySelectorAll('button[data-write]')) hold(btn);
       try {
         await fn();
@@ -239,6 +268,7 @@ export function writeGate(scope) {
           btn.removeAttribute('aria-busy');
           delete btn.dataset.held;
         }
+        mark.restore();
       }
     },
   };

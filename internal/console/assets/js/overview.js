@@ -138,8 +138,8 @@ export function overview(ctx) {
       const bar = h('div', {class: ['globalbar', globalOn ? 'on' : null], id: 'global-rollback', 'data-rolled-back': String(globalOn)}, barText);
       if (session.canWrite) {
         bar.appendChild(gate.hold(globalOn
-          ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', onclick: () => gate.run(resumeAll)}, 'Resume')
-          : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', onclick: () => gate.run(rollbackAll)}, 'Rollback all')));
+          ? h('button', {type: 'button', class: ['btn', 'primary'], id: 'resume-all', 'data-write': '', 'data-focus': 'global-switch', onclick: () => gate.run(resumeAll)}, 'Resume')
+          : h('button', {type: 'button', class: ['btn', 'danger'], id: 'rollback-all', 'data-write': '', 'data-focus': 'global-switch', onclick: () => gate.run(rollbackAll)}, 'Rollback all')));
       }
       replace(barSlot, bar);
     }
@@ -211,7 +211,7 @@ export function overview(ctx) {
     } catch (ex) {
       toast(writeFailure('Rollback', ex), 'bad');
     }
-    load();
+    await load();
   }
 
   async function resumeAll() {
@@ -226,7 +226,7 @@ export function overview(ctx) {
     } catch (ex) {
       toast(writeFailure('Resume', ex), 'bad');
     }
-    load();
+    await load();
   }
 
   load();

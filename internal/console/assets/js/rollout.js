@@ -205,7 +205,7 @@ export function rolloutPanel(ctx, key, onAction) {
   function actionBar(view, rule) {
     const bar = h('div', {class: 'actions', id: 'rollout-actions'});
     const add = (action, text, kind, extra) => bar.appendChild(gate.hold(h('button', {type: 'button', class: ['btn', kind], id: `rollout-${action}${extra && extra.full ? '-full' : ''}`,
-      'data-write': '', onclick: () => gate.run(() => act(action, rule, extra || {}))}, text)));
+      'data-write': '', 'data-focus': FOCUS[action], onclick: () => gate.run(() => act(action, rule, extra || {}))}, text)));
     const active = view.state === 'progressing' || view.state === 'paused';
     if (active) add('promote', 'Promote', 'primary');
     if (active) add('promote', 'Promote fully', '', {full: true});
@@ -215,6 +215,11 @@ export function rolloutPanel(ctx, key, onAction) {
     if (view.state === 'aborted') add('retry', 'Retry from step 0', 'primary');
     return bar;
   }
+
+  // FOCUS pairs the buttons that take each other's place when an action
+  // changes the rollout's state: the keyboard focus goes from the pressed
+  // one to the other (writeGate).
+  const FOCUS = {pause: 'pause-resume', resume: 'pause-resume', abort: 'abort-retry', retry: 'abort-retry'};
 
   const ASK = {
     promote: (l, full) => full
@@ -237,7 +242,7 @@ export function rolloutPanel(ctx, key, onAction) {
     } catch (ex) {
       toast(writeFailure(action[0].toUpperCase() + action.slice(1), ex), 'bad');
     }
-    onAction();
+    await onAction();
   }
 
   return {el, render};

@@ -106,7 +106,9 @@ export function rulePage(ctx, key) {
       optionals = optionalsFor(view);
       optionalsType = view.type;
     }
-    refreshExtras();
+    // The load is done when the optional sections are drawn too: an
+    // action awaits it before the keyboard focus goes back (writeGate).
+    await refreshExtras();
   });
 
   // problemNotice says in the notice that the page could not refresh the
@@ -153,29 +155,20 @@ export function rulePage(ctx, key) {
 
   // refreshExtras refreshes the optional sections, one refresh at a
   // time: one asked for while another runs (after an action, say) runs
-  // when it ends, so what is shown is never older than the action.
-  let extrasBusy = false, extrasAgain = false;
-  async function refreshExtras() {
-    if (!optionals) return;
-    if (extrasBusy) { extrasAgain = true; return; }
-    extrasBusy = true;
-    try {
-      do {
-        extrasAgain = false;
-        const list = optionals;
-        await Promise.all(list.map((o) => o.refresh()));
-        if (!alive) return;
-        const want = list.filter((o) => o.shown).map((o) => o.el);
-        const have = [...extras.children];
-        if (want.length !== have.length || want.some((el, i) => el !== have[i])) replace(extras, want);
-        // How many rounds of probes have answered: a page without any
-        // optional section is then known to be complete.
-        extras.dataset.rounds = String(Number(extras.dataset.rounds || 0) + 1);
-      } while (extrasAgain && alive);
-    } finally {
-      extrasBusy = false;
-    }
-  }
+  // when it ends, so what is shown is never older than the action. It
+  // resolves when that last refresh has drawn them.
+  const refreshExtras = serial(async () => {
+    const list = optionals;
+    if (!list) return;
+    await Promise.all(list.map((o) => o.refresh()));
+    if (!alive) return;
+    const want = list.filter((o) => o.shown).map((o) => o.el);
+    const have = [...extras.children];
+    if (want.length !== have.length || want.some((el, i) => el !== have[i])) replace(extras, want);
+    // How many rounds of probes have answered: a page without any
+    // optional section is then known to be complete.
+    extras.dataset.rounds = String(Number(extras.dataset.rounds || 0) + 1);
+  });
 
   const refreshLive = serial(async () => {
     const view = shown;
@@ -255,9 +248,9 @@ export function rulePage(ctx, key) {
     const actions = h('div', {class: 'actions'});
     if (session.canWrite) {
       if (view.rolled_back) {
-        actions.appendChild(h('button', {type: 'button', class: ['btn', 'primary'], id: 'rule-resume', 'data-write': '', onclick: () => gate.run(() => setRollback(view, false))}, 'Resume'));
+        actions.appendChild(h('button', {type: 'button', class: ['btn', 'primary'], id: 'rule-resume', 'data-write': '', 'data-focus': 'rule-switch', onclick: () => gate.run(() => setRollback(view, false))}, 'Resume'));
       } else {
-        actions.appendChild(h('button', {type: 'button', class: ['btn', 'danger'], id: 'rule-rollback', 'data-write': '', onclick: () => gate.run(() => setRollback(view, true))}, 'Rollback'));
+        actions.appendChild(h('button', {type: 'button', class: ['btn', 'danger'], id: 'rule-rollback', 'data-write': '', 'data-focus': 'rule-switch', onclick: () => gate.run(() => setRollback(view, true))}, 'Rollback'));
       }
       if (statusDoc && statusDoc.rolled_back) actions.appendChild(h('span', {class: 'muted'}, 'Global rollback is on: Resume it on the overview.'));
     }
@@ -307,7 +300,7 @@ export function rulePage(ctx, key) {
     } catch (ex) {
       toast(writeFailure(on ? 'Rollback' : 'Resume', ex), 'bad');
     }
-    load();
+    await load();
   }
 
   function historyList(view, history) {
@@ -322,7 +315,7 @@ export function rulePage(ctx, key) {
       const lines = (it.diff || []).map((d) => h('li', {class: ['diff', d.op]}, diffText(d)));
       const li = h('li', {'data-version': String(it.version)}, head, lines.length ? h('ul', {class: 'diff-lines'}, lines) : null);
       if (session.canWrite && it.after && it.version !== view.version) {
-        li.appendChild(h('button', {type: 'button', class: ['btn', 'small'], 'data-write': '', 'data-revert': String(it.version),
+        li.appendChild(h('button', {type: 'button', class: ['btn', 'small'], 'data-write': '', 'data-revert': String(it.version), 'data-focus': `revert-${it.version}`,
           onclick: () => gate.run(() => revert(view, it.version))}, 'Revert to this version'));
       }
       return li;
@@ -351,7 +344,7 @@ export function rulePage(ctx, key) {
         toast(writeFailure('Revert', ex), 'bad');
       }
     }
-    load();
+    await load();
   }
 
   // editor is the admin's form over the rule's fields, with a JSON view,

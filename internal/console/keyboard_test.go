@@ -1,0 +1,130 @@
+package console_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+)
+
+// press sends one key to whatever has the keyboard focus, as a person at
+// the keyboard does.
+func (b *tab) press(key string) {
+	b.t.Helper()
+	b.do("press "+fmt.Sprintf("%q", key), chromedp.KeyEvent(key))
+}
+
+// focusOn gives sel the keyboard focus, as Tab does when it reaches it.
+func (b *tab) focusOn(sel string) {
+	b.t.Helper()
+	b.waitFor("a visible "+sel, fmt.Sprintf(`(() => { const el = document.querySelector(%s); return !!el && el.offsetParent !== null && !el.disabled; })()`, js(sel)))
+	b.do("focus "+sel, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%s).focus()`, js(sel))))
+}
+
+// focused describes the element with the keyboard focus: its id, or its
+// tag when it has none ("BODY" when nothing has it).
+const focusedJS = `(() => { const el = document.activeElement; return el ? (el.id ? '#' + el.id : el.tagName) : 'none'; })()`
+
+// waitFocus waits until sel has the keyboard focus.
+func (b *tab) waitFocus(sel, when string) {
+	b.t.Helper()
+	b.waitForThen(func() string {
+		return fmt.Sprintf("%s to have the keyboard focus %s (it is on %s)", sel, when, eval[string](b, focusedJS))
+	}, fmt.Sprintf(`document.activeElement === document.querySelector(%s)`, js(sel)))
+}
+
+// keyboardConfirm answers the open confirmation dialog from the keyboard:
+// the dialog opens on Cancel, Tab goes to its confirm button, Enter
+// presses it.
+func (b *tab) keyboardConfirm(want string) {
+	b.t.Helper()
+	b.waitFor("the confirmation dialog", `document.querySelector('dialog[open]')`)
+	b.waitFocus("dialog[open] [data-cancel]", "when the dialog opens")
+	if got := b.text("dialog[open]"); !strings.Contains(got, want) {
+		b.t.Fatalf("the confirmation says %q, want it to name %q", got, want)
+	}
+	b.press(kb.Tab)
+	b.waitFocus("dialog[open] [data-confirm]", "after Tab")
+	b.press(kb.Enter)
+	b.waitFor("the dialog to close", `!document.querySelector('dialog[open]')`)
+}
+
+// TestBrowserKeyboardKeepsFocus drives the console's actions from the
+// keyboard alone. An action disables its button while it runs and then
+// draws the page again, the pressed button with it; the keyboard focus
+// must come back to the button that stands where the pressed one stood
+// (Rollback's place is Resume's once it is done), not fall to the page's
+// top, where the next Tab would start over.
+func TestBrowserKeyboardKeepsFocus(t *testing.T) {
+	b := newTab(t)
+	e := startGateway(t, nil)
+	e.putRule("user_center_v2", func(r map[string]any) { r["gray_percent"] = 0; r["rollout"] = rolloutPlan })
+	e.waitRollout("user_center_v2", "progressing", 1)
+	b.login(e, adminToken)
+
+	// The overview's global switch.
+	b.focusOn("#rollback-all")
+	b.press(kb.Enter)
+	b.keyboardConfirm("Roll back every rule")
+	b.waitFor("the global rollback banner", `document.querySelector('#global-rollback[data-rolled-back="true"]')`)
+	b.waitFocus("#resume-all", "after Rollback all")
+	b.press(kb.Enter)
+	b.keyboardConfirm("Resume every rule")
+	b.waitFor("the banner to clear", `document.querySelector('#global-rollback[data-rolled-back="false"]')`)
+	b.waitFocus("#rollback-all", "after Resume")
+
+	// A cancelled action leaves the focus where it was.
+	b.press(kb.Enter)
+	b.waitFocus("dialog[open] [data-cancel]", "when the dialog opens")
+	b.press(kb.Escape)
+	b.waitFor("the dialog to close", `!document.querySelector('dialog[open]')`)
+	b.waitFocus("#rollback-all", "after Escape")
+
+	// A rule's own Rollback and Resume, on its page.
+	b.click(`tr[data-rule="checkout_button"] a.rule-key`)
+	b.focusOn("#rule-rollback")
+	b.press(kb.Enter)
+	b.keyboardConfirm("Roll back checkout_button")
+	b.waitFor("the Resume button", `document.querySelector('#rule-resume')`)
+	b.waitFocus("#rule-resume", "after the rule's Rollback")
+	if a := e.get("/shop/cart", "3"); a.degraded != "rollback" {
+		t.Errorf("after the keyboard's Rollback, a shop user is not degraded (%q)", a.degraded)
+	}
+	b.press(kb.Enter)
+	b.keyboardConfirm("Resume checkout_button")
+	b.waitFor("the Rollback button", `document.querySelector('#rule-rollback')`)
+	b.waitFocus("#rule-rollback", "after the rule's Resume")
+
+	// Revert: the history is drawn again with one version more, and the
+	// focus is on the same version's Revert button.
+	oldest := eval[string](b, `[...document.querySelectorAll('[data-revert]')].pop().dataset.revert`)
+	sel := fmt.Sprintf(`[data-revert=%q]`, oldest)
+	versions := b.count("#history > li")
+	b.focusOn(sel)
+	b.press(kb.Enter)
+	b.keyboardConfirm("Revert checkout_button to version " + oldest)
+	b.waitFor("the history with the revert", fmt.Sprintf(`document.querySelectorAll('#history > li').length === %d`, versions+1))
+	b.waitFocus(sel, "after Revert")
+
+	// A rollout's Pause and Resume: its section is drawn again after each.
+	b.open(e.admin + "/ui/#/rules/user_center_v2")
+	b.focusOn("#rollout-pause")
+	b.press(kb.Enter)
+	b.keyboardConfirm("Pause the rollout of user_center_v2")
+	e.waitRollout("user_center_v2", "paused", 1)
+	b.waitFor("the paused rollout", `document.querySelector('#rollout[data-state="paused"] #rollout-resume')`)
+	b.waitFocus("#rollout-resume", "after Pause")
+	b.press(kb.Enter)
+	b.keyboardConfirm("Resume the rollout of user_center_v2")
+	e.waitRollout("user_center_v2", "progressing", 1)
+	b.waitFor("the rollout going on", `document.querySelector('#rollout[data-state="progressing"] #rollout-pause')`)
+	b.waitFocus("#rollout-pause", "after the rollout's Resume")
+	b.focusOn("#rollout-abort")
+	b.press(kb.Enter)
+	b.keyboardConfirm("Abort the rollout of user_center_v2")
+	e.waitRollout("user_center_v2", "aborted", 1)
+	b.waitFor("the aborted rollout", `document.querySelector('#rollout[data-state="aborted"] #rollout-retry')`)
+	b.waitFocus("#rollout-retry", "after Abort")
+}
