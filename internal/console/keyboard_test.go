@@ -108,6 +108,28 @@ func TestBrowserKeyboardKeepsFocus(t *testing.T) {
 	b.waitFor("the history with the revert", fmt.Sprintf(`document.querySelectorAll('#history > li').length === %d`, versions+1))
 	b.waitFocus(sel, "after Revert")
 
+	// The editor: Back to editing returns to Review changes; a save draws
+	// the new version with a fresh editor, and the focus is at its start.
+	b.typeInto(`#editor input[data-path="experiment_id"]`, "exp_checkout_202612")
+	b.waitText("#validation", "valid")
+	b.focusOn("#review")
+	b.press(kb.Enter)
+	b.waitText("#review-diff", "experiment_id")
+	b.focusOn("#cancel-review")
+	b.press(kb.Enter)
+	b.waitFor("the review to close", `!document.querySelector('#review-diff')`)
+	b.waitFocus("#review", "after Back to editing")
+	b.press(kb.Enter)
+	b.waitText("#review-diff", "experiment_id")
+	version := eval[string](b, `document.querySelector('#rule-fields tr[data-field="Version"] td').textContent`)
+	b.focusOn("#save")
+	b.press(kb.Enter)
+	b.waitFor("the saved version", fmt.Sprintf(`(() => { const el = document.querySelector('#rule-fields tr[data-field="Version"] td'); return !!el && el.textContent !== %s; })()`, js(version)))
+	b.waitFocus("#tab-fields", "after Save")
+	if _, r := e.api("GET", "/api/v1/rules/checkout_button", nil); r["experiment_id"] != "exp_checkout_202612" {
+		t.Errorf("after the keyboard's Save the rule's experiment_id is %v", r["experiment_id"])
+	}
+
 	// A rollout's Pause and Resume: its section is drawn again after each.
 	b.open(e.admin + "/ui/#/rules/user_center_v2")
 	b.focusOn("#rollout-pause")

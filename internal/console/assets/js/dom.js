@@ -215,20 +215,24 @@ export function serial(refresh) {
 // still in the page and enabled, else to the element standing for it: the
 // one with the same id, or else the same data-focus (a pair of buttons
 // that take each other's place, such as Rollback and Resume, share one).
+// give(el) gives the focus to el instead, on the same terms.
 export function focusMark(scope) {
   const was = document.activeElement;
-  if (!was || was === document.body || !scope.contains(was)) return {restore() {}};
+  if (!was || was === document.body || !scope.contains(was)) return {restore() {}, give() {}};
   const key = was.dataset.focus || '';
   const id = was.id;
+  const lost = () => !document.activeElement || document.activeElement === document.body;
   return {
     restore() {
-      const now = document.activeElement;
-      if (now && now !== document.body) return;
+      if (!lost()) return;
       const usable = (el) => el && scope.contains(el) && !el.disabled;
       let next = was.isConnected ? was : null;
       if (!usable(next) && id) next = document.getElementById(id);
       if (!usable(next) && key) next = scope.querySelector(`[data-focus="${CSS.escape(key)}"]`);
       if (usable(next)) next.focus({preventScroll: true});
+    },
+    give(el) {
+      if (lost() && el.isConnected && !el.disabled) el.focus({preventScroll: true});
     },
   };
 }

@@ -5,7 +5,7 @@
 // Resume; live traffic per group; and, where the gateway has them for
 // this rule, the rollout timeline, the experiment results and the shadow
 // traffic diff, refreshed with the live traffic.
-import {confirmDialog, fmtTime, h, json, pill, replace, serial, toast, writeGate} from './dom.js';
+import {confirmDialog, focusMark, fmtTime, h, json, pill, replace, serial, toast, writeGate} from './dom.js';
 import {APIError, enc, get, post, probe, request, uncertain, writeFailure} from './api.js';
 import {diff, diffText, joinPath} from './diff.js';
 import {REFRESH_MS, breakerPill, definedGroups, liveTable, split, statsByRule} from './overview.js';
@@ -360,7 +360,7 @@ export function rulePage(ctx, key) {
     const review = h('button', {type: 'button', class: ['btn', 'primary'], id: 'review', 'data-write': '', disabled: true}, 'Review changes');
     const panel = h('div', {id: 'review-panel'});
     const tabs = h('div', {class: 'tabs'},
-      h('button', {type: 'button', class: 'tab active', id: 'tab-fields', 'data-write': ''}, 'Fields'),
+      h('button', {type: 'button', class: 'tab active', id: 'tab-fields', 'data-write': '', 'data-focus': 'editor'}, 'Fields'),
       h('button', {type: 'button', class: 'tab', id: 'tab-json', 'data-write': ''}, 'JSON'));
     const [tabFields, tabJson] = tabs.children;
     tabFields.addEventListener('click', () => setMode('fields'));
@@ -507,18 +507,27 @@ export function rulePage(ctx, key) {
     function showReview() {
       const lines = diff(original, draft);
       const reason = h('input', {type: 'text', id: 'reason', placeholder: 'why (shown in the history)', 'data-write': '', autocomplete: 'off'});
-      const save = h('button', {type: 'button', class: ['btn', 'primary'], id: 'save', 'data-write': ''}, `Save as version ${view.version + 1}`);
+      // After a save the page shows the new version with a fresh editor:
+      // the keyboard focus goes to its start (data-focus).
+      const save = h('button', {type: 'button', class: ['btn', 'primary'], id: 'save', 'data-write': '', 'data-focus': 'editor'}, `Save as version ${view.version + 1}`);
       const cancel = h('button', {type: 'button', class: 'btn', id: 'cancel-review', 'data-write': ''}, 'Back to editing');
       const msg = h('div', {id: 'save-result', role: 'alert'});
-      cancel.addEventListener('click', () => replace(panel));
+      cancel.addEventListener('click', () => {
+        const mark = focusMark(panel);
+        replace(panel);
+        // Back to editing puts the focus back on what opened the review.
+        mark.give(review);
+      });
       save.addEventListener('click', async () => {
+        const mark = focusMark(main);
         save.disabled = true;
         try {
           const body = {...draft};
           if (reason.value.trim()) body.reason = reason.value.trim();
           const {data} = await request('PUT', `/api/v1/rules/${enc(key)}`, {body, headers: {'If-Match': String(view.version)}});
           toast(`Saved ${key}: version ${data.version}.`);
-          load();
+          await load();
+          mark.restore();
         } catch (ex) {
           save.disabled = false;
           const now = ex instanceof APIError && ex.status === 409 ? await since(view) : null;
@@ -529,11 +538,15 @@ export function rulePage(ctx, key) {
               `${key} changed since you opened it: you opened version ${view.version}${now}` +
               '. Nothing was saved. Your edit is still here.'), reload);
             save.disabled = true;
+            // Save is disabled now; the one thing to do is the reload.
+            mark.give(reload);
           } else if (ex instanceof APIError && (ex.status === 400 || ex.details.length)) {
             replace(msg, h('p', {class: 'error'}, ex.message));
             showProblems(ex.details);
+            mark.restore();
           } else {
             replace(msg, h('p', {class: 'error'}, writeFailure('Save', ex)));
+            mark.restore();
           }
         }
       });
