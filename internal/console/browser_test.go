@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/chromedp/chromedp/kb"
 )
 
 // TestBrowserLoginAndOverview logs in (after a refused token), sees the
@@ -157,10 +159,13 @@ func TestBrowserConcurrentEdit(t *testing.T) {
 	}
 
 	b.click("#review")
-	b.click("#save")
+	b.focusOn("#save")
+	b.press(kb.Enter)
 	b.waitText("#conflict", "changed since you opened it")
 	b.waitText("#conflict", "now version 2")
 	b.waitText("#conflict", "Nothing was saved")
+	// Save is disabled now: the keyboard focus is on the one thing to do.
+	b.waitFocus("#load-latest", "after a save that found the rule changed")
 	if _, r := e.api("GET", "/api/v1/rules/user_center_v2", nil); r["gray_percent"] != 60.0 || r["version"] != 2.0 {
 		t.Fatalf("after the refused save the rule is %v, want the other operator's version 2 at 60%%", r)
 	}
