@@ -130,6 +130,18 @@ func TestBrowserKeyboardKeepsFocus(t *testing.T) {
 		t.Errorf("after the keyboard's Save the rule's experiment_id is %v", r["experiment_id"])
 	}
 
+	// Someone else changes the rule: Load the latest version draws the
+	// page anew, its own button gone, and the focus is on the title.
+	_, cur := e.api("GET", "/api/v1/rules/checkout_button", nil)
+	cur["experiment_id"] = "exp_checkout_202701"
+	if code, out := e.api("PUT", "/api/v1/rules/checkout_button", cur); code != 200 {
+		t.Fatalf("the other operator's PUT = %d %v", code, out)
+	}
+	b.focusOn("#rule-stale #rule-reload")
+	b.press(kb.Enter)
+	b.waitText(`#rule-fields tr[data-field="experiment_id"] td`, "exp_checkout_202701")
+	b.waitFocus("#rule-title", "after Load the latest version")
+
 	// A rollout's Pause and Resume: its section is drawn again after each.
 	b.open(e.admin + "/ui/#/rules/user_center_v2")
 	b.focusOn("#rollout-pause")

@@ -87,7 +87,7 @@ export function rulePage(ctx, key) {
         problemNotice(`Could not reload ${key}: ${ex.message}. This page shows version ${shown.version} as it was loaded.`);
       } else {
         replace(main, back(), h('p', {class: 'error', id: 'rule-error', role: 'alert'}, `Could not load rule ${key}: ${ex.message}.`),
-          h('div', {class: 'actions'}, h('button', {type: 'button', class: 'btn', id: 'rule-retry', onclick: load}, 'Try again')));
+          h('div', {class: 'actions'}, h('button', {type: 'button', class: 'btn', id: 'rule-retry', onclick: reloadPage}, 'Try again')));
       }
       return;
     }
@@ -111,12 +111,25 @@ export function rulePage(ctx, key) {
     await refreshExtras();
   });
 
+  // reloadPage is load for a button that asks for it (Reload, Load the
+  // latest version, Try again). The button goes with the page it
+  // reloads: the keyboard focus goes to the button that says the reload
+  // failed, if one does, else to the page's title, never to the top of
+  // the document.
+  async function reloadPage() {
+    const mark = focusMark(main);
+    await load();
+    mark.restore();
+    const title = document.getElementById('rule-title');
+    if (title) mark.give(title);
+  }
+
   // problemNotice says in the notice that the page could not refresh the
   // rule; it shows what it last loaded.
   function problemNotice(say) {
     noticeFor = 'error';
     const reload = h('button', {type: 'button', class: ['btn', 'small'], id: 'rule-reload'}, 'Reload');
-    reload.addEventListener('click', load);
+    reload.addEventListener('click', reloadPage);
     replace(notice, h('p', {class: ['error', 'stale'], id: 'rule-problem', role: 'alert'}, h('span', {title: say}, say), reload));
   }
 
@@ -219,7 +232,7 @@ export function rulePage(ctx, key) {
     if (!about) { replace(notice); return; }
     const reload = h('button', {type: 'button', class: ['btn', 'small'], id: 'rule-reload'},
       about === 'deleted' ? 'Reload' : session.canWrite ? 'Load the latest version (discards any edit)' : 'Load the latest version');
-    reload.addEventListener('click', load);
+    reload.addEventListener('click', reloadPage);
     replace(notice, h('p', {class: 'stale', id: 'rule-stale', 'data-stale': about}, h('span', {title: say}, say), reload));
   });
 
@@ -241,7 +254,7 @@ export function rulePage(ctx, key) {
 
   function draw(view, history, statusDoc) {
     const title = h('div', {class: 'titlebar'},
-      h('h1', null, h('span', {id: 'rule-key'}, key), ' ', pill(view.type, view.type),
+      h('h1', {id: 'rule-title', tabindex: '-1'}, h('span', {id: 'rule-key'}, key), ' ', pill(view.type, view.type),
         view.rolled_back ? pill('rolled back', 'warn') : null),
       h('span', {class: 'muted'}, `version ${view.version} · updated ${fmtTime(view.updated_at)} by ${view.updated_by || '—'}`));
     const name = view.rule_name ? h('p', {class: 'rule-name big', id: 'rule-name'}, view.rule_name) : null;
@@ -533,7 +546,7 @@ export function rulePage(ctx, key) {
           const now = ex instanceof APIError && ex.status === 409 ? await since(view) : null;
           if (now !== null) {
             const reload = h('button', {type: 'button', class: 'btn', id: 'load-latest', 'data-write': ''}, 'Load the latest version (discards this edit)');
-            reload.addEventListener('click', load);
+            reload.addEventListener('click', reloadPage);
             replace(msg, h('p', {class: 'error conflict', id: 'conflict'},
               `${key} changed since you opened it: you opened version ${view.version}${now}` +
               '. Nothing was saved. Your edit is still here.'), reload);
