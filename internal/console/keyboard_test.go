@@ -82,8 +82,16 @@ func TestBrowserKeyboardKeepsFocus(t *testing.T) {
 	b.waitFor("the dialog to close", `!document.querySelector('dialog[open]')`)
 	b.waitFocus("#rollback-all", "after Escape")
 
+	// A rule's link, from the keyboard: the rule page has the focus, and
+	// the next Tab is its first link, not the header's.
+	b.focusOn(`tr[data-rule="checkout_button"] a.rule-key`)
+	b.press(kb.Enter)
+	b.waitFor("the rule page", `document.querySelector('#rule-rollback')`)
+	b.waitFocus("#main", "after opening the rule")
+	b.press(kb.Tab)
+	b.waitFocus("#main a.back", "after Tab on the rule page")
+
 	// A rule's own Rollback and Resume, on its page.
-	b.click(`tr[data-rule="checkout_button"] a.rule-key`)
 	b.focusOn("#rule-rollback")
 	b.press(kb.Enter)
 	b.keyboardConfirm("Roll back checkout_button")

@@ -148,7 +148,9 @@ async function render() {
     }
   }
   const r = route();
-  const main = h('main', {class: 'page', id: 'main'});
+  // main can take the keyboard focus (not Tab's): a page drawn anew
+  // takes the focused link or button away with the old one.
+  const main = h('main', {class: 'page', id: 'main', tabindex: '-1'});
   replace(app, header(r), h('p', {class: ['error', 'role-notice'], id: 'role-notice', role: 'alert'}, roleNotice), main);
   const ctx = {session, main};
   switch (r.name) {
@@ -157,6 +159,10 @@ async function render() {
     case 'status': current = status(ctx); break;
     default: current = overview(ctx);
   }
+  // A page that gave the focus to nothing of its own (explain gives it to
+  // its first field) has it on main, so the next Tab goes to the page's
+  // first control, not to the top of the document.
+  if (!document.activeElement || document.activeElement === document.body) main.focus({preventScroll: true});
 }
 
 setUnauthorizedHandler(() => { if (session) logout('Your token was refused; log in again.'); });
