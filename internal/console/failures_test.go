@@ -427,3 +427,34 @@ func TestBrowserTokenWithdrawn(t *testing.T) {
 		t.Errorf("after the token was removed, sessionStorage still holds %q", got)
 	}
 }
+
+// TestBrowserButtonsWaitForTheRedraw: an action ends when the page has
+// drawn what it changed, optional sections included. The buttons that
+// draw brings wait for that end as the pressed one does (a press before
+// it would be dropped by the write gate, silently), then work, with the
+// keyboard focus on the one that took the pressed one's place.
+func TestBrowserButtonsWaitForTheRedraw(t *testing.T) {
+	b := newTab(t)
+	f := newFaults(t)
+	e := startGateway(t, f.wrap)
+	b.login(e, adminToken)
+	b.open(e.admin + "/ui/#/rules/checkout_button")
+	b.waitFor("the experiment section", `document.querySelector('#rule-extras') && Number(document.querySelector('#rule-extras').dataset.rounds) > 0`)
+
+	f.set("GET /api/v1/experiments/checkout_button/results", slow)
+	b.click("#rule-rollback")
+	b.confirm("Roll back checkout_button")
+	b.waitFor("the rule drawn rolled back", `document.querySelector('#rule-resume')`)
+	if !eval[bool](b, `(() => { const el = document.querySelector('#rule-resume'); return el.disabled && el.getAttribute('aria-busy') === 'true'; })()`) {
+		t.Error("Resume works while the page that drew it is still loading its experiment section")
+	}
+	b.waitFor("Resume to work once the page is drawn", `(() => { const el = document.querySelector('#rule-resume'); return !!el && !el.disabled && !el.hasAttribute('aria-busy'); })()`)
+	b.waitFocus("#rule-resume", "after the rollback")
+	f.clear()
+	b.click("#rule-resume")
+	b.confirm("Resume checkout_button")
+	b.waitFor("the Rollback button", `document.querySelector('#rule-rollback')`)
+	if a := e.get("/shop/cart", "3"); a.degraded != "" {
+		t.Errorf("after Resume, a shop user is still degraded: %q", a.degraded)
+	}
+}

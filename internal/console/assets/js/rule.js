@@ -272,6 +272,9 @@ export function rulePage(ctx, key) {
       session.canWrite ? editor(view) : section('Rule JSON', h('pre', {class: 'json', id: 'rule-json'}, JSON.stringify(ruleOnly(view), null, 2))),
       h('section', {class: 'card'}, live),
       section('History', historyList(view, history)));
+    // An action draws the page before it ends: its write buttons wait
+    // for the end like the ones they replace.
+    for (const btn of main.querySelectorAll('button[data-write]')) gate.hold(btn);
   }
 
   function section(title, ...children) {
