@@ -51,6 +51,27 @@ func (b *tab) keyboardConfirm(want string) {
 	b.waitFor("the dialog to close", `!document.querySelector('dialog[open]')`)
 }
 
+// keyAction is one confirmed action done from the keyboard.
+type keyAction struct {
+	press   string // what to Tab to first ("": Enter where the focus is)
+	confirm string // what the confirmation names
+	done    string // a predicate that holds once the page shows it done
+	focus   string // where the keyboard focus must be then
+}
+
+// act does a: Enter on its button, Tab and Enter in the confirmation,
+// then waits for the page to show it done and the focus to be back.
+func (b *tab) act(a keyAction) {
+	b.t.Helper()
+	if a.press != "" {
+		b.focusOn(a.press)
+	}
+	b.press(kb.Enter)
+	b.keyboardConfirm(a.confirm)
+	b.waitFor(a.confirm+" to be done", a.done)
+	b.waitFocus(a.focus, "after "+a.confirm)
+}
+
 // TestBrowserKeyboardKeepsFocus drives the console's actions from the
 // keyboard alone. An action disables its button while it runs and then
 // draws the page again, the pressed button with it; the keyboard focus
@@ -65,15 +86,12 @@ func TestBrowserKeyboardKeepsFocus(t *testing.T) {
 	b.login(e, adminToken)
 
 	// The overview's global switch.
-	b.focusOn("#rollback-all")
-	b.press(kb.Enter)
-	b.keyboardConfirm("Roll back every rule")
-	b.waitFor("the global rollback banner", `document.querySelector('#global-rollback[data-rolled-back="true"]')`)
-	b.waitFocus("#resume-all", "after Rollback all")
-	b.press(kb.Enter)
-	b.keyboardConfirm("Resume every rule")
-	b.waitFor("the banner to clear", `document.querySelector('#global-rollback[data-rolled-back="false"]')`)
-	b.waitFocus("#rollback-all", "after Resume")
+	for _, a := range []keyAction{
+		{"#rollback-all", "Roll back every rule", `document.querySelector('#global-rollback[data-rolled-back="true"]')`, "#resume-all"},
+		{"", "Resume every rule", `document.querySelector('#global-rollback[data-rolled-back="false"]')`, "#rollback-all"},
+	} {
+		b.act(a)
+	}
 
 	// A cancelled action leaves the focus where it was.
 	b.press(kb.Enter)
@@ -92,29 +110,19 @@ func TestBrowserKeyboardKeepsFocus(t *testing.T) {
 	b.waitFocus("#main a.back", "after Tab on the rule page")
 
 	// A rule's own Rollback and Resume, on its page.
-	b.focusOn("#rule-rollback")
-	b.press(kb.Enter)
-	b.keyboardConfirm("Roll back checkout_button")
-	b.waitFor("the Resume button", `document.querySelector('#rule-resume')`)
-	b.waitFocus("#rule-resume", "after the rule's Rollback")
+	b.act(keyAction{"#rule-rollback", "Roll back checkout_button", `document.querySelector('#rule-resume')`, "#rule-resume"})
 	if a := e.get("/shop/cart", "3"); a.degraded != "rollback" {
 		t.Errorf("after the keyboard's Rollback, a shop user is not degraded (%q)", a.degraded)
 	}
-	b.press(kb.Enter)
-	b.keyboardConfirm("Resume checkout_button")
-	b.waitFor("the Rollback button", `document.querySelector('#rule-rollback')`)
-	b.waitFocus("#rule-rollback", "after the rule's Resume")
+	b.act(keyAction{"", "Resume checkout_button", `document.querySelector('#rule-rollback')`, "#rule-rollback"})
 
 	// Revert: the history is drawn again with one version more, and the
 	// focus is on the same version's Revert button.
 	oldest := eval[string](b, `[...document.querySelectorAll('[data-revert]')].pop().dataset.revert`)
 	sel := fmt.Sprintf(`[data-revert=%q]`, oldest)
 	versions := b.count("#history > li")
-	b.focusOn(sel)
-	b.press(kb.Enter)
-	b.keyboardConfirm("Revert checkout_button to version " + oldest)
-	b.waitFor("the history with the revert", fmt.Sprintf(`document.querySelectorAll('#history > li').length === %d`, versions+1))
-	b.waitFocus(sel, "after Revert")
+	b.act(keyAction{sel, "Revert checkout_button to version " + oldest,
+		fmt.Sprintf(`document.querySelectorAll('#history > li').length === %d`, versions+1), sel})
 
 	// The editor: Back to editing returns to Review changes; a save draws
 	// the new version with a fresh editor, and the focus is at its start.
@@ -152,21 +160,15 @@ func TestBrowserKeyboardKeepsFocus(t *testing.T) {
 
 	// A rollout's Pause and Resume: its section is drawn again after each.
 	b.open(e.admin + "/ui/#/rules/user_center_v2")
-	b.focusOn("#rollout-pause")
-	b.press(kb.Enter)
-	b.keyboardConfirm("Pause the rollout of user_center_v2")
-	e.waitRollout("user_center_v2", "paused", 1)
-	b.waitFor("the paused rollout", `document.querySelector('#rollout[data-state="paused"] #rollout-resume')`)
-	b.waitFocus("#rollout-resume", "after Pause")
-	b.press(kb.Enter)
-	b.keyboardConfirm("Resume the rollout of user_center_v2")
-	e.waitRollout("user_center_v2", "progressing", 1)
-	b.waitFor("the rollout going on", `document.querySelector('#rollout[data-state="progressing"] #rollout-pause')`)
-	b.waitFocus("#rollout-pause", "after the rollout's Resume")
-	b.focusOn("#rollout-abort")
-	b.press(kb.Enter)
-	b.keyboardConfirm("Abort the rollout of user_center_v2")
-	e.waitRollout("user_center_v2", "aborted", 1)
-	b.waitFor("the aborted rollout", `document.querySelector('#rollout[data-state="aborted"] #rollout-retry')`)
-	b.waitFocus("#rollout-retry", "after Abort")
+	for _, a := range []struct {
+		keyAction
+		state string
+	}{
+		{keyAction{"#rollout-pause", "Pause the rollout of user_center_v2", `document.querySelector('#rollout[data-state="paused"] #rollout-resume')`, "#rollout-resume"}, "paused"},
+		{keyAction{"", "Resume the rollout of user_center_v2", `document.querySelector('#rollout[data-state="progressing"] #rollout-pause')`, "#rollout-pause"}, "progressing"},
+		{keyAction{"#rollout-abort", "Abort the rollout of user_center_v2", `document.querySelector('#rollout[data-state="aborted"] #rollout-retry')`, "#rollout-retry"}, "aborted"},
+	} {
+		b.act(a.keyAction)
+		e.waitRollout("user_center_v2", a.state, 1)
+	}
 }
