@@ -35,17 +35,24 @@ func TestFragmentIsNotForwarded(t *testing.T) {
 	_, h2 := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
 	tests := []struct {
 		target, wantURI, wantQ, wantHost string
+		wantPath                         string // the decision's, when normalising changes it
 	}{
-		{"/p?q=1#frag", "/p?q=1", "1", "app.test"},
-		{"/p#frag?q=1", "/p", "", "app.test"},
-		{"/p#", "/p", "", "app.test"},
-		{"/a/b#/../../c", "/a/b", "", "app.test"},
-		{"http://abs.test/p?q=2#f", "/p?q=2", "2", "abs.test"},
-		{"http://abs.test#f/p?q=3", "/", "", "abs.test"},
-		{"http://abs.test?q=4#f", "/?q=4", "4", "abs.test"},
+		{"/p?q=1#frag", "/p?q=1", "1", "app.test", ""},
+		{"/p#frag?q=1", "/p", "", "app.test", ""},
+		{"/p#", "/p", "", "app.test", ""},
+		{"/a/b#/../../c", "/a/b", "", "app.test", ""},
+		{"http://abs.test/p?q=2#f", "/p?q=2", "2", "abs.test", ""},
+		{"http://abs.test#f/p?q=3", "/", "", "abs.test", ""},
+		{"http://abs.test?q=4#f", "/?q=4", "4", "abs.test", ""},
+		// An origin-form path that holds "://" is a path: the decision and
+		// the upstream see the client's Host, and the same path.
+		{"//evil.test://x/admin?q=5#f", "//evil.test://x/admin?q=5", "5", "app.test", "/evil.test:/x/admin"},
 	}
 	for _, tt := range tests {
 		wantPath, _, _ := strings.Cut(tt.wantURI, "?")
+		if tt.wantPath != "" {
+			wantPath = tt.wantPath
+		}
 		t.Run("http/1.1 "+tt.target, func(t *testing.T) {
 			resp, body := rawExchange(t, h1, "GET", "GET "+tt.target+" HTTP/1.1\r\nHost: app.test\r\n\r\n")
 			if resp.StatusCode != http.StatusOK {
@@ -65,6 +72,9 @@ func TestFragmentIsNotForwarded(t *testing.T) {
 		})
 		if tt.target[0] != '/' {
 			continue // HTTP/2 has no absolute form: the authority is :authority
+		}
+		if strings.HasPrefix(tt.target, "//") {
+			continue // an opaque "//x" is sent as an authority; TestViewsAgree sends it as a path
 		}
 		t.Run("h2c "+tt.target, func(t *testing.T) {
 			// Opaque is sent as the :path, fragment and all.

@@ -30,7 +30,7 @@ func FuzzURLDecoded(f *testing.F) {
 // decision parsed (fasthttp's URI, as the view reads it): the same path
 // and the same query, and never a fragment.
 func FuzzOriginForm(f *testing.F) {
-	for _, s := range []string{"/", "/p?q=1#frag", "/p#frag?q=1", "/p#", "/a/b#/../../c", "//x#y", "/?#", "/%23?a=%23#b", "http://abs.test#f/p?q=3"} {
+	for _, s := range []string{"/", "/p?q=1#frag", "/p#frag?q=1", "/p#", "/a/b#/../../c", "//x#y", "/?#", "/%23?a=%23#b", "http://abs.test#f/p?q=3", "//://", "//evil.test://x/admin?q=1#f"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, target string) {
@@ -42,13 +42,18 @@ func FuzzOriginForm(f *testing.F) {
 		if !strings.HasPrefix(target, "/") {
 			return
 		}
+		// What the decision reads, as Handler and the HTTP/2 view parse it.
 		var u fasthttp.URI
 		if err := u.Parse([]byte("h.test"), []byte(target)); err != nil {
 			return
 		}
+		pathTarget(&u, []byte("h.test"), []byte(target), false)
 		path, query, _ := strings.Cut(out, "?")
 		if path != string(u.PathOriginal()) || query != string(u.QueryString()) {
 			t.Fatalf("originForm(%q) = %q, the decision parsed path %q and query %q", target, out, u.PathOriginal(), u.QueryString())
+		}
+		if h := string(u.Host()); h != "h.test" {
+			t.Fatalf("origin-form %q: the decision's host is %q, not the Host header's h.test", target, h)
 		}
 	})
 }

@@ -71,6 +71,9 @@ func TestViewsAgree(t *testing.T) {
 		// A path that starts with "//" is a path, not an authority.
 		{"//zzz/echo", nil},
 		{"//g/x", nil},
+		// Even when it holds "://": fasthttp alone read "evil.test:" as
+		// the host and /x/admin as the path.
+		{"//evil.test://x/admin?a=1", nil},
 	}
 	h2 := h2cClient(t)
 	for i, c := range cases {
@@ -115,6 +118,9 @@ func TestViewsAgree(t *testing.T) {
 		if h1.path == "" || !h1.ip.IsValid() || !h1.trusted {
 			t.Errorf("%s: seen %+v", c.target, h1)
 		}
+	}
+	if s := got[fmt.Sprintf("h1-%d", len(cases)-1)]; s.host != "views.test" || s.path != "/evil.test:/x/admin" || s.query != "1" {
+		t.Errorf("//evil.test://x/admin?a=1 was seen at host %q, path %q, a=%q; want views.test, /evil.test:/x/admin, 1", s.host, s.path, s.query)
 	}
 	if s := got["h2-4"]; s.ip != netip.MustParseAddr("203.0.113.9") {
 		t.Errorf("client IP behind trusted proxies = %v, want 203.0.113.9", s.ip)

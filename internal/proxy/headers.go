@@ -359,7 +359,7 @@ func (ex *exchange) originForm(uri []byte) []byte {
 	if len(uri) == 0 || uri[0] == '/' || (len(uri) == 1 && uri[0] == '*') {
 		return uri
 	}
-	i := bytes.Index(uri, []byte("://"))
+	i := bytes.Index(uri, colonSlashSlash)
 	if i < 0 {
 		return uri
 	}
@@ -374,6 +374,40 @@ func (ex *exchange) originForm(uri []byte) []byte {
 	ex.scratch = append(append(ex.scratch[:0], '/'), rest[j:]...)
 	return ex.scratch
 }
+
+// pathTarget re-reads u, which fasthttp parsed from target, when target is
+// an origin-form path that starts with "//" and holds "://". fasthttp's
+// URI parser takes such a target for a network-path reference,
+// "//authority/path": "GET //evil.test://x/admin" was routed with the host
+// "evil.test:" and the path /x/admin, while the upstream got the target as
+// it came and the client's Host. A request target that starts with "/" is
+// a path (RFC 9112 §3.2.1; its segments may be empty and hold ':'), as
+// Go's server, llhttp and nginx read it; so u gets host as its host and
+// the whole target before '?' as its path. Any other target is fasthttp's
+// own reading, which this leaves as it is. target may carry a fragment
+// (originForm drops it on the way out).
+func pathTarget(u *fasthttp.URI, host, target []byte, tls bool) {
+	if len(target) < 2 || target[0] != '/' || target[1] != '/' || !bytes.Contains(target, colonSlashSlash) {
+		return
+	}
+	if i := bytes.IndexByte(target, '#'); i >= 0 {
+		target = target[:i]
+	}
+	path, query, _ := bytes.Cut(target, question)
+	// The host is parsed (and checked) as for any origin-form request.
+	_ = u.Parse(host, slash)
+	u.SetPathBytes(path)
+	u.SetQueryStringBytes(query)
+	if tls {
+		u.SetSchemeBytes(schemeHTTPS)
+	}
+}
+
+var (
+	colonSlashSlash = []byte("://")
+	question        = []byte("?")
+	schemeHTTPS     = []byte("https")
+)
 
 // filterResponseHeader removes from the upstream's response header, which
 // was read straight into the client's response, what must not reach the
