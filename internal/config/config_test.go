@@ -72,6 +72,7 @@ func TestParseErrors(t *testing.T) {
 		{"route problems", "routes: [{name: r, path_prefix: api, upstream: x}, {name: r}]\n",
 			[]string{`routes[0].path_prefix: must start with "/"`, "routes[0].upstream:", `routes[1].name: duplicates routes[0].name "r"`}},
 		{"identity max_length out of range", "identity: {max_length: 4097}\n", []string{"identity.max_length: must be 1..4096 bytes (0 is the default, 256), got 4097"}},
+		{"identity ipv6_prefix out of range", "identity: {ipv6_prefix: 16}\n", []string{"identity.ipv6_prefix: must be 32..128 bits (0 is the default, 128: the whole address), got 16"}},
 		{"admin timeouts of 0", "admin: {read_timeout: 0s, idle_timeout: 0s}\n", []string{
 			`admin.read_timeout: must be a positive duration such as "60s"`, `admin.idle_timeout: must be a positive duration such as "60s"`}},
 		{"token problems", "admin: {tokens: [{name: a}, {name: a, token: t, role: root}]}\n",

@@ -120,6 +120,7 @@ var liveKeys = map[string]string{
 	"identity.anonymous_cookie": "TestLiveKeysApply/identity.anonymous_cookie",
 	"identity.jwt":              "TestReloadAppliesLive/targeting_and_identity.jwt",
 	"identity.max_length":       "TestLiveKeysApply/identity.max_length",
+	"identity.ipv6_prefix":      "TestLiveKeysApply/identity.ipv6_prefix",
 
 	"proxy.dial_timeout":            "TestLiveKeysApply/proxy.dial_timeout",
 	"proxy.response_header_timeout": "TestLiveKeysApply/proxy.response_header_timeout",

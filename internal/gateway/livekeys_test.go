@@ -388,6 +388,14 @@ func breakerCase(key, value, before, after string) liveCase {
 	}
 }
 
+// v6Limit is config for a gateway that knows every client by its address
+// (behind a trusted proxy on loopback, so X-Forwarded-For names it) and
+// lets each one request; identity gets extra.
+func v6Limit(extra string) string {
+	return "trusted_proxies: [\"127.0.0.1/32\"]\nidentity: {sources: [], anonymous: ip" + extra + "}\n" +
+		"limits: {rate_limit: {rps: 0.001, burst: 1, per_identity: true}}\n"
+}
+
 // limitCases are the cases of one place limits are set: the top-level
 // limits (for requests no route owns) or a route's. wrap turns a limits
 // body ("timeout: 100ms") into config; path is a path it covers.
@@ -1463,6 +1471,18 @@ var liveCases = slices.Concat([]liveCase{
 			return strings.Join(names, ",")
 		},
 		wantBefore: "gg_uid", wantAfter: "sid",
+	},
+	{
+		// Known by address, one request a client: two addresses of one
+		// /64 are two clients, then one.
+		key:    "identity.ipv6_prefix",
+		before: baseConfig + v6Limit(""), after: baseConfig + v6Limit(", ipv6_prefix: 64"),
+		probe: func(t *testing.T, e *env, fx *fixture) string {
+			net := fmt.Sprintf("2001:db8:%x:%x::", fx.phase, fx.n.Add(1))
+			e.status("GET", "/", nil, "X-Forwarded-For", net+"1")
+			return e.status("GET", "/", nil, "X-Forwarded-For", net+"2")
+		},
+		wantBefore: "200", wantAfter: "429",
 	},
 	{
 		key: "identity.max_length", before: baseConfig, after: baseConfig + "identity: {max_length: 512}\n",

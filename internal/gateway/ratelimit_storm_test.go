@@ -118,3 +118,30 @@ routes:
 		}
 	}
 }
+
+// TestPerIdentityLimitWithoutCookieIPv6: a cookie-less client is limited
+// by its address, and with identity.ipv6_prefix: 64 by its /64. A client
+// that sends each request from another address of its own network (as
+// one host with a /64 can) shares one bucket; another /64 has its own.
+func TestPerIdentityLimitWithoutCookieIPv6(t *testing.T) {
+	e := start(t, baseConfig+`
+trusted_proxies: ["127.0.0.1/32"]
+identity: {ipv6_prefix: 64}
+routes:
+  - {name: api, path_prefix: /api/, upstream: stable, rate_limit: {rps: 0.1, burst: 2, per_identity: true}}
+`, "")
+	var got []int
+	for i := range 4 {
+		a, err := e.get("/api/x", "X-Forwarded-For", fmt.Sprintf("2001:db8:1:2::%x", i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, a.status)
+	}
+	if fmt.Sprint(got) != "[200 200 429 429]" {
+		t.Errorf("4 cookie-less requests from 4 addresses of one /64: %v, want the burst of 2 admitted, then 429", got)
+	}
+	if a, err := e.get("/api/x", "X-Forwarded-For", "2001:db8:1:3::1"); err != nil || a.status != 200 {
+		t.Errorf("another /64 after the storm: %+v %v, want its own bucket", a, err)
+	}
+}

@@ -18,6 +18,10 @@ type ID struct {
 	// and the data plane must answer 400 with Refused.Message and send the
 	// request nowhere: not to the rate limiter, not upstream.
 	Refused *Refusal `json:"refused,omitempty"`
+	// IPv6Prefix is the resolver's identity.ipv6_prefix, for the address
+	// id the data plane keys an issued id's rate limit by
+	// (AppendAddressID). 0 means the whole address.
+	IPv6Prefix uint8 `json:"-"`
 }
 
 // Refusal is why a request's identity was refused.

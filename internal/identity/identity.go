@@ -53,6 +53,12 @@ type Config struct {
 	// MaxLength is the longest identity value accepted, in bytes (default
 	// DefaultMaxLength). A request offering a longer one is answered 400.
 	MaxLength int `json:"max_length,omitempty"`
+	// IPv6Prefix is how many leading bits of an IPv6 client address make
+	// its address id (anonymous: ip, and the per-identity rate limit's key
+	// for a client that keeps no anonymous cookie): 64 gives a whole /64,
+	// which one host or subscriber usually holds and can rotate through,
+	// one id. Default 128: the whole address. IPv4 addresses are whole.
+	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
 }
 
 // SourceJWT names identities taken from a verified token.
@@ -67,6 +73,9 @@ const (
 	// DefaultMaxLength is Config.MaxLength's default: room for any UUID,
 	// email address or numeric id, far below a header's 16 KiB.
 	DefaultMaxLength = 256
+	// MinIPv6Prefix bounds Config.IPv6Prefix from below: a shorter prefix
+	// (a registry's allocation) would put unrelated networks in one id.
+	MinIPv6Prefix = 32
 	// MaxMaxLength bounds Config.MaxLength: every identity is a key of the
 	// rate limiter, the experiment store and the exposure log, and no
 	// user id, email address or token subject needs more.
@@ -94,6 +103,9 @@ func (c Config) Effective() Config {
 	}
 	if c.MaxLength == 0 {
 		c.MaxLength = DefaultMaxLength
+	}
+	if c.IPv6Prefix == 0 {
+		c.IPv6Prefix = 128
 	}
 	return c
 }
@@ -130,6 +142,9 @@ func (c *Config) Validate(path string) error {
 	if c.MaxLength < 0 || c.MaxLength > MaxMaxLength {
 		errs = append(errs, strict.Errorf(strict.Join(path, "max_length"), "must be 1..%d bytes (0 is the default, %d), got %d", MaxMaxLength, DefaultMaxLength, c.MaxLength))
 	}
+	if c.IPv6Prefix != 0 && (c.IPv6Prefix < MinIPv6Prefix || c.IPv6Prefix > 128) {
+		errs = append(errs, strict.Errorf(strict.Join(path, "ipv6_prefix"), "must be %d..128 bits (0 is the default, 128: the whole address), got %d", MinIPv6Prefix, c.IPv6Prefix))
+	}
 	if c.AnonymousCookie != "" && !attr.ValidToken(c.AnonymousCookie) {
 		errs = append(errs, strict.Errorf(strict.Join(path, "anonymous_cookie"), "invalid cookie name %q", c.AnonymousCookie))
 	}
@@ -154,6 +169,7 @@ type Resolver struct {
 	cookie  string
 	random  io.Reader
 	maxLen  int
+	v6Bits  uint8
 }
 
 // NewResolver compiles a validated config. random supplies bytes for issued
@@ -174,6 +190,10 @@ func NewResolver(c Config, random io.Reader) *Resolver {
 	}
 	if r.maxLen <= 0 {
 		r.maxLen = DefaultMaxLength
+	}
+	r.v6Bits = 128
+	if c.IPv6Prefix > 0 {
+		r.v6Bits = uint8(c.IPv6Prefix)
 	}
 	if c.JWT == "only" {
 		srcs = nil
@@ -224,7 +244,7 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 		}
 	}
 	if r.anonIP {
-		return ID{Value: string(AppendAddressID(nil, req.ClientIP())), Source: SourceAnonymousIP}
+		return ID{Value: string(AppendAddressID(nil, req.ClientIP(), r.v6Bits)), Source: SourceAnonymousIP, IPv6Prefix: r.v6Bits}
 	}
 	if v, ok := req.Cookie(r.cookie); ok && v != "" {
 		if len(v) > r.maxLen {
@@ -237,18 +257,25 @@ func (r *Resolver) Resolve(req attr.Request) ID {
 	var b [16]byte
 	if _, err := io.ReadFull(r.random, b[:]); err != nil {
 		// Without randomness fall back to the seed's behaviour rather than fail.
-		return ID{Value: string(AppendAddressID(nil, req.ClientIP())), Source: SourceAnonymousIP}
+		return ID{Value: string(AppendAddressID(nil, req.ClientIP(), r.v6Bits)), Source: SourceAnonymousIP, IPv6Prefix: r.v6Bits}
 	}
-	return ID{Value: hex.EncodeToString(b[:]), Source: SourceAnonymousCookie, Issued: true, Cookie: r.cookie}
+	return ID{Value: hex.EncodeToString(b[:]), Source: SourceAnonymousCookie, Issued: true, Cookie: r.cookie, IPv6Prefix: r.v6Bits}
 }
 
-// AppendAddressID appends the id anonymous: ip gives a client at ip
-// ("ip_" and the address, "ip_unknown" without one) to dst. The per-identity
+// AppendAddressID appends the id anonymous: ip gives a client at ip to
+// dst: "ip_" and the address, "ip_unknown" without one. An IPv6 address
+// is cut to its first v6Bits bits (Config.IPv6Prefix) when that is under
+// 128, and written as its prefix: "ip_2001:db8:1:2::/64". The per-identity
 // rate limit keys a client that keeps no anonymous cookie by it too.
-func AppendAddressID(dst []byte, ip netip.Addr) []byte {
+func AppendAddressID(dst []byte, ip netip.Addr, v6Bits uint8) []byte {
 	dst = append(dst, "ip_"...)
 	if !ip.IsValid() {
 		return append(dst, "unknown"...)
+	}
+	if ip.Is6() && !ip.Is4In6() && v6Bits > 0 && v6Bits < 128 {
+		if p, err := ip.WithZone("").Prefix(int(v6Bits)); err == nil {
+			return p.AppendTo(dst)
+		}
 	}
 	return ip.AppendTo(dst)
 }

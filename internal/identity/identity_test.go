@@ -57,6 +57,9 @@ func TestValidate(t *testing.T) {
 		{Config{AnonymousCookie: "a;b"}, `identity.anonymous_cookie: invalid cookie name "a;b"`},
 		{Config{MaxLength: -1}, `identity.max_length: must be 1..4096 bytes (0 is the default, 256), got -1`},
 		{Config{MaxLength: 1 << 20}, `identity.max_length: must be 1..4096 bytes (0 is the default, 256), got 1048576`},
+		{Config{IPv6Prefix: 20}, `identity.ipv6_prefix: must be 32..128 bits (0 is the default, 128: the whole address), got 20`},
+		{Config{IPv6Prefix: 129}, `identity.ipv6_prefix: must be 32..128 bits (0 is the default, 128: the whole address), got 129`},
+		{Config{IPv6Prefix: -1}, `identity.ipv6_prefix: must be 32..128 bits (0 is the default, 128: the whole address), got -1`},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate("identity")
@@ -66,6 +69,52 @@ func TestValidate(t *testing.T) {
 	}
 	if err := (&Config{Sources: DefaultSources, Anonymous: "ip"}).Validate("identity"); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+}
+
+// TestAddressID: the id of a client known by its address. An IPv6
+// address is cut to identity.ipv6_prefix bits (all 128 by default), so
+// that the addresses of one /64 are one client; an IPv4 address, mapped
+// or not, is whole whatever the prefix.
+func TestAddressID(t *testing.T) {
+	tests := []struct {
+		addr string
+		bits uint8
+		want string
+	}{
+		{"203.0.113.9", 128, "ip_203.0.113.9"},
+		{"203.0.113.9", 64, "ip_203.0.113.9"},
+		{"::ffff:203.0.113.9", 64, "ip_::ffff:203.0.113.9"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 128, "ip_2001:db8:1:2:aaaa:bbbb:cccc:dddd"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 0, "ip_2001:db8:1:2:aaaa:bbbb:cccc:dddd"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "ip_2001:db8:1:2::/64"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 56, "ip_2001:db8:1::/56"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 127, "ip_2001:db8:1:2:aaaa:bbbb:cccc:dddc/127"},
+		{"fe80::1%eth0", 64, "ip_fe80::/64"},
+		{"", 64, "ip_unknown"},
+	}
+	for _, tt := range tests {
+		var ip netip.Addr
+		if tt.addr != "" {
+			ip = netip.MustParseAddr(tt.addr)
+		}
+		if got := string(AppendAddressID(nil, ip, tt.bits)); got != tt.want {
+			t.Errorf("AppendAddressID(%s, %d) = %q, want %q", tt.addr, tt.bits, got, tt.want)
+		}
+	}
+	// The resolver's anonymous: ip id, and the prefix it hands the data
+	// plane for an issued id's rate-limit key.
+	r := NewResolver(Config{Sources: []Source{}, Anonymous: "ip", IPv6Prefix: 64}, nil)
+	id := r.Resolve(&attr.Map{IP: netip.MustParseAddr("2001:db8:1:2::77")})
+	if id.Value != "ip_2001:db8:1:2::/64" || id.Source != SourceAnonymousIP || id.IPv6Prefix != 64 {
+		t.Errorf("anonymous: ip with ipv6_prefix 64 = %+v", id)
+	}
+	issued := NewResolver(Config{IPv6Prefix: 48}, bytes.NewReader(bytes.Repeat([]byte{1}, 64))).Resolve(&attr.Map{})
+	if !issued.Issued || issued.IPv6Prefix != 48 {
+		t.Errorf("an issued id = %+v, want Issued and IPv6Prefix 48", issued)
+	}
+	if c := (Config{}).Effective(); c.IPv6Prefix != 128 {
+		t.Errorf("the default ipv6_prefix is %d, want 128", c.IPv6Prefix)
 	}
 }
 

@@ -55,7 +55,7 @@ func (f *flow) admit(cl, inMemory int64, src io.Reader) error {
 			// A client that kept no anonymous cookie is issued a new id,
 			// with a full bucket, on every request: its address is what
 			// it cannot drop, and its key is the one anonymous: ip gives.
-			f.limKey = identity.AppendAddressID(f.limKey[:0], f.client)
+			f.limKey = identity.AppendAddressID(f.limKey[:0], f.client, f.d.Identity.IPv6Prefix)
 			key = b2s(f.limKey)
 		}
 		if ok, retry := pol.Limiter.Allow(key); !ok {
