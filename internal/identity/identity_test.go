@@ -192,6 +192,8 @@ func FuzzResolve(f *testing.F) {
 	f.Add(strings.Repeat("x", 300), "", "", "", "")
 	f.Add("", "", "", strings.Repeat("g", 257), "")
 	f.Add(" \t42 ", "", "", "", "")
+	f.Add("", "", "", "", "2001:db8:1:2::ff")
+	f.Add("", "", "", "", "fe80::1%eth0")
 	f.Fuzz(func(t *testing.T, h, c, q, anon, ip string) {
 		addr, _ := netip.ParseAddr(ip)
 		m := &attr.Map{
@@ -199,6 +201,19 @@ func FuzzResolve(f *testing.F) {
 			Cookies: map[string]string{"user_id": c, "gg_uid": anon},
 			Queries: map[string]string{"user_id": q},
 			IP:      addr,
+		}
+		v6 := NewResolver(Config{Sources: []Source{}, Anonymous: "ip", IPv6Prefix: 64}, nil)
+		if id := v6.Resolve(m); addr.IsValid() {
+			// The same client whatever its address's last 64 bits.
+			other := addr
+			if addr.Is6() && !addr.Is4In6() {
+				b := addr.As16()
+				b[15] ^= 0xff
+				other = netip.AddrFrom16(b).WithZone(addr.Zone())
+			}
+			if again := v6.Resolve(&attr.Map{IP: other}); again.Value != id.Value || !strings.HasPrefix(id.Value, "ip_") {
+				t.Fatalf("ipv6_prefix 64: %s is %q, %s is %q", addr, id.Value, other, again.Value)
+			}
 		}
 		for _, r := range []*Resolver{NewResolver(Config{}, nil), NewResolver(Config{Anonymous: "ip", MaxLength: 3}, nil)} {
 			id := r.Resolve(m)
