@@ -45,6 +45,13 @@ func (b *tab) keyboardConfirm(want string) {
 	if got := b.text("dialog[open]"); !strings.Contains(got, want) {
 		b.t.Fatalf("the confirmation says %q, want it to name %q", got, want)
 	}
+	// What a screen reader announces as the focus lands on Cancel: the
+	// dialog's name and its description.
+	name := eval[string](b, `(() => { const d = document.querySelector('dialog[open]'); const el = document.getElementById(d.getAttribute('aria-labelledby')); return el && d.contains(el) ? el.textContent : ''; })()`)
+	desc := eval[string](b, `(() => { const d = document.querySelector('dialog[open]'); const el = document.getElementById(d.getAttribute('aria-describedby')); return el && d.contains(el) ? el.textContent : ''; })()`)
+	if !strings.HasSuffix(name, "?") || desc == "" || !strings.Contains(name+" "+desc, want) {
+		b.t.Errorf("the dialog is named %q and described by %q; want its question and what it does, naming %q", name, desc, want)
+	}
 	b.press(kb.Tab)
 	b.waitFocus("dialog[open] [data-confirm]", "after Tab")
 	b.press(kb.Enter)

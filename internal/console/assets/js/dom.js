@@ -148,9 +148,11 @@ export function confirmDialog({title, message, confirm, danger = true}) {
   return new Promise((resolve) => {
     const ok = h('button', {type: 'button', class: ['btn', danger ? 'danger' : 'primary'], 'data-confirm': ''}, confirm);
     const cancel = h('button', {type: 'button', class: 'btn', 'data-cancel': ''}, 'Cancel');
-    const dlg = h('dialog', {class: 'confirm', 'aria-labelledby': 'confirm-title'},
+    // The title names the dialog and the message describes it, so a
+    // screen reader reads both when it opens on Cancel.
+    const dlg = h('dialog', {class: 'confirm', 'aria-labelledby': 'confirm-title', 'aria-describedby': 'confirm-message'},
       h('h2', {id: 'confirm-title'}, title),
-      h('p', {class: 'confirm-message'}, message),
+      h('p', {class: 'confirm-message', id: 'confirm-message'}, message),
       h('div', {class: 'actions'}, cancel, ok));
     let answered = false;
     const done = (v) => {
