@@ -25,6 +25,7 @@ var (
 	errRequestLine   = &Error{400, "malformed request line"}
 	errMethod        = &Error{400, "invalid method in the request line"}
 	errTarget        = &Error{400, "invalid request target"}
+	errEmptyHost     = &Error{400, "empty host in the request target"}
 	errVersion       = &Error{400, "malformed HTTP version"}
 	errUnsupported   = &Error{505, "HTTP version not supported (HTTP/1.0 and HTTP/1.1 are)"}
 	errObsFold       = &Error{400, "obsolete line folding in the header"}
@@ -92,6 +93,9 @@ const (
 //     with a token method, a target of visible ASCII and a well-formed
 //     version; a version other than HTTP/1.0 or HTTP/1.1 is 505 (this
 //     includes HTTP/0.9, HTTP/2.0 and the "PRI * HTTP/2.0" preface);
+//   - an http or https target in absolute form with an empty host
+//     ("http:///p", "http://:80/p"), which RFC 9110 section 4.2.1 has a
+//     recipient reject as invalid, as nginx does;
 //   - obs-fold, a line without a colon, a field name that is not a token
 //     or is followed by whitespace, a field value with control characters;
 //   - Host missing (HTTP/1.1), repeated or not a valid uri-host[:port];
@@ -413,6 +417,9 @@ func (g *Guard) requestLine(l []byte) *Error {
 		if c <= ' ' || c >= 0x7f {
 			return errTarget
 		}
+	}
+	if target[0] != '/' && emptyHost(target) {
+		return errEmptyHost
 	}
 	g.reqLine = append(append(append(g.reqLine[:0], method...), ' '), target[:min(len(target), maxLineTarget)]...)
 	g.lineOf = g.requests + 1
@@ -737,6 +744,31 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// emptyHost reports whether target, not in origin form, is an http or
+// https URI whose authority names no host: "http:///p", "http://:80/p",
+// "http://user@/p". Another scheme's URI, or a target that is no URI, is
+// left to the parser.
+func emptyHost(target []byte) bool {
+	i := bytes.Index(target, []byte("://"))
+	if i < 0 || !(eqFold(target[:i], "http") || eqFold(target[:i], "https")) {
+		return false
+	}
+	auth := target[i+3:]
+	if j := bytes.IndexAny(auth, "/?#"); j >= 0 {
+		auth = auth[:j]
+	}
+	if j := bytes.LastIndexByte(auth, '@'); j >= 0 {
+		auth = auth[j+1:]
+	}
+	if len(auth) > 0 && auth[0] == '[' {
+		return false // an IP literal; the parser checks it
+	}
+	if j := bytes.LastIndexByte(auth, ':'); j >= 0 {
+		auth = auth[:j]
+	}
+	return len(auth) == 0
 }
 
 func eqFold(b []byte, s string) bool {

@@ -281,6 +281,7 @@ func TestAccessLogError(t *testing.T) {
 		{"served", addrOf(backend), "GET", "GET /ok HTTP/1.1\r\nHost: a\r\n\r\n", 200, ""},
 		{"obs-fold", addrOf(backend), "GET", "GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n folded\r\n\r\n", 400, "bad request: "},
 		{"unsupported version", addrOf(backend), "GET", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505, ""},
+		{"empty host in the target", addrOf(backend), "GET", "GET http://:80/p HTTP/1.1\r\nHost: a\r\n\r\n", 400, "bad request: empty host in the request target"},
 		{"bad chunk size", addrOf(backend), "POST", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n-0x0\r\n\r\n", 400, "bad request: "},
 		{"two Content-Lengths", addrOf(backend), "POST", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400, "bad request"},
 		{"upstream refuses", refusedAddr(t), "GET", "GET /x HTTP/1.1\r\nHost: a\r\n\r\n", 502, `upstream "stable" unreachable`},
