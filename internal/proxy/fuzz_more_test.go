@@ -47,7 +47,7 @@ func FuzzOriginForm(f *testing.F) {
 		if err := u.Parse([]byte("h.test"), []byte(target)); err != nil {
 			return
 		}
-		pathTarget(&u, []byte("h.test"), []byte(target), false)
+		pathTarget(&u, []byte("h.test"), []byte(target))
 		path, query, _ := strings.Cut(out, "?")
 		if path != string(u.PathOriginal()) || query != string(u.QueryString()) {
 			t.Fatalf("originForm(%q) = %q, the decision parsed path %q and query %q", target, out, u.PathOriginal(), u.QueryString())

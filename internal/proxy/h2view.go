@@ -40,7 +40,7 @@ func (v *netView) see(req *http.Request, peer netip.Addr, trusted func(netip.Add
 	// starts with "//" is a path: without, "//zzz/x" would be the
 	// authority zzz and the path /x, routed unlike its HTTP/1.1 twin.
 	_ = v.uri.Parse(s2b(req.Host), s2b(req.RequestURI))
-	pathTarget(&v.uri, s2b(req.Host), s2b(req.RequestURI), req.TLS != nil)
+	pathTarget(&v.uri, s2b(req.Host), s2b(req.RequestURI))
 	v.trusted = trusted(peer)
 	v.xff = v.xff[:0]
 	if v.trusted {

@@ -385,8 +385,9 @@ func (ex *exchange) originForm(uri []byte) []byte {
 // Go's server, llhttp and nginx read it; so u gets host as its host and
 // the whole target before '?' as its path. Any other target is fasthttp's
 // own reading, which this leaves as it is. target may carry a fragment
-// (originForm drops it on the way out).
-func pathTarget(u *fasthttp.URI, host, target []byte, tls bool) {
+// (originForm drops it on the way out). u keeps the scheme its first
+// parse gave it.
+func pathTarget(u *fasthttp.URI, host, target []byte) {
 	if len(target) < 2 || target[0] != '/' || target[1] != '/' || !bytes.Contains(target, colonSlashSlash) {
 		return
 	}
@@ -394,11 +395,12 @@ func pathTarget(u *fasthttp.URI, host, target []byte, tls bool) {
 		target = target[:i]
 	}
 	path, query, _ := bytes.Cut(target, question)
+	https := string(u.Scheme()) == "https"
 	// The host is parsed (and checked) as for any origin-form request.
 	_ = u.Parse(host, slash)
 	u.SetPathBytes(path)
 	u.SetQueryStringBytes(query)
-	if tls {
+	if https {
 		u.SetSchemeBytes(schemeHTTPS)
 	}
 }

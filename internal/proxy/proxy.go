@@ -557,9 +557,7 @@ func (ex *exchange) sentRequest() mirror.Request {
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	ex := p.getExchange()
 	ex.method = append(ex.method[:0], ctx.Method()...)
-	if t := ctx.Request.Header.RequestURI(); len(t) > 1 && t[1] == '/' {
-		pathTarget(ctx.Request.URI(), ctx.Request.Header.Host(), t, ctx.IsTLS())
-	}
+	pathTarget(ctx.Request.URI(), ctx.Request.Header.Host(), ctx.Request.Header.RequestURI())
 	ex.path = append(ex.path[:0], ctx.Path()...)
 	if !p.serve(ctx, ex) {
 		ex.finish()
