@@ -443,7 +443,7 @@ func (b *tab) open(url string) { b.t.Helper(); b.do("open "+url, chromedp.Naviga
 func (b *tab) click(sel string) {
 	b.t.Helper()
 	for tries := 1; ; tries++ {
-		b.waitFor("a visible "+sel, fmt.Sprintf(`(() => { const el = document.querySelector(%s); return !!el && el.offsetParent !== null && !el.disabled; })()`, js(sel)))
+		b.waitUsable(sel)
 		err := chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
 		if err == nil {
 			return
@@ -453,6 +453,13 @@ func (b *tab) click(sel string) {
 		}
 		b.t.Fatalf("click %s: %v", sel, err)
 	}
+}
+
+// waitUsable waits until sel finds an element that is visible and
+// enabled: one a person could press.
+func (b *tab) waitUsable(sel string) {
+	b.t.Helper()
+	b.waitFor("a visible "+sel, fmt.Sprintf(`(() => { const el = document.querySelector(%s); return !!el && el.offsetParent !== null && !el.disabled; })()`, js(sel)))
 }
 
 // typeInto replaces the value of an input as a person would: select what

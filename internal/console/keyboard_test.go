@@ -19,7 +19,7 @@ func (b *tab) press(key string) {
 // focusOn gives sel the keyboard focus, as Tab does when it reaches it.
 func (b *tab) focusOn(sel string) {
 	b.t.Helper()
-	b.waitFor("a visible "+sel, fmt.Sprintf(`(() => { const el = document.querySelector(%s); return !!el && el.offsetParent !== null && !el.disabled; })()`, js(sel)))
+	b.waitUsable(sel)
 	b.do("focus "+sel, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%s).focus()`, js(sel))))
 }
 

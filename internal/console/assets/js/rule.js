@@ -543,7 +543,6 @@ export function rulePage(ctx, key) {
           const {data} = await request('PUT', `/api/v1/rules/${enc(key)}`, {body, headers: {'If-Match': String(view.version)}});
           toast(`Saved ${key}: version ${data.version}.`);
           await load();
-          mark.restore();
         } catch (ex) {
           save.disabled = false;
           const now = ex instanceof APIError && ex.status === 409 ? await since(view) : null;
@@ -559,12 +558,13 @@ export function rulePage(ctx, key) {
           } else if (ex instanceof APIError && (ex.status === 400 || ex.details.length)) {
             replace(msg, h('p', {class: 'error'}, ex.message));
             showProblems(ex.details);
-            mark.restore();
           } else {
             replace(msg, h('p', {class: 'error'}, writeFailure('Save', ex)));
-            mark.restore();
           }
         }
+        // Back on Save if it works again, else where the page now puts
+        // it (a no-op when the reload above has the focus).
+        mark.restore();
       });
       replace(panel, h('div', {class: 'review'},
         h('h3', null, `Changes to ${key} (version ${view.version} → ${view.version + 1})`),
