@@ -211,27 +211,30 @@ func (m Mode) Explain(b, threshold uint64) string {
 }
 
 // Walk picks the index of the weight range that bucket b falls in, in XXH64
-// and CRC32 mode. weights are non-negative and sum to total (> 0). In XXH64
-// mode the bucket is scaled exactly over the total; in CRC32 mode the
-// seed's floating-point walk (hit = bucket/1000*total, subtract weights
-// while hit >= weight) is reproduced operation for operation, including its
-// last-group fallback. GrowthBook and Unleash walks live in Splitter.
-func (m Mode) Walk(b uint64, weights []int, total int) int {
-	if len(weights) == 0 || total <= 0 {
+// and CRC32 mode. weights are in hundredths of a percent (12.5% is 1250):
+// non-negative, summing to 10000. In XXH64 mode a group holds the buckets
+// below 10000 × its cumulative share, exactly. In CRC32 mode the seed's
+// floating-point walk over percentages (hit = bucket/1000*100, subtract
+// each weight while hit >= weight) is reproduced operation for operation,
+// including its last-group fallback; whole percentages are the numbers the
+// seed computed with. GrowthBook and Unleash walks live in Splitter.
+func (m Mode) Walk(b uint64, weights []int) int {
+	if len(weights) == 0 {
 		return -1
 	}
 	if m == CRC32 {
-		hit := float64(b) / 1000 * float64(total)
+		hit := float64(b) / 1000 * 100
 		for i, w := range weights {
-			if hit < float64(w) {
+			pct := float64(w) / 100
+			if hit < pct {
 				return i
 			}
-			hit -= float64(w)
+			hit -= pct
 		}
 		return len(weights) - 1
 	}
-	// b*total/size without floating point: exact and monotonic.
-	scaled := b * uint64(total) / m.Size()
+	// b*10000/size without floating point: exact and monotonic.
+	scaled := b * 10000 / m.Size()
 	var acc uint64
 	for i, w := range weights {
 		acc += uint64(w)
@@ -245,46 +248,52 @@ func (m Mode) Walk(b uint64, weights []int, total int) int {
 // Splitter assigns experiment groups: one salt, one set of weights. It is
 // immutable and safe for concurrent use.
 type Splitter struct {
-	h       *Hasher
+	h *Hasher
+	// weights are in hundredths of a percent, and in Unleash mode as
+	// Unleash stores them (tenths of a percent).
 	weights []int
-	total   int
 	// lo and hi are GrowthBook's variation ranges as bucket bounds: group
 	// i holds the buckets lo[i] <= b < hi[i].
 	lo, hi []uint64
 }
 
 // NewSplitter returns the group assignment of an experiment salted with salt
-// (experiment id, GrowthBook seed or Unleash group id) over weights, which
-// are non-negative and sum to a positive total (100 for a rule).
+// (experiment id, GrowthBook seed or Unleash group id) over weights in
+// hundredths of a percent (33.4% is 3340), which are non-negative and sum
+// to 10000.
 //
 // In GrowthBook mode the weights become GrowthBook's variation ranges
 // (getBucketRanges with weights as fractions and coverage 1, then
 // chooseVariation's half-open ranges). In Unleash mode the weights are
 // percentages of a flag defined in Unleash, which stores variant weights on
-// a 0..1000 scale (unleash-server's variantSchema: 50% is 500, and variable
-// weights add up to 1000): each is scaled by UnleashWeightScale, and the
-// bucket is Unleash's variant hash (seed 86028157) normalized by their total
-// (1000 for a rule), walked over them as Unleash's selectVariantDefinition
-// walks them. A user then gets the variant an Unleash SDK gives them for that
-// flag; normalizing by 100 instead would disagree for about half the users.
+// a 0..1000 scale (unleash-server's variantSchema: 50% is 500; its
+// fixVariantWeights spreads variable weights so that they add up to 1000,
+// an even three-way split being 334/333/333): each becomes tenths of a
+// percent (weights that are not whole tenths are rounded down; a rule's
+// validation refuses them), and the bucket is Unleash's variant hash (seed
+// 86028157) normalized by their total (1000 for a rule), walked over them
+// as Unleash's selectVariantDefinition walks them. A user then gets the
+// variant an Unleash SDK gives them for that flag; normalizing by 100
+// instead would disagree for about half the users.
 func NewSplitter(mode Mode, salt string, weights []int) *Splitter {
 	s := &Splitter{weights: append([]int(nil), weights...)}
-	if mode == Unleash {
-		for i := range s.weights {
-			s.weights[i] *= UnleashWeightScale
-		}
-	}
-	for _, w := range s.weights {
-		s.total += w
-	}
 	switch mode {
 	case Unleash:
-		s.h = newHasher(mode, salt, UnleashVariantSeed, uint32(max(s.total, 1)))
+		total := 0
+		for i := range s.weights {
+			s.weights[i] = s.weights[i] * UnleashWeightScale / 100
+			total += s.weights[i]
+		}
+		s.h = newHasher(mode, salt, UnleashVariantSeed, uint32(max(total, 1)))
 	case GrowthBook:
 		s.h = New(mode, salt)
+		total := 0
+		for _, w := range weights {
+			total += w
+		}
 		fractions := make([]float64, len(weights))
 		for i, w := range weights {
-			fractions[i] = float64(w) / float64(max(s.total, 1))
+			fractions[i] = float64(w) / float64(max(total, 1))
 		}
 		for _, r := range BucketRanges(len(weights), 1, fractions) {
 			s.lo = append(s.lo, firstBucketAtLeast(r[0]))
@@ -328,7 +337,7 @@ func (s *Splitter) Split(uid string) (b uint64, group int) {
 		}
 		return b, len(s.weights) - 1
 	}
-	return b, s.h.mode.Walk(b, s.weights, s.total)
+	return b, s.h.mode.Walk(b, s.weights)
 }
 
 // Salt returns the salt (experiment id, seed or group id) of the split.

@@ -68,21 +68,27 @@ func TestWalk(t *testing.T) {
 		weights []int
 		want    int
 	}{
-		{"xxh first", XXH64, 0, []int{50, 50}, 0},
-		{"xxh last of first", XXH64, 4999, []int{50, 50}, 0},
-		{"xxh first of second", XXH64, 5000, []int{50, 50}, 1},
-		{"xxh top", XXH64, 9999, []int{50, 50}, 1},
-		{"xxh zero weight skipped", XXH64, 0, []int{0, 100}, 1},
-		{"xxh three", XXH64, 3333, []int{33, 33, 34}, 1},
-		{"crc seed walk", CRC32, 499, []int{50, 50}, 0},
-		{"crc seed walk second", CRC32, 500, []int{50, 50}, 1},
-		{"crc zero weight", CRC32, 0, []int{0, 100}, 1},
-		{"crc 10/90", CRC32, 100, []int{10, 90}, 1},
-		{"crc 10/90 low", CRC32, 99, []int{10, 90}, 0},
+		{"xxh first", XXH64, 0, []int{5000, 5000}, 0},
+		{"xxh last of first", XXH64, 4999, []int{5000, 5000}, 0},
+		{"xxh first of second", XXH64, 5000, []int{5000, 5000}, 1},
+		{"xxh top", XXH64, 9999, []int{5000, 5000}, 1},
+		{"xxh zero weight skipped", XXH64, 0, []int{0, 10000}, 1},
+		{"xxh three", XXH64, 3333, []int{3300, 3300, 3400}, 1},
+		{"xxh 33.4 last of first", XXH64, 3339, []int{3340, 3330, 3330}, 0},
+		{"xxh 33.4 first of second", XXH64, 3340, []int{3340, 3330, 3330}, 1},
+		{"xxh 0.01 holds one bucket", XXH64, 0, []int{1, 9999}, 0},
+		{"xxh 0.01 and no more", XXH64, 1, []int{1, 9999}, 1},
+		{"crc seed walk", CRC32, 499, []int{5000, 5000}, 0},
+		{"crc seed walk second", CRC32, 500, []int{5000, 5000}, 1},
+		{"crc zero weight", CRC32, 0, []int{0, 10000}, 1},
+		{"crc 10/90", CRC32, 100, []int{1000, 9000}, 1},
+		{"crc 10/90 low", CRC32, 99, []int{1000, 9000}, 0},
+		{"crc 12.5 last of first", CRC32, 124, []int{1250, 8750}, 0},
+		{"crc 12.5 first of second", CRC32, 125, []int{1250, 8750}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.mode.Walk(tt.b, tt.weights, 100); got != tt.want {
+			if got := tt.mode.Walk(tt.b, tt.weights); got != tt.want {
 				t.Errorf("Walk(%d, %v) = %d, want %d", tt.b, tt.weights, got, tt.want)
 			}
 		})
@@ -149,12 +155,12 @@ func TestIndependentSalts(t *testing.T) {
 	}
 	e1, e2 := New(XXH64, "exp_one"), New(XXH64, "exp_two")
 	gate := New(XXH64, "gray_v2")
-	w := []int{50, 50}
+	w := []int{5000, 5000}
 	var a1, a1a2, gray, grayA int
 	for u := 0; u < 1000000; u++ {
 		id := strconv.Itoa(u)
-		g1 := XXH64.Walk(e1.Bucket(id), w, 100)
-		g2 := XXH64.Walk(e2.Bucket(id), w, 100)
+		g1 := XXH64.Walk(e1.Bucket(id), w)
+		g2 := XXH64.Walk(e2.Bucket(id), w)
 		if g1 == 0 {
 			a1++
 			if g2 == 0 {

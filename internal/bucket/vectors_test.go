@@ -21,6 +21,16 @@ func readJSON(t *testing.T, path string, v any) {
 	}
 }
 
+// hundredths converts percentages (33.4) into the hundredths of a percent
+// that a Splitter takes (3340), as a rule's validation does.
+func hundredths(percents []float64) []int {
+	h := make([]int, len(percents))
+	for i, p := range percents {
+		h[i] = int(math.Round(p * 100))
+	}
+	return h
+}
+
 // TestGrowthBookCases checks every case of the hash, getBucketRange and
 // chooseVariation sections of GrowthBook's cases.json.
 func TestGrowthBookCases(t *testing.T) {
@@ -102,7 +112,7 @@ func TestGrowthBookSDK(t *testing.T) {
 		} `json:"hash"`
 		Experiments []struct {
 			Seed, ID  string
-			Weights   []int
+			Weights   []float64 // percentages, some not whole
 			Variation int
 		} `json:"experiments"`
 		Rollouts []struct {
@@ -134,7 +144,7 @@ func TestGrowthBookSDK(t *testing.T) {
 		t.Fatal("the SDK vectors hold no non-ASCII ids")
 	}
 	for _, c := range sdk.Experiments {
-		_, got := NewSplitter(GrowthBook, c.Seed, c.Weights).Split(c.ID)
+		_, got := NewSplitter(GrowthBook, c.Seed, hundredths(c.Weights)).Split(c.ID)
 		if got != c.Variation {
 			t.Errorf("experiment %q weights %v, id %q: group %d, the SDK says %d", c.Seed, c.Weights, c.ID, got, c.Variation)
 		}
@@ -193,11 +203,12 @@ func TestFNVUTF16(t *testing.T) {
 // bounds of a GrowthBook split to the SDK's float comparison for every
 // bucket, with weights whose cumulative sums are not exact in binary.
 func TestGrowthBookSplitMatchesChooseVariation(t *testing.T) {
-	for _, weights := range [][]int{{10, 20, 70}, {33, 33, 34}, {1, 2, 3, 94}, {0, 50, 0, 50}, {7, 13, 17, 19, 44}, {100}} {
+	for _, weights := range [][]int{{1000, 2000, 7000}, {3300, 3300, 3400}, {100, 200, 300, 9400}, {0, 5000, 0, 5000}, {700, 1300, 1700, 1900, 4400}, {10000},
+		{3340, 3330, 3330}, {1429, 1429, 1428, 1429, 1428, 1429, 1428}, {1, 9999}} {
 		s := NewSplitter(GrowthBook, "x", weights)
 		fr := make([]float64, len(weights))
 		for i, w := range weights {
-			fr[i] = float64(w) / 100
+			fr[i] = float64(w) / 10000
 		}
 		ranges := BucketRanges(len(weights), 1, fr)
 		for b := uint64(0); b < 10000; b++ {
@@ -303,8 +314,8 @@ func TestUnleashVariantsAsStored(t *testing.T) {
 		Variants []struct {
 			GroupID        string `json:"group_id"`
 			ID             string
-			Percents       []int
-			UnleashWeights []int `json:"unleash_weights"`
+			Percents       []float64 // some not whole
+			UnleashWeights []int     `json:"unleash_weights"`
 			Names          []string
 			Target         uint64
 			Expected       string
@@ -316,7 +327,7 @@ func TestUnleashVariantsAsStored(t *testing.T) {
 	}
 	seen1001 := false
 	for _, c := range doc.Variants {
-		s := NewSplitter(Unleash, c.GroupID, c.Percents)
+		s := NewSplitter(Unleash, c.GroupID, hundredths(c.Percents))
 		b, i := s.Split(c.ID)
 		if b != c.Target || c.Names[i] != c.Expected {
 			t.Errorf("NewSplitter(Unleash, %q, %v).Split(%q) = bucket %d, %s; Unleash (weights %v): target %d, %s",
@@ -396,7 +407,7 @@ func TestParseMode(t *testing.T) {
 func TestCompatibleModesDoNotAllocate(t *testing.T) {
 	for _, m := range []Mode{XXH64, CRC32, GrowthBook, Unleash} {
 		h := New(m, "exp_用户")
-		s := NewSplitter(m, "exp_用户", []int{10, 20, 70})
+		s := NewSplitter(m, "exp_用户", []int{1000, 2000, 7000})
 		for _, uid := range []string{"user-1234567", "用户42😀", strconv.Itoa(1 << 30)} {
 			if a := testing.AllocsPerRun(100, func() { h.Bucket(uid); s.Split(uid) }); a != 0 {
 				t.Errorf("%v: Bucket and Split(%q) allocate %v times", m, uid, a)

@@ -129,7 +129,7 @@ func NewCatalog(snap *router.Snapshot, set Settings) *Catalog {
 			report: snap.Report(k), seed: xxhash.Sum64String(r.Source.ExperimentID)}
 		for i, g := range r.Groups {
 			sp.Groups = append(sp.Groups, g.Group)
-			sp.Weights = append(sp.Weights, float64(r.Weights()[i])*(100-hold)/100)
+			sp.Weights = append(sp.Weights, r.Weights()[i]*(100-hold)/100)
 		}
 		sp.Groups = append(sp.Groups, GroupHoldout)
 		sp.Weights = append(sp.Weights, hold)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,9 +127,12 @@ func TestSharedExperimentIDThroughTheAPI(t *testing.T) {
 	}
 }
 
-// TestUnleashSplitAsTheSDK: an Unleash-mode ab rule of 50/50 puts user
-// 1001 of group id checkout-feature in control, as an Unleash SDK does for
-// the flag defined in Unleash with 50%/50% variants (stored 500/500).
+// TestUnleashSplitAsTheSDK: an Unleash-mode ab rule puts a user in the
+// group an Unleash SDK gives them for the flag defined in Unleash with the
+// same variants, through the real listener: 50/50 (stored 500/500) puts
+// user 1001 of group id checkout-feature in control; an even three-way
+// split, which Unleash stores 334/333/333, takes weights 33.4/33.3/33.3 and
+// agrees with the SDK's walk for every id of unleash-variants.json.
 func TestUnleashSplitAsTheSDK(t *testing.T) {
 	e := start(t, baseConfig, "")
 	e.mustPut("un50", `{"type":"ab","experiment_id":"un50","hash":"unleash","group_id":"checkout-feature","conditions":{"path_prefix":["/u/"]},
@@ -137,6 +141,38 @@ func TestUnleashSplitAsTheSDK(t *testing.T) {
 		if a, err := e.get("/u/x", "X-User-Id", uid); err != nil || a.group != want {
 			t.Errorf("user %s: %+v %v, want %s", uid, a, err, want)
 		}
+	}
+	e.mustPut("un3", `{"type":"ab","experiment_id":"un3","hash":"unleash","group_id":"checkout-feature","conditions":{"path_prefix":["/three/"]},
+		"groups":[{"name":"A","weight":33.4,"target":"a"},{"name":"B","weight":33.3,"target":"b"},{"name":"C","weight":33.3,"target":"a"}]}`)
+	var doc struct {
+		Variants []struct {
+			GroupID        string `json:"group_id"`
+			ID             string
+			UnleashWeights []int `json:"unleash_weights"`
+			Expected       string
+		} `json:"variants"`
+	}
+	data, err := os.ReadFile("../bucket/testdata/unleash-variants.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	n, seen := 0, map[string]bool{}
+	for _, c := range doc.Variants {
+		if c.GroupID != "checkout-feature" || fmt.Sprint(c.UnleashWeights) != "[334 333 333]" {
+			continue
+		}
+		a, err := e.get("/three/x", "X-User-Id", c.ID)
+		if err != nil || a.group != c.Expected {
+			t.Errorf("user %q: %+v %v, Unleash gives %s", c.ID, a, err, c.Expected)
+		}
+		n++
+		seen[c.Expected] = true
+	}
+	if n != 44 || len(seen) != 3 {
+		t.Fatalf("%d vectors of the three-way split, groups %v", n, seen)
 	}
 }
 

@@ -263,6 +263,10 @@ func TestLayerValidationThroughTheAPI(t *testing.T) {
 		{"range without layer", `{"type":"ab","experiment_id":"e","layer_range":[0,10],` + groups + `}`, "layer_range", `needs "layer"`},
 		{"unknown hash", `{"type":"ab","hash":"murmur","experiment_id":"e",` + groups + `}`, "hash", `must be "xxh64", "crc32", "growthbook" or "unleash", got "murmur"`},
 		{"group_id without unleash", `{"type":"ab","hash":"growthbook","group_id":"g","experiment_id":"e",` + groups + `}`, "group_id", `is only for "hash": "unleash"`},
+		{"weight finer than unleash stores", `{"type":"ab","hash":"unleash","experiment_id":"e","groups":[{"name":"A","weight":33.35,"target":"a"},{"name":"B","weight":66.65,"target":"a"}]}`,
+			"groups[0].weight", `allows one decimal with "hash": "unleash" (Unleash stores a variant's weight in tenths of a percent), got 33.35`},
+		{"weight with three decimals", `{"type":"ab","experiment_id":"e","groups":[{"name":"A","weight":12.345,"target":"a"},{"name":"B","weight":87.655,"target":"a"}]}`,
+			"groups[1].weight", "allows at most two decimals, got 87.655"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -62,11 +62,14 @@ type Compiled struct {
 	Mirror *mirror.Spec
 
 	// ab
-	split   *bucket.Splitter
-	layer   *layer
-	Groups  []Target
-	weights []int
-	control int
+	split  *bucket.Splitter
+	layer  *layer
+	Groups []Target
+	// weights are the groups' weights in percent, and hundredths the
+	// same in hundredths of a percent, which the split counts in.
+	weights    []float64
+	hundredths []int
+	control    int
 	// Metrics are an ab rule's compiled metrics, in the rule's order.
 	Metrics []CompiledMetric
 	// ReportHeaders name the response headers of the rule's from_header
@@ -192,12 +195,14 @@ func Compile(r Rule, env Env) (*Compiled, error) {
 				tag = g.Name
 			}
 			c.Groups = append(c.Groups, Target{Group: g.Name, Tag: tag, Pool: resolve(strict.Index("groups", i)+".target", g.Target)})
+			h, _ := weightHundredths(r.Hash, g.Weight) // validated
 			c.weights = append(c.weights, g.Weight)
+			c.hundredths = append(c.hundredths, h)
 			if g.Control {
 				c.control = i
 			}
 		}
-		c.split = bucket.NewSplitter(mode, walkSalt, c.weights)
+		c.split = bucket.NewSplitter(mode, walkSalt, c.hundredths)
 		c.compileMetrics(&r)
 	}
 	if len(errs) > 0 {
@@ -463,9 +468,9 @@ func (c *Compiled) evalAB(uid string, rolledBack bool, ho *Holdout, tr *Trace) (
 		tr.Claimed, tr.Group, tr.Target = true, t.Group, t.Pool.Name
 		weights := fmt.Sprint(c.weights)
 		if c.Mode == bucket.Unleash {
-			scaled := make([]int, len(c.weights))
-			for i, w := range c.weights {
-				scaled[i] = w * bucket.UnleashWeightScale
+			scaled := make([]int, len(c.hundredths))
+			for i, h := range c.hundredths {
+				scaled[i] = h * bucket.UnleashWeightScale / 100
 			}
 			weights = fmt.Sprintf("%v (the percentages ×%d, as Unleash stores them)", scaled, bucket.UnleashWeightScale)
 		}
@@ -479,7 +484,7 @@ func (c *Compiled) evalAB(uid string, rolledBack bool, ho *Holdout, tr *Trace) (
 
 // Weights returns an ab rule's group weights, in the order of Groups. The
 // slice belongs to the rule and must not be modified.
-func (c *Compiled) Weights() []int { return c.weights }
+func (c *Compiled) Weights() []float64 { return c.weights }
 
 // ControlGroup returns the group rollback sends everyone to (ab rules).
 func (c *Compiled) ControlGroup() *Target {

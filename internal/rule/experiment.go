@@ -67,7 +67,7 @@ func groupList(c *Compiled) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %d", g.Group, c.weights[i])
+		fmt.Fprintf(&b, "%s %v", g.Group, c.weights[i])
 	}
 	if cg := c.ControlGroup(); cg != nil {
 		fmt.Fprintf(&b, " (control %s)", cg.Group)

@@ -420,7 +420,7 @@ func TestCompatibleRules(t *testing.T) {
 	var gb struct {
 		Experiments []struct {
 			Seed, ID  string
-			Weights   []int
+			Weights   []float64 // percentages, some not whole
 			Variation int
 		} `json:"experiments"`
 		Rollouts []struct {
@@ -430,10 +430,10 @@ func TestCompatibleRules(t *testing.T) {
 		} `json:"rollouts"`
 	}
 	readVectors(t, "../bucket/testdata/growthbook-sdk.json", &gb)
-	groups := func(weights []int) string {
+	groups := func(weights []float64) string {
 		var g []string
 		for i, w := range weights {
-			g = append(g, fmt.Sprintf(`{"name":"g%d","weight":%d,"target":"127.0.0.1:%d"}`, i, w, i+1))
+			g = append(g, fmt.Sprintf(`{"name":"g%d","weight":%v,"target":"127.0.0.1:%d"}`, i, w, i+1))
 		}
 		return strings.Join(g, ",")
 	}
@@ -483,7 +483,7 @@ func TestCompatibleRules(t *testing.T) {
 		Variants []struct {
 			GroupID  string `json:"group_id"`
 			ID       string
-			Percents []int
+			Percents []float64 // some not whole (33.4 of an even three-way split)
 			Names    []string
 			Expected string
 		} `json:"variants"`
@@ -492,7 +492,7 @@ func TestCompatibleRules(t *testing.T) {
 	for i, c := range uv.Variants {
 		var groups []string
 		for j, w := range c.Percents {
-			groups = append(groups, fmt.Sprintf(`{"name":%q,"weight":%d,"target":"127.0.0.1:%d"}`, c.Names[j], w, j+1))
+			groups = append(groups, fmt.Sprintf(`{"name":%q,"weight":%v,"target":"127.0.0.1:%d"}`, c.Names[j], w, j+1))
 		}
 		// The group id defaults to the rule key, as Unleash's defaults to
 		// the flag name; every other case names it.
@@ -542,12 +542,25 @@ func BenchmarkEvalABLayerHoldout(b *testing.B) {
 }
 
 // TestUnleashWalkTrace: explain shows an unleash ab rule's walk over the
-// weights it really walks, the percentages as Unleash stores them.
+// weights it really walks, the percentages as Unleash stores them, and a
+// rule's trace names its weights as the rule gives them.
 func TestUnleashWalkTrace(t *testing.T) {
-	c := mustParse(t, abJSON("un", "exp_un", `"hash":"unleash"`))
-	var tr Trace
-	c.Eval(facts(req("/", "", ""), "1001"), false, nil, &tr)
-	if !strings.Contains(tr.Reason, "of 1000 walked over weights [500 500] (the percentages ×10, as Unleash stores them)") {
-		t.Errorf("reason %q, want the walk over [500 500] of 1000", tr.Reason)
+	three := `"hash":"unleash","groups":[{"name":"A","weight":33.4,"target":"127.0.0.1:1"},{"name":"B","weight":33.3,"target":"127.0.0.1:2"},{"name":"C","weight":33.3,"target":"127.0.0.1:3"}]`
+	tests := []struct {
+		name, js, want string
+	}{
+		{"50/50", abJSON("un", "exp_un", `"hash":"unleash"`), "of 1000 walked over weights [500 500] (the percentages ×10, as Unleash stores them)"},
+		{"an even three-way split", `{"key":"un","type":"ab","experiment_id":"exp_un",` + three + `}`, "of 1000 walked over weights [334 333 333] (the percentages ×10, as Unleash stores them)"},
+		{"xxh64 at 0.01%", `{"key":"x","type":"ab","experiment_id":"exp_x","groups":[{"name":"A","weight":0.01,"target":"127.0.0.1:1"},{"name":"B","weight":99.99,"target":"127.0.0.1:2"}]}`, "of 10000 walked over weights [0.01 99.99] lands in group"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustParse(t, tt.js)
+			var tr Trace
+			c.Eval(facts(req("/", "", ""), "1001"), false, nil, &tr)
+			if !strings.Contains(tr.Reason, tt.want) {
+				t.Errorf("reason %q, want %q", tr.Reason, tt.want)
+			}
+		})
 	}
 }

@@ -142,6 +142,26 @@ type Targets struct {
 // 5.5), so that no control character (CR, LF, NUL) can end the field early
 // or inject another one, and no whitespace at either end that the reader
 // would trim away. An empty v is left to the caller.
+// weightHundredths converts a group's weight (a percentage) into
+// hundredths of a percent, the unit the group walks count in, or says what
+// is wrong with it. hash is the rule's "hash": Unleash stores a variant's
+// weight as an integer in tenths of a percent (0..1000), so a rule hashed
+// "unleash" takes weights in 0.1% steps, the others in 0.01% steps, as
+// gray_percent.
+func weightHundredths(hash string, w float64) (int, string) {
+	if math.IsNaN(w) || w < 0 || w > 100 {
+		return 0, fmt.Sprintf("must be 0..100, got %v", w)
+	}
+	h := math.Round(w * 100)
+	if math.Abs(w*100-h) > 1e-6 {
+		return 0, fmt.Sprintf("allows at most two decimals, got %v", w)
+	}
+	if hash == "unleash" && int(h)%(100/bucket.UnleashWeightScale) != 0 {
+		return 0, fmt.Sprintf("allows one decimal with \"hash\": \"unleash\" (Unleash stores a variant's weight in tenths of a percent), got %v", w)
+	}
+	return int(h), ""
+}
+
 func headerValue(path, v string) error {
 	const maxLen = 256
 	switch {
@@ -163,9 +183,12 @@ type TargetTags struct {
 
 // Group is one experiment group of an ab rule.
 type Group struct {
-	Name   string `json:"name"`
-	Weight int    `json:"weight"`
-	Target string `json:"target"`
+	Name string `json:"name"`
+	// Weight is the group's share of the users, in percent: 0..100 with
+	// up to two decimals (one with "hash": "unleash"); a rule's weights sum
+	// to 100.
+	Weight float64 `json:"weight"`
+	Target string  `json:"target"`
 	// Tag is the coloring value (default: the group name).
 	Tag string `json:"tag,omitempty"`
 	// Control marks the group that one-click rollback sends everyone to (default: the first).
@@ -416,7 +439,7 @@ func (r *Rule) validateAB() []error {
 	if len(r.Groups) == 0 {
 		add("groups", "needs at least one group")
 	}
-	sum := 0
+	sum, weightsOK := 0, true
 	seen := map[string]int{}
 	controls := 0
 	for i, g := range r.Groups {
@@ -435,10 +458,12 @@ func (r *Rule) validateAB() []error {
 		if err := headerValue(p+".tag", g.Tag); err != nil {
 			errs = append(errs, err)
 		}
-		if g.Weight < 0 || g.Weight > 100 {
-			add(p+".weight", "must be 0..100, got %d", g.Weight)
+		if h, err := weightHundredths(r.Hash, g.Weight); err != "" {
+			add(p+".weight", "%s", err)
+			weightsOK = false
+		} else {
+			sum += h
 		}
-		sum += g.Weight
 		if g.Target == "" {
 			add(p+".target", "is required")
 		}
@@ -446,8 +471,8 @@ func (r *Rule) validateAB() []error {
 			controls++
 		}
 	}
-	if len(r.Groups) > 0 && sum != 100 {
-		add("groups", "weights must sum to 100, got %d", sum)
+	if len(r.Groups) > 0 && weightsOK && sum != 100*100 {
+		add("groups", "weights must sum to 100, got %v", float64(sum)/100)
 	}
 	if controls > 1 {
 		add("groups", "at most one group may be \"control\": true, got %d", controls)

@@ -77,9 +77,14 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown field", `{"key":"a","type":"gray","gray_percent":1,"targets":{"gray":"h:1","stable":"h:2","grey":"x"},"colour":1}`,
 			[]string{"colour: unknown field", "targets.grey: unknown field"}},
 		{"wrong types", `{"key":1,"type":"ab","experiment_id":"e","groups":[{"name":"A","weight":"50","target":"h:1"}]}`,
-			[]string{"key: expected a string, got 1", "groups[0].weight: expected an integer, got \"50\""}},
-		{"fractional weight", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":50.5,"target":"h:1"}]}`,
-			[]string{"groups[0].weight: expected an integer, got 50.5"}},
+			[]string{"key: expected a string, got 1", "groups[0].weight: expected a number, got \"50\""}},
+		{"weight with three decimals", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":33.335,"target":"h:1"},{"name":"B","weight":66.665,"target":"h:2"}]}`,
+			[]string{"groups[0].weight: allows at most two decimals, got 33.335", "groups[1].weight: allows at most two decimals, got 66.665"}},
+		{"unleash weight in hundredths", `{"key":"a","type":"ab","hash":"unleash","experiment_id":"e","groups":[{"name":"A","weight":50.05,"target":"h:1"},{"name":"B","weight":49.95,"target":"h:2"}]}`,
+			[]string{`groups[0].weight: allows one decimal with "hash": "unleash" (Unleash stores a variant's weight in tenths of a percent), got 50.05`,
+				`groups[1].weight: allows one decimal with "hash": "unleash"`}},
+		{"fractional weights sum", `{"key":"a","type":"ab","experiment_id":"e","groups":[{"name":"A","weight":33.3,"target":"h:1"},{"name":"B","weight":33.3,"target":"h:2"},{"name":"C","weight":33.3,"target":"h:3"}]}`,
+			[]string{"groups: weights must sum to 100, got 99.9"}},
 		{"missing type", `{"key":"a"}`, []string{"type: is required"}},
 		{"bad type", `{"key":"a","type":"canary"}`, []string{`type: must be "gray", "ab" or "tag", got "canary"`}},
 		{"tag rule without target", `{"key":"a","rules":[{"tag":"vip","operator":"eq","value":true}]}`, []string{"target: is required for a tag rule"}},
@@ -336,6 +341,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"key":"g","type":"gray","hash":"unleash","group_id":"AB12A","gray_percent":50,"targets":{"gray":"h:1","stable":"h:2"}}`))
 	f.Add([]byte(`{"key":"ab","type":"ab","experiment_id":"e","sequential":true,"metrics":[{"name":"p","type":"binomial","match":{"method":"POST","status":"2xx"}},{"name":"r","type":"mean","from_header":"X-R"}],"groups":[{"name":"A","weight":100,"target":"h:1"}]}`))
 	f.Add([]byte(`{"key":"ab","type":"ab","hash":"unleash","experiment_id":"e","groups":[{"name":"A","weight":0,"target":"h:1"},{"name":"B","weight":100,"target":"h:2"}]}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","hash":"unleash","experiment_id":"e","groups":[{"name":"A","weight":33.4,"target":"h:1"},{"name":"B","weight":33.3,"target":"h:2"},{"name":"C","weight":33.3,"target":"h:3"}]}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","hash":"crc32","experiment_id":"e","groups":[{"name":"A","weight":0.01,"target":"h:1"},{"name":"B","weight":99.99,"target":"h:2"}]}`))
+	f.Add([]byte(`{"key":"ab","type":"ab","hash":"growthbook","experiment_id":"e","groups":[{"name":"A","weight":12.5,"target":"h:1"},{"name":"B","weight":87.5000000001,"target":"h:2"}]}`))
 	f.Add([]byte(issueExample))
 	f.Add([]byte(`{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"h:1","stable":"h:2"},"rollout":{"steps":[{"percent":5},{"pause":{}},{"pause":"1s"},{"analysis":"a"}],"analyses":{"a":{"interval":"1s","count":2,"checks":[{"metric":"p99_ms","max":5,"min_requests":3}]}},"abort_whitelist":true,"status":{"state":"aborted","step":1,"started_at":"2026-01-01T00:00:00Z","step_started_at":"2026-01-01T00:00:00Z","pause_left":"3s","failure":{"analysis":"a","check":"p99_ms","result":"failed","value":9}}}}`))
 	f.Add([]byte(`{"key":"g","type":"gray","gray_percent":0,"targets":{"gray":"h:1","stable":"h:2"},"rollout":{"steps":[{"pause":{"x":1}},{"pause":7},{"percent":-1,"analysis":"z"}],"analyses":{"":{"interval":"-1s","checks":[{}]}},"status":{"state":"x","step":-4}}}`))

@@ -13,13 +13,18 @@ const ids = [
   "😀", "x😀y", "𝄞music", "日本語のユーザー", "ﬃ", "\uffff",
 ];
 const seeds = ["exp_user_center_202405", "checkout", "", "种子", "gb-🌍"];
-const weightSets = [[50, 50], [10, 20, 70], [33, 33, 34], [0, 100], [25, 25, 25, 25], [1, 99], [100]];
+// Percentages, as a rule gives them; the last three are not whole.
+const weightSets = [[50, 50], [10, 20, 70], [33, 33, 34], [0, 100], [25, 25, 25, 25], [1, 99], [100],
+  [33.4, 33.3, 33.3], [12.5, 87.5], [0.01, 99.99]];
 const percents = [0, 1, 35, 500, 1000, 1234, 5000, 9999, 10000]; // hundredths
 
 function run(seed, id, weights) {
   const gb = new GrowthBook({ attributes: { id } });
   const exp = { key: seed, variations: weights.map((_, i) => i), hashVersion: 2 };
-  if (weights.length > 1) exp.weights = weights.map((w) => w / 100);
+  // A weight as a GrowthBook experiment stores it: the decimal fraction
+  // (33.4% is 0.334), not 33.4 / 100, which can be one unit in the last
+  // place away from it.
+  if (weights.length > 1) exp.weights = weights.map((w) => Number((w / 100).toPrecision(12)));
   const r = gb.run(exp);
   gb.destroy();
   return r;

@@ -118,6 +118,14 @@ SPLITS = [
     ["blue", "red", "green", "yellow"], [25, 25, 25, 25],
     ["A", "B", "C"], [0, 50, 50],
     ["A", "B", "C", "D", "E"], [7, 13, 17, 19, 44],
+    # Weights Unleash stores that are not whole percentages: its
+    # fixVariantWeights spreads variable weights over 1000 and gives the
+    # remainder to the first variants, so an even three-way split is
+    # 334/333/333 and an even seven-way one 143 x 6 and 142.
+    ["A", "B", "C"], [33.4, 33.3, 33.3],
+    ["A", "B", "C", "D", "E", "F", "G"], [14.3, 14.3, 14.3, 14.3, 14.3, 14.3, 14.2],
+    ["A", "B"], [12.5, 87.5],
+    ["A", "B"], [0.1, 99.9],
 ]
 GROUP_IDS = ["checkout-feature", "Feature.Variants.A", "实验-ü"]
 IDS = [str(1000 + i) for i in range(40)] + ["user-42", "用户42", "naïve", "😀"]
@@ -128,7 +136,7 @@ def main():
     cases = []
     for i in range(0, len(SPLITS), 2):
         names, percents = SPLITS[i], SPLITS[i + 1]
-        weights = [10 * p for p in percents]  # as Unleash stores the percentages
+        weights = [round(10 * p) for p in percents]  # as Unleash stores the percentages
         total = sum(weights)
         for gid in GROUP_IDS:
             for uid in IDS:
