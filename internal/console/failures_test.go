@@ -3,6 +3,7 @@ package console_test
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,7 +20,9 @@ const consoleTimeout = 10 * time.Second
 
 // faults wraps the admin handler and misbehaves on the requests it is
 // told to, as a broken admin API, or a load balancer in front of it,
-// would. Requests are named "METHOD /path" (without the query).
+// would. Requests are named "METHOD /path" (without the query); the
+// editor's checks, which are PUTs with ?dry_run=1, are "METHOD /path
+// (dry run)", so that counting a route's writes does not count them.
 type faults struct {
 	t     *testing.T
 	mu    sync.Mutex
@@ -70,9 +73,19 @@ func (f *faults) count(route string) int {
 	return f.hits[route]
 }
 
+// all returns how many requests each route has had.
+func (f *faults) all() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.hits)
+}
+
 func (f *faults) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route := r.Method + " " + r.URL.Path
+		if r.URL.Query().Has("dry_run") {
+			route += " (dry run)"
+		}
 		f.mu.Lock()
 		f.hits[route]++
 		mode := f.modes[route]
@@ -264,7 +277,7 @@ func TestBrowserDoublePress(t *testing.T) {
 	b.waitText("#toasts", "Saved user_center_v2: version 4")
 	time.Sleep(slowBy + time.Second)
 	if n := f.count("PUT /api/v1/rules/user_center_v2") - before; n != 1 {
-		t.Errorf("a double click on Save sent %d PUTs, want 1", n)
+		t.Errorf("a double click on Save sent %d PUTs, want 1 (requests by route: %v)", n, f.all())
 	}
 }
 
