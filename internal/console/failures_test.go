@@ -390,8 +390,9 @@ func TestBrowserBadAnswers(t *testing.T) {
 	f.set("POST /api/v1/rollback", html502)
 	b.click("#rollback-all")
 	b.confirm("Roll back every rule")
-	b.waitText("#toasts", "Rollback failed: POST /api/v1/rollback: HTTP 502")
-	b.waitText("#toasts", "may or may not have been applied")
+	// A failure is an alert, which a screen reader reads out at once.
+	b.waitText(`#toasts [role="alert"]`, "Rollback failed: POST /api/v1/rollback: HTTP 502")
+	b.waitText(`#toasts [role="alert"]`, "may or may not have been applied")
 	b.waitFor("Rollback all to work again", `(() => { const el = document.querySelector('#rollback-all'); return !!el && !el.disabled; })()`)
 	f.clear()
 
@@ -402,7 +403,10 @@ func TestBrowserBadAnswers(t *testing.T) {
 	f.set("GET /api/v1/rules/user_center_v2", html502)
 	b.click("#rule-rollback")
 	b.confirm("Roll back user_center_v2")
-	b.waitText("#toasts", "user_center_v2 is rolled back.")
+	b.waitText(`#toasts [role="status"]`, "user_center_v2 is rolled back.")
+	if got := b.text(`#toasts [role="alert"]`); strings.Contains(got, "is rolled back") {
+		t.Errorf("a rollback that worked is an alert: %q", got)
+	}
 	b.waitText("#rule-notice", "HTTP 502")
 	if n := b.count("#rule-fields"); n != 1 {
 		t.Errorf("after a failed reload the rule page lost the rule it showed: %q", b.text("#main"))

@@ -173,15 +173,25 @@ export function confirmDialog({title, message, confirm, danger = true}) {
 
 // toast shows a short message at the bottom of the screen. A 'bad' one
 // (a change that failed, or may not have been applied) stays until it is
-// dismissed: it says something the operator must not miss.
+// dismissed, and is an alert, which a screen reader reads out at once:
+// it says something the operator must not miss. The others are read when
+// the reader is idle. Both live regions are in the page from its start
+// (index.html), as a region must be for what is added to it to be read.
 export function toast(text, kind = 'ok') {
-  let box = document.getElementById('toasts');
+  const bad = kind === 'bad';
+  const id = bad ? 'toasts-alert' : 'toasts-status';
+  let box = document.getElementById(id);
   if (!box) {
-    box = h('div', {id: 'toasts', role: 'status', 'aria-live': 'polite'});
-    document.body.appendChild(box);
+    let outer = document.getElementById('toasts');
+    if (!outer) {
+      outer = h('div', {id: 'toasts'});
+      document.body.appendChild(outer);
+    }
+    box = h('div', bad ? {id, role: 'alert'} : {id, role: 'status', 'aria-live': 'polite'});
+    outer.appendChild(box);
   }
   const t = h('div', {class: ['toast', kind]}, text);
-  if (kind === 'bad') {
+  if (bad) {
     t.appendChild(h('button', {type: 'button', class: ['btn', 'small', 'ghost', 'dismiss'], title: 'dismiss', 'aria-label': 'dismiss', onclick: () => t.remove()}, '×'));
   } else {
     setTimeout(() => t.remove(), 6000);
