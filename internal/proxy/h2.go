@@ -239,8 +239,10 @@ type stream struct {
 	// handler returned, so they are made per attempt, never pooled.
 	att netAttempt
 	// pending is the body of the next attempt, kept from the failed one
-	// (replayOK).
-	pending io.ReadCloser
+	// (replayOK); replayed says replayOK made the request replayable, so
+	// that each later attempt's body is checked again.
+	pending  io.ReadCloser
+	replayed bool
 	// deadline is the end of a gRPC call its grpc-timeout sets (zero:
 	// none), which every attempt's call ends at (newNetCallUntil).
 	deadline time.Time
@@ -331,7 +333,7 @@ func (s *stream) resetStream() {
 		}
 	}
 	s.cbody = nil
-	s.att, s.pending = netAttempt{}, nil
+	s.att, s.pending, s.replayed = netAttempt{}, nil, false
 	s.deadline = time.Time{}
 	s.bodyEnd.Store(0)
 	s.out = nil
@@ -428,9 +430,12 @@ func (s *stream) admitStream(cl int64, src io.Reader) error {
 // failed can be sent again although admit did not buffer it: upBody did
 // not read it at all (a connection that failed), or read it whole and
 // holds it (a gRPC call whose upstream then failed). The policy's
-// fallBackOK decides the rest.
+// fallBackOK decides the rest. The attempt after such a replay streams
+// the body again, so its failure asks the same of its body: a third
+// instance (nextInstance) or the fallback gets the body only if that
+// attempt left it whole too.
 func (s *stream) replayOK() {
-	if s.replayable || s.att.body == nil {
+	if s.att.body == nil || (s.replayable && !s.replayed) {
 		return
 	}
 	b, ok := s.att.body.replay(nil)
@@ -440,8 +445,8 @@ func (s *stream) replayOK() {
 		// rest.
 		b, ok = resumeBody(s.att.body, nil)
 	}
+	s.replayable, s.replayed = ok, ok
 	if ok {
-		s.replayable = true
 		s.att.body = nil
 		s.pending = b
 	}

@@ -109,3 +109,111 @@ func TestNextInstanceEveryProtocol(t *testing.T) {
 		})
 	}
 }
+
+// TestNextInstanceSkipsEveryRefused: with two dead instances of three, a
+// request's third try goes to the live one, never back to the first that
+// refused it; over HTTP/1.1 and HTTP/2 clients, with and without a body
+// (an HTTP/2 client's body is replayed to the third instance too).
+func TestNextInstanceSkipsEveryRefused(t *testing.T) {
+	live, hits := echoBackend(t, "live")
+	pool := poolOf("up", refusedAddr(t), refusedAddr(t), addrOf(live))
+	_, gw := startProxyWith(t, Options{}, staticDecider{Group: "g", Target: pool}, listener.Protocols{H2C: true})
+	for name, client := range map[string]*http.Client{"h1": {}, "h2c": h2cClient(t)} {
+		t.Run(name, func(t *testing.T) {
+			before := hits.Load()
+			for i := range 12 { // every place of the rotation, with and without a body
+				var body io.Reader
+				method := http.MethodGet
+				if i%2 == 1 {
+					method, body = http.MethodPost, strings.NewReader("payload")
+				}
+				req, _ := http.NewRequest(method, "http://"+gw+"/x", body)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || (body != nil && !strings.Contains(string(b), "payload")) {
+					t.Fatalf("request %d (%s): %d %q, want the live instance's answer", i, method, resp.StatusCode, b)
+				}
+			}
+			if n := hits.Load() - before; n != 12 {
+				t.Errorf("the live instance got %d requests, want all 12", n)
+			}
+		})
+	}
+}
+
+// TestNextInstanceKeepsTheVersion: a request that a version header placed
+// (seed 003) and whose instance refused the connection goes to another
+// instance of the same version, not to the 502 it got before, and never
+// to another version while its version has a live instance. When the
+// refusing instance was its version's only one, the retry falls back to
+// the pool's others, as a version no healthy instance has does. Over
+// HTTP/1.1 and HTTP/2 clients, with and without a body.
+func TestNextInstanceKeepsTheVersion(t *testing.T) {
+	v1, hits1 := echoBackend(t, "v1")
+	v2, hits2 := echoBackend(t, "v2")
+	dead2, dead3 := refusedAddr(t), refusedAddr(t)
+	meta := func(v string) map[string]string { return map[string]string{"version": v} }
+	pool, err := upstream.NewPoolWith("users", []*upstream.Instance{
+		{Addr: dead2, Metadata: meta("2")}, {Addr: addrOf(v2), Metadata: meta("2")},
+		{Addr: addrOf(v1), Metadata: meta("1")}, {Addr: dead3, Metadata: meta("3")},
+	}, upstream.PoolOptions{VersionHeader: "version"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gw := startProxyWith(t, Options{}, staticDecider{Group: "g", Target: pool}, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"h1": {}, "h2c": h2cClient(t)}
+	tests := []struct {
+		version, want string
+		hits          *atomic.Int64
+	}{
+		{"2", "v2", hits2}, // the other version-2 instance, after dead2 refused
+		{"1", "v1", hits1},
+		{"3", "", nil}, // dead3 is version 3's only instance: the others take it
+	}
+	for _, tt := range tests {
+		for _, name := range []string{"h1", "h2c"} {
+			t.Run("version "+tt.version+" "+name, func(t *testing.T) {
+				var before int64
+				if tt.hits != nil {
+					before = tt.hits.Load()
+				}
+				// Eight requests take every place of the rotation.
+				for i := range 8 {
+					var body io.Reader
+					method := http.MethodGet
+					if i%2 == 1 {
+						method, body = http.MethodPost, strings.NewReader("payload")
+					}
+					req, _ := http.NewRequest(method, "http://"+gw+"/x", body)
+					req.Header.Set("version", tt.version)
+					resp, err := clients[name].Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					got := resp.Header.Get("X-Backend")
+					if resp.StatusCode != http.StatusOK || (tt.want != "" && got != tt.want) || (body != nil && !strings.Contains(string(b), "payload")) {
+						t.Fatalf("request %d (%s, version %s): %d from %q %q, want 200 from %q", i, method, tt.version, resp.StatusCode, got, b, cmpOr(tt.want, "a live instance"))
+					}
+				}
+				if tt.hits != nil {
+					if n := tt.hits.Load() - before; n != 8 {
+						t.Errorf("%s got %d requests, want all 8", tt.want, n)
+					}
+				}
+			})
+		}
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

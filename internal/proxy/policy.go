@@ -57,6 +57,14 @@ type flow struct {
 
 	inst *upstream.Instance
 	pool *upstream.Pool // the pool inst came from, told the outcome once
+	// versioned: inst was picked by a version header (seed 003), whose
+	// value version holds, so that a retry after a refused connection
+	// stays in the same version (nextInstance).
+	versioned bool
+	version   []byte
+	// tried are the instances whose connection failed this request
+	// (nextInstance), which its next tries skip.
+	tried []*upstream.Instance
 
 	// Route policy state (resilience.go).
 	pol           *router.Policy
@@ -265,8 +273,10 @@ func (f *flow) pick(in inHeader) error {
 	if h == "" {
 		h = pool.VersionHeader
 	}
-	if h != "" {
-		inst, err = pool.PickVersion(b2s(in.Peek(h)))
+	f.versioned = h != ""
+	if f.versioned {
+		f.version = append(f.version[:0], in.Peek(h)...)
+		inst, err = pool.PickVersion(b2s(f.version))
 	} else {
 		inst, err = pool.Pick()
 	}
@@ -332,6 +342,9 @@ func (f *flow) resetFlow() {
 	f.opts = nil
 	f.peer = netip.Addr{}
 	f.inst, f.pool = nil, nil
+	f.versioned, f.version = false, f.version[:0]
+	clear(f.tried)
+	f.tried = f.tried[:0]
 	f.reqBody.src, f.reqBody.n, f.reqBody.size, f.reqBody.max, f.reqBody.pre = nil, 0, 0, 0, nil
 	f.pol, f.headerTimeout, f.gate, f.retryAfter = nil, 0, nil, 0
 	if cap(f.body) > maxPooledBody {

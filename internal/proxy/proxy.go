@@ -689,26 +689,35 @@ const maxNextInstance = 3
 
 // nextInstance reports whether a failed attempt may go to another instance
 // of its pool: the connection could not be made (so nothing was sent and
-// the request is whole), the pool has another instance, the request did
-// not pick its instance by a version header (whose subset the retry would
-// leave), and fewer than maxNextInstance instances were tried.
-// Both codecs and every pool protocol ask it.
+// the request is whole), the pool has another instance, and fewer than
+// maxNextInstance instances were tried. Both codecs and every pool
+// protocol ask it.
 func (f *flow) nextInstance(err error, tries int) bool {
 	var de *dialError
 	if tries >= maxNextInstance || f.sent || !errors.As(err, &de) || f.canceled || f.clientErr != nil {
 		return false
 	}
 	pool := f.d.Target
-	return pool != nil && len(pool.Instances) > 1 && f.d.VersionHeader == "" && pool.VersionHeader == ""
+	return pool != nil && len(pool.Instances) > 1
 }
 
 // toNextInstance moves the flow to another instance of its pool after an
 // attempt nextInstance allows another: passive health hears of the one
-// that failed. It fails when the pool has no other instance to give.
+// that failed. No instance that refused the request is tried again. A
+// request placed by a version header is placed by it again (seed 003's
+// predicate without those instances: its version's others, else the
+// pool's, as PickVersion falls back). It fails when the pool has no other
+// instance to give.
 func (f *flow) toNextInstance() error {
-	failed := f.inst
+	f.tried = append(f.tried, f.inst)
 	f.reportUpstream(false)
-	inst, err := f.d.Target.PickOther(failed)
+	var inst *upstream.Instance
+	var err error
+	if f.versioned {
+		inst, err = f.d.Target.PickOtherVersion(b2s(f.version), f.tried)
+	} else {
+		inst, err = f.d.Target.PickOther(f.tried)
+	}
 	if err != nil {
 		return err
 	}

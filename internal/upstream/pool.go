@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -220,22 +221,45 @@ func (p *Pool) PickVersion(version string) (*Instance, error) {
 	return p.Pick()
 }
 
-// PickOther is Pick for a request whose connection to not failed before
-// anything was sent: it chooses among the pool's other instances, so that
-// the request is not sent back to the one that refused it.
-func (p *Pool) PickOther(not *Instance) (*Instance, error) {
-	idx := make([]int32, 0, len(p.all.idx))
-	for _, i := range p.all.idx {
-		if p.Instances[i] != not {
-			idx = append(idx, i)
-		}
-	}
-	g := newGroup(idx)
-	g.rr.Store(p.all.rr.Load()) // spread retries as first tries are
-	if i, ok := p.choose(g); ok {
+// PickOther is Pick for a request whose connection to the instances in
+// not failed before anything was sent: it chooses among the pool's other
+// instances, so that the request is not sent back to one that refused it.
+func (p *Pool) PickOther(not []*Instance) (*Instance, error) {
+	if i, ok := p.choose(p.without(p.all, not)); ok {
 		return p.take(i), nil
 	}
 	return nil, p.noInstance()
+}
+
+// PickOtherVersion is PickOther for a request that PickVersion placed:
+// seed 003's predicate again, without the instances that refused it. A
+// non-empty version chooses among the other healthy instances of that
+// version; when none is left, or the version is empty or no instance's,
+// it falls back to the pool's other instances, as PickVersion falls back
+// to all.
+func (p *Pool) PickOtherVersion(version string, not []*Instance) (*Instance, error) {
+	if version != "" {
+		if g := p.byVersion[version]; g != nil {
+			if i, ok := p.choose(p.without(g, not)); ok {
+				return p.take(i), nil
+			}
+		}
+	}
+	return p.PickOther(not)
+}
+
+// without returns a group of g's instances but those in not, which
+// continues g's rotation (retries spread as first tries are).
+func (p *Pool) without(g *group, not []*Instance) *group {
+	idx := make([]int32, 0, len(g.idx))
+	for _, i := range g.idx {
+		if !slices.Contains(not, p.Instances[i]) {
+			idx = append(idx, i)
+		}
+	}
+	o := newGroup(idx)
+	o.rr.Store(g.rr.Load())
+	return o
 }
 
 func (p *Pool) take(i int32) *Instance {
