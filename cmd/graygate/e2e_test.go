@@ -102,7 +102,11 @@ func startServeOnce(t *testing.T, args []string) (p *proc, foreign bool) {
 			if resp.StatusCode != 200 || string(body) != "ok\n" {
 				return p, true // graygate's /healthz says exactly "ok"
 			}
-			return p, false
+			// Another package's in-process gateway answers /healthz
+			// the same way (CI saw one take the admin port: this
+			// test's PUTs got its 401). graygate logs that it serves
+			// once it holds both ports.
+			return p, !p.logsServing(5 * time.Second)
 		}
 		if time.Now().After(deadline) {
 			p.mu.Lock()
@@ -110,6 +114,25 @@ func startServeOnce(t *testing.T, args []string) (p *proc, foreign bool) {
 			t.Fatalf("graygate did not become healthy: %v\n%s", err, p.stderr)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logsServing waits up to d for the process to log that it serves on
+// its ports, and reports whether it did; it gives up early if the process
+// says it could not listen.
+func (p *proc) logsServing(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		p.mu.Lock()
+		log := p.stderr.String()
+		p.mu.Unlock()
+		switch {
+		case strings.Contains(log, "graygate serving") && strings.Contains(log, p.admin):
+			return true
+		case strings.Contains(log, "address already in use") || time.Now().After(deadline):
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
