@@ -27,23 +27,7 @@ func TestNextInstanceOnRefusedConnection(t *testing.T) {
 	dead := refusedAddr(t)
 	t.Run("two instances", func(t *testing.T) {
 		_, gw := startProxy(t, Options{}, staticDecider{Group: "g", Target: poolOf("up", dead, addrOf(backend))})
-		for i := range 10 {
-			var body io.Reader
-			method := http.MethodGet
-			if i%2 == 1 {
-				method, body = http.MethodPost, strings.NewReader("payload")
-			}
-			req, _ := http.NewRequest(method, "http://"+gw+"/x", body)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || (body != nil && !strings.Contains(string(b), "payload")) {
-				t.Fatalf("request %d (%s): %d %q, want the live instance's answer", i, method, resp.StatusCode, b)
-			}
-		}
+		sendEach(t, http.DefaultClient, "http://"+gw+"/x", 10, "", "live")
 		if n := hits.Load(); n != 10 {
 			t.Errorf("the live instance got %d requests, want all 10", n)
 		}
@@ -121,23 +105,7 @@ func TestNextInstanceSkipsEveryRefused(t *testing.T) {
 	for name, client := range map[string]*http.Client{"h1": {}, "h2c": h2cClient(t)} {
 		t.Run(name, func(t *testing.T) {
 			before := hits.Load()
-			for i := range 12 { // every place of the rotation, with and without a body
-				var body io.Reader
-				method := http.MethodGet
-				if i%2 == 1 {
-					method, body = http.MethodPost, strings.NewReader("payload")
-				}
-				req, _ := http.NewRequest(method, "http://"+gw+"/x", body)
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK || (body != nil && !strings.Contains(string(b), "payload")) {
-					t.Fatalf("request %d (%s): %d %q, want the live instance's answer", i, method, resp.StatusCode, b)
-				}
-			}
+			sendEach(t, client, "http://"+gw+"/x", 12, "", "live") // every place of the rotation
 			if n := hits.Load() - before; n != 12 {
 				t.Errorf("the live instance got %d requests, want all 12", n)
 			}
@@ -181,26 +149,7 @@ func TestNextInstanceKeepsTheVersion(t *testing.T) {
 				if tt.hits != nil {
 					before = tt.hits.Load()
 				}
-				// Eight requests take every place of the rotation.
-				for i := range 8 {
-					var body io.Reader
-					method := http.MethodGet
-					if i%2 == 1 {
-						method, body = http.MethodPost, strings.NewReader("payload")
-					}
-					req, _ := http.NewRequest(method, "http://"+gw+"/x", body)
-					req.Header.Set("version", tt.version)
-					resp, err := clients[name].Do(req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					got := resp.Header.Get("X-Backend")
-					if resp.StatusCode != http.StatusOK || (tt.want != "" && got != tt.want) || (body != nil && !strings.Contains(string(b), "payload")) {
-						t.Fatalf("request %d (%s, version %s): %d from %q %q, want 200 from %q", i, method, tt.version, resp.StatusCode, got, b, cmpOr(tt.want, "a live instance"))
-					}
-				}
+				sendEach(t, clients[name], "http://"+gw+"/x", 8, tt.version, tt.want) // every place of the rotation
 				if tt.hits != nil {
 					if n := tt.hits.Load() - before; n != 8 {
 						t.Errorf("%s got %d requests, want all 8", tt.want, n)
@@ -211,9 +160,31 @@ func TestNextInstanceKeepsTheVersion(t *testing.T) {
 	}
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+// sendEach sends n requests to url, every other one a POST with a body,
+// with the version header when version is set, and fails the test unless
+// each is answered 200 by an echo backend (by the one named want, if
+// set) that got the whole body.
+func sendEach(t *testing.T, client *http.Client, url string, n int, version, want string) {
+	t.Helper()
+	for i := range n {
+		var body io.Reader
+		method := http.MethodGet
+		if i%2 == 1 {
+			method, body = http.MethodPost, strings.NewReader("payload")
+		}
+		req, _ := http.NewRequest(method, url, body)
+		if version != "" {
+			req.Header.Set("version", version)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got := resp.Header.Get("X-Backend")
+		if resp.StatusCode != http.StatusOK || (want != "" && got != want) || (body != nil && !strings.Contains(string(b), "payload")) {
+			t.Fatalf("request %d (%s, version %q): %d from %q %q, want 200 from %q with the body", i, method, version, resp.StatusCode, got, b, want)
+		}
 	}
-	return b
 }
