@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,6 +36,8 @@ import (
 //	                 (no_exposure); both expire after twice pendingTTL
 //	                 without a batch
 //	b:<id>     string  marks a batch as applied, for an hour
+//	r:<id>     string  the batch's reply (its codes, then how many parked
+//	                   conversions it dropped), for resultTTL
 //	ph         string  the experiment's phase (JSON, see phase.go)
 //	ps         string  "<since> <alloc>" of the phase: first exposures of
 //	                   allocation alloc (hex) dated at or after since
@@ -44,7 +47,10 @@ import (
 // One script applies a batch of one experiment's events atomically. A
 // batch carries an id unique to this gateway, so a batch whose reply was
 // lost and that is sent again is not counted twice (values are sums, so
-// counting twice would be wrong). Scripts name their keys in ARGV, not
+// counting twice would be wrong), and gets the reply it had, so that the
+// gateway learns each event's status (a first exposure, for the exposure
+// log) and the count of expired conversions. It is sent again at once
+// (run), and, if that reply is lost too, at the next flush (lost). Scripts name their keys in ARGV, not
 // KEYS: this needs a standalone Redis (or a primary behind Sentinel), not
 // Redis Cluster.
 type redisStore struct {
@@ -61,11 +67,45 @@ type redisStore struct {
 	// gateway parked in it ends (Unix ms), until sweepIdle has found its
 	// waits ended. Only the writer uses it.
 	parked map[string]int64
+	// lost is the batch whose every reply was lost, which Redis may have
+	// applied: the next apply sends it again under its id if its events
+	// still head the list (the writer keeps the events it could not
+	// apply). Only the writer uses it.
+	lost lostBatch
+	// timeout bounds one call (redisTimeout; tests shorten it).
+	timeout time.Duration
+}
+
+// lostBatch names a batch by its id, its length and a hash of its events.
+type lostBatch struct {
+	id  string
+	n   int
+	sum uint64
+}
+
+// batchSum hashes what a batch sends of its events.
+func batchSum(events []Event) uint64 {
+	d := xxhash.New()
+	var b []byte
+	for i := range events {
+		e := &events[i]
+		b = fmt.Appendf(b[:0], "%d\x00%s\x00%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%t\x00%t\n",
+			e.Kind, e.Experiment, e.Unit, e.Group, e.Metric, e.TS, e.Value, e.Version, e.Alloc, e.Binomial, e.Exposes)
+		_, _ = d.Write(b)
+	}
+	return d.Sum64()
 }
 
 // redisTimeout bounds one Redis call, so that an outage costs the writer
 // at most this long per flush; the request path never waits on Redis.
 const redisTimeout = 2 * time.Second
+
+// resultTTL is how long Redis keeps a batch's reply for a batch sent
+// again (r:<id>): a reply lost on both tries is asked for at the next
+// flush, a second or so later, unless Redis stays unreachable. A batch
+// sent again after that is still applied once (b:<id>), with its
+// statuses unknown.
+const resultTTL = 10 * time.Minute
 
 // maxBatch is the most events one script call applies.
 const maxBatch = 512
@@ -90,7 +130,7 @@ func openRedis(rawURL string, now func() time.Time, expired func(n int)) (*redis
 		now = time.Now
 	}
 	return &redisStore{c: redis.NewClient(o), script: redis.NewScript(applyScript), phase: redis.NewScript(phaseScript), id: hex.EncodeToString(id[:]),
-		now: now, expired: expired, parked: map[string]int64{}}, nil
+		now: now, expired: expired, parked: map[string]int64{}, timeout: redisTimeout}, nil
 }
 
 func (s *redisStore) kind() string { return "redis" }
@@ -99,7 +139,7 @@ func prefix(exp string) string { return "graygate:exp:" + strconv.Itoa(len(exp))
 
 // applyScript applies one batch of one experiment's events; see redisStore.
 // ARGV: window (ms), pending TTL (s), key prefix, batch id, the gateway's
-// time (Unix ms), then six fields
+// time (Unix ms), the reply's TTL (s), then six fields
 // per event: kind ("e" exposure, "b" binomial, "m" mean), unit, and for an
 // exposure group, ts, version, alloc (hex); for a conversion metric, ts,
 // value, "".
@@ -107,15 +147,22 @@ func prefix(exp string) string { return "graygate:exp:" + strconv.Itoa(len(exp))
 // unit too (Event.Exposes).
 // It returns one code per event (1 fresh or counted, 0 repeated, 2 parked,
 // 3 outside the window, 4 overflow) and then how many parked conversions
-// it dropped because their wait had ended, or {-1} for a batch applied
-// before.
+// it dropped because their wait had ended. A batch applied before gets
+// the reply it had, or {-1} once that has expired.
 const applyScript = `
 local W = tonumber(ARGV[1])
 local TTL = tonumber(ARGV[2])
 local P = ARGV[3]
+local BID = ARGV[4]
 local NOW = tonumber(ARGV[5])
-if ARGV[4] ~= "" then
-  if not redis.call("SET", P .. "b:" .. ARGV[4], "1", "NX", "EX", 3600) then
+if BID ~= "" then
+  local done = redis.call("GET", P .. "r:" .. BID)
+  if done then
+    local out = {}
+    for v in string.gmatch(done, "[^,]+") do out[#out+1] = tonumber(v) end
+    return out
+  end
+  if not redis.call("SET", P .. "b:" .. BID, "1", "NX", "EX", 3600) then
     return {-1}
   end
 end
@@ -151,7 +198,7 @@ local function conv(unit, kind, metric, ts, val, rec)
   return 1
 end
 local out = {}
-local i = 6
+local i = 7
 while i + 5 <= #ARGV do
   local kind, unit, a, b, c, f = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
   i = i + 6
@@ -208,14 +255,17 @@ for _, unit in ipairs(redis.call("ZRANGEBYSCORE", P .. "pz", "-inf", NOW, "LIMIT
   redis.call("ZREM", P .. "pz", unit)
 end
 out[#out+1] = expired
+if BID ~= "" then
+  redis.call("SET", P .. "r:" .. BID, table.concat(out, ","), "EX", tonumber(ARGV[6]))
+end
 return out
 `
 
-// scriptHead appends applyScript's first five ARGV to args: window (ms),
-// pending TTL (s), exp's key prefix, the batch id ("": none) and the
-// gateway's time (Unix ms).
+// scriptHead appends applyScript's first six ARGV to args: window (ms),
+// pending TTL (s), exp's key prefix, the batch id ("": none), the
+// gateway's time (Unix ms) and resultTTL (s).
 func scriptHead(args []any, window int64, exp, batch string, now int64) []any {
-	return append(args, window, int64(pendingTTL/time.Second), prefix(exp), batch, now)
+	return append(args, window, int64(pendingTTL/time.Second), prefix(exp), batch, now, int64(resultTTL/time.Second))
 }
 
 func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st []status) (int, error) {
@@ -227,8 +277,20 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 		for end < len(events) && end-done < maxBatch && events[end].Experiment == exp {
 			end++
 		}
+		id := ""
+		if l := s.lost; l.n > 0 {
+			// The batch whose reply was lost goes again first, whole and
+			// alone, under its id, if the events still start with it.
+			s.lost = lostBatch{}
+			if done == 0 && l.n <= len(events) && sameExperiment(events[:l.n]) && batchSum(events[:l.n]) == l.sum {
+				end, id = l.n, l.id
+			}
+		}
+		if id == "" {
+			id = s.id + "-" + strconv.FormatUint(s.seq.Add(1), 10)
+		}
 		now := s.now().UnixMilli()
-		args = scriptHead(args[:0], window, exp, s.id+"-"+strconv.FormatUint(s.seq.Add(1), 10), now)
+		args = scriptHead(args[:0], window, exp, id, now)
 		for i := done; i < end; i++ {
 			e := &events[i]
 			if e.Kind == Exposure {
@@ -246,6 +308,9 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 		}
 		codes, err := s.run(ctx, args)
 		if err != nil {
+			if isTimeout(err) {
+				s.lost = lostBatch{id: id, n: end - done, sum: batchSum(events[done:end])}
+			}
 			return done, err
 		}
 		for i := done; i < end; i++ {
@@ -294,12 +359,23 @@ func (s *redisStore) sweepIdle(ctx context.Context) error {
 	return nil
 }
 
+// sameExperiment reports whether events are all of one experiment, as a
+// batch's are.
+func sameExperiment(events []Event) bool {
+	for i := range events {
+		if events[i].Experiment != events[0].Experiment {
+			return false
+		}
+	}
+	return true
+}
+
 // run sends one batch; a reply lost to a timeout is retried once with the
 // same batch id, which the script recognises if the first attempt landed.
 func (s *redisStore) run(ctx context.Context, args []any) ([]int64, error) {
 	var last error
 	for range 2 {
-		cctx, cancel := context.WithTimeout(ctx, redisTimeout)
+		cctx, cancel := context.WithTimeout(ctx, s.timeout)
 		codes, err := s.script.Run(cctx, s.c, nil, args...).Int64Slice()
 		cancel()
 		if err == nil {

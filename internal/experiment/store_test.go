@@ -242,11 +242,17 @@ func TestRedisStore(t *testing.T) {
 	// A batch whose reply was lost is sent again under its id: it is not
 	// counted twice.
 	ctx := context.Background()
-	args := []any{window, 60, prefix("e:1"), "replayed-1", time.Now().UnixMilli(), "m", "u1", "r", int64(2000), int64(10), ""}
+	args := []any{window, 60, prefix("e:1"), "replayed-1", time.Now().UnixMilli(), 600, "m", "u1", "r", int64(2000), int64(10), ""}
+	var replies [][]int64
 	for range 2 {
-		if _, err := s.script.Run(ctx, s.c, nil, args...).Int64Slice(); err != nil {
+		codes, err := s.script.Run(ctx, s.c, nil, args...).Int64Slice()
+		if err != nil {
 			t.Fatal(err)
 		}
+		replies = append(replies, codes)
+	}
+	if !slices.Equal(replies[0], replies[1]) || len(replies[0]) != 2 {
+		t.Errorf("a replayed batch got %v, then %v; want the same reply (one code and the expired count)", replies[0], replies[1])
 	}
 	got := map[string]int64{}
 	s.values(ctx, "e:1", "r", func(g string, v int64) { got[g] += v })
