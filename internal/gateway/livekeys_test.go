@@ -273,6 +273,34 @@ func (b *echo) release() {
 // deadAddr is a loopback address nothing listens on: connecting is refused.
 func deadAddr(t *testing.T) string { return testport.Refused(t) }
 
+// resetAddr is a loopback address whose server reads a request, body and
+// all, then resets the connection without an answer.
+func resetAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					_, _ = io.Copy(io.Discard, req.Body)
+				}
+				_ = c.(*net.TCPConn).SetLinger(0) // close with RST
+				_ = c.Close()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // do sends one request through the data plane.
 func (e *env) do(method, path string, body io.Reader, hdr ...string) (*http.Response, string, error) {
 	req, err := http.NewRequest(method, e.data+path, body)
@@ -412,15 +440,18 @@ func limitCases(prefix string, wrap func(limits string) string, path string) []l
 			wantBefore: "200", wantAfter: "504",
 		},
 		{
-			// A gray rule whose gray target refuses connections: a body
-			// the gateway buffered is replayed on stable.
+			// A gray rule whose gray target reads a PUT's body and then
+			// resets the connection: a body the gateway buffered is
+			// replayed on stable; one it streamed was read and is gone.
+			// (A target that refuses the connection read nothing, so
+			// even a streamed body goes to stable.)
 			key:    prefix + "fallback_body_bytes",
-			prep:   func(t *testing.T, fx *fixture) { fx.set("dead", deadAddr(t)) },
+			prep:   func(t *testing.T, fx *fixture) { fx.set("dead", resetAddr(t)) },
 			before: strings.Replace(baseConfig, `"{{gray}}"`, `"{{dead}}"`, 1) + wrap("") + "\n",
 			after:  strings.Replace(baseConfig, `"{{gray}}"`, `"{{dead}}"`, 1) + wrap("fallback_body_bytes: 100") + "\n",
 			setup:  putRule("canary", grayRule(100)),
 			probe: func(t *testing.T, e *env, fx *fixture) string {
-				resp, _, err := e.do("POST", path, strings.NewReader(strings.Repeat("x", 1000)), "X-User-Id", "u1")
+				resp, _, err := e.do("PUT", path, strings.NewReader(strings.Repeat("x", 1000)), "X-User-Id", "u1")
 				if err != nil {
 					return "error: " + err.Error()
 				}

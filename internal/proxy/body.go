@@ -26,9 +26,12 @@ type reqBody struct {
 	n    int64 // bytes read from src
 	max  int64 // Policy.MaxBodyBytes; 0 means no limit
 	pre  []byte
+	// read: an attempt has read the body (refusedUnread).
+	read bool
 }
 
 func (b *reqBody) Read(p []byte) (int, error) {
+	b.read = true
 	if len(b.pre) > 0 {
 		n := copy(p, b.pre)
 		b.pre = b.pre[n:]

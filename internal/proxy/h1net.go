@@ -203,7 +203,11 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 	if err != nil {
 		var unsent bool
 		err, unsent = ex.refused(&nu.att, err, ex.netError(err, call, context.Background()))
-		if unsent {
+		var de *dialError
+		if unsent || !ex.sent && errors.As(err, &de) {
+			// Nothing of the body was sent (a stream refused unprocessed,
+			// or no connection): the next instance, or stable, gets it
+			// whole, what the transport read first included.
 			ex.resumeRefused(nu.att.body)
 		}
 		ex.endNet()

@@ -283,7 +283,7 @@ func (ex *exchange) setBodyKind(ctx *fasthttp.RequestCtx, ws bool) {
 		// No body.
 	default:
 		if s := ctx.RequestBodyStream(); s != nil {
-			ex.reqBody.src, ex.reqBody.size, ex.reqBody.n = s, int64(cl), 0
+			ex.reqBody.src, ex.reqBody.size, ex.reqBody.n, ex.reqBody.read = s, int64(cl), 0, false
 			ex.reqBody.max = ex.pol.MaxBodyBytes
 			ex.bodyKind = bodyFixed
 			if cl < 0 {

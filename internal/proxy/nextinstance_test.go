@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -185,6 +187,44 @@ func sendEach(t *testing.T, client *http.Client, url string, n int, version, wan
 		got := resp.Header.Get("X-Backend")
 		if resp.StatusCode != http.StatusOK || (want != "" && got != want) || (body != nil && !strings.Contains(string(b), "payload")) {
 			t.Fatalf("request %d (%s, version %q): %d from %q %q, want 200 from %q with the body", i, method, version, resp.StatusCode, got, b, want)
+		}
+	}
+}
+
+// TestNextInstanceThenStable: a gray pool whose every instance refuses
+// the connection falls back to stable with the whole body, however large
+// (over fallback_body_bytes, so it streams): nothing of it was read, as
+// when the next instance of a pool gets it. For HTTP/1.1 and HTTP/2
+// clients, toward http1 and h2c gray pools. An HTTP/1.1 client toward an
+// http1 pool got a 502 before.
+func TestNextInstanceThenStable(t *testing.T) {
+	stable, hits := echoBackend(t, "stable")
+	body := strings.Repeat("0123456789abcdef", 4<<10) // 64 KiB, over FallbackBodyBytes
+	clients := map[string]*http.Client{"h1": {}, "h2c": h2cClient(t)}
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		gray := poolOf("gray", refusedAddr(t), refusedAddr(t))
+		gray.Protocol = proto
+		d := staticDecider{Group: "gray", Target: gray, Stable: poolOf("stable", addrOf(stable)), Policy: &router.Policy{FallbackBodyBytes: 1 << 10}}
+		_, gw := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+		for _, name := range []string{"h1", "h2c"} {
+			t.Run(name+" client, "+proto.String()+" gray pool", func(t *testing.T) {
+				before := hits.Load()
+				for i := range 4 {
+					resp, err := clients[name].Post("http://"+gw+"/x", "text/plain", strings.NewReader(body))
+					if err != nil {
+						t.Fatal(err)
+					}
+					var e echo
+					err = json.NewDecoder(resp.Body).Decode(&e)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK || err != nil || e.Name != "stable" || e.BodyLen != int64(len(body)) {
+						t.Fatalf("request %d: %d, %d bytes, %v; want stable's answer with the %d bytes", i, resp.StatusCode, e.BodyLen, err, len(body))
+					}
+				}
+				if n := hits.Load() - before; n != 4 {
+					t.Errorf("stable got %d requests, want 4", n)
+				}
+			})
 		}
 	}
 }

@@ -345,7 +345,7 @@ func (f *flow) resetFlow() {
 	f.versioned, f.version = false, f.version[:0]
 	clear(f.tried)
 	f.tried = f.tried[:0]
-	f.reqBody.src, f.reqBody.n, f.reqBody.size, f.reqBody.max, f.reqBody.pre = nil, 0, 0, 0, nil
+	f.reqBody.src, f.reqBody.n, f.reqBody.size, f.reqBody.max, f.reqBody.pre, f.reqBody.read = nil, 0, 0, 0, nil, false
 	f.pol, f.headerTimeout, f.gate, f.retryAfter = nil, 0, nil, 0
 	if cap(f.body) > maxPooledBody {
 		f.body = nil // a route with a large FallbackBodyBytes; don't pool it

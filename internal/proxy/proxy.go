@@ -667,13 +667,14 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		// as nginx's proxy_next_upstream error, another instance of the
 		// pool is asked. Passive health hears of this one.
 		if ex.toNextInstance() != nil {
-			return false, err
+			break
 		}
 		ex.uc = p.client(ex.inst, ex.wallStart())
 		p.buildRequest(ctx, ex, trusted, ws)
 		err = p.roundTrip(ctx, ex)
 	}
 	if err != nil {
+		ex.refusedUnread(err)
 		return false, err
 	}
 	if len(ex.interim) > 0 {
@@ -699,6 +700,22 @@ func (f *flow) nextInstance(err error, tries int) bool {
 	}
 	pool := f.d.Target
 	return pool != nil && len(pool.Instances) > 1
+}
+
+// refusedUnread makes a request whose streamed body the last attempt
+// never read, because its connection could not be made, replayable:
+// stable gets the whole body as it streams, as another instance of the
+// pool does (nextInstance), however large it is. An attempt on an h2 or
+// h2c pool does the same through resumeRefused, and the HTTP/2 codec
+// through stream.replayOK.
+func (ex *exchange) refusedUnread(err error) {
+	var de *dialError
+	if ex.replayable || ex.sent || ex.reqBody.read || !errors.As(err, &de) {
+		return
+	}
+	if ex.bodyKind == bodyFixed || ex.bodyKind == bodyChunked {
+		ex.replayable = true
+	}
 }
 
 // toNextInstance moves the flow to another instance of its pool after an

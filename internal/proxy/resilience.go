@@ -115,7 +115,7 @@ func (f *flow) prepareReplay(cl int64, src io.Reader, replay bool) error {
 	} else {
 		f.body, err = readUpTo(rb, f.body[:0], int(limit)+1)
 		if err == nil && int64(len(f.body)) > limit {
-			rb.pre = f.body
+			rb.pre, rb.read = f.body, false // pre holds what was read; the rest is unread
 			return nil
 		}
 	}
