@@ -273,9 +273,10 @@ func (b *echo) release() {
 // deadAddr is a loopback address nothing listens on: connecting is refused.
 func deadAddr(t *testing.T) string { return testport.Refused(t) }
 
-// resetAddr is a loopback address whose server reads a request, body and
-// all, then resets the connection without an answer.
-func resetAddr(t *testing.T) string {
+// serveConns serves each connection to a new loopback listener with
+// handle, on a goroutine of its own, until the test ends, and returns the
+// listener's address.
+func serveConns(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -288,17 +289,23 @@ func resetAddr(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					_, _ = io.Copy(io.Discard, req.Body)
-				}
-				_ = c.(*net.TCPConn).SetLinger(0) // close with RST
-				_ = c.Close()
-			}()
+			go handle(c)
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// resetAddr is a loopback address whose server reads a request, body and
+// all, then resets the connection without an answer.
+func resetAddr(t *testing.T) string {
+	return serveConns(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			_, _ = io.Copy(io.Discard, req.Body)
+		}
+		_ = c.(*net.TCPConn).SetLinger(0) // close with RST
+		_ = c.Close()
+	})
 }
 
 // do sends one request through the data plane.

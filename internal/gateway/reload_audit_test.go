@@ -148,50 +148,36 @@ func TestReloadRereadsTargetingFiles(t *testing.T) {
 // its end and answers 200: a request body stalls in the gateway's socket
 // writes, which proxy.write_timeout bounds.
 func stallingH2C(t *testing.T, pause time.Duration) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveConns(t, func(c net.Conn) {
+		defer c.Close()
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(c, preface); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}, http2.Setting{ID: http2.SettingMaxFrameSize, Val: 1 << 20})
+		_ = fr.WriteWindowUpdate(0, 1<<30-65535)
 		for {
-			c, err := ln.Accept()
+			f, err := fr.ReadFrame()
 			if err != nil {
 				return
 			}
-			go func(c net.Conn) {
-				defer c.Close()
-				preface := make([]byte, len(http2.ClientPreface))
-				if _, err := io.ReadFull(c, preface); err != nil {
-					return
+			switch f := f.(type) {
+			case *http2.HeadersFrame:
+				time.Sleep(pause)
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
 				}
-				fr := http2.NewFramer(c, c)
-				_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30}, http2.Setting{ID: http2.SettingMaxFrameSize, Val: 1 << 20})
-				_ = fr.WriteWindowUpdate(0, 1<<30-65535)
-				for {
-					f, err := fr.ReadFrame()
-					if err != nil {
-						return
-					}
-					switch f := f.(type) {
-					case *http2.HeadersFrame:
-						time.Sleep(pause)
-					case *http2.SettingsFrame:
-						if !f.IsAck() {
-							_ = fr.WriteSettingsAck()
-						}
-					case *http2.DataFrame:
-						if f.StreamEnded() {
-							var hb bytes.Buffer
-							_ = hpack.NewEncoder(&hb).WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
-							_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true})
-						}
-					}
+			case *http2.DataFrame:
+				if f.StreamEnded() {
+					var hb bytes.Buffer
+					_ = hpack.NewEncoder(&hb).WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+					_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true})
 				}
-			}(c)
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // TestReloadWriteTimeoutReachesH2CPools: proxy.write_timeout bounds a
