@@ -37,9 +37,10 @@ func TestBareLFResponseHead(t *testing.T) {
 		"/lf-head":     {"HTTP/1.1 200 OK\nContent-Length: 2\nX-A: b\n\n"},
 	}
 	conns := make(chan struct{}, 64)
-	up := partsBackend(t, parts, gap, conns, func(string) bool { return true })
+	var closed atomic.Int64
+	up := partsBackendClosing(t, parts, gap, conns, &closed, func(string) bool { return true })
 	_, addr := startProxy(t, Options{ResponseHeaderTimeout: timeout}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
-	for _, tt := range []struct{ path, body string }{
+	requests := []struct{ path, body string }{
 		{"/lf", "ok"},
 		{"/lf", "ok"}, // on the same upstream connection
 		{"/lf-end", "ok"},
@@ -50,7 +51,8 @@ func TestBareLFResponseHead(t *testing.T) {
 		{"/lf-interim", "ok"},
 		{"/lf-chunked", "ok"},
 		{"/lf-head", ""},
-	} {
+	}
+	for _, tt := range requests {
 		t.Run(tt.path[1:], func(t *testing.T) {
 			method := "GET"
 			if tt.path == "/lf-head" {
@@ -66,8 +68,15 @@ func TestBareLFResponseHead(t *testing.T) {
 			}
 		})
 	}
-	if n := len(conns); n != 1 {
-		t.Errorf("the upstream accepted %d connections, want 1: a response with bare LF line ends is well framed", n)
+	// A response with bare LF line ends is well framed: the gateway
+	// closes no upstream connection after one, and reuses them. (A request
+	// may still open a second connection when it comes before the previous
+	// answer's connection is back in the pool: a loaded CI machine did.)
+	if n := closed.Load(); n != 0 {
+		t.Errorf("the gateway closed %d upstream connections, want none", n)
+	}
+	if n := len(conns); n > len(requests)/2 {
+		t.Errorf("the upstream accepted %d connections for %d requests: they were not reused", n, len(requests))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -452,6 +453,12 @@ func TestHeaderTimeoutStartsWhenSent(t *testing.T) {
 // whether the connection goes on (false closes it). Each accepted
 // connection is noted on conns, when given.
 func partsBackend(t *testing.T, parts map[string][]string, gap time.Duration, conns chan<- struct{}, after func(path string) bool) string {
+	return partsBackendClosing(t, parts, gap, conns, nil, after)
+}
+
+// partsBackendClosing is partsBackend that also counts, in closed, the
+// connections the gateway closed (a read of the next request that fails).
+func partsBackendClosing(t *testing.T, parts map[string][]string, gap time.Duration, conns chan<- struct{}, closed *atomic.Int64, after func(path string) bool) string {
 	return stallBackend(t, func(c net.Conn, br *bufio.Reader) {
 		if conns != nil {
 			conns <- struct{}{}
@@ -459,6 +466,9 @@ func partsBackend(t *testing.T, parts map[string][]string, gap time.Duration, co
 		for {
 			req, err := http.ReadRequest(br)
 			if err != nil {
+				if closed != nil {
+					closed.Add(1)
+				}
 				return
 			}
 			for i, p := range parts[req.URL.Path] {
