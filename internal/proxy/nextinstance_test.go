@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
@@ -226,5 +229,47 @@ func TestNextInstanceThenStable(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestStreamedFallbackThenPipelined: after a large body streamed to stable
+// because the gray connection was refused, the request pipelined behind
+// it on the same client connection is read from where that body ended and
+// answered in order, whether the bytes came in one write or in parts.
+func TestStreamedFallbackThenPipelined(t *testing.T) {
+	stable, _ := echoBackend(t, "stable")
+	d := staticDecider{Group: "gray", Target: poolOf("gray", refusedAddr(t)), Stable: poolOf("stable", addrOf(stable)), Policy: &router.Policy{FallbackBodyBytes: 1 << 10}}
+	_, gw := startProxy(t, Options{}, d)
+	req := "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n" + strings.Repeat("x", 64<<10) + "GET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+	for name, cuts := range map[string][]int{"one write": nil, "in parts": {100, 40000}} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", gw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			from := 0
+			for _, to := range append(cuts, len(req)) {
+				if _, err := io.WriteString(c, req[from:to]); err != nil {
+					t.Fatal(err)
+				}
+				from = to
+				time.Sleep(20 * time.Millisecond)
+			}
+			br := bufio.NewReader(c)
+			for i, want := range []string{"/a", "/b"} {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				var e echo
+				err = json.NewDecoder(resp.Body).Decode(&e)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || err != nil || e.URI != want || (want == "/a" && e.BodyLen != 64<<10) {
+					t.Fatalf("answer %d: %d %q, %d bytes, %v; want stable's answer to %s", i, resp.StatusCode, e.URI, e.BodyLen, err, want)
+				}
+			}
+		})
 	}
 }
