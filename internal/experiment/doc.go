@@ -62,7 +62,8 @@
 // in Redis (HSETNX), so a unit that hits two gateways counts once, and
 // results read Redis's aggregates. While Redis is unreachable routing
 // goes on, events wait in a buffer of experiments.buffer_events, and the
-// oldest beyond it are dropped and counted (reason="store_unavailable").
+// oldest beyond it are dropped and counted (reason="store_unavailable"),
+// never part of a batch whose reply was lost (see Recorder.dropOldest).
 //
 // # Health
 //

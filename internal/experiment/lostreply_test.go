@@ -2,14 +2,18 @@ package experiment
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/tags/redistest"
 )
 
@@ -149,5 +153,113 @@ func TestRedisLostReply(t *testing.T) {
 	}
 	if s.lost.n != 0 {
 		t.Errorf("the lost batch is still remembered: %+v", s.lost)
+	}
+}
+
+// TestRedisLostReplyOverflow: when the buffer overflows while the writer
+// holds a batch whose reply was lost on both tries, the oldest events
+// behind that batch are dropped, not the batch's own: the batch goes
+// again whole under its id, and Redis, which had applied it, counts it
+// once. Dropping its first events instead sent the rest under a new id,
+// and they counted twice.
+func TestRedisLostReplyOverflow(t *testing.T) {
+	srv := redistest.Start(t)
+	gate := newReplyGate(t, srv.Addr())
+	r := newRecorder(t, Options{Store: "redis://" + gate.addr() + "/6", BufferEvents: 8})
+	rs := r.store.(*redisStore)
+	rs.timeout = 300 * time.Millisecond
+	ctx := context.Background()
+	if err := rs.script.Load(ctx, rs.c).Err(); err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	r.SetCatalog(NewCatalog(snap, Settings{}))
+	var exp string
+	for i := range 11 {
+		exp = serve(r, snap, "GET", "/shop/", "u"+strconv.Itoa(i), 200).Experiment
+		if i%4 == 3 || i == 10 {
+			flush(t, r) // the buffer bounds what one flush sends
+		}
+	}
+	if c, err := rs.counts(ctx, exp); err != nil || c.units["A"]+c.units["B"] != 11 {
+		t.Fatalf("exposed units: %v, %v; want 11", c.units, err)
+	}
+	post := func(from, to int) {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString(`{"events":[`)
+		for i := from; i < to; i++ {
+			if i > from {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"unit":"u%d","metric":"revenue","value":%d}`, i, 1<<i)
+		}
+		b.WriteString("]}")
+		if res, err := r.PostEvents(ctx, []byte(b.String())); err != nil || res.Accepted != to-from {
+			t.Fatalf("POST of units %d to %d: %+v, %v", from, to-1, res, err)
+		}
+	}
+	// Revenue 1, 2, 4, 8 and 16 for u0..u4: applied, every reply lost.
+	gate.dropping.Store(true)
+	post(0, 5)
+	flush(t, r) // the writer has tried, and holds the batch
+	if r.storeDown.Load() != true || rs.lost.n != 5 {
+		t.Fatalf("with every reply lost: store down %v, lost batch %+v; want down and the 5 events held", r.storeDown.Load(), rs.lost)
+	}
+	gate.dropping.Store(false)
+	// Six more (32 to 1024) make 11 for a buffer of 8: three are dropped,
+	// the oldest after the held batch (32, 64 and 128).
+	before := r.Dropped(DropStoreUnavailable)
+	post(5, 11)
+	flush(t, r)
+	if got := r.Dropped(DropStoreUnavailable) - before; got != 3 {
+		t.Errorf("dropped for the buffer = %d, want 3", got)
+	}
+	var sum int64
+	if err := rs.values(ctx, exp, "revenue", func(_ string, v int64) { sum += v }); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(1+2+4+8+16+256+512+1024) * 1_000_000; sum != want {
+		t.Errorf("revenue = %d, want %d: the held batch once, and the three newest", sum, want)
+	}
+}
+
+// TestDropOldestKeepsTheLostBatch: the buffer's bound drops the oldest
+// events after the held batch, or, when it cuts into that batch, the
+// batch whole (and forgets it) with the oldest after it.
+func TestDropOldestKeepsTheLostBatch(t *testing.T) {
+	tests := []struct {
+		name        string
+		n, lost     int
+		limit       int
+		want        []string
+		wantDropped uint64
+		wantLost    int
+	}{
+		{"within the bound", 6, 3, 8, []string{"0", "1", "2", "3", "4", "5"}, 0, 3},
+		{"no batch held", 6, 0, 4, []string{"2", "3", "4", "5"}, 2, 0},
+		{"behind the held batch", 8, 3, 5, []string{"0", "1", "2", "6", "7"}, 3, 3},
+		{"everything behind it", 8, 3, 3, []string{"0", "1", "2"}, 5, 3},
+		{"into the held batch", 8, 3, 2, []string{"6", "7"}, 6, 0},
+		{"the held batch alone is over", 8, 6, 4, []string{"6", "7"}, 6, 0},
+		{"a held batch longer than the backlog", 4, 9, 2, []string{"2", "3"}, 2, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := &redisStore{lost: lostBatch{id: "g-1", n: tt.lost}}
+			r := &Recorder{store: rs}
+			var backlog []Event
+			for i := range tt.n {
+				backlog = append(backlog, Event{Unit: strconv.Itoa(i)})
+			}
+			got := r.dropOldest(backlog, tt.limit)
+			var units []string
+			for _, e := range got {
+				units = append(units, e.Unit)
+			}
+			if !slices.Equal(units, tt.want) || r.Dropped(DropStoreUnavailable) != tt.wantDropped || rs.lost.n != tt.wantLost {
+				t.Errorf("kept %v, dropped %d, held %d; want %v, %d, %d", units, r.Dropped(DropStoreUnavailable), rs.lost.n, tt.want, tt.wantDropped, tt.wantLost)
+			}
+		})
 	}
 }

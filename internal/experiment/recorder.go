@@ -587,10 +587,7 @@ func (r *Recorder) flush(final bool) {
 	_, buffered := r.store.(*redisStore)
 	if buffered {
 		r.backlog = append(r.backlog, events...)
-		if over := len(r.backlog) - r.opts.BufferEvents; over > 0 {
-			r.dropped[indexOf(DropStoreUnavailable)].Add(uint64(over))
-			r.backlog = slices.Delete(r.backlog, 0, over)
-		}
+		r.backlog = r.dropOldest(r.backlog, r.opts.BufferEvents)
 		pending = r.backlog
 	}
 	if len(pending) > 0 {
@@ -637,6 +634,31 @@ func (r *Recorder) flush(final bool) {
 		r.lastSRM = now
 		r.checkHealth(ctx)
 	}
+}
+
+// dropOldest bounds backlog to limit events, dropping (and counting) the
+// oldest, but never part of the batch whose reply Redis lost (heading
+// the backlog): Redis may have applied it, so it must go again whole,
+// under its id. Sent under a new id, what was left of it would count
+// twice. When the bound cuts into it, it is dropped whole and forgotten.
+func (r *Recorder) dropOldest(backlog []Event, limit int) []Event {
+	over := len(backlog) - limit
+	if over <= 0 {
+		return backlog
+	}
+	rs := r.store.(*redisStore)
+	head := rs.lost.n
+	if head > len(backlog) {
+		head = 0 // not what heads the backlog; apply will not take it for the lost batch
+	}
+	if over <= len(backlog)-head {
+		r.dropped[indexOf(DropStoreUnavailable)].Add(uint64(over))
+		return slices.Delete(backlog, head, head+over)
+	}
+	rs.lost = lostBatch{}
+	n := max(over, head)
+	r.dropped[indexOf(DropStoreUnavailable)].Add(uint64(n))
+	return slices.Delete(backlog, 0, n)
 }
 
 // drain takes every shard's queue, swapping in the spare.
