@@ -155,8 +155,8 @@ func TestAccessLogPathRefused(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			out, err := exec.CommandContext(ctx, binary, "serve", "--config", badCfg, "--listen", freeAddr(t),
-				"--admin-listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data0")).CombinedOutput()
+			out, err := exec.CommandContext(ctx, binary, "serve", "--config", badCfg, "--listen", "127.0.0.1:0",
+				"--admin-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data0")).CombinedOutput()
 			if err == nil || ctx.Err() != nil || !strings.Contains(string(out), want) {
 				t.Errorf("serve with the bad path: %v (timed out: %v)\n%s\nwant it to stop at once saying %s", err, ctx.Err() != nil, out, want)
 			}

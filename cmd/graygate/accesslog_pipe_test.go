@@ -27,14 +27,13 @@ import (
 // that writes fail.
 func TestAccessLogBrokenPipeKeepsServing(t *testing.T) {
 	be := backend(t, "stable")
-	data, admin := freeAddr(t), freeAddr(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	stderr := &bytes.Buffer{}
-	cmd := exec.Command(binary, "serve", "--listen", data, "--admin-listen", admin, "--admin-token", "tok",
+	cmd := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-token", "tok",
 		"--data-dir", t.TempDir(), "--default-upstream", be, "--access-log")
 	cmd.Stdout = w
 	cmd.Stderr = &lockedWriter{w: stderr, mu: &mu}
@@ -50,6 +49,8 @@ func TestAccessLogBrokenPipeKeepsServing(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
+	serving := waitServing(t, func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() })
+	data, admin := serving.Listen, serving.AdminListen
 	client := &http.Client{Timeout: 5 * time.Second}
 	get := func(url string) (int, string, error) {
 		resp, err := client.Get(url)

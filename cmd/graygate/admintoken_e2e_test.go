@@ -24,7 +24,7 @@ func TestAdminTokenNoHeaderCanCarry(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		all := append([]string{"serve", "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data"), "--default-upstream", "127.0.0.1:1"}, args...)
+		all := append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--default-upstream", "127.0.0.1:1"}, args...)
 		cmd := exec.CommandContext(ctx, binary, all...)
 		cmd.Env = append(os.Environ(), env...)
 		out, err := cmd.CombinedOutput()

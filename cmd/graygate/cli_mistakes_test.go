@@ -232,7 +232,7 @@ func TestRouteHostWithPortRefused(t *testing.T) {
 	}
 
 	// The same file at start: refused, exit 1, the field and value named.
-	out, code := runCLI(t, nil, "serve", "--config", cfg, "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data2"))
+	out, code := runCLI(t, nil, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data2"))
 	if code != 1 || !strings.Contains(out, want) {
 		t.Errorf("serve with the route host with a port = exit %d, want 1 and %s:\n%s", code, want, out)
 	}
@@ -264,7 +264,7 @@ func TestConfigKeyGivenTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `upstreams: duplicate key: "upstreams" is given more than once in the same mapping (lines 2 and 4)`
-	out, code := runCLI(t, nil, "serve", "--config", cfg, "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--data-dir", filepath.Join(dir, "data"))
+	out, code := runCLI(t, nil, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"))
 	if code != 1 || !strings.Contains(out, want) {
 		t.Errorf("serve with upstreams twice = exit %d, want 1 and %s:\n%s", code, want, out)
 	}

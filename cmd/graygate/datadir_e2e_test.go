@@ -172,7 +172,7 @@ func TestDataDirCorruptJournal(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "serve", "--listen", freeAddr(t), "--admin-listen", freeAddr(t),
+	cmd := exec.CommandContext(ctx, binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--admin-token", "tok", "--data-dir", dataDir, "--default-upstream", stable)
 	outb, err := cmd.CombinedOutput()
 	if err == nil || ctx.Err() != nil {

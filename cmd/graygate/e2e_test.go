@@ -57,35 +57,21 @@ func freeAddr(t *testing.T) string {
 type proc struct {
 	cmd         *exec.Cmd
 	data, admin string
-	stderr      *bytes.Buffer
-	mu          sync.Mutex
+	// tls is the TLS listener's address ("" without one).
+	tls    string
+	stderr *bytes.Buffer
+	mu     sync.Mutex
 }
 
+// startServe starts graygate serve and waits until its /healthz answers.
+// Its listeners take ports the kernel picks (127.0.0.1:0), read back from
+// the "graygate serving" log line: a port a test found free could be
+// taken, before graygate binds it, by a server of a test running in
+// another package, and then that server answered as graygate (CI saw it).
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
-	// freeAddr's ports are only free, not reserved: a server of a test
-	// running in another package may take one before graygate binds it.
-	// Then graygate cannot listen, and what answers /healthz is that
-	// server, not graygate (CI saw a test read another package's backend
-	// as graygate's admin API): such a start is tried again on new ports.
-	for attempt := 1; ; attempt++ {
-		p, foreign := startServeOnce(t, args)
-		if !foreign {
-			return p
-		}
-		p.kill(syscall.SIGKILL)
-		if attempt == 3 {
-			t.Fatalf("three starts found another server on graygate's ports")
-		}
-	}
-}
-
-// startServeOnce starts graygate serve on two free ports and waits until
-// its /healthz answers. foreign reports that something else answered it.
-func startServeOnce(t *testing.T, args []string) (p *proc, foreign bool) {
-	t.Helper()
-	p = &proc{data: freeAddr(t), admin: freeAddr(t), stderr: &bytes.Buffer{}}
-	all := append([]string{"serve", "--listen", p.data, "--admin-listen", p.admin, "--admin-token", "tok"}, args...)
+	p := &proc{stderr: &bytes.Buffer{}}
+	all := append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--admin-token", "tok"}, args...)
 	p.cmd = exec.Command(binary, all...)
 	p.cmd.Stderr = &lockedWriter{w: p.stderr, mu: &p.mu}
 	p.cmd.Stdout = io.Discard
@@ -93,44 +79,45 @@ func startServeOnce(t *testing.T, args []string) (p *proc, foreign bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + p.admin + "/healthz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 || string(body) != "ok\n" {
-				return p, true // graygate's /healthz says exactly "ok"
-			}
-			// Another package's in-process gateway answers /healthz
-			// the same way (CI saw one take the admin port: this
-			// test's PUTs got its 401). graygate logs that it serves
-			// once it holds both ports.
-			return p, !p.logsServing(5 * time.Second)
-		}
-		if time.Now().After(deadline) {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			t.Fatalf("graygate did not become healthy: %v\n%s", err, p.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	l := waitServing(t, p.log)
+	p.data, p.admin, p.tls = l.Listen, l.AdminListen, l.TLSListen
+	waitHealthy(t, p.admin)
+	return p
 }
 
-// logsServing waits up to d for the process to log that it serves on
-// its ports, and reports whether it did; it gives up early if the process
-// says it could not listen.
-func (p *proc) logsServing(d time.Duration) bool {
-	deadline := time.Now().Add(d)
+// log returns what the process has written to its standard error.
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// servingLine is what a test reads of the "graygate serving" log line.
+type servingLine struct {
+	Listen      string `json:"listen"`
+	AdminListen string `json:"admin_listen"`
+	TLSListen   string `json:"tls_listen"`
+}
+
+// waitServing waits up to 20 s for log (a process's standard error, so
+// far) to hold the "graygate serving" line, and returns the addresses it
+// names; it fails the test, showing the log, if none comes.
+func waitServing(t *testing.T, log func() string) servingLine {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		p.mu.Lock()
-		log := p.stderr.String()
-		p.mu.Unlock()
-		switch {
-		case strings.Contains(log, "graygate serving") && strings.Contains(log, p.admin):
-			return true
-		case strings.Contains(log, "address already in use") || time.Now().After(deadline):
-			return false
+		text := log()
+		for line := range strings.Lines(text) {
+			var l struct {
+				Msg string `json:"msg"`
+				servingLine
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "graygate serving" && l.Listen != "" && l.AdminListen != "" {
+				return l.servingLine
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("graygate did not log that it serves within 20 s:\n%s", text)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -475,10 +462,10 @@ default_upstream: gray
 
 // TestDemo runs the README's first command and follows its instructions.
 func TestDemo(t *testing.T) {
-	data, admin := freeAddr(t), freeAddr(t)
+	// Ports the kernel picks; the demo prints the addresses it holds.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "demo", "--listen", data, "--admin-listen", admin)
+	cmd := exec.CommandContext(ctx, binary, "demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
 	stderr, _ := cmd.StderrPipe()
 	cmd.Stdout = io.Discard
 	if err := cmd.Start(); err != nil {
@@ -487,9 +474,12 @@ func TestDemo(t *testing.T) {
 	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
 	sc := bufio.NewScanner(stderr)
 	var curls []string
-	var consoleURL, consoleToken string
+	var data, consoleURL, consoleToken string
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
+		if rest, ok := strings.CutPrefix(line, "graygate demo is serving on http://"); ok && data == "" {
+			data = rest
+		}
 		if strings.HasPrefix(line, "curl -si http://"+data+"/api/user/profile -H 'X-User-Id: 10001'") {
 			curls = append(curls, line)
 		}
@@ -523,8 +513,9 @@ func TestDemo(t *testing.T) {
 
 	// The printed console link serves the console, and the printed token
 	// logs in as an admin.
-	if consoleURL != "http://"+admin+"/ui/" || consoleToken != "demo-token" {
-		t.Fatalf("demo printed the console as %q with token %q, want http://%s/ui/ and demo-token", consoleURL, consoleToken, admin)
+	admin := strings.TrimSuffix(strings.TrimPrefix(consoleURL, "http://"), "/ui/")
+	if _, port, err := net.SplitHostPort(admin); err != nil || port == "0" || consoleURL != "http://"+admin+"/ui/" || consoleToken != "demo-token" {
+		t.Fatalf("demo printed the console as %q with token %q, want http://ADDR/ui/ with the admin listener's address and demo-token", consoleURL, consoleToken)
 	}
 	resp, err := http.Get(consoleURL)
 	if err != nil {
@@ -566,16 +557,23 @@ func TestSIGTERMHandover(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "graygate.yaml")
 	os.WriteFile(cfg, []byte("lifecycle: {reuse_port: true, drain_delay: 200ms}\n"), 0o644)
-	data := freeAddr(t)
+	// The first process takes a port the kernel picks; the second shares
+	// it (reuse_port).
+	data := "127.0.0.1:0"
 	startAt := func(dataDir string) *proc {
-		p := &proc{data: data, admin: freeAddr(t), stderr: &bytes.Buffer{}}
-		p.cmd = exec.Command(binary, "serve", "--config", cfg, "--listen", data, "--admin-listen", p.admin,
+		p := &proc{stderr: &bytes.Buffer{}}
+		p.cmd = exec.Command(binary, "serve", "--config", cfg, "--listen", data, "--admin-listen", "127.0.0.1:0",
 			"--data-dir", dataDir, "--default-upstream", strings.TrimPrefix(slow.URL, "http://"))
 		p.cmd.Stderr = &lockedWriter{w: p.stderr, mu: &p.mu}
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.kill(syscall.SIGKILL) })
+		l := waitServing(t, p.log)
+		p.data, p.admin = l.Listen, l.AdminListen
+		if data == "127.0.0.1:0" { // the first: the second shares its port
+			data = l.Listen
+		}
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			resp, err := http.Get("http://" + p.admin + "/readyz")

@@ -24,10 +24,9 @@ import (
 // admin API could not accept either, and upstream dials failed.
 func TestOpenFileLimitKeepsAdminAnswering(t *testing.T) {
 	stable := backend(t, "stable")
-	data, admin := freeAddr(t), freeAddr(t)
 	var stderr bytes.Buffer
 	var mu sync.Mutex
-	cmd := exec.Command("sh", "-c", `ulimit -n 300 && exec "$0" "$@"`, binary, "serve", "--listen", data, "--admin-listen", admin,
+	cmd := exec.Command("sh", "-c", `ulimit -n 300 && exec "$0" "$@"`, binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
 		"--admin-token", "tok", "--data-dir", t.TempDir(), "--default-upstream", stable)
 	cmd.Stderr = &lockedWriter{w: &stderr, mu: &mu}
 	cmd.Stdout = io.Discard
@@ -36,6 +35,8 @@ func TestOpenFileLimitKeepsAdminAnswering(t *testing.T) {
 	}
 	p := &proc{cmd: cmd}
 	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
+	serving := waitServing(t, func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() })
+	data, admin := serving.Listen, serving.AdminListen
 	waitHealthy(t, admin)
 
 	request := func(c net.Conn) bool {

@@ -259,9 +259,8 @@ func handover(t *testing.T, migrated bool) {
 	if err := os.WriteFile(cfg, []byte("lifecycle: {reuse_port: true, drain_delay: 300ms, shutdown_timeout: 15s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data := freeAddr(t)
-	_, portStr, _ := net.SplitHostPort(data)
-	port, _ := strconv.Atoi(portStr)
+	// A takes a port the kernel picks; B shares it (reuse_port).
+	data := "127.0.0.1:0"
 
 	type server struct {
 		cmd    *exec.Cmd
@@ -271,8 +270,8 @@ func handover(t *testing.T, migrated bool) {
 		mu     sync.Mutex
 	}
 	startAt := func(name, upstream string) *server {
-		s := &server{admin: freeAddr(t), done: make(chan struct{}), stderr: &bytes.Buffer{}}
-		s.cmd = exec.Command(binary, "serve", "--config", cfg, "--listen", data, "--admin-listen", s.admin,
+		s := &server{done: make(chan struct{}), stderr: &bytes.Buffer{}}
+		s.cmd = exec.Command(binary, "serve", "--config", cfg, "--listen", data, "--admin-listen", "127.0.0.1:0",
 			"--data-dir", filepath.Join(dir, name), "--default-upstream", upstream)
 		s.cmd.Stderr = &lockedWriter{w: s.stderr, mu: &s.mu}
 		if err := s.cmd.Start(); err != nil {
@@ -287,6 +286,11 @@ func handover(t *testing.T, migrated bool) {
 				<-s.done
 			}
 		})
+		l := waitServing(t, func() string { s.mu.Lock(); defer s.mu.Unlock(); return s.stderr.String() })
+		s.admin = l.AdminListen
+		if data == "127.0.0.1:0" { // A: B shares the port A took
+			data = l.Listen
+		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			resp, err := http.Get("http://" + s.admin + "/readyz")
@@ -311,6 +315,8 @@ func handover(t *testing.T, migrated bool) {
 	}
 
 	a := startAt("a", beA)
+	_, portStr, _ := net.SplitHostPort(data)
+	port, _ := strconv.Atoi(portStr)
 	st := &handoverStats{ok: map[string]int{}, failures: map[string]int{}, kaFail: map[string]int{}}
 	var sent atomic.Int64
 	stop := make(chan struct{})

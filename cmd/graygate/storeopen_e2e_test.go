@@ -21,7 +21,7 @@ func TestDataDirErrorSaysItOnce(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "serve", "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--data-dir", file).CombinedOutput()
+	out, err := exec.CommandContext(ctx, binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", file).CombinedOutput()
 	want := "graygate: open store " + file + ": " + file + " is not a directory"
 	if err == nil || !strings.Contains(string(out), want) || strings.Count(string(out), "open store") != 1 {
 		t.Errorf("serve --data-dir FILE: %v\n%s\nwant it to stop saying %q, once", err, out, want)
@@ -41,8 +41,8 @@ func TestStoreURLCredentialsNotRepeated(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := [][]string{
-		{"serve", "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--store", url},
-		{"serve", "--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--config", cfg},
+		{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--store", url},
+		{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--config", cfg},
 		{"validate", "--kind", "config", cfg},
 		{"register", "--store", url, "--service", "api", "--addr", "127.0.0.1:9000"},
 	}

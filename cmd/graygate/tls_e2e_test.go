@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,14 +25,19 @@ func TestServeTLSAndH2C(t *testing.T) {
 	dir := t.TempDir()
 	ca := certstest.NewCA(t, dir, "e2e")
 	pair := ca.Server("gw.pem", "gw.key", "gw.test")
-	tlsAddr := freeAddr(t)
 	cfg := filepath.Join(dir, "graygate.yaml")
 	yaml := fmt.Sprintf("default_upstream: %q\nh2c: true\ntls_listen: %q\ntls: {certificates: [{cert_file: %q, key_file: %q}]}\n",
-		backend(t, "stable"), tlsAddr, pair.CertFile, pair.KeyFile)
+		backend(t, "stable"), "127.0.0.1:0", pair.CertFile, pair.KeyFile)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startServe(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	// The start-up log names the address the TLS listener holds (port 0
+	// asks the kernel for one), as startServe found it.
+	tlsAddr := p.tls
+	if _, port, err := net.SplitHostPort(tlsAddr); err != nil || port == "0" {
+		t.Fatalf("the start-up log names the TLS listener as %q, want the address it holds\n%s", tlsAddr, p.log())
+	}
 
 	overTLS := &http.Client{Timeout: 10 * time.Second, Transport: &http2.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool, ServerName: "gw.test"}}}
 	h2c := &http.Client{Timeout: 10 * time.Second, Transport: &http2.Transport{AllowHTTP: true,
@@ -67,10 +71,5 @@ func TestServeTLSAndH2C(t *testing.T) {
 			c.Close()
 			t.Errorf("%s still accepts connections after the shutdown", addr)
 		}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !strings.Contains(p.stderr.String(), `"tls_listen":"`+tlsAddr+`"`) && !strings.Contains(p.stderr.String(), "tls_listen="+tlsAddr) {
-		t.Errorf("the start-up log does not name the TLS listener:\n%s", p.stderr)
 	}
 }
