@@ -111,8 +111,9 @@ type backend interface {
 	// apply would (an experiment, or a whole store, that no events come
 	// for), and tells the store's expired callback how many. The writer
 	// calls it at every flush; it does nothing until a wait has ended,
-	// and at most once a second.
-	sweepIdle(ctx context.Context) error
+	// and at most once a second. experiments lists the catalog's
+	// experiments, for a store a fleet shares (see redisStore.sweepIdle).
+	sweepIdle(ctx context.Context, experiments func() []string) error
 	counts(ctx context.Context, exp string) (counts, error)
 	// setPhase replaces the experiment's phase with next if it is still
 	// old (compare and set, so that a fleet's gateways agree), and

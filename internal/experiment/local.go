@@ -379,7 +379,7 @@ func (s *localStore) apply(_ context.Context, events []Event, window int64, st [
 
 // sweepIdle sweeps while no events come (see backend), at most once a
 // second, and persists what it dropped.
-func (s *localStore) sweepIdle(context.Context) error {
+func (s *localStore) sweepIdle(context.Context, func() []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()

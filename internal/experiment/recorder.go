@@ -616,7 +616,7 @@ func (r *Recorder) flush(final bool) {
 	// dropped.
 	if !r.failing {
 		r.storeBegin()
-		err := r.store.sweepIdle(ctx)
+		err := r.store.sweepIdle(ctx, r.cat.Load().experiments)
 		r.storeEnd()
 		if err != nil {
 			r.storeErrors.Add(1)

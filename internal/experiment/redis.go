@@ -67,6 +67,9 @@ type redisStore struct {
 	// gateway parked in it ends (Unix ms), until sweepIdle has found its
 	// waits ended. Only the writer uses it.
 	parked map[string]int64
+	// fleetSwept is when sweepIdle last listed every experiment of the
+	// catalog (Unix ms, the gateway's clock). Only the writer uses it.
+	fleetSwept int64
 	// lost is the batch whose every reply was lost, which Redis may have
 	// applied: the next apply sends it again under its id if its events
 	// still head the list (the writer keeps the events it could not
@@ -106,6 +109,11 @@ const redisTimeout = 2 * time.Second
 // sent again after that is still applied once (b:<id>), with its
 // statuses unknown.
 const resultTTL = 10 * time.Minute
+
+// fleetSweepEvery is how often each gateway sweeps every experiment for
+// parked conversions whose wait ended (see sweepIdle): within Redis's
+// expiry of them, twice the wait.
+const fleetSweepEvery = pendingTTL / 2
 
 // maxBatch is the most events one script call applies.
 const maxBatch = 512
@@ -336,9 +344,22 @@ func (s *redisStore) apply(ctx context.Context, events []Event, window int64, st
 // that they are counted (no_exposure) even if no batch of the experiment
 // comes again. An experiment stays listed, swept again a second later,
 // until a sweep finds nothing more (one sweep drops at most 1000 units).
-// Conversions another gateway parked are its to sweep, or any batch's.
-func (s *redisStore) sweepIdle(ctx context.Context) error {
+//
+// Conversions another gateway parked are its to sweep, or any batch's;
+// and, every fleetSweepEvery, every gateway sweeps every experiment of
+// its catalog, so that those of a gateway that stopped before their wait
+// ended are counted too, before Redis expires them (2 × pendingTTL after
+// the last one parked).
+func (s *redisStore) sweepIdle(ctx context.Context, experiments func() []string) error {
 	now := s.now().UnixMilli()
+	if now-s.fleetSwept >= fleetSweepEvery.Milliseconds() {
+		s.fleetSwept = now
+		for _, exp := range experiments() {
+			if _, ok := s.parked[exp]; !ok {
+				s.parked[exp] = now // due: swept now, and unlisted if nothing is there
+			}
+		}
+	}
 	for exp, ends := range s.parked {
 		if ends > now {
 			continue

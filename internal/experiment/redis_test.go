@@ -152,3 +152,46 @@ func TestNoExposureWhileIdle(t *testing.T) {
 		})
 	}
 }
+
+// TestNoExposureAfterItsGatewayStopped: a conversion parked by a gateway
+// that stops before its wait ends is counted (no_exposure) by another
+// gateway of the fleet, which sweeps every experiment of its catalog
+// every fleetSweepEvery (so within that of the end of the wait, and
+// before Redis expires it), even if no batch of the experiment comes. Before,
+// only the gateway that parked it swept it, and Redis expired it
+// uncounted.
+func TestNoExposureAfterItsGatewayStopped(t *testing.T) {
+	clk, ctx := newClock(), context.Background()
+	store := "redis://" + redistest.Start(t).Addr() + "/7"
+	snap := snapshot(t, router.Input{}, checkoutRule)
+	open := func() *Recorder {
+		r := newRecorder(t, Options{Store: store, Now: clk.Now})
+		r.SetCatalog(NewCatalog(snap, Settings{}))
+		return r
+	}
+	other := open() // running all along; its first sweep finds nothing
+	flush(t, other)
+	r := open()
+	if _, err := r.PostEvents(ctx, []byte(`{"events":[{"unit":"never","metric":"signup"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, r)
+	if err := r.Close(); err != nil { // stops before the wait ends
+		t.Fatal(err)
+	}
+	clk.Add(pendingTTL - time.Millisecond)
+	flush(t, other)
+	if n := other.Dropped(DropNoExposure); n != 0 {
+		t.Fatalf("no_exposure = %d before the wait ended, want 0", n)
+	}
+	clk.Add(fleetSweepEvery)
+	flush(t, other) // no events at all
+	if n := other.Dropped(DropNoExposure); n != 1 {
+		t.Fatalf("no_exposure on the other gateway = %d within %s of the end of the stopped one's conversion's wait, want 1", n, fleetSweepEvery)
+	}
+	clk.Add(fleetSweepEvery)
+	flush(t, other)
+	if n := other.Dropped(DropNoExposure); n != 1 {
+		t.Fatalf("no_exposure = %d after a later sweep, want 1 (counted once)", n)
+	}
+}

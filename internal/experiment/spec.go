@@ -176,6 +176,15 @@ func (c *Catalog) Spec(key string) *Spec {
 // Rules returns the keys of the catalog's ab rules, sorted.
 func (c *Catalog) Rules() []string { return c.rules }
 
+// experiments lists the catalog's experiment ids.
+func (c *Catalog) experiments() []string {
+	ids := make([]string, 0, len(c.byID))
+	for id := range c.byID {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // group returns the index of the group name in sp.Groups, or -1.
 func (sp *Spec) group(name string) int {
 	for i, g := range sp.Groups {
