@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -544,9 +546,15 @@ func TestDemo(t *testing.T) {
 // (SO_REUSEPORT), the first gets SIGTERM, fails /readyz, drains its
 // in-flight requests and exits; no request fails. Its clients reuse
 // keep-alive connections (and net/http retries a request on one closed
-// while idle), so it hardly opens new connections during the handover and
-// cannot see the accept-queue race; TestReusePortHandover does.
+// while idle), but a connection the first process closes after a drained
+// request is opened again, so new connections can meet the accept-queue
+// race (seen with two suites running at once). As the README's handover
+// says, tcp_migrate_req=1 closes it: the test sets it where the kernel
+// has it. Where it cannot, a reset of a new connection before its answer
+// is that race, which TestReusePortHandover measures; it is logged, and
+// any other failure fails the test.
 func TestSIGTERMHandover(t *testing.T) {
+	migrate := setMigrateReq(t, "1")
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			time.Sleep(400 * time.Millisecond)
@@ -591,7 +599,7 @@ func TestSIGTERMHandover(t *testing.T) {
 	}
 	a := startAt(filepath.Join(dir, "a"))
 	client := &http.Client{Timeout: 10 * time.Second}
-	var failed, served atomic.Int64
+	var failed, served, raced atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
@@ -608,8 +616,18 @@ func TestSIGTERMHandover(t *testing.T) {
 				if n%10 == 0 {
 					path = "/slow" // in flight when SIGTERM lands
 				}
-				resp, err := client.Get("http://" + data + path)
+				var reused atomic.Bool
+				ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+					GotConn: func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
+				})
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+data+path, nil)
+				resp, err := client.Do(req)
 				if err != nil {
+					if !migrate && !reused.Load() && errors.Is(err, syscall.ECONNRESET) {
+						raced.Add(1)
+						t.Logf("a new connection reset without tcp_migrate_req (the accept-queue race): %v", err)
+						continue
+					}
 					failed.Add(1)
 					t.Errorf("request failed: %v", err)
 					continue
@@ -654,7 +672,7 @@ func TestSIGTERMHandover(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Fatalf("%d of %d requests failed across the handover", failed.Load(), served.Load())
 	}
-	t.Logf("%d requests served across the handover, none failed", served.Load())
+	t.Logf("%d requests served across the handover, none failed (%d new connections reset without tcp_migrate_req)", served.Load(), raced.Load())
 }
 
 // TestStoreFlagAndRegister drives the fleet contracts with the binary:
