@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -107,4 +108,103 @@ func oracleStatus(addr string, raw []byte) (int, bool) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, true
+}
+
+// FuzzUpstreamAgainstNetHTTP is the response side: an upstream answers a
+// GET with arbitrary bytes, then closes, and what a client receives
+// through the gateway's real listener is judged against what Go's
+// net/http client reads from those bytes. Where Go refuses the head, the
+// client gets the gateway's 502. Where Go reads a final response, the
+// client gets the same status, or the gateway's 502 (it may be stricter);
+// with the same status, a body Go reads whole arrives whole and
+// unchanged, and one Go cannot read whole (cut short, bad chunks) never
+// arrives as a complete body.
+func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n\r\nuntil the close",
+		"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nshort",
+		"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
+		"HTTP/1.1 204 No Content\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.1 304 Not Modified\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\ncut",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nz\r\nbad\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+		"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+		"HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\r\n folded\r\nContent-Length: 0\r\n\r\n",
+		"garbage\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) > 16<<10 {
+			return
+		}
+		// What Go's client reads of raw, with a status outside 100..599
+		// refused (RFC 9110 section 15; Go's client passes it on).
+		oracle, oerr := readFinalResponse(bufio.NewReader(bytes.NewReader(raw)), http.MethodGet)
+		if oerr == nil && (oracle.StatusCode < 100 || oracle.StatusCode > 599) {
+			oerr = fmt.Errorf("invalid status %d", oracle.StatusCode)
+		}
+		var wantBody []byte
+		var wantBodyErr error
+		if oerr == nil {
+			if oracle.StatusCode == http.StatusSwitchingProtocols {
+				return // an upgrade the GET did not ask for: not this test's
+			}
+			wantBody, wantBodyErr = io.ReadAll(oracle.Body)
+		}
+
+		up := serveConns(t, func(c net.Conn) {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(vectorDeadline))
+			if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+				return
+			}
+			_, _ = c.Write(raw)
+		})
+		g, err := startGateway(Options{}, up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := g.stop(); err != nil {
+				t.Errorf("stopping the gateway: %v", err)
+			}
+		}()
+		conn, err := net.DialTimeout("tcp", g.addr, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(vectorDeadline))
+		if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readFinalResponse(bufio.NewReader(conn), http.MethodGet)
+		if err != nil {
+			t.Fatalf("no answer from the gateway: %v\nupstream sent: %q", err, raw)
+		}
+		body, bodyErr := io.ReadAll(got.Body)
+		fromGateway := bytes.Contains(body, []byte("(request id "+got.Header.Get("X-Request-Id")+")"))
+		switch {
+		case got.StatusCode == 499:
+			t.Fatalf("a 499 on the wire\nupstream sent: %q", raw)
+		case oerr != nil:
+			if got.StatusCode != http.StatusBadGateway {
+				t.Fatalf("Go refuses the upstream's head (%v), and the gateway answers %d, not 502\nupstream sent: %q\nbody: %q", oerr, got.StatusCode, raw, body)
+			}
+		case got.StatusCode == http.StatusBadGateway && fromGateway:
+			// stricter than Go: allowed
+		case got.StatusCode != oracle.StatusCode:
+			t.Fatalf("Go reads status %d, the client got %d\nupstream sent: %q", oracle.StatusCode, got.StatusCode, raw)
+		case wantBodyErr == nil && (bodyErr != nil || !bytes.Equal(body, wantBody)):
+			t.Fatalf("Go reads the body %q whole; the client got %q (%v)\nupstream sent: %q", wantBody, body, bodyErr, raw)
+		case wantBodyErr != nil && bodyErr == nil:
+			t.Fatalf("Go cannot read the body whole (%v), yet the client got a complete body %q\nupstream sent: %q", wantBodyErr, body, raw)
+		}
+	})
 }

@@ -162,11 +162,26 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 	if err != nil {
 		return err
 	}
+	if err := checkZeroStatus(raw); err != nil {
+		return err
+	}
 	if chunked, http11 := out.ContentLength() == -1, out.IsHTTP11(); chunked || !http11 {
 		if n := len(raw) - br.Buffered(); n > 0 && n <= len(raw) && framingConflict(raw[:n], chunked, http11) {
 			ex.p.violation(violationFramingConflict)
 			out.SetConnectionClose()
 		}
+	}
+	return nil
+}
+
+// checkZeroStatus refuses a status line (at the start of head, which
+// fasthttp has parsed) with the status code "000". fasthttp requires
+// three digits but keeps 0 as its zero value and reads it as 200, which
+// checkFinal cannot tell from a real 200 (found by
+// FuzzUpstreamAgainstNetHTTP).
+func checkZeroStatus(head []byte) error {
+	if sp := bytes.IndexByte(head, ' '); sp >= 0 && len(head) >= sp+4 && string(head[sp+1:sp+4]) == "000" {
+		return invalidStatus(0)
 	}
 	return nil
 }

@@ -569,7 +569,8 @@ func TestReportedHeaders(t *testing.T) {
 
 // TestUnrelayableStatus: an upstream status outside 100..599 ("099", which
 // would go out as the two-digit "99", and "600" or "999", which a client
-// must take for a server error), a 101 to a request that asked for no
+// must take for a server error; "000", which fasthttp reads as 200, found
+// by FuzzUpstreamAgainstNetHTTP; "0200", four digits), a 101 to a request that asked for no
 // upgrade (after which the upstream no longer speaks HTTP), and a header
 // field name with a space ("X Space: a", not a token) are 502s, with
 // the upstream connection closed, on every path: HTTP/1.1 and HTTP/2
@@ -579,6 +580,8 @@ func TestReportedHeaders(t *testing.T) {
 func TestUnrelayableStatus(t *testing.T) {
 	u := newRawUpstream(t, map[string]string{
 		"/s099":    "HTTP/1.1 099 OK\r\nContent-Length: 2\r\n\r\nok",
+		"/s000":    "HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok",
+		"/s0200":   "HTTP/1.1 0200 OK\r\nContent-Length: 2\r\n\r\nok",
 		"/s600":    "HTTP/1.1 600 Odd\r\nContent-Length: 2\r\n\r\nok",
 		"/s999":    "HTTP/1.1 999 Weird\r\nContent-Length: 2\r\n\r\nok",
 		"/s101":    "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nRAW",
@@ -590,7 +593,7 @@ func TestUnrelayableStatus(t *testing.T) {
 	d := staticDecider{Rule: "r", Group: "stable", Target: poolOf("raw", u.ln.Addr().String())}
 	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
 	h1, h2 := httpClient(t), h2cClient(t)
-	for _, path := range []string{"/s099", "/s600", "/s999", "/s101", "/name"} {
+	for _, path := range []string{"/s099", "/s000", "/s0200", "/s600", "/s999", "/s101", "/name"} {
 		for _, tt := range []struct {
 			name   string
 			c      *http.Client
@@ -610,7 +613,7 @@ func TestUnrelayableStatus(t *testing.T) {
 			}
 		}
 	}
-	for _, path := range []string{"/s099", "/s999", "/h2c", "/ws-name"} {
+	for _, path := range []string{"/s099", "/s000", "/s0200", "/s999", "/h2c", "/ws-name"} {
 		resp, body := rawExchange(t, addr, "GET", "GET "+path+" HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
 			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
 		if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, "RAW") {
