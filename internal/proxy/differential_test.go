@@ -10,8 +10,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // FuzzAgainstNetHTTP extends TestHTTP1VectorsAgainstNetHTTP beyond the
@@ -139,6 +144,22 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// One gateway and one upstream for the whole run (a fuzzing run makes
+	// tens of thousands of connections, and loopback ports run out); each
+	// input gets a pool of its own, so no connection is shared between
+	// inputs, and the upstream closes each connection after its answer.
+	var reply atomic.Pointer[[]byte]
+	up := serveConns(f, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(vectorDeadline))
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		_, _ = c.Write(*reply.Load())
+	})
+	var current atomic.Pointer[upstream.Pool]
+	_, gw := startProxy(f, Options{}, deciderFunc(func(attr.Request) router.Decision {
+		return router.Decision{Rule: "r", Group: "stable", Target: current.Load()}
+	}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) > 16<<10 {
 			return
@@ -158,28 +179,14 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			wantBody, wantBodyErr = io.ReadAll(oracle.Body)
 		}
 
-		up := serveConns(t, func(c net.Conn) {
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(vectorDeadline))
-			if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-				return
-			}
-			_, _ = c.Write(raw)
-		})
-		g, err := startGateway(Options{}, up)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := g.stop(); err != nil {
-				t.Errorf("stopping the gateway: %v", err)
-			}
-		}()
-		conn, err := net.DialTimeout("tcp", g.addr, 2*time.Second)
+		reply.Store(&raw)
+		current.Store(poolOf("stable", up))
+		conn, err := net.DialTimeout("tcp", gw, 2*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
+		_ = conn.(*net.TCPConn).SetLinger(0) // a reset, not TIME_WAIT, when done
 		_ = conn.SetDeadline(time.Now().Add(vectorDeadline))
 		if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
 			t.Fatal(err)

@@ -153,6 +153,13 @@ func (ex *exchange) readHeadFrom(out *fasthttp.ResponseHeader, br *bufio.Reader)
 // raw still holds the head afterwards.
 func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfEnd int) error {
 	raw, _ := br.Peek(br.Buffered())
+	if len(raw) > 0 && (raw[0] == '\r' || raw[0] == '\n') {
+		// fasthttp skips empty lines before a status line; net/http does
+		// not, and an empty line there is most often the end of bytes
+		// an upstream sent after its previous answer (found by
+		// FuzzUpstreamAgainstNetHTTP).
+		return errLeadingEmptyLine
+	}
 	var err error
 	if lfEnd > 0 {
 		err = readBareLF(out, br, raw[:lfEnd])
@@ -165,6 +172,12 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 	if err := checkZeroStatus(raw); err != nil {
 		return err
 	}
+	if !out.IsHTTP11() && string(out.Protocol()) != "HTTP/1.0" {
+		// fasthttp takes any HTTP/x.y and frames all but 1.1 as 1.0 does,
+		// ignoring Transfer-Encoding; an answer on an HTTP/1.1 connection
+		// is HTTP/1.0 or 1.1 (found by FuzzUpstreamAgainstNetHTTP).
+		return fmt.Errorf("%w %q", errResponseVersion, out.Protocol())
+	}
 	if chunked, http11 := out.ContentLength() == -1, out.IsHTTP11(); chunked || !http11 {
 		if n := len(raw) - br.Buffered(); n > 0 && n <= len(raw) && framingConflict(raw[:n], chunked, http11) {
 			ex.p.violation(violationFramingConflict)
@@ -173,6 +186,14 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 	}
 	return nil
 }
+
+// errLeadingEmptyLine is a response that starts with an empty line, not
+// its status line.
+var errLeadingEmptyLine = errors.New("upstream sent an empty line before its status line")
+
+// errResponseVersion is a response whose version is neither HTTP/1.0 nor
+// HTTP/1.1.
+var errResponseVersion = errors.New("upstream sent an unsupported HTTP version")
 
 // checkZeroStatus refuses a status line (at the start of head, which
 // fasthttp has parsed) with the status code "000". fasthttp requires

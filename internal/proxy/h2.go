@@ -558,11 +558,16 @@ func (s *stream) attempt(trusted bool) (*http.Response, error) {
 
 // checkH1Head does for an answer of the http1 Transport what sendH1 does
 // for one it reads itself, from what its connection saw of the head
-// (headConn): a head framed two ways is counted (the connection closes
+// (headConn): a version other than HTTP/1.0 and 1.1 fails the attempt
+// (h1Version), a head framed two ways is counted (the connection closes
 // after it), and a chunked body whose first line net/http's parser
 // refuses fails the attempt before the client has a 200; closing the body
 // unread closes the connection.
 func (s *stream) checkH1Head(resp *http.Response) error {
+	if err := h1Version(resp); err != nil {
+		_ = resp.Body.Close()
+		return err
+	}
 	conflict, after := s.att.conn.seen()
 	if conflict {
 		s.p.violation(violationFramingConflict)

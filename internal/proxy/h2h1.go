@@ -221,6 +221,16 @@ func unrelayableStatus(resp *http.Response) error {
 	return err
 }
 
+// h1Version refuses a response read from an HTTP/1 connection whose
+// version is not HTTP/1.0 or 1.1, as readHead does for fasthttp's reader:
+// net/http's takes any HTTP/x.y.
+func h1Version(resp *http.Response) error {
+	if resp.ProtoMajor == 1 && resp.ProtoMinor <= 1 {
+		return nil
+	}
+	return fmt.Errorf("%w %q", errResponseVersion, resp.Proto)
+}
+
 // readResponseH1 reads the final response to req from br: interim (1xx)
 // responses, up to maxInterimResponses, are handed to interim (when not
 // nil) and skipped; each header must fit in br (headerFits). conflict
@@ -239,6 +249,10 @@ func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textp
 		head := buf[:headEnd(buf)]
 		resp, err := http.ReadResponse(br, req)
 		if err != nil {
+			return nil, false, err
+		}
+		if err := h1Version(resp); err != nil {
+			_ = resp.Body.Close()
 			return nil, false, err
 		}
 		switch {

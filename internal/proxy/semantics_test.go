@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -570,7 +574,11 @@ func TestReportedHeaders(t *testing.T) {
 // TestUnrelayableStatus: an upstream status outside 100..599 ("099", which
 // would go out as the two-digit "99", and "600" or "999", which a client
 // must take for a server error; "000", which fasthttp reads as 200, found
-// by FuzzUpstreamAgainstNetHTTP; "0200", four digits), a 101 to a request that asked for no
+// by FuzzUpstreamAgainstNetHTTP; "0200", four digits), a status line
+// after an empty line (which fasthttp skips and net/http refuses; found by
+// the same fuzz target), a version other than HTTP/1.0 and 1.1 (fasthttp
+// takes HTTP/2.0 and frames it as 1.0, ignoring Transfer-Encoding; the
+// same), a 101 to a request that asked for no
 // upgrade (after which the upstream no longer speaks HTTP), and a header
 // field name with a space ("X Space: a", not a token) are 502s, with
 // the upstream connection closed, on every path: HTTP/1.1 and HTTP/2
@@ -582,6 +590,10 @@ func TestUnrelayableStatus(t *testing.T) {
 		"/s099":    "HTTP/1.1 099 OK\r\nContent-Length: 2\r\n\r\nok",
 		"/s000":    "HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nok",
 		"/s0200":   "HTTP/1.1 0200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"/lead":    "\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"/leadlf":  "\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"/v20":     "HTTP/2.0 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nok",
+		"/v09":     "HTTP/0.9 200 OK\r\nContent-Length: 2\r\n\r\nok",
 		"/s600":    "HTTP/1.1 600 Odd\r\nContent-Length: 2\r\n\r\nok",
 		"/s999":    "HTTP/1.1 999 Weird\r\nContent-Length: 2\r\n\r\nok",
 		"/s101":    "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nRAW",
@@ -593,7 +605,7 @@ func TestUnrelayableStatus(t *testing.T) {
 	d := staticDecider{Rule: "r", Group: "stable", Target: poolOf("raw", u.ln.Addr().String())}
 	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
 	h1, h2 := httpClient(t), h2cClient(t)
-	for _, path := range []string{"/s099", "/s000", "/s0200", "/s600", "/s999", "/s101", "/name"} {
+	for _, path := range []string{"/s099", "/s000", "/s0200", "/lead", "/leadlf", "/v20", "/v09", "/s600", "/s999", "/s101", "/name"} {
 		for _, tt := range []struct {
 			name   string
 			c      *http.Client
@@ -613,11 +625,45 @@ func TestUnrelayableStatus(t *testing.T) {
 			}
 		}
 	}
-	for _, path := range []string{"/s099", "/s000", "/s0200", "/s999", "/h2c", "/ws-name"} {
+	for _, path := range []string{"/s099", "/s000", "/s0200", "/lead", "/v20", "/s999", "/h2c", "/ws-name"} {
 		resp, body := rawExchange(t, addr, "GET", "GET "+path+" HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
 			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
 		if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, "RAW") {
 			t.Errorf("a WebSocket upgrade answered by %s: %d %q, want 502", path, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestHTTPSUpstreamVersion: an https instance of an http1 pool that
+// answers with a version other than HTTP/1.0 and 1.1 is a 502, as an http
+// one is (TestUnrelayableStatus): the head is read by the same reader.
+func TestHTTPSUpstreamVersion(t *testing.T) {
+	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ok" {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, "HTTP/"+strings.TrimPrefix(r.URL.Path, "/v")+" 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}))
+	backend.Config.ErrorLog = log.New(io.Discard, "", 0)
+	backend.StartTLS()
+	defer backend.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(backend.Certificate())
+	target := upstream.NewPool("secure", []*upstream.Instance{{Addr: addrOf(backend), TLS: true}})
+	_, addr := startProxy(t, Options{UpstreamTLS: &tls.Config{RootCAs: roots}}, staticDecider{Group: "stable", Target: target})
+	c := httpClient(t)
+	for _, tt := range []struct {
+		path string
+		want int
+	}{{"/v1.1", 200}, {"/v1.0", 200}, {"/v2.0", 502}, {"/v0.9", 502}, {"/v1.2", 502}, {"/ok", 200}} {
+		if st, body := fetch(t, c, "GET", "http://"+addr+tt.path, ""); st != tt.want {
+			t.Errorf("%s: %d %q, want %d", tt.path, st, body, tt.want)
 		}
 	}
 }
