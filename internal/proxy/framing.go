@@ -172,13 +172,14 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 	if err := checkZeroStatus(raw); err != nil {
 		return err
 	}
-	if !out.IsHTTP11() && string(out.Protocol()) != "HTTP/1.0" {
+	http11 := out.IsHTTP11()
+	if !http11 && string(out.Protocol()) != "HTTP/1.0" {
 		// fasthttp takes any HTTP/x.y and frames all but 1.1 as 1.0 does,
 		// ignoring Transfer-Encoding; an answer on an HTTP/1.1 connection
 		// is HTTP/1.0 or 1.1 (found by FuzzUpstreamAgainstNetHTTP).
 		return fmt.Errorf("%w %q", errResponseVersion, out.Protocol())
 	}
-	if chunked, http11 := out.ContentLength() == -1, out.IsHTTP11(); chunked || !http11 {
+	if chunked := out.ContentLength() == -1; chunked || !http11 {
 		if n := len(raw) - br.Buffered(); n > 0 && n <= len(raw) && framingConflict(raw[:n], chunked, http11) {
 			ex.p.violation(violationFramingConflict)
 			out.SetConnectionClose()
