@@ -379,7 +379,7 @@ func TestHTTP1VectorsAgainstNetHTTP(t *testing.T) {
 		if err != nil {
 			return
 		}
-		statuses[i] = netHTTPStatuses(ln.Addr().String(), raw, cases[i].Want.responses(), netHTTPDeadline)
+		statuses[i] = netHTTPStatuses(ln.Addr().String(), raw, cases[i].Want.responses(), netHTTPDeadline, false)
 	})
 	forEachCase(t, cases, func(t *testing.T, i int) {
 		w := cases[i].Want
@@ -404,8 +404,10 @@ func TestHTTP1VectorsAgainstNetHTTP(t *testing.T) {
 }
 
 // netHTTPStatuses sends raw to a net/http server and returns the statuses
-// of up to n responses, stopping at the first error status.
-func netHTTPStatuses(addr string, raw []byte, n int, deadline time.Duration) []int {
+// of up to n responses, stopping at the first error status. With
+// halfClose, the write side is closed after raw, as by a client with
+// nothing more to send, so that the server answers or closes at once.
+func netHTTPStatuses(addr string, raw []byte, n int, deadline time.Duration, halfClose bool) []int {
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		return nil
@@ -413,6 +415,9 @@ func netHTTPStatuses(addr string, raw []byte, n int, deadline time.Duration) []i
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(deadline))
 	_, _ = conn.Write(raw)
+	if halfClose {
+		_ = conn.(*net.TCPConn).CloseWrite()
+	}
 	methods := requestMethods(raw)
 	br := bufio.NewReader(conn)
 	var out []int
