@@ -651,14 +651,13 @@ func (r *Recorder) dropOldest(backlog []Event, limit int) []Event {
 	if head > len(backlog) {
 		head = 0 // not what heads the backlog; apply will not take it for the lost batch
 	}
-	if over <= len(backlog)-head {
-		r.dropped[indexOf(DropStoreUnavailable)].Add(uint64(over))
-		return slices.Delete(backlog, head, head+over)
+	from, n := head, over
+	if over > len(backlog)-head {
+		rs.lost = lostBatch{}
+		from, n = 0, max(over, head)
 	}
-	rs.lost = lostBatch{}
-	n := max(over, head)
 	r.dropped[indexOf(DropStoreUnavailable)].Add(uint64(n))
-	return slices.Delete(backlog, 0, n)
+	return slices.Delete(backlog, from, from+n)
 }
 
 // drain takes every shard's queue, swapping in the spare.
