@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -114,6 +115,16 @@ func (b *respBody) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		ex.upEOF, ex.respEnded = true, true
 		ex.forwardTrailers()
+	case forbiddenTrailer(err):
+		// The last chunk has been read, so the body is whole: a trailer
+		// section with a field RFC 9110 section 6.5.1 keeps out of
+		// trailers (Content-Length, Host, Authorization...) is discarded
+		// whole, as net/http's client and nginx deliver such a body, not
+		// cut off. The section's bytes are left unread, so the upstream
+		// connection is closed, not reused (upEOF stays false).
+		ex.respEnded = true
+		ex.p.log.Debug("upstream trailer section discarded", "upstream", ex.inst.Addr, "error", err)
+		return n, io.EOF
 	case err != nil:
 		ex.upErr = err
 		if isTimeout(err) {
@@ -121,6 +132,14 @@ func (b *respBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// forbiddenTrailer reports whether err is fasthttp's refusal of a trailer
+// section for a field that may not be a trailer. fasthttp parses the
+// section only after the last chunk, and says so in its message alone (no
+// sentinel error): TestForbiddenTrailerDiscarded pins the wording.
+func forbiddenTrailer(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "forbidden trailer key ")
 }
 
 // keepUpstreamReadDeadline keeps the read deadline of the upstream

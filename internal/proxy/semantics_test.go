@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,6 +178,62 @@ func TestTrailers(t *testing.T) {
 	}
 	if got := resp.Trailer.Get("X-Req-Trailer"); got != "c1" {
 		t.Errorf("the upstream saw request trailer X-Client-Sum %q, want c1", got)
+	}
+}
+
+// TestForbiddenTrailerDiscarded: an upstream's chunked body whose trailer
+// section holds a field that may not be a trailer (here Content-Length,
+// RFC 9110 section 6.5.1) reaches the client whole, as net/http's client
+// reads it, over HTTP/1.1 and h2c. The section is not passed on, and the
+// upstream connection it was left unread on is not reused. Found by
+// FuzzUpstreamAgainstNetHTTP: the gateway cut the body off before its
+// last chunk. The fasthttp path recognizes the refusal by its message
+// (forbiddenTrailer), so this test also pins that wording.
+func TestForbiddenTrailerDiscarded(t *testing.T) {
+	var afterBad atomic.Int64 // requests that came on a connection after a /bad
+	up := serveConns(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		bad := false
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if bad {
+				afterBad.Add(1)
+			}
+			if req.URL.Path == "/bad" {
+				bad = true
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\nContent-Length: 9\r\n\r\n")
+			} else {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood")
+			}
+		}
+	})
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"HTTP/1.1": httpClient(t), "h2c": h2cClient(t)}
+	for _, via := range []string{"HTTP/1.1", "h2c"} {
+		for _, path := range []string{"/bad", "/good"} {
+			resp, err := clients[via].Get("http://" + addr + path)
+			if err != nil {
+				t.Fatalf("%s %s: %v", via, path, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := map[string]string{"/bad": "ok", "/good": "good"}[path]
+			if err != nil || resp.StatusCode != 200 || string(body) != want {
+				t.Fatalf("%s %s: %d %q (%v), want 200 %q whole", via, path, resp.StatusCode, body, err, want)
+			}
+			if v := resp.Trailer.Get("Content-Length"); v != "" {
+				t.Errorf("%s %s: trailer Content-Length %q passed on", via, path, v)
+			}
+			if v := resp.Trailer.Get("X-T"); via == "HTTP/1.1" && v != "" {
+				t.Errorf("%s %s: trailer X-T %q passed on from a section that was discarded", via, path, v)
+			}
+		}
+		if n := afterBad.Load(); via == "HTTP/1.1" && n != 0 {
+			t.Errorf("%d requests went out on the connection whose trailer section was left unread; it is not to be reused", n)
+		}
 	}
 }
 
