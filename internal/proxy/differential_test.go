@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/listener"
 )
 
 // FuzzAgainstNetHTTP extends TestHTTP1VectorsAgainstNetHTTP beyond the
@@ -93,12 +95,14 @@ func FuzzAgainstNetHTTP(f *testing.F) {
 // FuzzUpstreamAgainstNetHTTP is the response side: an upstream answers a
 // GET with arbitrary bytes, then closes, and what a client receives
 // through the gateway's real listener is judged against what Go's
-// net/http client reads from those bytes. Where Go refuses the head, the
-// client gets the gateway's 502. Where Go reads a final response, the
-// client gets the same status, or the gateway's 502 (it may be stricter);
-// with the same status, a body Go reads whole arrives whole and
-// unchanged, and one Go cannot read whole (cut short, bad chunks) never
-// arrives as a complete body.
+// net/http client reads from those bytes. Every input is sent twice: by
+// an HTTP/1.1 client, and by an HTTP/2 client (h2c, Go's http2.Transport),
+// whose answer the gateway translates from the upstream's HTTP/1.1. Where
+// Go refuses the head, the client gets the gateway's 502. Where Go reads a
+// final response, the client gets the same status, or the gateway's 502
+// (it may be stricter); with the same status, a body Go reads whole
+// arrives whole and unchanged, and one Go cannot read whole (cut short,
+// bad chunks) never arrives as a complete body.
 func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -115,6 +119,10 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
 		"HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n",
 		"HTTP/1.1 200 OK\r\nX: a\r\n folded\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nConnection: x-hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nUpgrade: h2c\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nX-Empty:\r\nX-Sp:  a b \r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\nContent-Length: 9\r\n\r\n",
 		"garbage\r\n\r\n",
 	} {
 		f.Add([]byte(s))
@@ -138,7 +146,10 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		answered.Add(1)
 		_, _ = c.Write(*reply.Load())
 	})
-	_, gw := startProxy(f, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)})
+	_, gw := startProxyWith(f, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	h2 := h2cClient(f) // one HTTP/2 connection, kept while its streams fail
+	h2.Timeout = vectorDeadline
+
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) > 16<<10 {
 			return
@@ -157,8 +168,36 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			}
 			wantBody, wantBodyErr = io.ReadAll(oracle.Body)
 		}
-
 		reply.Store(&raw)
+
+		// judge checks what a client got through the gateway (via names
+		// the client) against the oracle.
+		judge := func(via string, before int64, got *http.Response) {
+			t.Helper()
+			body, bodyErr := io.ReadAll(got.Body)
+			got.Body.Close()
+			fromGateway := bytes.Contains(body, []byte("(request id "+got.Header.Get("X-Request-Id")+")"))
+			if fromGateway && answered.Load() == before {
+				t.Fatalf("%s: the gateway answered %d without the upstream answering this request\nbody: %q\nupstream sends: %q", via, got.StatusCode, body, raw)
+			}
+			switch {
+			case got.StatusCode == 499:
+				t.Fatalf("%s: a 499 on the wire\nupstream sent: %q", via, raw)
+			case oerr != nil:
+				if got.StatusCode != http.StatusBadGateway {
+					t.Fatalf("%s: Go refuses the upstream's head (%v), and the gateway answers %d, not 502\nupstream sent: %q\nbody: %q", via, oerr, got.StatusCode, raw, body)
+				}
+			case got.StatusCode == http.StatusBadGateway && fromGateway:
+				// stricter than Go: allowed
+			case got.StatusCode != oracle.StatusCode:
+				t.Fatalf("%s: Go reads status %d, the client got %d\nupstream sent: %q", via, oracle.StatusCode, got.StatusCode, raw)
+			case wantBodyErr == nil && (bodyErr != nil || !bytes.Equal(body, wantBody)):
+				t.Fatalf("%s: Go reads the body %q whole; the client got %q (%v)\nupstream sent: %q", via, wantBody, body, bodyErr, raw)
+			case wantBodyErr != nil && bodyErr == nil:
+				t.Fatalf("%s: Go cannot read the body whole (%v), yet the client got a complete body %q\nupstream sent: %q", via, wantBodyErr, body, raw)
+			}
+		}
+
 		before := answered.Load()
 		conn, err := net.DialTimeout("tcp", gw, 2*time.Second)
 		if err != nil {
@@ -172,28 +211,15 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		}
 		got, err := readFinalResponse(bufio.NewReader(conn), http.MethodGet)
 		if err != nil {
-			t.Fatalf("no answer from the gateway: %v\nupstream sent: %q", err, raw)
+			t.Fatalf("HTTP/1.1: no answer from the gateway: %v\nupstream sent: %q", err, raw)
 		}
-		body, bodyErr := io.ReadAll(got.Body)
-		fromGateway := bytes.Contains(body, []byte("(request id "+got.Header.Get("X-Request-Id")+")"))
-		if fromGateway && answered.Load() == before {
-			t.Fatalf("the gateway answered %d without the upstream answering this request\nbody: %q\nupstream sends: %q", got.StatusCode, body, raw)
+		judge("HTTP/1.1", before, got)
+
+		before = answered.Load()
+		got, err = h2.Get("http://" + gw + "/")
+		if err != nil {
+			t.Fatalf("h2c: no answer from the gateway: %v\nupstream sent: %q", err, raw)
 		}
-		switch {
-		case got.StatusCode == 499:
-			t.Fatalf("a 499 on the wire\nupstream sent: %q", raw)
-		case oerr != nil:
-			if got.StatusCode != http.StatusBadGateway {
-				t.Fatalf("Go refuses the upstream's head (%v), and the gateway answers %d, not 502\nupstream sent: %q\nbody: %q", oerr, got.StatusCode, raw, body)
-			}
-		case got.StatusCode == http.StatusBadGateway && fromGateway:
-			// stricter than Go: allowed
-		case got.StatusCode != oracle.StatusCode:
-			t.Fatalf("Go reads status %d, the client got %d\nupstream sent: %q", oracle.StatusCode, got.StatusCode, raw)
-		case wantBodyErr == nil && (bodyErr != nil || !bytes.Equal(body, wantBody)):
-			t.Fatalf("Go reads the body %q whole; the client got %q (%v)\nupstream sent: %q", wantBody, body, bodyErr, raw)
-		case wantBodyErr != nil && bodyErr == nil:
-			t.Fatalf("Go cannot read the body whole (%v), yet the client got a complete body %q\nupstream sent: %q", wantBodyErr, body, raw)
-		}
+		judge("h2c", before, got)
 	})
 }
