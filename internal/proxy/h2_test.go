@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -567,6 +568,59 @@ func TestH1ClientInterimFromH2Pool(t *testing.T) {
 			t.Errorf("HTTP/1.0 client got %d %q first, want the final 200 \"ok\"", resp.StatusCode, body)
 		}
 	})
+}
+
+// TestUpstreamTrailerLines: trailer sections an HTTP/1.1 upstream writes
+// by hand, with names net/http's reader takes though they are not tokens.
+// Each answer reaches an HTTP/1.1 and an h2c client whole, and its stream
+// ends: an "X T" trailer once left an h2c client waiting for an end that
+// x/net/http2's server never wrote (a trailer section with no field it
+// could encode). A field that is not a token is not passed on.
+func TestUpstreamTrailerLines(t *testing.T) {
+	tests := []struct {
+		name, lines string
+		want        map[string]string // trailer values either client gets
+	}{
+		{"space in the name", "X T: a\r\n", map[string]string{"X T": ""}},
+		{"space in the name, and a good one", "X T: a\r\nX-Ok: 1\r\n", map[string]string{"X T": "", "X-Ok": "1"}},
+		{"obs-fold", "X-T: a\r\n b\r\n", map[string]string{"X-T": "a b"}},
+		{"underscore", "X_T: 1\r\n", map[string]string{"X_T": ""}},
+	}
+	var reply atomic.Pointer[string]
+	up := serveConns(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			_, _ = io.WriteString(c, *reply.Load())
+		}
+		_ = c.Close()
+	})
+	_, addr := startProxyWith(t, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
+	for _, tt := range tests {
+		for _, cl := range []string{"http/1.1", "h2c"} {
+			t.Run(tt.name+" to "+cl, func(t *testing.T) {
+				raw := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + tt.lines + "\r\n"
+				reply.Store(&raw)
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
+				resp, err := clients[cl].Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || string(body) != "ok" {
+					t.Fatalf("%d %q %v, want 200 \"ok\" and the end of the stream", resp.StatusCode, body, err)
+				}
+				for k, want := range tt.want {
+					if got := resp.Trailer.Values(k); strings.Join(got, ",") != want {
+						t.Errorf("trailer %q = %q, want %q", k, got, want)
+					}
+				}
+			})
+		}
+	}
 }
 
 // TestTrailersFiltered: an upstream cannot forge the gateway's fields in
