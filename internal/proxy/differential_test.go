@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,9 +96,10 @@ func FuzzAgainstNetHTTP(f *testing.F) {
 // FuzzUpstreamAgainstNetHTTP is the response side: an upstream answers a
 // GET with arbitrary bytes, then closes, and what a client receives
 // through the gateway's real listener is judged against what Go's
-// net/http client reads from those bytes. Every input is sent twice: by
-// an HTTP/1.1 client, and by an HTTP/2 client (h2c, Go's http2.Transport),
-// whose answer the gateway translates from the upstream's HTTP/1.1. Where
+// net/http client reads from those bytes. Every input is sent three times:
+// by an HTTP/1.1 client, and by an HTTP/2 client (h2c, Go's
+// http2.Transport) as a GET and as a POST with a body, which take the
+// gateway's two paths from an HTTP/2 client to an HTTP/1.1 upstream. Where
 // Go refuses the head, the client gets the gateway's 502. Where Go reads a
 // final response, the client gets the same status, or the gateway's 502
 // (it may be stricter); with the same status, a body Go reads whole
@@ -148,9 +150,11 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	var answered atomic.Int64
 	up := serveConns(f, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(vectorDeadline))
-		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
 			return
 		}
+		_, _ = io.Copy(io.Discard, req.Body) // unread bytes would make the close a reset
 		answered.Add(1)
 		_, _ = c.Write(*reply.Load())
 	})
@@ -223,11 +227,19 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		}
 		judge("HTTP/1.1", before, got)
 
+		// An HTTP/2 client's GET goes over the HTTP/1.1 codec's pooled
+		// connections; one with a body, over net/http's Transport.
 		before = answered.Load()
 		got, err = h2.Get("http://" + gw + "/")
 		if err != nil {
-			t.Fatalf("h2c: no answer from the gateway: %v\nupstream sent: %q", err, raw)
+			t.Fatalf("h2c GET: no answer from the gateway: %v\nupstream sent: %q", err, raw)
 		}
-		judge("h2c", before, got)
+		judge("h2c GET", before, got)
+		before = answered.Load()
+		got, err = h2.Post("http://"+gw+"/", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatalf("h2c POST: no answer from the gateway: %v\nupstream sent: %q", err, raw)
+		}
+		judge("h2c POST", before, got)
 	})
 }

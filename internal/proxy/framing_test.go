@@ -88,24 +88,28 @@ func TestBareLFResponseHead(t *testing.T) {
 // nothing has been sent to the client, so it is not given a 200 and a
 // body cut off at its first byte. The breaker counts a failure and the
 // upstream connection is closed, not pooled. A chunk extension the parser
-// accepts is forwarded, and a malformed line further into the body cuts
-// the answer off at once (it cannot hang). An HTTP/2 client of the http1
+// accepts is forwarded, and a malformed line further into the body, or
+// chunk data not followed by CRLF, cuts the answer off at once (it cannot
+// hang, nor go on as if the bytes past the flaw were more chunks, nor
+// leave the connection pooled). An HTTP/2 client of the http1
 // pool is answered alike, whichever way its request goes there: without
 // a body (the HTTP/1.1 codec's pooled connections, read by net/http's
 // parser) or with one (net/http's Transport).
 func TestMalformedFirstChunk(t *testing.T) {
 	const head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 	answers := map[string]string{
-		"/chunk-lf":     head + "2\nok\n0\n\n",
-		"/chunk-lf-all": "HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n",
-		"/bws":          head + "a ;ext=1\r\n0123456789\r\n0\r\n\r\n",
-		"/bws-tab":      head + "a\t;ext=1\r\n0123456789\r\n0\r\n\r\n",
-		"/ext":          head + "a;ext=1\r\n0123456789\r\n0\r\n\r\n",
-		"/ext-quoted":   head + "a;ext=\"x y\"\r\n0123456789\r\n0\r\n\r\n",
-		"/ows":          head + "a \r\n0123456789\r\n0\r\n\r\n",
-		"/empty":        head + "0\r\nX-T: 1\r\n\r\n",
-		"/later-bws":    head + "2\r\nok\r\na ;ext=1\r\n0123456789\r\n0\r\n\r\n",
-		"/next":         "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
+		"/chunk-lf":      head + "2\nok\n0\n\n",
+		"/chunk-lf-all":  "HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\nok\n0\n\n",
+		"/bws":           head + "a ;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/bws-tab":       head + "a\t;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/ext":           head + "a;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/ext-quoted":    head + "a;ext=\"x y\"\r\n0123456789\r\n0\r\n\r\n",
+		"/ows":           head + "a \r\n0123456789\r\n0\r\n\r\n",
+		"/empty":         head + "0\r\nX-T: 1\r\n\r\n",
+		"/later-bws":     head + "2\r\nok\r\na ;ext=1\r\n0123456789\r\n0\r\n\r\n",
+		"/data-no-crlf":  head + "2\r\n0000\r\n\r\n",
+		"/later-no-crlf": head + "2\r\nok\r\n1\r\nx00\r\n\r\n",
+		"/next":          "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
 	}
 	opts := Options{ResponseHeaderTimeout: 5 * time.Second, UpstreamReadTimeout: 5 * time.Second}
 	for _, codec := range []string{"h1", "h2c", "h2c-post"} {
@@ -124,6 +128,11 @@ func TestMalformedFirstChunk(t *testing.T) {
 			{"/ows", 200, "0123456789", false},
 			{"/empty", 200, "", false},
 			{"/later-bws", 200, "ok", true},
+			// Chunk data not followed by CRLF: what follows must not be
+			// read as more chunks (fasthttp's writer reads again after
+			// the error, so respBody keeps it).
+			{"/data-no-crlf", 200, "00", true},
+			{"/later-no-crlf", 200, "okx", true},
 		} {
 			t.Run(codec+tt.path, func(t *testing.T) {
 				var conns atomic.Int32
