@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -127,13 +130,16 @@ func (b *respBody) Read(p []byte) (int, error) {
 		ex.upEOF, ex.respEnded = true, true
 		ex.forwardTrailers()
 	case forbiddenTrailer(err):
-		// The last chunk has been read, so the body is whole: a trailer
-		// section with a field RFC 9110 section 6.5.1 keeps out of
-		// trailers (Content-Length, Host, Authorization...) is discarded
-		// whole, as net/http's client and nginx deliver such a body, not
-		// cut off. The section's bytes are left unread, so the upstream
-		// connection is closed, not reused (upEOF stays false).
-		ex.respEnded = true
+		// The last chunk has been read: a trailer section with a field
+		// RFC 9110 section 6.5.1 keeps out of trailers (Content-Length,
+		// Host, Authorization...) is discarded whole once it has ended,
+		// and the body ends, as net/http's client delivers such a body,
+		// not cut off.
+		if serr := skipTrailerSection(ex.br); serr != nil {
+			ex.upErr = fmt.Errorf("%w: %w", serr, err)
+			return n, ex.upErr
+		}
+		ex.upEOF, ex.respEnded = true, true
 		ex.p.log.Debug("upstream trailer section discarded", "upstream", ex.inst.Addr, "error", err)
 		return n, io.EOF
 	case err != nil:
@@ -144,6 +150,32 @@ func (b *respBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// skipTrailerSection reads past the trailer section at the start of br,
+// which fasthttp's parser left unread when it refused it. The section must
+// end (an empty line) within br's buffer and the read timeout, with CRLF
+// line ends only, as net/http's client requires of any trailer section
+// ("suspiciously long trailer" otherwise); one that is cut short or never
+// ends is a body that broke off.
+func skipTrailerSection(br *bufio.Reader) error {
+	if err := headerFits(br); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("%w: %w", errBadTrailerSection, err)
+	}
+	b, _ := br.Peek(br.Buffered())
+	end := headEnd(b)
+	if end == 0 || bytes.Count(b[:end], []byte("\n")) != bytes.Count(b[:end], []byte("\r\n")) {
+		return errBadTrailerSection
+	}
+	_, _ = br.Discard(end)
+	return nil
+}
+
+// errBadTrailerSection is an upstream trailer section that does not end
+// well: cut short, over the buffer, or with a bare LF.
+var errBadTrailerSection = errors.New("malformed trailer section")
 
 // forbiddenTrailer reports whether err is fasthttp's refusal of a trailer
 // section for a field that may not be a trailer. fasthttp parses the
