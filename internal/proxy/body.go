@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/textproto"
 	"strings"
 	"time"
 
@@ -156,7 +157,7 @@ func (b *respBody) Read(p []byte) (int, error) {
 // end (an empty line) within br's buffer and the read timeout, with CRLF
 // line ends only, as net/http's client requires of any trailer section
 // ("suspiciously long trailer" otherwise); one that is cut short or never
-// ends is a body that broke off.
+// ends, or holds a malformed field, is a body that broke off.
 func skipTrailerSection(br *bufio.Reader) error {
 	if err := headerFits(br); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -168,6 +169,12 @@ func skipTrailerSection(br *bufio.Reader) error {
 	end := headEnd(b)
 	if end == 0 || bytes.Count(b[:end], []byte("\n")) != bytes.Count(b[:end], []byte("\r\n")) {
 		return errBadTrailerSection
+	}
+	// Its fields must be well-formed too, as net/http's reader takes them
+	// (fasthttp refused the section for its first forbidden name, before
+	// looking at the values).
+	if _, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:end]))).ReadMIMEHeader(); err != nil {
+		return fmt.Errorf("%w: %w", errBadTrailerSection, err)
 	}
 	_, _ = br.Discard(end)
 	return nil

@@ -186,8 +186,9 @@ func TestTrailers(t *testing.T) {
 // RFC 9110 section 6.5.1) reaches the client whole, as net/http's client
 // reads it, over HTTP/1.1 and h2c, once the section has ended; the section
 // is not passed on, and the connection, read to the section's end, is
-// reused. A section cut short by the upstream's close, or ended with bare
-// LFs (net/http's client refuses both), cuts the body off instead. Found
+// reused. A section cut short by the upstream's close, ended with bare
+// LFs, or with a malformed value (net/http's client refuses all three),
+// cuts the body off instead. Found
 // by FuzzUpstreamAgainstNetHTTP: the gateway cut every such body off
 // before its last chunk. The fasthttp path recognizes the refusal by its
 // message (forbiddenTrailer), so this test also pins that wording.
@@ -197,6 +198,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 		"/bad":  head + "X-T: 1\r\nContent-Length: 9\r\n\r\n",
 		"/cut":  head + "X-T: 1\r\nContent-Length: 9\r\n",
 		"/bare": head + "Content-Length: 9\n\n",
+		"/nul":  head + "Host: \x00\r\n\r\n",
 		"/good": "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood",
 	}
 	var afterBad atomic.Int64 // requests that came on a connection after a /bad
@@ -213,7 +215,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 			}
 			bad = req.URL.Path == "/bad"
 			_, _ = io.WriteString(c, answers[req.URL.Path])
-			if req.URL.Path == "/cut" || req.URL.Path == "/bare" {
+			if req.URL.Path == "/cut" || req.URL.Path == "/bare" || req.URL.Path == "/nul" {
 				// A pause first, so the gateway parses the section
 				// before it sees the close.
 				time.Sleep(50 * time.Millisecond)
@@ -233,6 +235,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 			{"/good", "good", true},
 			{"/cut", "ok", false},
 			{"/bare", "ok", false},
+			{"/nul", "ok", false},
 			{"/good", "good", true},
 		} {
 			resp, err := clients[via].Get("http://" + addr + tt.path)
