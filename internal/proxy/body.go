@@ -153,35 +153,42 @@ func (b *respBody) Read(p []byte) (int, error) {
 }
 
 // skipTrailerSection reads past the trailer section at the start of br,
-// which fasthttp's parser left unread when it refused it. The section must
-// end (an empty line) within br's buffer and the read timeout, with CRLF
-// line ends only, as net/http's client requires of any trailer section
-// ("suspiciously long trailer" otherwise); one that is cut short or never
-// ends, or holds a malformed field, is a body that broke off.
+// which fasthttp's parser left unread when it refused it, taking it as
+// net/http's client does: a CRLF CRLF must come within br's buffer
+// ("suspiciously long trailer" otherwise) and the read timeout, and the
+// fields up to the first empty line must be well-formed
+// (textproto.Reader.ReadMIMEHeader, which also takes bare LF line ends). A
+// section that is cut short, never ends or holds a malformed field is a
+// body that broke off.
 func skipTrailerSection(br *bufio.Reader) error {
-	if err := headerFits(br); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	for scanned := 0; ; {
+		b, _ := br.Peek(br.Buffered())
+		if bytes.Contains(b[max(scanned-3, 0):], []byte("\r\n\r\n")) {
+			break
 		}
-		return fmt.Errorf("%w: %w", errBadTrailerSection, err)
+		scanned = len(b)
+		if len(b) >= br.Size() {
+			return fmt.Errorf("%w: no end within %d bytes", errBadTrailerSection, br.Size())
+		}
+		if _, err := br.Peek(len(b) + 1); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("%w: %w", errBadTrailerSection, err)
+		}
 	}
 	b, _ := br.Peek(br.Buffered())
-	end := headEnd(b)
-	if end == 0 || bytes.Count(b[:end], []byte("\n")) != bytes.Count(b[:end], []byte("\r\n")) {
-		return errBadTrailerSection
-	}
-	// Its fields must be well-formed too, as net/http's reader takes them
-	// (fasthttp refused the section for its first forbidden name, before
-	// looking at the values).
-	if _, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[:end]))).ReadMIMEHeader(); err != nil {
+	src := bytes.NewReader(b)
+	r := bufio.NewReader(src)
+	if _, err := textproto.NewReader(r).ReadMIMEHeader(); err != nil {
 		return fmt.Errorf("%w: %w", errBadTrailerSection, err)
 	}
-	_, _ = br.Discard(end)
+	_, _ = br.Discard(len(b) - src.Len() - r.Buffered())
 	return nil
 }
 
 // errBadTrailerSection is an upstream trailer section that does not end
-// well: cut short, over the buffer, or with a bare LF.
+// well: cut short, over the buffer, or malformed.
 var errBadTrailerSection = errors.New("malformed trailer section")
 
 // forbiddenTrailer reports whether err is fasthttp's refusal of a trailer

@@ -186,9 +186,10 @@ func TestTrailers(t *testing.T) {
 // RFC 9110 section 6.5.1) reaches the client whole, as net/http's client
 // reads it, over HTTP/1.1 and h2c, once the section has ended; the section
 // is not passed on, and the connection, read to the section's end, is
-// reused. A section cut short by the upstream's close, ended with bare
-// LFs, or with a malformed value (net/http's client refuses all three),
-// cuts the body off instead. Found
+// reused; as with net/http's client, a line of it may end with a bare LF
+// if a CRLF CRLF comes. A section cut short by the upstream's close, one
+// with bare LFs only, or one with a malformed value (net/http's client
+// refuses all three) cuts the body off instead. Found
 // by FuzzUpstreamAgainstNetHTTP: the gateway cut every such body off
 // before its last chunk. The fasthttp path recognizes the refusal by its
 // message (forbiddenTrailer), so this test also pins that wording.
@@ -199,6 +200,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 		"/cut":  head + "X-T: 1\r\nContent-Length: 9\r\n",
 		"/bare": head + "Content-Length: 9\n\n",
 		"/nul":  head + "Host: \x00\r\n\r\n",
+		"/lf":   head + "X-A: 1\nContent-Length: 9\r\n\r\n",
 		"/good": "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood",
 	}
 	var afterBad atomic.Int64 // requests that came on a connection after a /bad
@@ -236,6 +238,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 			{"/cut", "ok", false},
 			{"/bare", "ok", false},
 			{"/nul", "ok", false},
+			{"/lf", "ok", true},
 			{"/good", "good", true},
 		} {
 			resp, err := clients[via].Get("http://" + addr + tt.path)
