@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/graygate/graygate/internal/jsondur"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -261,35 +262,9 @@ func newSettings(c Config) *settings {
 	}
 }
 
-// Duration is a time.Duration written in JSON as a Go duration string such
-// as "500ms" or "30s".
-type Duration time.Duration
-
-// UnmarshalJSON parses a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil // leaves the zero value, as encoding/json does for null
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return errors.New(`expected a duration string such as "500ms" or "30s"`)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
-		return fmt.Errorf(`expected a non-negative duration such as "500ms" or "30s", got %q`, s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalJSON writes the duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
-
-// String returns the duration as time.Duration formats it.
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
+// Duration is a time.Duration written as a Go duration string ("500ms",
+// "30s"); see jsondur.
+type Duration = jsondur.Duration
 
 // StatusRange is an inclusive range of HTTP status codes. In JSON it is a
 // number (503) or a string: "503", "500-599" or "5xx".

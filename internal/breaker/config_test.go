@@ -150,7 +150,7 @@ func TestDecodeErrors(t *testing.T) {
 		doc  string
 		want []string
 	}{
-		{`{"window": 30}`, []string{`window: expected a duration string such as "500ms" or "30s"`}},
+		{`{"window": 30}`, []string{`window: expected a duration string such as "500ms" or "30s", got 30`}},
 		{`{"window": "30"}`, []string{`window: expected a non-negative duration such as "500ms" or "30s", got "30"`}},
 		{`{"p99_latency": "-1s"}`, []string{`p99_latency: expected a non-negative duration such as "500ms" or "30s", got "-1s"`}},
 		{`{"error_rate": "20%"}`, []string{`error_rate: expected a number, got "20%"`}},

@@ -30,6 +30,7 @@ import (
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/geo"
 	"github.com/graygate/graygate/internal/identity"
+	"github.com/graygate/graygate/internal/jsondur"
 	"github.com/graygate/graygate/internal/limit"
 	"github.com/graygate/graygate/internal/notify"
 	"github.com/graygate/graygate/internal/store"
@@ -706,31 +707,9 @@ type Route struct {
 	Limits
 }
 
-// Duration is a time.Duration written as "2s", "150ms".
-type Duration time.Duration
-
-// UnmarshalJSON parses a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil // leaves the zero value, as encoding/json does for null
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("expected a duration string such as \"2s\" or \"150ms\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
-		return fmt.Errorf("expected a non-negative duration such as \"2s\", got %q", s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalJSON writes the duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
+// Duration is a time.Duration written as a Go duration string ("500ms",
+// "30s"); see jsondur.
+type Duration = jsondur.Duration
 
 // StdOf returns *d as a time.Duration, or 0 (the default) when d is unset.
 func StdOf(d *Duration) time.Duration {

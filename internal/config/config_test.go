@@ -107,7 +107,7 @@ func TestParseErrors(t *testing.T) {
 			`upstreams.a.instances[0].weight: duplicate key: "weight" is given more than once in the same mapping (lines 3 and 3)`,
 			`upstreams.a: duplicate key: "a" is given more than once in the same mapping (lines 3 and 4)`,
 			`rules[0].gray_percent: duplicate key: "gray_percent" is given more than once in the same mapping (lines 6 and 6)`}},
-		{"duration as a number", "proxy: {dial_timeout: 2}\n", []string{`proxy.dial_timeout: expected a duration string such as "2s" or "150ms", got 2`}},
+		{"duration as a number", "proxy: {dial_timeout: 2}\n", []string{`proxy.dial_timeout: expected a duration string such as "500ms" or "30s", got 2`}},
 		{"route host with a port", "routes: [{name: r, host: 'api.example.com:8080'}]\n", []string{`routes[0].host: must not have a port (a request's port is not compared), got "api.example.com:8080": use "api.example.com"`}},
 		{"route host with a scheme", "routes: [{name: r, host: 'https://api.example.com'}]\n", []string{`routes[0].host: must be a host name without a scheme, got "https://api.example.com"`}},
 		{"route host with a path", "routes: [{name: r, host: 'api.example.com/v1'}]\n", []string{`routes[0].host: must be a host name (ASCII letters`}},

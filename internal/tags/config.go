@@ -1,7 +1,6 @@
 package tags
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/jsondur"
 	"github.com/graygate/graygate/internal/strict"
 )
 
@@ -266,32 +266,9 @@ func (r *RedisConfig) validate(path string) error {
 	return errors.Join(errs...)
 }
 
-// Duration is a time.Duration written as "20ms" or "30s". It mirrors
-// config.Duration, which this package cannot import: config embeds Config.
-type Duration time.Duration
-
-// UnmarshalJSON parses a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil // leaves the zero value, as encoding/json does for null
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return errors.New("expected a duration string such as \"20ms\" or \"30s\"")
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
-		return fmt.Errorf("expected a non-negative duration such as \"20ms\", got %q", s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalJSON writes the duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// Std returns d as a time.Duration.
-func (d Duration) Std() time.Duration { return time.Duration(d) }
+// Duration is a time.Duration written as a Go duration string ("500ms",
+// "30s"); see jsondur.
+type Duration = jsondur.Duration
 
 // Limits of the jwks_url settings.
 const (

@@ -32,7 +32,7 @@ func TestConfigDecode(t *testing.T) {
 		{name: "empty objects turn health on", json: `{"passive_health":{},"active_health":{}}`, want: Config{PassiveHealth: &PassiveHealth{}, ActiveHealth: &ActiveHealth{}}},
 		{name: "unknown key", json: `{"passive_health":{"consecutive_errors":3}}`, err: "passive_health.consecutive_errors: unknown field"},
 		{name: "version header number", json: `{"version_header":1}`, err: "version_header: expected true, false or a header name"},
-		{name: "bad duration", json: `{"active_health":{"interval":"soon"}}`, err: `active_health.interval: expected a non-negative duration such as "500ms" or "10s", got "soon"`},
+		{name: "bad duration", json: `{"active_health":{"interval":"soon"}}`, err: `active_health.interval: expected a non-negative duration such as "500ms" or "30s", got "soon"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
