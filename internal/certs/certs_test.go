@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/graygate/graygate/internal/certs/certstest"
+	"github.com/graygate/graygate/internal/testserve"
 )
 
 // serve accepts TLS connections with st's configuration until the test
@@ -21,25 +22,15 @@ func serve(t *testing.T, st *Store) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				if err := c.(*tls.Conn).Handshake(); err != nil {
-					return
-				}
-				_, _ = c.Write([]byte("x"))
-				buf := make([]byte, 1)
-				_, _ = c.Read(buf)
-			}()
+	testserve.On(t, ln, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := c.(*tls.Conn).Handshake(); err != nil {
+			return
 		}
-	}()
+		_, _ = c.Write([]byte("x"))
+		buf := make([]byte, 1)
+		_, _ = c.Read(buf)
+	})
 	return ln.Addr().String()
 }
 

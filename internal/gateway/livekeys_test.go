@@ -38,6 +38,7 @@ import (
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/tags/redistest"
 	"github.com/graygate/graygate/internal/testport"
+	"github.com/graygate/graygate/internal/testserve"
 )
 
 // liveCase proves one live key: a gateway started with before answers a
@@ -273,32 +274,10 @@ func (b *echo) release() {
 // deadAddr is a loopback address nothing listens on: connecting is refused.
 func deadAddr(t *testing.T) string { return testport.Refused(t) }
 
-// serveConns serves each connection to a new loopback listener with
-// handle, on a goroutine of its own, until the test ends, and returns the
-// listener's address.
-func serveConns(t *testing.T, handle func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go handle(c)
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // resetAddr is a loopback address whose server reads a request, body and
 // all, then resets the connection without an answer.
 func resetAddr(t *testing.T) string {
-	return serveConns(t, func(c net.Conn) {
+	return testserve.Conns(t, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
 			_, _ = io.Copy(io.Discard, req.Body)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/graygate/graygate/internal/config"
+	"github.com/graygate/graygate/internal/testserve"
 )
 
 // TestReloadRemovingTLSListenNamesRestart: a reload whose config has no
@@ -148,7 +149,7 @@ func TestReloadRereadsTargetingFiles(t *testing.T) {
 // its end and answers 200: a request body stalls in the gateway's socket
 // writes, which proxy.write_timeout bounds.
 func stallingH2C(t *testing.T, pause time.Duration) string {
-	return serveConns(t, func(c net.Conn) {
+	return testserve.Conns(t, func(c net.Conn) {
 		defer c.Close()
 		preface := make([]byte, len(http2.ClientPreface))
 		if _, err := io.ReadFull(c, preface); err != nil {

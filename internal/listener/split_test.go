@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/graygate/graygate/internal/certs/certstest"
+	"github.com/graygate/graygate/internal/testserve"
 )
 
 // splitFixture serves the HTTP/1.1 side of a Split listener by answering
@@ -32,35 +33,25 @@ func splitFixture(t *testing.T, p Protocols) (string, net.Listener) {
 	}
 	cfg := &Config{MaxHeaderBytes: 4096}
 	ln := Split(raw, func() *Config { return cfg }, p)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, ok := c.(*Conn); !ok {
-					_, _ = io.WriteString(c, "not guarded")
-					return
-				}
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err != nil {
-					var gerr *Error
-					if errors.As(err, &gerr) {
-						_, _ = io.WriteString(c, "refused "+gerr.Reason)
-					}
-					return
-				}
-				tls := "plain"
-				if c.(*Conn).TLS() {
-					tls = "tls"
-				}
-				_, _ = io.WriteString(c, "h1 "+tls+" "+strings.TrimSpace(line))
-			}()
+	testserve.On(t, ln, func(c net.Conn) {
+		if _, ok := c.(*Conn); !ok {
+			_, _ = io.WriteString(c, "not guarded")
+			return
 		}
-	}()
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			var gerr *Error
+			if errors.As(err, &gerr) {
+				_, _ = io.WriteString(c, "refused "+gerr.Reason)
+			}
+			return
+		}
+		tls := "plain"
+		if c.(*Conn).TLS() {
+			tls = "tls"
+		}
+		_, _ = io.WriteString(c, "h1 "+tls+" "+strings.TrimSpace(line))
+	})
 	return raw.Addr().String(), ln
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/testserve"
 )
 
 // FuzzAgainstNetHTTP extends TestHTTP1VectorsAgainstNetHTTP beyond the
@@ -148,7 +149,7 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	// answer this input's request.
 	var reply atomic.Pointer[[]byte]
 	var answered atomic.Int64
-	up := serveConns(f, func(c net.Conn) {
+	up := testserve.Conns(f, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(vectorDeadline))
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err != nil {

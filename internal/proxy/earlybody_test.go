@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -43,7 +44,7 @@ func earlyAnswerH2(t *testing.T) (addr string, bad func() error) {
 			first = err
 		}
 	}
-	addr = serveConns(t, func(c net.Conn) {
+	addr = testserve.Conns(t, func(c net.Conn) {
 		fr := rawH2Server(c, 60*time.Second, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1024})
 		if fr == nil {
 			return
@@ -105,7 +106,7 @@ func earlyAnswerH1(t *testing.T) (addr string, bad func() error) {
 	t.Helper()
 	var mu sync.Mutex
 	var first error
-	addr = serveConns(t, func(c net.Conn) {
+	addr = testserve.Conns(t, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 		br := bufio.NewReader(c)
 		for {

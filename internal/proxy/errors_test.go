@@ -20,6 +20,7 @@ import (
 
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/testport"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -274,27 +275,13 @@ func TestClientGone(t *testing.T) {
 // one response without saying so leaves a dead connection in the pool; the
 // next safe request must be sent again on a new one instead of failing.
 func TestStaleConnectionRetry(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}()
+	up := testserve.Conns(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
 		}
-	}()
-	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", ln.Addr().String())})
+		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
 	c := httpClient(t)
 	for i := range 5 {
 		resp, err := c.Get("http://" + addr + "/")

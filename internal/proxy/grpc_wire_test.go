@@ -25,6 +25,7 @@ import (
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -171,7 +172,7 @@ func TestH2StreamHeaderFlushed(t *testing.T) {
 func refusingGray(t testing.TB, goAway bool) (*upstream.Pool, *atomic.Int64) {
 	t.Helper()
 	var seen atomic.Int64
-	addr := serveConns(t, func(c net.Conn) {
+	addr := testserve.Conns(t, func(c net.Conn) {
 		fr := rawH2Server(c, 30*time.Second)
 		if fr == nil {
 			return
@@ -396,7 +397,7 @@ func TestGRPCBodyLimitMidCall(t *testing.T) {
 func resettingGray(t testing.TB, code http2.ErrCode, afterData bool) (*upstream.Pool, *atomic.Int64) {
 	t.Helper()
 	var reset atomic.Int64
-	addr := serveConns(t, func(c net.Conn) {
+	addr := testserve.Conns(t, func(c net.Conn) {
 		fr := rawH2Server(c, 30*time.Second)
 		if fr == nil {
 			return

@@ -26,6 +26,7 @@ import (
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/testport"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -587,7 +588,7 @@ func TestUpstreamTrailerLines(t *testing.T) {
 		{"underscore", "X_T: 1\r\n", map[string]string{"X_T": ""}},
 	}
 	var reply atomic.Pointer[string]
-	up := serveConns(t, func(c net.Conn) {
+	up := testserve.Conns(t, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
 			_, _ = io.WriteString(c, *reply.Load())

@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -214,56 +214,12 @@ func rawExchange(t testing.TB, addr, method, raw string) (*http.Response, string
 	return resp, string(body)
 }
 
-// serveConns listens on loopback and runs serve on every connection it
-// accepts, each on its own goroutine, until the test ends: then it closes
-// the listener and every connection still open, and waits for the
-// goroutines. It returns the address.
-func serveConns(t testing.TB, serve func(c net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	conns := map[net.Conn]struct{}{}
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = struct{}{}
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				serve(c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // rawBackend is a backend that parses requests with net/http's reader and
 // answers with whatever respond writes to the connection, for tests that
 // need exact control of the response bytes.
 func rawBackend(t testing.TB, respond func(req *http.Request, w *bufio.Writer)) string {
 	t.Helper()
-	return serveConns(t, func(c net.Conn) {
+	return testserve.Conns(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		bw := bufio.NewWriter(c)
 		for {

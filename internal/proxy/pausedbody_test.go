@@ -16,6 +16,7 @@ import (
 
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -47,7 +48,7 @@ func TestH2ClientPausedUploadToHTTP1(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := make(chan struct{}, 1)
-			addr := serveConns(t, func(c net.Conn) {
+			addr := testserve.Conns(t, func(c net.Conn) {
 				req, err := http.ReadRequest(bufio.NewReader(c))
 				if err != nil {
 					return
@@ -317,7 +318,7 @@ func TestH1PausedUploadToHTTP1(t *testing.T) {
 				got := make(chan struct{}, 1)
 				release := make(chan struct{})
 				defer close(release)
-				addr := serveConns(t, func(c net.Conn) {
+				addr := testserve.Conns(t, func(c net.Conn) {
 					req, err := http.ReadRequest(bufio.NewReader(c))
 					if err != nil {
 						return

@@ -17,6 +17,7 @@ import (
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/testport"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -59,7 +60,7 @@ func (g *grayRoute) DecideInto(_ attr.Request, d *router.Decision) {
 func resetBackend(t *testing.T, readBody bool) (string, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
-	addr := serveConns(t, func(c net.Conn) {
+	addr := testserve.Conns(t, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err == nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -204,7 +205,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 		"/good": "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood",
 	}
 	var afterBad atomic.Int64 // requests that came on a connection after a /bad
-	up := serveConns(t, func(c net.Conn) {
+	up := testserve.Conns(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		bad := false
 		for {

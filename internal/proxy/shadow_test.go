@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/testport"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -233,23 +235,11 @@ func TestMirrorSkipped(t *testing.T) {
 	cand, _, candN := shadowBackend(t, 2)
 	// broken promises 100,000 bytes (too many to copy: the body is
 	// streamed), sends 10 and closes the connection.
-	brokenLn := listenLoopback(t)
-	t.Cleanup(func() { brokenLn.Close() })
-	go func() {
-		for {
-			c, err := brokenLn.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n0123456789")
-				}
-			}()
+	broken := testserve.Conns(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n0123456789")
 		}
-	}()
-	broken := brokenLn.Addr().String()
+	})
 	deadLn := listenLoopback(t)
 	dead := deadLn.Addr().String()
 	deadLn.Close() // connections are refused

@@ -19,6 +19,7 @@ import (
 
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -26,7 +27,7 @@ import (
 // connection: serve gets each accepted connection and its reader.
 func stallBackend(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
-	return serveConns(t, func(c net.Conn) { serve(c, bufio.NewReader(c)) })
+	return testserve.Conns(t, func(c net.Conn) { serve(c, bufio.NewReader(c)) })
 }
 
 // stallRig is a gateway with short timeouts in front of one gray target
