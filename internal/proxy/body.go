@@ -138,6 +138,9 @@ func (b *respBody) Read(p []byte) (int, error) {
 		// not cut off.
 		if serr := skipTrailerSection(ex.br); serr != nil {
 			ex.upErr = fmt.Errorf("%w: %w", serr, err)
+			if isTimeout(serr) {
+				ex.timeout = timeoutUpstreamRead
+			}
 			return n, ex.upErr
 		}
 		ex.upEOF, ex.respEnded = true, true

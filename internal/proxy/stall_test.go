@@ -183,6 +183,33 @@ func TestStallsAreBounded(t *testing.T) {
 		}
 	})
 
+	t.Run("read_timeout: upstream stops within a trailer section with a forbidden field", func(t *testing.T) {
+		// fasthttp ends the section at a bare LF line, and refuses it;
+		// skipTrailerSection then waits for the CRLF CRLF net/http's
+		// client requires, under the same read timeout as the body.
+		up, upClosed := stallingUpstream(t, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nContent-Length: 9\n\n")
+		r := newStallRig(t, up, opts)
+		c := dialRaw(t, r.addr)
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err == nil || string(body) != "ok" {
+			t.Errorf("client read %q, %v; want \"ok\" and the body cut off", body, err)
+		}
+		select {
+		case <-upClosed:
+		case <-time.After(5 * time.Second):
+			t.Error("the gateway kept the stalled upstream connection open")
+		}
+		r.settle(t, "read_timeout")
+		if f := r.failures(); f != 1 {
+			t.Errorf("breaker failures = %d, want 1", f)
+		}
+	})
+
 	t.Run("read_timeout: upstream stops within a small body", func(t *testing.T) {
 		// A body small enough to be copied, not streamed: the client has
 		// been sent nothing when it stalls, so it gets a 504.
