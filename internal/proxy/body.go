@@ -164,21 +164,11 @@ func (b *respBody) Read(p []byte) (int, error) {
 // section that is cut short, never ends or holds a malformed field is a
 // body that broke off.
 func skipTrailerSection(br *bufio.Reader) error {
-	for scanned := 0; ; {
-		b, _ := br.Peek(br.Buffered())
-		if bytes.Contains(b[max(scanned-3, 0):], []byte("\r\n\r\n")) {
-			break
+	if err := bufferUntil(br, errTrailerTooLong, crlfCRLF); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
 		}
-		scanned = len(b)
-		if len(b) >= br.Size() {
-			return fmt.Errorf("%w: no end within %d bytes", errBadTrailerSection, br.Size())
-		}
-		if _, err := br.Peek(len(b) + 1); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return fmt.Errorf("%w: %w", errBadTrailerSection, err)
-		}
+		return fmt.Errorf("%w: %w", errBadTrailerSection, err)
 	}
 	b, _ := br.Peek(br.Buffered())
 	src := bytes.NewReader(b)
@@ -193,6 +183,9 @@ func skipTrailerSection(br *bufio.Reader) error {
 // errBadTrailerSection is an upstream trailer section that does not end
 // well: cut short, over the buffer, or malformed.
 var errBadTrailerSection = errors.New("malformed trailer section")
+
+// errTrailerTooLong is a trailer section with no end within the buffer.
+var errTrailerTooLong = errors.New("no end within the read buffer")
 
 // forbiddenTrailer reports whether err is fasthttp's refusal of a trailer
 // section for a field that may not be a trailer. fasthttp parses the

@@ -277,18 +277,31 @@ func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textp
 // headerFits waits until br holds the end of a response header (an empty
 // line, CRLF or bare LF) and fails when the header would not fit in br's
 // buffer, the bound net/http's Transport puts on it with
-// MaxResponseHeaderBytes. Each byte is scanned once.
+// MaxResponseHeaderBytes.
 func headerFits(br *bufio.Reader) error {
+	return bufferUntil(br, errResponseHeaderTooLarge, lfCRLF, lfLF)
+}
+
+// bufferUntil waits until br holds one of ends, each byte scanned once. It
+// returns full when br's buffer fills first, and the read error when the
+// connection ends or fails first.
+func bufferUntil(br *bufio.Reader, full error, ends ...[]byte) error {
+	overlap := 0
+	for _, e := range ends {
+		overlap = max(overlap, len(e)-1)
+	}
 	scanned := 0
 	for {
 		b, _ := br.Peek(br.Buffered())
-		rest := b[max(scanned-2, 0):]
-		if bytes.Contains(rest, []byte("\n\r\n")) || bytes.Contains(rest, []byte("\n\n")) {
-			return nil
+		rest := b[max(scanned-overlap, 0):]
+		for _, e := range ends {
+			if bytes.Contains(rest, e) {
+				return nil
+			}
 		}
 		scanned = len(b)
 		if len(b) >= br.Size() {
-			return errResponseHeaderTooLarge
+			return full
 		}
 		if _, err := br.Peek(len(b) + 1); err != nil { // more, or the end
 			return err
