@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 
 	"github.com/graygate/graygate/internal/listener"
@@ -881,14 +880,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		}
 	}
 	for k, vs := range resp.Trailer {
-		// A name that is not a token is dropped (as fasthttp drops it for
-		// an HTTP/1.1 client): x/net/http2's server skips a field it
-		// cannot encode, but when that leaves a trailer section with no
-		// field it writes no frame at all, and the stream never ends. An
-		// upstream trailer named "X T", which net/http's HTTP/1.1 reader
-		// takes, left the client waiting. That reader refuses a value
-		// the server could not encode (controls, DEL) itself.
-		if s.dropTrailerField(s2b(k)) || !httpguts.ValidHeaderFieldName(k) {
+		if s.dropTrailerField(s2b(k)) {
 			continue
 		}
 		h[http.TrailerPrefix+k] = vs

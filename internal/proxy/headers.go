@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -487,9 +488,17 @@ func (ex *exchange) filterTrailerKeys(h *fasthttp.ResponseHeader) {
 // Fields the header's Connection field names are refused too while
 // f.tokens holds them (filterTrailerKeys); a trailer section that arrives
 // later is checked without them.
+//
+// A name that is not a token is dropped too. fasthttp never yields one,
+// but net/http's HTTP/1.1 reader takes "X T" and "X-T " (an HTTP/2
+// client's answer from an http1 pool), and x/net/http2's server, which
+// skips a field it cannot encode, writes no frame at all for a trailer
+// section left with none: the stream never ended. (That reader refuses a
+// value the server could not encode, controls and DEL, itself.)
 func (f *flow) dropTrailerField(k []byte) bool {
 	return f.dropResponseField(k) || eqFold(k, hdrVia) ||
-		(!f.opts.AllowUnderscoresInHeaders && hasUnderscore(k)) || f.reportedField(k)
+		(!f.opts.AllowUnderscoresInHeaders && hasUnderscore(k)) || f.reportedField(k) ||
+		!httpguts.ValidHeaderFieldName(b2s(k))
 }
 
 // reportedField reports whether k is a field takeReported removes.
