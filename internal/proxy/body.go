@@ -106,16 +106,14 @@ type respBody struct {
 
 func (b *respBody) Read(p []byte) (int, error) {
 	ex := b.ex
-	switch {
-	case ex.upErr != nil:
-		// The end is final. fasthttp's chunked writer reads again after
+	if ex.upErr != nil {
+		// A failure is final. fasthttp's chunked writer reads again after
 		// an error that came with data, and its chunk reader, which does
 		// not keep its error, then reads the bytes past the flaw as more
 		// chunks: "2\r\n0000\r\n" went out as a complete "00", though
-		// net/http's client refuses it (TestMalformedFirstChunk).
+		// net/http's client refuses it (TestMalformedFirstChunk). An end
+		// (io.EOF) always comes with no data, and is not read past.
 		return 0, ex.upErr
-	case ex.respEnded:
-		return 0, io.EOF
 	}
 	if err := ex.keepUpstreamReadDeadline(); err != nil {
 		ex.upErr = err
