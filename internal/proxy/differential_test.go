@@ -94,18 +94,20 @@ func FuzzAgainstNetHTTP(f *testing.F) {
 	})
 }
 
-// FuzzUpstreamAgainstNetHTTP is the response side: an upstream answers a
-// GET with arbitrary bytes, then closes, and what a client receives
-// through the gateway's real listener is judged against what Go's
-// net/http client reads from those bytes. Every input is sent three times:
-// by an HTTP/1.1 client, and by an HTTP/2 client (h2c, Go's
-// http2.Transport) as a GET and as a POST with a body, which take the
-// gateway's two paths from an HTTP/2 client to an HTTP/1.1 upstream. Where
-// Go refuses the head, the client gets the gateway's 502. Where Go reads a
-// final response, the client gets the same status, or the gateway's 502
-// (it may be stricter); with the same status, a body Go reads whole
-// arrives whole and unchanged, and one Go cannot read whole (cut short,
-// bad chunks) never arrives as a complete body.
+// FuzzUpstreamAgainstNetHTTP is the response side: an upstream answers
+// a request with arbitrary bytes, then closes (but after a HEAD, see
+// below), and what a client receives through the gateway's real listener
+// is judged against what Go's net/http client reads from those bytes for
+// that method. Every input is sent five times: by an HTTP/1.1 client as a
+// HEAD and then a GET on the same connection, and by an HTTP/2 client
+// (h2c, Go's http2.Transport) as a GET, a HEAD and a POST with a body
+// (the GET and the POST take the gateway's two paths from an HTTP/2
+// client to an HTTP/1.1 upstream). Where Go refuses the head, the client
+// gets the gateway's 502. Where Go reads a final response, the client gets
+// the same status, or the gateway's 502 (it may be stricter); with the
+// same status, a body Go reads whole arrives whole and unchanged, and one
+// Go cannot read whole (cut short, bad chunks) never arrives as a
+// complete body.
 func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -147,17 +149,30 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	// the upstream answered, so that a 502 of the gateway's own is only
 	// taken for a judgement of the upstream's bytes when the upstream did
 	// answer this input's request.
+	//
+	// After its answer to a HEAD that Go reads as a whole response, the
+	// upstream keeps the connection and reads the next request on it, as
+	// a server does: a gateway that waited for a body after that answer
+	// would wait until the client gave up, and one that took the bytes
+	// after it for the next answer would hand a client the wrong one.
 	var reply atomic.Pointer[[]byte]
+	var headWhole atomic.Bool
 	var answered atomic.Int64
 	up := testserve.Conns(f, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(vectorDeadline))
-		req, err := http.ReadRequest(bufio.NewReader(c))
-		if err != nil {
-			return
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body) // unread bytes would make the close a reset
+			answered.Add(1)
+			_, _ = c.Write(*reply.Load())
+			if req.Method != http.MethodHead || !headWhole.Load() {
+				return
+			}
 		}
-		_, _ = io.Copy(io.Discard, req.Body) // unread bytes would make the close a reset
-		answered.Add(1)
-		_, _ = c.Write(*reply.Load())
 	})
 	_, gw := startProxyWith(f, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
 	h2 := h2cClient(f) // one HTTP/2 connection, kept while its streams fail
@@ -167,75 +182,87 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		if len(raw) > 16<<10 {
 			return
 		}
-		// What Go's client reads of raw, with a status outside 100..599
-		// refused (RFC 9110 section 15; Go's client passes it on).
-		oracle, oerr := readFinalResponse(bufio.NewReader(bytes.NewReader(raw)), http.MethodGet)
-		if oerr == nil && (oracle.StatusCode < 100 || oracle.StatusCode > 599) {
-			oerr = fmt.Errorf("invalid status %d", oracle.StatusCode)
-		}
-		var wantBody []byte
-		var wantBodyErr error
-		if oerr == nil {
-			if oracle.StatusCode == http.StatusSwitchingProtocols {
-				return // an upgrade the GET did not ask for: not this test's
-			}
-			wantBody, wantBodyErr = io.ReadAll(oracle.Body)
-		}
 		reply.Store(&raw)
+		get, head := readAsNetHTTP(raw, http.MethodGet), readAsNetHTTP(raw, http.MethodHead)
+		headWhole.Store(head.err == nil)
+		if get.err == nil && get.resp.StatusCode == http.StatusSwitchingProtocols {
+			return // an upgrade the request did not ask for: not this test's
+		}
 
 		// judge checks what a client got through the gateway (via names
-		// the client) against the oracle.
-		judge := func(via string, before int64, got *http.Response) {
+		// the client) for a request with want's method against want.
+		judge := func(via string, want oracleRead, before int64, got *http.Response) {
 			t.Helper()
 			body, bodyErr := io.ReadAll(got.Body)
 			got.Body.Close()
 			fromGateway := bytes.Contains(body, []byte("(request id "+got.Header.Get("X-Request-Id")+")"))
+			if want.method == http.MethodHead {
+				// No body to tell by: a 502 where the upstream's bytes
+				// carry none is the gateway's.
+				fromGateway = got.StatusCode == http.StatusBadGateway && (want.err != nil || want.resp.StatusCode != http.StatusBadGateway)
+			}
 			if fromGateway && answered.Load() == before {
 				t.Fatalf("%s: the gateway answered %d without the upstream answering this request\nbody: %q\nupstream sends: %q", via, got.StatusCode, body, raw)
 			}
 			switch {
 			case got.StatusCode == 499:
 				t.Fatalf("%s: a 499 on the wire\nupstream sent: %q", via, raw)
-			case oerr != nil:
+			case want.err != nil:
 				if got.StatusCode != http.StatusBadGateway {
-					t.Fatalf("%s: Go refuses the upstream's head (%v), and the gateway answers %d, not 502\nupstream sent: %q\nbody: %q", via, oerr, got.StatusCode, raw, body)
+					t.Fatalf("%s: Go refuses the upstream's head (%v), and the gateway answers %d, not 502\nupstream sent: %q\nbody: %q", via, want.err, got.StatusCode, raw, body)
 				}
 			case got.StatusCode == http.StatusBadGateway && fromGateway:
 				// stricter than Go: allowed
-			case got.StatusCode != oracle.StatusCode:
-				t.Fatalf("%s: Go reads status %d, the client got %d\nupstream sent: %q", via, oracle.StatusCode, got.StatusCode, raw)
-			case wantBodyErr == nil && (bodyErr != nil || !bytes.Equal(body, wantBody)):
-				t.Fatalf("%s: Go reads the body %q whole; the client got %q (%v)\nupstream sent: %q", via, wantBody, body, bodyErr, raw)
-			case wantBodyErr != nil && bodyErr == nil:
-				t.Fatalf("%s: Go cannot read the body whole (%v), yet the client got a complete body %q\nupstream sent: %q", via, wantBodyErr, body, raw)
+			case got.StatusCode != want.resp.StatusCode:
+				t.Fatalf("%s: Go reads status %d, the client got %d\nupstream sent: %q", via, want.resp.StatusCode, got.StatusCode, raw)
+			case want.bodyErr == nil && (bodyErr != nil || !bytes.Equal(body, want.body)):
+				t.Fatalf("%s: Go reads the body %q whole; the client got %q (%v)\nupstream sent: %q", via, want.body, body, bodyErr, raw)
+			case want.bodyErr != nil && bodyErr == nil:
+				t.Fatalf("%s: Go cannot read the body whole (%v), yet the client got a complete body %q\nupstream sent: %q", via, want.bodyErr, body, raw)
 			}
 		}
 
-		before := answered.Load()
-		conn, err := net.DialTimeout("tcp", gw, 2*time.Second)
-		if err != nil {
-			t.Fatal(err)
+		// HTTP/1.1: a HEAD, then a GET on the same connection (unless the
+		// HEAD's answer closes it), so that a body the upstream sent
+		// after its answer to the HEAD, or one the gateway expected, is
+		// caught as the GET's answer gone wrong.
+		dial := func() (net.Conn, *bufio.Reader) {
+			conn, err := net.DialTimeout("tcp", gw, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			_ = conn.(*net.TCPConn).SetLinger(0) // a reset, not TIME_WAIT, when done
+			_ = conn.SetDeadline(time.Now().Add(vectorDeadline))
+			return conn, bufio.NewReader(conn)
 		}
-		defer conn.Close()
-		_ = conn.(*net.TCPConn).SetLinger(0) // a reset, not TIME_WAIT, when done
-		_ = conn.SetDeadline(time.Now().Add(vectorDeadline))
-		if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
-			t.Fatal(err)
+		conn, br := dial()
+		for _, want := range []oracleRead{head, get} {
+			before := answered.Load()
+			if _, err := io.WriteString(conn, want.method+" / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+				t.Fatalf("HTTP/1.1 %s: %v\nupstream sent: %q", want.method, err, raw)
+			}
+			got, err := readFinalResponse(br, want.method)
+			if err != nil {
+				t.Fatalf("HTTP/1.1 %s: no answer from the gateway: %v\nupstream sent: %q", want.method, err, raw)
+			}
+			judge("HTTP/1.1 "+want.method, want, before, got)
+			if got.Close {
+				conn, br = dial()
+			}
 		}
-		got, err := readFinalResponse(bufio.NewReader(conn), http.MethodGet)
-		if err != nil {
-			t.Fatalf("HTTP/1.1: no answer from the gateway: %v\nupstream sent: %q", err, raw)
-		}
-		judge("HTTP/1.1", before, got)
 
-		// An HTTP/2 client's GET goes over the HTTP/1.1 codec's pooled
-		// connections; one with a body, over net/http's Transport.
-		before = answered.Load()
-		got, err = h2.Get("http://" + gw + "/")
-		if err != nil {
-			t.Fatalf("h2c GET: no answer from the gateway: %v\nupstream sent: %q", err, raw)
+		// An HTTP/2 client's GET and HEAD go over the HTTP/1.1 codec's
+		// pooled connections; one with a body, over net/http's Transport.
+		for _, want := range []oracleRead{get, head} {
+			before := answered.Load()
+			req, _ := http.NewRequest(want.method, "http://"+gw+"/", nil)
+			got, err := h2.Do(req)
+			if err != nil {
+				t.Fatalf("h2c %s: no answer from the gateway: %v\nupstream sent: %q", want.method, err, raw)
+			}
+			judge("h2c "+want.method, want, before, got)
 		}
-		judge("h2c GET", before, got)
 		// A POST is not sent twice by the gateway's Transport (nor by
 		// nginx) once written to a pooled connection the upstream closed
 		// just after its last answer, a race this upstream runs on every
@@ -243,17 +270,42 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		// So that 502, and only it, is sent again (at most twice), as a
 		// client retries; the upstream must answer one of the three.
 		for try := 1; ; try++ {
-			before = answered.Load()
-			got, err = h2.Post("http://"+gw+"/", "text/plain", strings.NewReader("x"))
+			before := answered.Load()
+			got, err := h2.Post("http://"+gw+"/", "text/plain", strings.NewReader("x"))
 			if err != nil {
 				t.Fatalf("h2c POST: no answer from the gateway: %v\nupstream sent: %q", err, raw)
 			}
 			if try == 3 || got.StatusCode != http.StatusBadGateway || answered.Load() != before {
+				judge("h2c POST", get, before, got)
 				break
 			}
 			_, _ = io.Copy(io.Discard, got.Body)
 			got.Body.Close()
 		}
-		judge("h2c POST", before, got)
 	})
+}
+
+// oracleRead is what Go's net/http client reads of an upstream's bytes as
+// the answer to a request with method: the final response, or the error
+// that refuses its head, and its body, whole or not.
+type oracleRead struct {
+	method  string
+	resp    *http.Response
+	err     error
+	body    []byte
+	bodyErr error
+}
+
+// readAsNetHTTP reads raw as Go's client does, with a status outside
+// 100..599 refused (RFC 9110 section 15; Go's client passes it on).
+func readAsNetHTTP(raw []byte, method string) oracleRead {
+	o := oracleRead{method: method}
+	o.resp, o.err = readFinalResponse(bufio.NewReader(bytes.NewReader(raw)), method)
+	if o.err == nil && (o.resp.StatusCode < 100 || o.resp.StatusCode > 599) {
+		o.err = fmt.Errorf("invalid status %d", o.resp.StatusCode)
+	}
+	if o.err == nil {
+		o.body, o.bodyErr = io.ReadAll(o.resp.Body)
+	}
+	return o
 }
