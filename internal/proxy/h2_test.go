@@ -572,20 +572,26 @@ func TestH1ClientInterimFromH2Pool(t *testing.T) {
 }
 
 // TestUpstreamTrailerLines: trailer sections an HTTP/1.1 upstream writes
-// by hand, with names net/http's reader takes though they are not tokens.
-// Each answer reaches an HTTP/1.1 and an h2c client whole, and its stream
-// ends: an "X T" trailer once left an h2c client waiting for an end that
-// x/net/http2's server never wrote (a trailer section with no field it
-// could encode). A field that is not a token is not passed on.
+// by hand, with names net/http's reader takes though they are not tokens,
+// and trailers announced (a Trailer field) but not sent. Each answer
+// reaches an HTTP/1.1 and an h2c client whole, and its stream ends: an
+// "X T" trailer, and an announced trailer with no field (as Go's server
+// writes when a handler announces one and never sets it), once left an
+// h2c client waiting for an end that x/net/http2's server never wrote (a
+// trailer section with no field it could encode). A field that is not a
+// token is not passed on.
 func TestUpstreamTrailerLines(t *testing.T) {
 	tests := []struct {
-		name, lines string
-		want        map[string]string // trailer values either client gets
+		name, announce, lines string
+		want                  map[string]string // trailer values either client gets
 	}{
-		{"space in the name", "X T: a\r\n", map[string]string{"X T": ""}},
-		{"space in the name, and a good one", "X T: a\r\nX-Ok: 1\r\n", map[string]string{"X T": "", "X-Ok": "1"}},
-		{"obs-fold", "X-T: a\r\n b\r\n", map[string]string{"X-T": "a b"}},
-		{"underscore", "X_T: 1\r\n", map[string]string{"X_T": ""}},
+		{"space in the name", "", "X T: a\r\n", map[string]string{"X T": ""}},
+		{"space in the name, and a good one", "", "X T: a\r\nX-Ok: 1\r\n", map[string]string{"X T": "", "X-Ok": "1"}},
+		{"obs-fold", "", "X-T: a\r\n b\r\n", map[string]string{"X-T": "a b"}},
+		{"underscore", "", "X_T: 1\r\n", map[string]string{"X_T": ""}},
+		{"announced, none sent", "X-T", "", map[string]string{"X-T": ""}},
+		{"announced, another sent", "X-T", "X-U: 1\r\n", map[string]string{"X-T": "", "X-U": "1"}},
+		{"announced, sent empty", "X-T", "X-T:\r\n", map[string]string{"X-T": ""}},
 	}
 	var reply atomic.Pointer[string]
 	up := testserve.Conns(t, func(c net.Conn) {
@@ -600,7 +606,11 @@ func TestUpstreamTrailerLines(t *testing.T) {
 	for _, tt := range tests {
 		for _, cl := range []string{"http/1.1", "h2c"} {
 			t.Run(tt.name+" to "+cl, func(t *testing.T) {
-				raw := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + tt.lines + "\r\n"
+				raw := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+				if tt.announce != "" {
+					raw += "Trailer: " + tt.announce + "\r\n"
+				}
+				raw += "\r\n2\r\nok\r\n0\r\n" + tt.lines + "\r\n"
 				reply.Store(&raw)
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				defer cancel()
@@ -618,6 +628,49 @@ func TestUpstreamTrailerLines(t *testing.T) {
 					if got := resp.Trailer.Values(k); strings.Join(got, ",") != want {
 						t.Errorf("trailer %q = %q, want %q", k, got, want)
 					}
+				}
+			})
+		}
+	}
+}
+
+// TestAnnouncedTrailerNotSent: a Go backend announces a trailer and never
+// sets it (net/http then sends none on HTTP/1.1, and no trailer block on
+// HTTP/2). Through an http1 and an h2c pool, both clients get the body
+// and the end of it, without the trailer: an h2c client once waited for
+// an end that never came, since both of Go's readers list an announced
+// trailer with no value, and x/net/http2's server then wrote an empty
+// trailer section, that is, nothing.
+func TestAnnouncedTrailerNotSent(t *testing.T) {
+	backend := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-T")
+		_, _ = io.WriteString(w, "body")
+	}))
+	pools := map[string]*upstream.Pool{"http1": poolOf("h1", addrOf(backend)), "h2c": poolOf("h2c", addrOf(backend))}
+	pools["h2c"].Protocol = upstream.H2C
+	d := deciderFunc(func(r attr.Request) router.Decision {
+		return router.Decision{Rule: "r", Group: "stable", Target: pools[strings.Trim(r.Path(), "/")]}
+	})
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
+	for _, cl := range []string{"http/1.1", "h2c"} {
+		for _, up := range []string{"http1", "h2c"} {
+			t.Run(cl+" from "+up, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/"+up, nil)
+				req.Header.Set("Te", "trailers")
+				resp, err := clients[cl].Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || string(body) != "body" {
+					t.Fatalf("%d %q %v, want 200 \"body\" and the end of the stream", resp.StatusCode, body, err)
+				}
+				if v := resp.Trailer.Values("X-T"); len(v) != 0 {
+					t.Errorf("trailer X-T = %q, want none", v)
 				}
 			})
 		}
