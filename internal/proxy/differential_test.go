@@ -150,13 +150,14 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	// taken for a judgement of the upstream's bytes when the upstream did
 	// answer this input's request.
 	//
-	// After its answer to a HEAD that Go reads as a whole response, the
-	// upstream keeps the connection and reads the next request on it, as
-	// a server does: a gateway that waited for a body after that answer
+	// After an answer that Go reads whole and framed (a HEAD's head; a
+	// body with a length or chunked, on a connection not closed by it),
+	// the upstream keeps the connection and reads the next request on it,
+	// as a server does: a gateway that waited for more after that answer
 	// would wait until the client gave up, and one that took the bytes
 	// after it for the next answer would hand a client the wrong one.
 	var reply atomic.Pointer[[]byte]
-	var headWhole atomic.Bool
+	var keepHead, keepGet atomic.Bool
 	var answered atomic.Int64
 	up := testserve.Conns(f, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(vectorDeadline))
@@ -169,7 +170,11 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			_, _ = io.Copy(io.Discard, req.Body) // unread bytes would make the close a reset
 			answered.Add(1)
 			_, _ = c.Write(*reply.Load())
-			if req.Method != http.MethodHead || !headWhole.Load() {
+			keep := keepGet.Load()
+			if req.Method == http.MethodHead {
+				keep = keepHead.Load()
+			}
+			if !keep {
 				return
 			}
 		}
@@ -184,7 +189,9 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		}
 		reply.Store(&raw)
 		get, head := readAsNetHTTP(raw, http.MethodGet), readAsNetHTTP(raw, http.MethodHead)
-		headWhole.Store(head.err == nil)
+		keepHead.Store(head.err == nil && !head.resp.Close)
+		keepGet.Store(get.err == nil && get.bodyErr == nil && !get.resp.Close &&
+			(get.resp.ContentLength >= 0 || len(get.resp.TransferEncoding) > 0))
 		if get.err == nil && get.resp.StatusCode == http.StatusSwitchingProtocols {
 			return // an upgrade the request did not ask for: not this test's
 		}
