@@ -252,6 +252,22 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 		ctx.SetConnectionClose()
 	}
 	if ctx.IsHead() || !hasBody(resp.StatusCode) {
+		if hasBody(resp.StatusCode) {
+			// A HEAD's answer is framed as the GET's would be, as
+			// respond does an http1 pool's: the length the upstream
+			// gave, or chunked (to an HTTP/1.0 client, none: -2 keeps
+			// a Content-Length the header has, so it goes first). Left
+			// alone, fasthttp would send "Content-Length: 0".
+			switch {
+			case resp.ContentLength >= 0:
+				o.Header.SetContentLength(int(resp.ContentLength))
+			case ctx.Request.Header.IsHTTP11():
+				o.Header.SetContentLength(-1)
+			default:
+				o.Header.Del(fasthttp.HeaderContentLength)
+				o.Header.SetContentLength(-2)
+			}
+		}
 		o.SkipBody = true
 		ex.respEnded = true
 		ex.endNet()

@@ -770,11 +770,20 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	if _, ok := h["Content-Type"]; !ok {
 		h["Content-Type"] = nil // net/http would guess one from the body
 	}
+	if !hasBody(resp.StatusCode) {
+		// A 204 may not have one (RFC 9110 section 8.6), and a 304's
+		// makes Go's HTTP/2 client expect a body; the HTTP/1.1 codec
+		// (fasthttp) never writes either.
+		delete(h, "Content-Length")
+	}
 	out := netOut{h}
 	s.decisionHeaders(&out)
 	s.addVia(&out)
 	s.writeFinal(resp.StatusCode)
-	if s.r.Method == http.MethodHead {
+	if s.r.Method == http.MethodHead || !hasBody(resp.StatusCode) {
+		// No body to read: an HTTP/2 upstream's 204 or 304 that carries
+		// a Content-Length has one that fails every read (x/net/http2's
+		// missingBody), which would reset the client's stream.
 		s.respEnded = true
 		return false
 	}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -674,6 +675,87 @@ func TestAnnouncedTrailerNotSent(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestBodilessAnswers: answers without a body, from an http1 and an h2c
+// pool, to an HTTP/1.1 and an h2c client. A 204 or 304 that carries a
+// Content-Length (as Go's HTTP/2 server sends it) used to reset an h2c
+// client's stream from an h2c pool: the gateway read a body that x/net's
+// transport fails every read of. A HEAD's answer from an h2c pool used to
+// reach an HTTP/1.1 client as "Content-Length: 0", whatever the upstream
+// said; it keeps the upstream's length, or with none is framed as the
+// GET's answer would be (chunked), as from an http1 pool.
+func TestBodilessAnswers(t *testing.T) {
+	backend := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch path.Base(r.URL.Path) {
+		case "204", "304":
+			w.Header().Set("Content-Length", "5")
+			w.WriteHeader(map[string]int{"204": 204, "304": 304}[path.Base(r.URL.Path)])
+		case "len":
+			w.Header().Set("Content-Length", "10")
+			_, _ = io.WriteString(w, "0123456789")
+		case "stream":
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, "abc")
+		}
+	}))
+	pools := map[string]*upstream.Pool{"http1": poolOf("h1", addrOf(backend)), "h2c": poolOf("h2c", addrOf(backend))}
+	pools["h2c"].Protocol = upstream.H2C
+	d := deciderFunc(func(r attr.Request) router.Decision {
+		return router.Decision{Rule: "r", Group: "stable", Target: pools[strings.Split(r.Path(), "/")[1]]}
+	})
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
+	tests := []struct {
+		method, path string
+		status       int
+		length       int64 // as Go's client reads it
+	}{
+		{"GET", "204", 204, 0},
+		{"GET", "304", 304, 0},
+		{"HEAD", "len", 200, 10},
+		{"HEAD", "stream", 200, -1},
+	}
+	for _, tt := range tests {
+		for _, cl := range []string{"http/1.1", "h2c"} {
+			for _, up := range []string{"http1", "h2c"} {
+				t.Run(tt.method+" "+tt.path+" to "+cl+" from "+up, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, tt.method, "http://"+addr+"/"+up+"/"+tt.path, nil)
+					resp, err := clients[cl].Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != tt.status || len(body) != 0 {
+						t.Fatalf("%d %q %v, want %d with no body", resp.StatusCode, body, err, tt.status)
+					}
+					if resp.ContentLength != tt.length {
+						t.Errorf("length %d (Content-Length %q), want %d", resp.ContentLength, resp.Header.Values("Content-Length"), tt.length)
+					}
+				})
+			}
+		}
+	}
+	// An HTTP/1.0 client is never sent chunked coding: a HEAD's answer
+	// without a length has none, and the connection is not left waiting.
+	for _, up := range []string{"http1", "h2c"} {
+		t.Run("HTTP/1.0 HEAD stream from "+up, func(t *testing.T) {
+			c := dialRaw(t, addr)
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+			fmt.Fprintf(c, "HEAD /%s/stream HTTP/1.0\r\n\r\n", up)
+			got, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatalf("%v after %q", err, got)
+			}
+			head := strings.ToLower(string(got))
+			if !strings.HasPrefix(head, "http/1.1 200 ") || strings.Contains(head, "transfer-encoding") || strings.Contains(head, "content-length") || !strings.HasSuffix(head, "\r\n\r\n") {
+				t.Errorf("answer %q, want a 200 head with no length and no chunked coding, and no body", got)
+			}
+		})
 	}
 }
 
