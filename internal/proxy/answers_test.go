@@ -236,6 +236,14 @@ func TestH2ClientBodyBreaksOff(t *testing.T) {
 		{"body of maxInlineBody broken off", "size=" + strconv.Itoa(maxInlineBody), http.StatusBadGateway, ""},
 		{"large body broken off", "size=100000", http.StatusOK, ""},
 		{"large body stalled", "size=100000&stall", http.StatusOK, "read_timeout"},
+		// Before any byte of a longer body, the client has been sent
+		// nothing (x/net/http2 holds the header with the body's first
+		// bytes), and gets the error answer, not a reset stream.
+		{"large body broken off before its first byte", "size=100000&sent=0", http.StatusBadGateway, ""},
+		{"large body stalled before its first byte", "size=100000&sent=0&stall", http.StatusGatewayTimeout, "read_timeout"},
+		// After a few bytes, the header and those bytes go out before
+		// the reset; the client got the reset alone.
+		{"large body broken off early", "size=100000&sent=100", http.StatusOK, ""},
 	} {
 		for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
 			t.Run(tt.name+"/"+proto.String(), func(t *testing.T) {
@@ -260,6 +268,8 @@ func TestH2ClientBodyBreaksOff(t *testing.T) {
 					t.Fatalf("status %d, body %.80q (%v); want %d", resp.StatusCode, body, berr, tt.status)
 				case tt.status == http.StatusOK && berr == nil:
 					t.Errorf("client read %d bytes and the end; want the stream reset", len(body))
+				case strings.Contains(tt.query, "sent=100") && len(body) != 100:
+					t.Errorf("client read %d bytes before the reset; want the 100 sent", len(body))
 				case tt.status != http.StatusOK && (berr != nil || id == "" || !strings.Contains(string(body), id) || strings.Contains(string(body), addr)):
 					t.Errorf("error answer with X-Request-Id %q, body %q (%v); want the id in the body and no instance address", id, body, berr)
 				}

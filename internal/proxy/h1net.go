@@ -312,6 +312,16 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 		ex.upEOF, ex.respEnded = true, true
 		ex.endNet()
 		return false, nil
+	} else if err := ex.firstNetBytes(resp, size); err != nil {
+		ex.brkPending = false
+		ex.endNet()
+		ex.recordOutcome(nu.start, err)
+		return false, err
+	} else {
+		// The header goes out before the body, so that a body that
+		// breaks off reaches the client as a header and a cut body (see
+		// respond).
+		o.ImmediateHeaderFlush = true
 	}
 	ex.streaming = true
 	ex.respOut = &o.Header
@@ -334,23 +344,60 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 func (ex *exchange) readNetInline(body io.Reader, size int) ([]byte, error) {
 	idle := newReadIdle(ex.opts.UpstreamReadTimeout, ex.net.att.call)
 	defer idle.stop()
-	return ex.readWhole(body, ex.copyBuf()[:size], &ex.net.att, idle, nil)
+	return ex.readWhole(body, ex.copyBuf()[:size], size, size, &ex.net.att, idle, nil)
 }
 
-// readWhole reads a net/http upstream's answer body of len(buf) bytes (at
-// most maxInlineBody) whole into buf, each read bounded by idle (nil: the
-// caller has no read timeout), before anything of the answer goes to the
-// client: the HTTP/1.1 codec's readNetInline and the HTTP/2 codec's
-// stream.respond. The client has been sent nothing, so a body that breaks
-// off or stalls is the upstream's failure (brokeOff: 502, or 504 and
-// read_timeout); one the transport cut because the client's upload failed
-// or went over the route's limit is the client's (bodyFailure), as is a
-// client whose request context (client, HTTP/2's stream; nil on HTTP/1.1)
-// ended: it reset its stream (499).
-func (f *flow) readWhole(body io.Reader, buf []byte, att *netAttempt, idle *readIdle, client context.Context) ([]byte, error) {
-	size, n := len(buf), 0
+// firstNetBytes waits for the first bytes of a body of size bytes, too
+// long to read whole, before anything of the answer goes to the client,
+// as prepareBody does an HTTP/1.1 upstream's: fasthttp would send nothing
+// before them anyway, and an upstream that breaks off (or stalls) before
+// any gets the client a 502 (504) rather than no answer at all. The bytes
+// read are the first that resp.Body gives.
+func (ex *exchange) firstNetBytes(resp *http.Response, size int) error {
+	idle := newReadIdle(ex.opts.UpstreamReadTimeout, ex.net.att.call)
+	defer idle.stop()
+	hb := &readAheadBody{ReadCloser: resp.Body}
+	b, err := ex.readWhole(resp.Body, hb.buf[:], 1, size, &ex.net.att, idle, nil)
+	if err != nil {
+		return err
+	}
+	hb.held, resp.Body = b, hb
+	return nil
+}
+
+// readAheadBody is an answer's body whose first bytes were read ahead
+// (held).
+type readAheadBody struct {
+	buf  [4096]byte
+	held []byte
+	io.ReadCloser
+}
+
+func (h *readAheadBody) Read(p []byte) (int, error) {
+	if len(h.held) > 0 {
+		n := copy(p, h.held)
+		h.held = h.held[n:]
+		return n, nil
+	}
+	return h.ReadCloser.Read(p)
+}
+
+// readWhole reads into buf at least want bytes of a net/http upstream's
+// answer body of size bytes: all of it (want, size and len(buf) the same,
+// at most maxInlineBody), or the first bytes of a longer one. Each read is
+// bounded by idle (nil: the caller has no read timeout), and comes before
+// anything of the answer goes to the client: the HTTP/1.1 codec's
+// readNetInline and firstNetBytes, and the HTTP/2 codec's stream.respond.
+// The client has been sent nothing, so a body that breaks off or stalls
+// is the upstream's failure (brokeOff: 502, or 504 and read_timeout); one
+// the transport cut because the client's upload failed or went over the
+// route's limit is the client's (bodyFailure), as is a client whose
+// request context (client, HTTP/2's stream; nil on HTTP/1.1) ended: it
+// reset its stream (499). What was read is buf[:n].
+func (f *flow) readWhole(body io.Reader, buf []byte, want, size int, att *netAttempt, idle *readIdle, client context.Context) ([]byte, error) {
+	n := 0
 	var err error
-	for n < size && err == nil {
+	for n < want && err == nil {
 		if idle != nil {
 			idle.keep()
 		}
@@ -358,8 +405,8 @@ func (f *flow) readWhole(body io.Reader, buf []byte, att *netAttempt, idle *read
 		m, err = body.Read(buf[n:])
 		n += m
 	}
-	if n == size {
-		return buf, nil
+	if n >= want {
+		return buf[:n], nil
 	}
 	if idle != nil && idle.fired() {
 		err = context.Cause(att.call.ctx)

@@ -746,14 +746,23 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		idle = newReadIdle(s.opts.UpstreamReadTimeout, s.att.call)
 		defer idle.stop()
 	}
-	// held is the body read whole, in s.buf; the first pass of the copy
-	// below sends it.
+	// held is the body read whole, or the first bytes of a longer one
+	// with a length, in s.buf; the first pass of the copy below sends it.
+	// x/net/http2's server sends nothing of the answer before its body's
+	// first bytes, so waiting for them costs the client nothing, and an
+	// upstream that breaks off (or stalls) before any gets the client the
+	// gateway's 502 (504) rather than a reset stream.
 	var held []byte
-	if s.readsWhole(resp) {
+	if s.readsAhead(resp) {
 		if s.buf == nil {
 			s.buf = make([]byte, 32<<10)
 		}
-		b, err := s.readWhole(resp.Body, s.buf[:resp.ContentLength], &s.att, idle, s.r.Context())
+		size := int(resp.ContentLength)
+		buf, want := s.buf, 1
+		if size <= maxInlineBody {
+			buf, want = s.buf[:size], size
+		}
+		b, err := s.readWhole(resp.Body, buf, want, size, &s.att, idle, s.r.Context())
 		if err != nil {
 			// Nothing of the answer has gone out: the client is told,
 			// as for any failure before the answer.
@@ -885,6 +894,10 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				s.grpcStatus = code
 				return false
 			}
+			// What was relayed goes out before the reset (x/net/http2's
+			// server would drop its buffer, header included), so the
+			// client sees the answer cut off, as on HTTP/1.1.
+			_ = s.rc.Flush()
 			return true
 		}
 	}
@@ -902,12 +915,13 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	return false
 }
 
-// readsWhole reports whether respond reads resp's body whole before the
-// header goes out: a body with a Content-Length of at most maxInlineBody
-// bytes, but not a gRPC call's or an event stream's, whose messages and
-// events are relayed as they come whatever their length.
-func (s *stream) readsWhole(resp *http.Response) bool {
-	return resp.ContentLength > 0 && resp.ContentLength <= maxInlineBody && !s.grpc &&
+// readsAhead reports whether respond reads resp's body, whole (at most
+// maxInlineBody bytes) or its first bytes, before the header goes out: a
+// body with a Content-Length, but not a gRPC call's or an event stream's,
+// whose messages and events are relayed as they come whatever their
+// length.
+func (s *stream) readsAhead(resp *http.Response) bool {
+	return resp.ContentLength > 0 && !s.grpc &&
 		s.r.Method != http.MethodHead && hasBody(resp.StatusCode) &&
 		!isEventStream(s2b(resp.Header.Get("Content-Type")))
 }

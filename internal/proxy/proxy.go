@@ -806,8 +806,12 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	// a client sees the response before the first event.
 	if size < 0 || isEventStream(out.Header.ContentType()) {
 		size = -1
-		out.ImmediateHeaderFlush = true
 	}
+	// With a length too, the header goes out before the body (fasthttp
+	// would hold it in its write buffer with the body's first bytes), so
+	// that a body that then breaks off reaches the client as a header and
+	// a cut body, not as no answer at all.
+	out.ImmediateHeaderFlush = true
 	ex.streaming = true
 	if size < 0 && !ctx.Request.Header.IsHTTP11() {
 		// fasthttp v1.78.0 sends a body stream of unknown length chunked

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -640,6 +641,14 @@ func TestBodyBreaksOff(t *testing.T) {
 		{"small body broken off", "size=100", http.StatusBadGateway, ""},
 		{"small body stalled", "size=100&stall", http.StatusGatewayTimeout, "read_timeout"},
 		{"large body broken off", "size=100000", http.StatusOK, ""},
+		// Before any byte of a longer body, the client has been sent
+		// nothing either (fasthttp holds the header with the body's
+		// first bytes), and gets the error answer, where it got none.
+		{"large body broken off before its first byte", "size=100000&sent=0", http.StatusBadGateway, ""},
+		{"large body stalled before its first byte", "size=100000&sent=0&stall", http.StatusGatewayTimeout, "read_timeout"},
+		// After a few bytes, the header goes out, and the cut body; the
+		// client got no answer at all.
+		{"large body broken off early", "size=100000&sent=100", http.StatusOK, ""},
 		{"chunked body broken off", "", http.StatusOK, ""},
 		// A streamed body that stalls is bounded by read_timeout too.
 		{"large body stalled", "size=100000&stall", http.StatusOK, "read_timeout"},
@@ -683,8 +692,8 @@ func TestBodyBreaksOff(t *testing.T) {
 }
 
 // breakingBackends starts an http1 and an h2c upstream whose answer to
-// /?size=n promises n bytes (Content-Length) and sends n/3 of them; without
-// size, a chunked body's first chunk. Then the answer breaks off (the
+// /?size=n promises n bytes (Content-Length) and sends n/3 of them (with
+// sent=m, m of them); without size, a chunked body's first chunk. Then the answer breaks off (the
 // http1 upstream closes its connection, the h2c one resets its stream),
 // or with stall, stops until the gateway gives up.
 func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
@@ -696,7 +705,7 @@ func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
 		}
 		q := req.URL.Query()
 		if size, err := strconv.Atoi(q.Get("size")); err == nil {
-			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("x"), size/3))
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("x"), sent(q, size)))
 		} else {
 			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nxxxxxxxxxx\r\n")
 		}
@@ -709,8 +718,9 @@ func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
 		part := []byte("xxxxxxxxxx")
 		if size, err := strconv.Atoi(q.Get("size")); err == nil {
 			w.Header().Set("Content-Length", strconv.Itoa(size))
-			part = bytes.Repeat([]byte("x"), size/3)
+			part = bytes.Repeat([]byte("x"), sent(q, size))
 		}
+		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(part)
 		w.(http.Flusher).Flush()
 		if q.Has("stall") {
@@ -720,4 +730,12 @@ func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
 		panic(http.ErrAbortHandler)
 	}))
 	return h1, h2c
+}
+
+// sent is how many bytes of a body of size bytes a breaking backend sends.
+func sent(q url.Values, size int) int {
+	if n, err := strconv.Atoi(q.Get("sent")); err == nil {
+		return n
+	}
+	return size / 3
 }

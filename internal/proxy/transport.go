@@ -1044,12 +1044,23 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *buf
 	cl := out.ContentLength()
 	if cl >= 0 && cl <= maxInlineBody && cl <= br.Size() && (br.Buffered() >= cl || !isEventStream(out.ContentType())) {
 		if br.Buffered() < cl {
-			if err := ex.readInline(conn, br, cl); err != nil {
+			if err := ex.readInline(conn, br, cl, cl); err != nil {
 				return err
 			}
 		}
 		ex.inline = cl
 		return nil
+	}
+	if cl > 0 && br.Buffered() == 0 && !isEventStream(out.ContentType()) {
+		// A longer body goes out as it comes, but fasthttp writes nothing
+		// of the answer before the body's first bytes (its header waits
+		// in the write buffer), so waiting for them costs the client
+		// nothing: an upstream that breaks off (or stalls) before any
+		// gets the client a 502 (504) with its request id, where the
+		// client got no answer at all.
+		if err := ex.readInline(conn, br, 1, cl); err != nil {
+			return err
+		}
 	}
 	if cl == -1 {
 		if err := ex.checkFirstChunk(br); err != nil {
@@ -1063,13 +1074,14 @@ func (ex *exchange) prepareBody(ctx *fasthttp.RequestCtx, conn net.Conn, br *buf
 	return r.ReadBody(br, 0)
 }
 
-// readInline reads into br the rest of a response body of cl bytes (at
-// most br's size) that did not all come with its header. Each read waits
-// at most the read timeout, as a streamed body's do. The client has been
-// sent nothing yet, so a body that breaks off (or stalls) here is
-// answered 502 (504).
-func (ex *exchange) readInline(conn net.Conn, br *bufio.Reader, cl int) error {
-	for br.Buffered() < cl {
+// readInline reads into br the first want bytes (at most br's size) of a
+// response body of cl bytes that did not all come with its header: the
+// whole body, or the first byte of a longer one. Each read waits at most
+// the read timeout, as a streamed body's do. The client has been sent
+// nothing yet, so a body that breaks off (or stalls) here is answered 502
+// (504).
+func (ex *exchange) readInline(conn net.Conn, br *bufio.Reader, want, cl int) error {
+	for br.Buffered() < want {
 		if err := ex.setUpstreamReadDeadline(conn, time.Now().Add(ex.opts.UpstreamReadTimeout)); err != nil {
 			return err
 		}
