@@ -657,19 +657,7 @@ func TestAnnouncedTrailerNotSent(t *testing.T) {
 	for _, cl := range []string{"http/1.1", "h2c"} {
 		for _, up := range []string{"http1", "h2c"} {
 			t.Run(cl+" from "+up, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				defer cancel()
-				req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/"+up, nil)
-				req.Header.Set("Te", "trailers")
-				resp, err := clients[cl].Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != 200 || string(body) != "body" {
-					t.Fatalf("%d %q %v, want 200 \"body\" and the end of the stream", resp.StatusCode, body, err)
-				}
+				resp := fetchTrailed(t, clients[cl], "GET", "http://"+addr+"/"+up, "")
 				if v := resp.Trailer.Values("X-T"); len(v) != 0 {
 					t.Errorf("trailer X-T = %q, want none", v)
 				}
@@ -759,6 +747,26 @@ func TestBodilessAnswers(t *testing.T) {
 	}
 }
 
+// fetchTrailed sends method to url on c, with body and TE: trailers, and
+// reads the answer to its end (within 5 s), which must be 200 "body".
+func fetchTrailed(t *testing.T, c *http.Client, method, url, body string) *http.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	req.Header.Set("Te", "trailers")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || string(got) != "body" {
+		t.Fatalf("%d %q %v, want 200 \"body\" and the end of the stream", resp.StatusCode, got, err)
+	}
+	return resp
+}
+
 // TestTrailersFiltered: an upstream cannot forge the gateway's fields in
 // its trailers (the decision headers, X-Request-Id, Via, a reported
 // metric field) nor relay hop-by-hop ones, on every path: HTTP/1.1 and
@@ -797,17 +805,7 @@ func TestTrailersFiltered(t *testing.T) {
 		for _, up := range []string{"http1", "h2c"} {
 			for _, method := range []string{"GET", "POST"} {
 				t.Run(cl+" from "+up+" "+method, func(t *testing.T) {
-					req, _ := http.NewRequest(method, "http://"+addr+"/"+up, strings.NewReader(map[string]string{"POST": "up"}[method]))
-					req.Header.Set("Te", "trailers")
-					resp, err := clients[cl].Do(req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					body, err := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if err != nil || resp.StatusCode != 200 || string(body) != "body" {
-						t.Fatalf("%d %q %v", resp.StatusCode, body, err)
-					}
+					resp := fetchTrailed(t, clients[cl], method, "http://"+addr+"/"+up, map[string]string{"POST": "up"}[method])
 					for _, k := range forged {
 						if v, ok := resp.Trailer[http.CanonicalHeaderKey(k)]; ok {
 							t.Errorf("trailer %s announced or relayed: %q", k, v)
