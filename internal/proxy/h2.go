@@ -789,10 +789,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 	s.decisionHeaders(&out)
 	s.addVia(&out)
 	s.writeFinal(resp.StatusCode)
-	if s.r.Method == http.MethodHead || !hasBody(resp.StatusCode) {
-		// No body to read: an HTTP/2 upstream's 204 or 304 that carries
-		// a Content-Length has one that fails every read (x/net/http2's
-		// missingBody), which would reset the client's stream.
+	if s.r.Method == http.MethodHead {
 		s.respEnded = true
 		return false
 	}
@@ -854,7 +851,12 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				_ = s.rc.Flush()
 			}
 		}
-		if err == io.EOF {
+		if err == io.EOF || err != nil && !hasBody(resp.StatusCode) {
+			// A 204 or 304 has no body, and ends with its header or its
+			// trailers (read now: an HTTP/2 upstream's come after an
+			// empty body). One that carries a Content-Length has a body
+			// that fails every read (x/net/http2's missingBody), which
+			// must not reset the client's stream.
 			s.respEnded = true
 			break
 		}
