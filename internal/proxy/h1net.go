@@ -253,20 +253,9 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 	}
 	if ctx.IsHead() || !hasBody(resp.StatusCode) {
 		if hasBody(resp.StatusCode) {
-			// A HEAD's answer is framed as the GET's would be, as
-			// respond does an http1 pool's: the length the upstream
-			// gave, or chunked (to an HTTP/1.0 client, none: -2 keeps
-			// a Content-Length the header has, so it goes first). Left
-			// alone, fasthttp would send "Content-Length: 0".
-			switch {
-			case resp.ContentLength >= 0:
-				o.Header.SetContentLength(int(resp.ContentLength))
-			case ctx.Request.Header.IsHTTP11():
-				o.Header.SetContentLength(-1)
-			default:
-				o.Header.Del(fasthttp.HeaderContentLength)
-				o.Header.SetContentLength(-2)
-			}
+			// A HEAD's answer, which fasthttp would send with
+			// "Content-Length: 0" left alone.
+			setBodilessLength(&o.Header, int(resp.ContentLength), ctx.Request.Header.IsHTTP11())
 		}
 		o.SkipBody = true
 		ex.respEnded = true
@@ -653,7 +642,7 @@ func (b *netRespBody) Read(p []byte) (int, error) {
 		tr := ex.net.resp.Trailer
 		ex.noteGRPCStatus(tr)
 		for k, vs := range tr {
-			if len(vs) == 0 || ex.dropTrailerField(s2b(k)) {
+			if ex.dropNetTrailer(k, vs) {
 				continue
 			}
 			// A name fasthttp refuses as a trailer (RFC 9110 section

@@ -904,11 +904,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		}
 	}
 	for k, vs := range resp.Trailer {
-		// An announced trailer that never came is listed with no value
-		// by both of Go's readers. Handed on, it would make x/net/http2's
-		// server owe the client a trailer section it then writes as
-		// nothing: no frame, so no end of the stream.
-		if len(vs) == 0 || s.dropTrailerField(s2b(k)) {
+		if s.dropNetTrailer(k, vs) {
 			continue
 		}
 		h[http.TrailerPrefix+k] = vs

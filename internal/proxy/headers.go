@@ -501,6 +501,16 @@ func (f *flow) dropTrailerField(k []byte) bool {
 		!httpguts.ValidHeaderFieldName(b2s(k))
 }
 
+// dropNetTrailer is dropTrailerField for a trailer that net/http's or
+// x/net's reader gave (an h2 or h2c pool's, or an http1 pool's to an
+// HTTP/2 client): also one announced that never came, which both readers
+// list with no value. Handed on to x/net/http2's server, it would make
+// that server owe the client a trailer section it then writes as nothing:
+// no frame, so no end of the stream.
+func (f *flow) dropNetTrailer(k string, vs []string) bool {
+	return len(vs) == 0 || f.dropTrailerField(s2b(k))
+}
+
 // reportedField reports whether k is a field takeReported removes.
 func (f *flow) reportedField(k []byte) bool {
 	for _, n := range f.reportedNames() {

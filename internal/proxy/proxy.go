@@ -783,15 +783,9 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	}
 	if !ex.resp.IsBodyStream() {
 		// HEAD, 1xx, 204 and 304 have no body; the header keeps the length
-		// (or chunked coding) the upstream announced for it, but an
-		// HTTP/1.0 client is never sent Transfer-Encoding (RFC 9112
-		// section 6.1).
+		// (or chunked coding) the upstream announced for it.
 		if out.Header.ContentLength() == -1 {
-			if ctx.Request.Header.IsHTTP11() {
-				out.Header.SetContentLength(-1)
-			} else {
-				out.Header.SetContentLength(-2)
-			}
+			setBodilessLength(&out.Header, -1, ctx.Request.Header.IsHTTP11())
 		}
 		out.SkipBody = true
 		ex.respEnded = true
@@ -824,6 +818,23 @@ func (p *Proxy) respond(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	ex.respOut = &out.Header
 	out.SetBodyStream(&ex.respBody, size)
 	return true
+}
+
+// setBodilessLength frames the header of an answer sent without its body
+// (HEAD, 1xx, 204, 304) as the body would have been: length bytes, or
+// with length -1 chunked, but to an HTTP/1.0 client with neither (RFC
+// 9112 section 6.1; -2 keeps a Content-Length the header already has, so
+// that goes first). fasthttp itself writes no length for 1xx, 204 and 304.
+func setBodilessLength(h *fasthttp.ResponseHeader, length int, http11 bool) {
+	switch {
+	case length >= 0:
+		h.SetContentLength(length)
+	case http11:
+		h.SetContentLength(-1)
+	default:
+		h.Del(fasthttp.HeaderContentLength)
+		h.SetContentLength(-2)
+	}
 }
 
 func isEventStream(ct []byte) bool {
