@@ -571,13 +571,20 @@ func TestResponseHeaderInParts(t *testing.T) {
 // is read to its end before the answer goes out, each read bounded by the
 // read timeout. One that comes in parts is relayed whole, on a connection
 // that is then reused; one whose upstream closes within it gets a 502 with
-// a request id, not an empty reply (the client was sent nothing yet).
+// a request id, not an empty reply (the client was sent nothing yet). A
+// longer body, which streams, is waited for the same way up to its first
+// bytes: split from its header by a pause, or itself in parts, it is
+// relayed whole on the same connection.
 func TestSmallBodyInParts(t *testing.T) {
 	const gap = 3 * watchDelay
 	body := strings.Repeat("b", 5000)
+	large := strings.Repeat("l", 3*maxInlineBody)
+	largeHead := "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(large)) + "\r\n\r\n"
 	parts := map[string][]string{
 		"/body-later":    {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n", body},
 		"/body-parts":    {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + body[:10], body[10:3000], body[3000:]},
+		"/large-later":   {largeHead, large},
+		"/large-parts":   {largeHead, large[:1], large[1:30000], large[30000:]},
 		"/body-then-eof": {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + body[:10]},
 		"/no-body-yet":   {"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n"},
 	}
@@ -598,6 +605,8 @@ func TestSmallBodyInParts(t *testing.T) {
 	}{
 		{"/body-later", 200, body, 1},
 		{"/body-parts", 200, body, 1}, // on the same upstream connection
+		{"/large-later", 200, large, 1},
+		{"/large-parts", 200, large, 1},
 		{"/body-then-eof", 502, "", 1},
 		{"/no-body-yet", 502, "", 2},
 	} {
