@@ -76,16 +76,18 @@ func (p handlerProgram) run(w http.ResponseWriter) {
 // hang: every answer ends within the gateway's read timeout and a margin.
 func FuzzHandlerAgainstNetHTTP(f *testing.F) {
 	for _, s := range [][]byte{
-		{4, 3},                   // a body
-		{1, 0, 4, 3, 6, 0},       // an announced trailer, sent
-		{1, 0, 4, 3},             // announced, never sent
-		{2, 40, 3, 4},            // a 304 with a Content-Length
-		{2, 40, 3, 2},            // a 204 with one
-		{2, 200, 4, 10, 5, 8},    // a long body that breaks off early
-		{2, 200, 3, 0, 5, 8},     // ... before its first byte
-		{3, 7, 3, 7, 4, 1},       // two 103s, then the body
-		{4, 1, 5, 7, 0, 4, 1},    // flushed, then an undeclared trailer
-		{0, 1, 1, 2, 6, 2, 4, 3}, // header, trailer, body
+		{4, 3},                    // a body
+		{1, 0, 4, 3, 6, 0},        // an announced trailer, sent
+		{1, 0, 4, 3},              // announced, never sent
+		{2, 40, 3, 4},             // a 304 with a Content-Length
+		{2, 40, 3, 2},             // a 204 with one
+		{2, 200, 4, 10, 5, 8},     // a long body that breaks off early
+		{2, 200, 3, 0, 5, 8},      // ... before its first byte
+		{2, 200, 4, 200},          // a long body with a length, whole
+		{2, 200, 4, 1, 5, 4, 199}, // ... its first bytes flushed alone
+		{3, 7, 3, 7, 4, 1},        // two 103s, then the body
+		{4, 1, 5, 7, 0, 4, 1},     // flushed, then an undeclared trailer
+		{0, 1, 1, 2, 6, 2, 4, 3},  // header, trailer, body
 	} {
 		f.Add(s)
 	}
