@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"syscall"
 	"testing"
 	"time"
@@ -206,5 +207,49 @@ func wantOpError(t *testing.T, op string, n int, err, target error) {
 		t.Fatalf("OpError{Op: %q, Net: %q, Source: %v, Addr: %v}; want op %q, net tcp and both addresses", oe.Op, oe.Net, oe.Source, oe.Addr, op)
 	case !errors.Is(err, target):
 		t.Fatalf("error %v does not wrap %v", err, target)
+	}
+}
+
+// TestWriteToClosedPeerRaisesNoSIGPIPE writes through a Conn to a peer
+// that reset the connection, in a program that asks for SIGPIPE (as one
+// embedding the gateway may): the write fails with a *net.OpError, and no
+// SIGPIPE is raised, so none reaches the program or the runtime's handler.
+// A Conn that wrote with write(2), or without MSG_NOSIGNAL, raises one for
+// the first write after the reset.
+func TestWriteToClosedPeerRaisesNoSIGPIPE(t *testing.T) {
+	if !supported {
+		t.Skip("raw socket calls are not supported here")
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGPIPE)
+	defer signal.Stop(sig)
+	a, z := tcpPair(t)
+	if err := z.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	z.Close() // a reset: a's next writes fail at once
+	c := New(a)
+	if err := a.SetWriteDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		_, err = c.Write([]byte("x"))
+		if err == nil {
+			time.Sleep(10 * time.Millisecond) // the reset is on its way
+		}
+	}
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "write" {
+		t.Fatalf("write to a reset peer: %v; want a *net.OpError for write", err)
+	}
+	// Once more, now that the reset has surely arrived: EPIPE.
+	if _, err := c.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("second write after the reset: %v; want EPIPE", err)
+	}
+	select {
+	case s := <-sig:
+		t.Fatalf("the write raised %v", s)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
