@@ -54,6 +54,13 @@ type Config struct {
 	// listeners that share a Gate (proxy.max_client_connections); a new
 	// one beyond it is closed at once. 0 means no cap.
 	MaxConns int
+	// HeaderTimeout bounds reading a request line and header
+	// (proxy.read_header_timeout): a connection's first one from when it
+	// opens, a later one from its first bytes. 0 means no bound.
+	HeaderTimeout time.Duration
+	// IdleTimeout bounds a keep-alive connection's wait for its client's
+	// next request (proxy.client_idle_timeout). 0 means no bound.
+	IdleTimeout time.Duration
 }
 
 // Listen opens a listener. With reusePort it sets SO_REUSEPORT before
@@ -129,22 +136,26 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte, gat
 
 // Conn is one client connection. Its Read hands the HTTP parser only bytes
 // the Guard accepted, and returns the Guard's *Error once it refuses
-// something; while a request body is due it keeps the read deadline at
-// BodyReadTimeout from now, and before every write it keeps the write
-// deadline at WriteTimeout from now. Deadlines are moved only when they
-// would otherwise be off by more than an eighth of the timeout, so a busy
-// connection rarely re-arms a timer.
+// something. Its read deadline follows where the Guard is: between
+// requests it keeps it at IdleTimeout from now; for a head (a new
+// connection's first, or one whose first bytes came with the last read)
+// it sets HeaderTimeout once, at the head's first read, so that it bounds
+// the whole head; while a request body is due it keeps it at
+// BodyReadTimeout from now. Before every write it keeps the write deadline
+// at WriteTimeout from now. Deadlines are moved only when they would
+// otherwise be off by more than an eighth of the timeout, so a busy
+// connection rarely re-arms a timer, and one whose heads arrive whole
+// reads the clock once per request.
 //
 // A read deadline in the future is armed lazily: SetReadDeadline records
-// it, and the next Read arms it before it reads, unless the deadline armed
-// already falls within an eighth of the asked time before it (it may end
-// the wait that much early, never late). The HTTP/1.1 codec sets two read
-// deadlines per request (the keep-alive wait, then the head), and only
-// ever reads on the goroutine that sets them, so on a busy connection
-// neither re-arms a runtime timer. A deadline that is cleared (zero) or in
-// the past is armed at once: that is how a blocked Read, or a watcher
-// reading through SyscallConn, is released or unbounded from another
-// goroutine.
+// it (as do the bounds above), and the next Read arms it before it reads,
+// unless the deadline armed already falls within an eighth of the asked
+// time before it (it may end the wait that much early, never late). A
+// deadline that is cleared (zero) or in the past is armed at once: that is
+// how a blocked Read, or a watcher reading through SyscallConn, is
+// released or unbounded from another goroutine. (The HTTP/1.1 codec's own
+// read deadlines are off: it would set two per request, each with a clock
+// read of its own and one here to see it.)
 //
 // Between requests (the Guard has read whole requests and nothing of the
 // next), Read first lets the other runnable goroutines run: the answer has
@@ -193,6 +204,9 @@ type Conn struct {
 	// the armed one may fall (see armRead).
 	rwant, rtol atomic.Int64
 	arms        atomic.Uint64 // read deadlines armed, for tests
+	// headAsked: the number of the request (counting from 1) whose head
+	// deadline was asked for (see Read).
+	headAsked uint64
 }
 
 // BodyRefused returns the Guard's refusal of the body of the n-th request
@@ -337,11 +351,18 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		return c.read(p)
 	}
-	if c.guard.InBody() {
+	switch {
+	case c.guard.InBody():
 		if d := c.config().BodyReadTimeout; d > 0 {
 			c.askRead(time.Now().Add(d).UnixNano(), int64(d/8))
 		}
-	} else if c.guard.Between() {
+	case c.guard.Between():
+		// The keep-alive wait. Asked for at every read between requests;
+		// the one armed stays while it is within an eighth of it (see
+		// armRead), so a busy connection arms none.
+		if d := c.config().IdleTimeout; d > 0 {
+			c.askRead(time.Now().Add(d).UnixNano(), int64(d/8))
+		}
 		// The answer to the last request has just been written, and the
 		// client's next request cannot have come yet unless it pipelines.
 		// A read now would mostly find nothing (a failed system call) and
@@ -350,6 +371,18 @@ func (c *Conn) Read(p []byte) (int, error) {
 		// read finds it. The read itself is unchanged: bytes already
 		// queued are read at once, and nothing is skipped.
 		runtime.Gosched()
+	default:
+		// A head: a new connection's first, or one whose first bytes came
+		// with the last read. Its deadline is asked for once, at its
+		// first read, so it bounds the whole head, not each read. A head
+		// that arrives whole with the read between requests never gets
+		// here: it costs no clock read.
+		if n := c.guard.Requests() + 1; c.headAsked != n {
+			c.headAsked = n
+			if d := c.config().HeaderTimeout; d > 0 {
+				c.askRead(time.Now().Add(d).UnixNano(), int64(d/8))
+			}
+		}
 	}
 	// After the body deadline was asked for above: an Interrupt from
 	// another goroutine that came before is seen here, and one that comes

@@ -125,10 +125,12 @@
 // interim responses (got1xx), and the first one hands the exchange to
 // respondHijacked, which forwards them and then the answer (netAnswer).
 //
-// Every stall is bounded. fasthttp's ReadTimeout bounds the request line
-// and header (ReadHeaderTimeout) and its IdleTimeout the keep-alive wait;
-// the listener bounds each read of a request body (ReadTimeout, 408) and
-// each write to the client (WriteTimeout); the exchange bounds each write
+// Every stall is bounded. The listener bounds the request line and header
+// (ReadHeaderTimeout, from a connection's start or a head's first bytes),
+// the keep-alive wait (IdleTimeout), each read of a request body
+// (ReadTimeout, 408) and each write to the client (WriteTimeout), from
+// its Guard's view of where the connection is (fasthttp's own read
+// timeouts are off); the exchange bounds each write
 // of the request to the upstream (UpstreamWriteTimeout) and each read of
 // its response body (UpstreamReadTimeout), besides ResponseHeaderTimeout.
 // Deadlines are moved only when they would be off by more than an eighth

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -409,6 +410,109 @@ func TestSlowloris(t *testing.T) {
 	}
 	if timedOut != slowClients {
 		t.Errorf("%d requests recorded as 408, want %d", timedOut, slowClients)
+	}
+}
+
+// TestKeepAliveHeadTimeout: on a keep-alive connection, ReadHeaderTimeout
+// bounds the next request's head from its first bytes, not from the end
+// of the last answer, and IdleTimeout bounds the wait for those bytes
+// (the listener arms both: see listener.Config). Each row answers one
+// request, waits, then sends a second head in parts.
+func TestKeepAliveHeadTimeout(t *testing.T) {
+	const headerTimeout = 300 * time.Millisecond
+	const idleTimeout = 3 * time.Second
+	backend, _ := echoBackend(t, "stable")
+	_, addr := startProxy(t, Options{ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout},
+		staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))})
+	head := "GET /second HTTP/1.1\r\nHost: a\r\nX-Pad: " + strings.Repeat("p", 100) + "\r\n\r\n"
+	tests := []struct {
+		name  string
+		wait  time.Duration // after the first answer
+		parts int           // the second head in this many writes
+		gap   time.Duration // between them
+		// answered: the second request gets its 200; otherwise the
+		// connection is closed within [headerTimeout, cutBy] of the
+		// second head's first byte.
+		answered bool
+		cutBy    time.Duration
+	}{
+		// Longer than the header timeout, well within the idle one: a
+		// head timed from the end of the last answer would be cut.
+		{name: "whole after a wait", wait: 2 * headerTimeout, parts: 1, answered: true},
+		{name: "in parts after a wait", wait: 2 * headerTimeout, parts: 3, gap: headerTimeout / 4, answered: true},
+		// A slow head on a connection that already served one.
+		{name: "dribbled", parts: len(head), gap: 20 * time.Millisecond, cutBy: 2 * time.Second},
+		{name: "dribbled after a wait", wait: 2 * headerTimeout, parts: len(head), gap: 20 * time.Millisecond, cutBy: 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+			br := bufio.NewReader(c)
+			if _, err := io.WriteString(c, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("first request: %v", err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			time.Sleep(tt.wait)
+			// The parts are written on their own goroutine, so that a cut
+			// is seen while they are still being sent.
+			sent := make(chan time.Time, 1)
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				size := (len(head) + tt.parts - 1) / tt.parts
+				for i := 0; i < len(head); i += size {
+					if _, err := io.WriteString(c, head[i:min(i+size, len(head))]); err != nil {
+						return
+					}
+					if i == 0 {
+						sent <- time.Now()
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(tt.gap):
+					}
+				}
+			}()
+			first := <-sent
+			resp, err = http.ReadResponse(br, nil)
+			if tt.answered {
+				if err != nil {
+					t.Fatalf("second request: %v", err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("second request: status %d, want 200", resp.StatusCode)
+				}
+				return
+			}
+			if err == nil {
+				// A 408 may come before the close.
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusRequestTimeout {
+					t.Fatalf("slow second head: status %d, want 408 or a close", resp.StatusCode)
+				}
+				_, err = io.Copy(io.Discard, br)
+			}
+			if err != nil && !isConnReset(err) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("slow second head: %v", err)
+			}
+			if took := time.Since(first); took < headerTimeout || took > tt.cutBy {
+				t.Fatalf("slow second head cut %v after its first byte, want between %v and %v", took, headerTimeout, tt.cutBy)
+			}
+		})
 	}
 }
 

@@ -126,12 +126,12 @@ func New(opts Options, decider Decider, logger *slog.Logger) *Proxy {
 		// The listener's Guard bounds the head at MaxHeaderBytes (431);
 		// fasthttp's buffer is a little larger so that the Guard decides.
 		ReadBufferSize: o.MaxHeaderBytes + 1024,
-		// fasthttp's ReadTimeout is armed before the request line: it
-		// bounds the head. The body's reads are bounded one by one by the
-		// listener (Options.ReadTimeout), so a long upload that keeps
-		// sending is never cut.
-		ReadTimeout: o.ReadHeaderTimeout,
-		IdleTimeout: o.IdleTimeout,
+		// No ReadTimeout or IdleTimeout: the listener bounds the head
+		// (ReadHeaderTimeout), the keep-alive wait (IdleTimeout) and each
+		// read of a body (ReadTimeout), from its Guard's view of where
+		// the connection is. fasthttp would read the clock twice per
+		// request to re-arm its two deadlines, and the listener twice more
+		// to see them; the listener reads it once, between requests.
 		// Tracks client connections so that Shutdown can close the ones
 		// still busy when its deadline passes; fasthttp leaves them open.
 		ConnState: p.conns.track,
@@ -158,7 +158,8 @@ func (p *Proxy) ClientConns() (open int64, refused uint64) {
 
 // listenerConfig is what the listener enforces for o.
 func listenerConfig(o *Options) *listener.Config {
-	return &listener.Config{MaxHeaderBytes: o.MaxHeaderBytes, BodyReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, MaxConns: o.MaxClientConns}
+	return &listener.Config{MaxHeaderBytes: o.MaxHeaderBytes, BodyReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, MaxConns: o.MaxClientConns,
+		HeaderTimeout: o.ReadHeaderTimeout, IdleTimeout: o.IdleTimeout}
 }
 
 // Reconfigure applies new options to the running proxy: requests that start
