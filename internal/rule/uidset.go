@@ -10,12 +10,15 @@ import (
 // misses: the whitelist is the exception, and every request of the rule's
 // route asks. A Go map of 100,000 strings spans megabytes, so each miss
 // was a few random memory reads (about 300 ns under load). The set keeps a
-// bitmap of the ids' hashes in front of the map, 8 bits per id (128 KiB for
-// 100,000), which stays in cache and turns away about 88% of the misses
-// with one read; the rest, and every hit, are answered by the map.
+// filter of the ids' hashes in front of the map, 8 bits per id (128 KiB for
+// 100,000), which stays in cache: each id sets three bits of one 64-bit
+// word (a blocked Bloom filter), so a lookup reads one word and turns away
+// about 96% of the misses; the rest, and every hit, are answered by the
+// map. (With one bit per id, as before, it turned away 88%: the map was
+// asked three times as often.)
 type uidSet struct {
 	bits  []uint64
-	shift uint // 64 - log2(bitmap size in bits)
+	shift uint // 64 - log2(the number of words)
 	m     map[string]struct{}
 }
 
@@ -24,27 +27,41 @@ func newUIDSet(uids []string) *uidSet {
 	if len(uids) == 0 {
 		return nil
 	}
-	// The bitmap has a power of two of at least 8 bits per id, at least 64.
-	logBits := max(6, bits.Len(uint(len(uids))*8-1))
+	// A power of two of words, with at least 8 bits per id.
+	logWords := max(0, bits.Len(uint(len(uids))*8-1)-6)
 	s := &uidSet{
-		bits:  make([]uint64, 1<<(logBits-6)),
-		shift: uint(64 - logBits),
+		bits:  make([]uint64, 1<<logWords),
+		shift: uint(64 - logWords),
 		m:     make(map[string]struct{}, len(uids)),
 	}
 	for _, u := range uids {
 		s.m[u] = struct{}{}
-		i := xxhash.Sum64String(u) >> s.shift
-		s.bits[i>>6] |= 1 << (i & 63)
+		w, mask := s.slot(u)
+		s.bits[w] |= mask
 	}
 	return s
 }
 
-func (s *uidSet) has(uid string) bool {
-	if s == nil {
-		return false
+// slot returns the word of the filter that uid hashes to, and its three
+// bits there. The word comes from the hash's top bits, the bits from its
+// low 18, so the two do not overlap for any size the filter can have.
+func (s *uidSet) slot(uid string) (int, uint64) {
+	h := xxhash.Sum64String(uid)
+	w := 0
+	if s.shift < 64 {
+		w = int(h >> s.shift)
 	}
-	i := xxhash.Sum64String(uid) >> s.shift
-	if s.bits[i>>6]&(1<<(i&63)) == 0 {
+	return w, 1<<(h&63) | 1<<(h>>6&63) | 1<<(h>>12&63)
+}
+
+// mayHave reports whether the filter lets uid through to the map.
+func (s *uidSet) mayHave(uid string) bool {
+	w, mask := s.slot(uid)
+	return s.bits[w]&mask == mask
+}
+
+func (s *uidSet) has(uid string) bool {
+	if s == nil || !s.mayHave(uid) {
 		return false
 	}
 	_, ok := s.m[uid]
