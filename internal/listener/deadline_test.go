@@ -360,3 +360,63 @@ func TestWriteDeadlineCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteDeadlineArmedOnlyToWait: a write that does not have to wait
+// for the client arms no write deadline (and reads no clock); one that
+// waits gets WriteTimeout from when it starts waiting, and has it taken
+// off once it is done, so later writes that do not wait are on the fast
+// path again; a write whose client never reads fails on it.
+func TestWriteDeadlineArmedOnlyToWait(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	cfg := &Config{MaxHeaderBytes: 8 << 10, WriteTimeout: timeout}
+	big := make([]byte, 32<<20) // more than loopback's buffers hold
+
+	t.Run("waits, then done", func(t *testing.T) {
+		c, client := connPair(t, cfg)
+		if c.sock == nil {
+			t.Skip("raw socket calls are not supported here")
+		}
+		if _, err := c.Write([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		if d := c.wdl.Load(); d != 0 {
+			t.Fatalf("a write that did not wait armed a deadline (%d)", d)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Write(big)
+			done <- err
+		}()
+		give := time.Now().Add(5 * time.Second)
+		for c.wdl.Load() == 0 {
+			if time.Now().After(give) {
+				t.Fatal("a write waiting for the client armed no deadline")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(timeout / 3) // the client reads late, but in time
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		if err := <-done; err != nil {
+			t.Fatalf("the waiting write: %v", err)
+		}
+		if d := c.wdl.Load(); d != 0 {
+			t.Fatalf("the deadline stayed armed (%d) after the write that waited", d)
+		}
+		time.Sleep(2 * timeout) // past when that deadline would have ended
+		if _, err := c.Write([]byte("b")); err != nil {
+			t.Fatalf("a write after the timeout, that does not wait: %v", err)
+		}
+	})
+	t.Run("client never reads", func(t *testing.T) {
+		c, _ := connPair(t, cfg)
+		start := time.Now()
+		_, err := c.Write(big)
+		took := time.Since(start)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a write to a client that never reads: %v; want a timeout", err)
+		}
+		if took < timeout || took > timeout+3*time.Second {
+			t.Fatalf("it failed after %v; want about %v", took, timeout)
+		}
+	})
+}

@@ -126,6 +126,9 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte, gat
 	_, cc.tls = c.(*tls.Conn)
 	if !cc.tls {
 		cc.sock = rawio.New(tc)
+		if cc.sock != nil {
+			cc.sock.OnWriteWait(cc.armWriteWait)
+		}
 	}
 	if a, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
 		cc.peer = a.AddrPort().Addr().Unmap()
@@ -141,11 +144,15 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte, gat
 // connection's first, or one whose first bytes came with the last read)
 // it sets HeaderTimeout once, at the head's first read, so that it bounds
 // the whole head; while a request body is due it keeps it at
-// BodyReadTimeout from now. Before every write it keeps the write deadline
-// at WriteTimeout from now. Deadlines are moved only when they would
-// otherwise be off by more than an eighth of the timeout, so a busy
-// connection rarely re-arms a timer, and one whose heads arrive whole
-// reads the clock once per request.
+// BodyReadTimeout from now. A write that has to wait for the client (its
+// receive window and the send buffer are full) gets the write deadline
+// WriteTimeout from when it starts waiting, taken off when it is done; a
+// write that does not wait arms nothing and reads no clock. (Over TLS,
+// and once another deadline was set, every write keeps the write deadline
+// at WriteTimeout from now instead.) Read deadlines are moved only when
+// they would otherwise be off by more than an eighth of the timeout, so a
+// busy connection rarely re-arms a timer, and one whose heads arrive
+// whole reads the clock once per request.
 //
 // A read deadline in the future is armed lazily: SetReadDeadline records
 // it (as do the bounds above), and the next Read arms it before it reads,
@@ -200,6 +207,9 @@ type Conn struct {
 	// wcut: the write deadline set last (SetWriteDeadline) is past, a
 	// cancel that no Write undoes.
 	wcut atomic.Bool
+	// wwait: the write deadline armWriteWait armed, for disarmWrite
+	// (0: none); guarded by warm.
+	wwait int64
 	// The read deadline asked for (0: none), and how much earlier than it
 	// the armed one may fall (see armRead).
 	rwant, rtol atomic.Int64
@@ -472,7 +482,19 @@ const (
 var lingering = make(chan struct{}, maxLingering)
 
 func (c *Conn) Write(p []byte) (int, error) {
-	if d := c.config().WriteTimeout; d > 0 {
+	d := c.config().WriteTimeout
+	if c.sock != nil && (d <= 0 || c.wdl.Load() == 0) {
+		// No deadline is armed: the write deadline is armed only if this
+		// write has to wait for the client (armWriteWait), and taken off
+		// again once it is done, so a write that never waits reads no
+		// clock.
+		n, err := c.sock.Write(p)
+		if c.sock.WriteWaited() {
+			c.disarmWrite()
+		}
+		return n, err
+	}
+	if d > 0 {
 		if err := c.armWrite(d); err != nil {
 			return 0, err
 		}
@@ -481,6 +503,40 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return c.sock.Write(p)
 	}
 	return c.Conn.Write(p)
+}
+
+// armWriteWait arms the write deadline at WriteTimeout from now for a
+// write that found the client's receive window and the send buffer full
+// and is about to wait (rawio.Conn.OnWriteWait). A cancel (a past
+// deadline) or a deadline set since the write began stays as it is.
+func (c *Conn) armWriteWait() error {
+	d := c.config().WriteTimeout
+	if d <= 0 {
+		return nil
+	}
+	c.warm.Lock()
+	defer c.warm.Unlock()
+	if c.wcut.Load() || c.wdl.Load() != 0 {
+		return nil
+	}
+	want := time.Now().Add(d).UnixNano()
+	c.wdl.Store(want)
+	c.wwait = want
+	return c.Conn.SetWriteDeadline(time.Unix(0, want))
+}
+
+// disarmWrite takes off the deadline armWriteWait armed, unless another
+// was set since (a cancel from another goroutine stays).
+func (c *Conn) disarmWrite() {
+	c.warm.Lock()
+	defer c.warm.Unlock()
+	armed := c.wwait
+	c.wwait = 0
+	if armed == 0 || c.wcut.Load() || c.wdl.Load() != armed {
+		return
+	}
+	c.wdl.Store(0)
+	_ = c.Conn.SetWriteDeadline(time.Time{})
 }
 
 // armWrite sets the write deadline to now+d unless the one armed is

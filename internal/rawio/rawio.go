@@ -49,7 +49,27 @@ type Conn struct {
 	rn, wn          int
 	rerr, werr      error
 	readFn, writeFn func(uintptr) bool
+
+	// onWriteWait (nil: none) runs when a Write first finds the send
+	// buffer full, before it waits in the poller; waited records that it
+	// ran in the last Write (see OnWriteWait).
+	onWriteWait func() error
+	waited      bool
 }
+
+// OnWriteWait sets f to run when a Write first finds the socket's send
+// buffer full, before it waits in the poller: at most once per Write, on
+// the writing goroutine, while the Write holds the descriptor's write lock
+// (so f may set the connection's deadlines, but not write). A Write that
+// never has to wait never calls it: a caller can arm a write deadline
+// there only when one can matter, instead of reading the clock before
+// every Write. An error from f ends the Write with it. WriteWaited
+// reports whether the last Write called f.
+func (c *Conn) OnWriteWait(f func() error) { c.onWriteWait = f }
+
+// WriteWaited reports whether the last Write found the send buffer full
+// and called the OnWriteWait function.
+func (c *Conn) WriteWaited() bool { return c.waited }
 
 // New returns a Conn over tc, or nil where raw socket calls are not
 // available (then tc's own Read and Write are the ones to use).
@@ -111,7 +131,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.wbuf, c.wn, c.werr = p, 0, nil
+	c.wbuf, c.wn, c.werr, c.waited = p, 0, nil, false
 	err := c.rc.Write(c.writeFn)
 	n, werr := c.wn, c.werr
 	c.wbuf, c.werr = nil, nil
@@ -134,6 +154,13 @@ func (c *Conn) writeSome(fd uintptr) bool {
 			c.wn += n
 		case syscall.EINTR:
 		case syscall.EAGAIN:
+			if c.onWriteWait != nil && !c.waited {
+				c.waited = true
+				if err := c.onWriteWait(); err != nil {
+					c.werr = err
+					return true
+				}
+			}
 			return false
 		default:
 			c.werr = os.NewSyscallError("write", err)

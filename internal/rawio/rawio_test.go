@@ -253,3 +253,34 @@ func TestWriteToClosedPeerRaisesNoSIGPIPE(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestOnWriteWait: the function runs only in a Write that finds the send
+// buffer full, once however often that Write waits, and its error ends
+// the Write.
+func TestOnWriteWait(t *testing.T) {
+	if !supported {
+		t.Skip("raw socket calls are not supported here")
+	}
+	a, z := tcpPair(t)
+	c := New(a)
+	calls := 0
+	c.OnWriteWait(func() error { calls++; return nil })
+	if _, err := c.Write([]byte("small")); err != nil || calls != 0 || c.WriteWaited() {
+		t.Fatalf("a write that did not wait: err %v, %d calls, waited %v", err, calls, c.WriteWaited())
+	}
+	big := make([]byte, 32<<20)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, _ = io.Copy(io.Discard, z)
+	}()
+	if _, err := c.Write(big); err != nil || calls != 1 || !c.WriteWaited() {
+		t.Fatalf("a write that waited: err %v, %d calls, waited %v; want 1 call", err, calls, c.WriteWaited())
+	}
+	b, _ := tcpPair(t) // its peer never reads
+	c = New(b)
+	stop := errors.New("stop")
+	c.OnWriteWait(func() error { return stop })
+	if _, err := c.Write(big); !errors.Is(err, stop) {
+		t.Fatalf("a write whose wait function failed: %v; want its error", err)
+	}
+}
