@@ -44,9 +44,11 @@ for _ in $(seq 600); do
 	sleep 0.1
 done
 BENCH_PATH=/api/x taskset -c 0 wrk -t1 -c64 -d$((SECS + 3))s -s "$BENCH/conf/uid.lua" "http://$PROXY/api/x" >"$WORK/wrk.out" 2>&1 &
-PIDS+=($!)
+WRK=$!
+PIDS+=($WRK)
 sleep 1
 curl -sf -m $((SECS + 30)) -o "$WORK/cpu.pprof" "http://$PPROF/debug/pprof/profile?seconds=$SECS"
+wait "$WRK" || true
 go tool pprof -top -nodecount=1 "$WORK/graygate-pprof" "$WORK/cpu.pprof" >/dev/null # a readable profile
 cp "$WORK/cpu.pprof" "$ROOT/cmd/graygate/default.pgo"
 echo "wrote cmd/graygate/default.pgo ($(wc -c <"$ROOT/cmd/graygate/default.pgo") bytes); load: $(grep Requests/sec "$WORK/wrk.out" || echo '?')"
