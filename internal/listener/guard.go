@@ -26,6 +26,7 @@ var (
 	errMethod        = &Error{400, "invalid method in the request line"}
 	errTarget        = &Error{400, "invalid request target"}
 	errEmptyHost     = &Error{400, "empty host in the request target"}
+	errHashAuthority = &Error{400, "'#' in the request target's authority"}
 	errVersion       = &Error{400, "malformed HTTP version"}
 	errUnsupported   = &Error{505, "HTTP version not supported (HTTP/1.0 and HTTP/1.1 are)"}
 	errObsFold       = &Error{400, "obsolete line folding in the header"}
@@ -96,6 +97,8 @@ const (
 //   - an http or https target in absolute form with an empty host
 //     ("http:///p", "http://:80/p"), which RFC 9110 section 4.2.1 has a
 //     recipient reject as invalid, as nginx does;
+//   - a target in absolute form whose authority holds a '#'
+//     ("http://a#b/p"), which Go's server refuses (see hashInAuthority);
 //   - obs-fold, a line without a colon, a field name that is not a token
 //     or is followed by whitespace, a field value with control characters;
 //   - Host missing (HTTP/1.1), repeated or not a valid uri-host[:port];
@@ -418,8 +421,13 @@ func (g *Guard) requestLine(l []byte) *Error {
 			return errTarget
 		}
 	}
-	if target[0] != '/' && emptyHost(target) {
-		return errEmptyHost
+	if target[0] != '/' {
+		if hashInAuthority(target) {
+			return errHashAuthority
+		}
+		if emptyHost(target) {
+			return errEmptyHost
+		}
 	}
 	g.reqLine = append(append(append(g.reqLine[:0], method...), ' '), target[:min(len(target), maxLineTarget)]...)
 	g.lineOf = g.requests + 1
@@ -744,6 +752,26 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// hashInAuthority reports whether target, not in origin form, is a URI
+// ("scheme://...") whose authority (up to the first '/' or '?') holds a
+// '#'. A request target carries no fragment (RFC 9112 section 3.2), so
+// Go's server reads that '#' as part of the authority, where it may not
+// stand (RFC 3986 section 3.2), and answers 400; a URI parser that ends
+// the authority at the '#' instead routed "http://a#b/p" to the host a
+// with the path "/". A '#' after the authority is a fragment that Go's
+// server and llhttp accept, and the gateway drops (originForm).
+func hashInAuthority(target []byte) bool {
+	i := bytes.Index(target, []byte("://"))
+	if i < 0 {
+		return false
+	}
+	auth := target[i+3:]
+	if j := bytes.IndexAny(auth, "/?"); j >= 0 {
+		auth = auth[:j]
+	}
+	return bytes.IndexByte(auth, '#') >= 0
 }
 
 // emptyHost reports whether target, not in origin form, is an http or

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -226,7 +227,7 @@ type recordingUpstream struct {
 }
 
 func newRecordingUpstream() (*recordingUpstream, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenLocal()
 	if err != nil {
 		return nil, err
 	}
@@ -342,8 +343,26 @@ type gatewayUnderTest struct {
 	done chan error
 }
 
+// listenLocal listens on 127.0.0.1:0, waiting (up to 30 s) while the
+// kernel has no port left to bind. FuzzAgainstNetHTTP starts a gateway and
+// an upstream, and opens a few connections, for each input; each
+// connection leaves a TIME_WAIT for a minute on the side that closed
+// first, and at a thousand inputs a second they filled the ephemeral port
+// range until a listener could not bind ("bind: address already in use"
+// after a minute of fuzzing). Waiting lets the oldest expire.
+func listenLocal() (net.Listener, error) {
+	give := time.Now().Add(30 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(give) {
+			return ln, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func startGateway(opts Options, upstreamAddr string) (*gatewayUnderTest, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenLocal()
 	if err != nil {
 		return nil, err
 	}
