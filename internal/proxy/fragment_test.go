@@ -42,7 +42,10 @@ func TestFragmentIsNotForwarded(t *testing.T) {
 		{"/p#", "/p", "", "app.test", ""},
 		{"/a/b#/../../c", "/a/b", "", "app.test", ""},
 		{"http://abs.test/p?q=2#f", "/p?q=2", "2", "abs.test", ""},
-		{"http://abs.test#f/p?q=3", "/", "", "abs.test", ""},
+		// (A '#' right after the host, "http://abs.test#f/p", is in the
+		// authority for Go's server, which refuses it, and so does the
+		// gateway: TestGuard.)
+		{"http://abs.test/#f/p?q=3", "/", "", "abs.test", ""},
 		{"http://abs.test?q=4#f", "/?q=4", "4", "abs.test", ""},
 		// An origin-form path that holds "://" is a path: the decision and
 		// the upstream see the client's Host, and the same path.
