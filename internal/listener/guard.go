@@ -98,7 +98,7 @@ const (
 //     ("http:///p", "http://:80/p"), which RFC 9110 section 4.2.1 has a
 //     recipient reject as invalid, as nginx does;
 //   - a target in absolute form whose authority holds a '#'
-//     ("http://a#b/p"), which Go's server refuses (see hashInAuthority);
+//     ("http://a#b/p"), which Go's server refuses (see targetAuthority);
 //   - obs-fold, a line without a colon, a field name that is not a token
 //     or is followed by whitespace, a field value with control characters;
 //   - Host missing (HTTP/1.1), repeated or not a valid uri-host[:port];
@@ -422,11 +422,13 @@ func (g *Guard) requestLine(l []byte) *Error {
 		}
 	}
 	if target[0] != '/' {
-		if hashInAuthority(target) {
-			return errHashAuthority
-		}
-		if emptyHost(target) {
-			return errEmptyHost
+		if scheme, auth, ok := targetAuthority(target); ok {
+			if bytes.IndexByte(auth, '#') >= 0 {
+				return errHashAuthority
+			}
+			if (eqFold(scheme, "http") || eqFold(scheme, "https")) && emptyHost(auth) {
+				return errEmptyHost
+			}
 		}
 	}
 	g.reqLine = append(append(append(g.reqLine[:0], method...), ' '), target[:min(len(target), maxLineTarget)]...)
@@ -754,39 +756,33 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// hashInAuthority reports whether target, not in origin form, is a URI
-// ("scheme://...") whose authority (up to the first '/' or '?') holds a
-// '#'. A request target carries no fragment (RFC 9112 section 3.2), so
-// Go's server reads that '#' as part of the authority, where it may not
-// stand (RFC 3986 section 3.2), and answers 400; a URI parser that ends
-// the authority at the '#' instead routed "http://a#b/p" to the host a
-// with the path "/". A '#' after the authority is a fragment that Go's
-// server and llhttp accept, and the gateway drops (originForm).
-func hashInAuthority(target []byte) bool {
+// targetAuthority splits target, not in origin form, into the scheme and
+// the authority of a "scheme://" URI, the authority ending at the first
+// '/' or '?', as Go's server reads a request URI; ok is false for a target
+// that is no such URI (left to the parser).
+//
+// A request target carries no fragment (RFC 9112 section 3.2), so a '#'
+// before that end is part of the authority, where it may not stand (RFC
+// 3986 section 3.2): Go's server answers 400, while a URI parser that
+// ends the authority at the '#' routed "http://a#b/p" to the host a with
+// the path "/". A '#' after the authority is a fragment that Go's server
+// and llhttp accept, and the gateway drops (originForm).
+func targetAuthority(target []byte) (scheme, auth []byte, ok bool) {
 	i := bytes.Index(target, []byte("://"))
 	if i < 0 {
-		return false
+		return nil, nil, false
 	}
-	auth := target[i+3:]
+	auth = target[i+3:]
 	if j := bytes.IndexAny(auth, "/?"); j >= 0 {
 		auth = auth[:j]
 	}
-	return bytes.IndexByte(auth, '#') >= 0
+	return target[:i], auth, true
 }
 
-// emptyHost reports whether target, not in origin form, is an http or
-// https URI whose authority names no host: "http:///p", "http://:80/p",
-// "http://user@/p". Another scheme's URI, or a target that is no URI, is
-// left to the parser.
-func emptyHost(target []byte) bool {
-	i := bytes.Index(target, []byte("://"))
-	if i < 0 || !(eqFold(target[:i], "http") || eqFold(target[:i], "https")) {
-		return false
-	}
-	auth := target[i+3:]
-	if j := bytes.IndexAny(auth, "/?#"); j >= 0 {
-		auth = auth[:j]
-	}
+// emptyHost reports whether auth, the authority of an http or https
+// target (with no '#'), names no host: "http:///p", "http://:80/p",
+// "http://user@/p".
+func emptyHost(auth []byte) bool {
 	if j := bytes.LastIndexByte(auth, '@'); j >= 0 {
 		auth = auth[j+1:]
 	}
