@@ -47,11 +47,9 @@ func newUIDSet(uids []string) *uidSet {
 // low 18, so the two do not overlap for any size the filter can have.
 func (s *uidSet) slot(uid string) (int, uint64) {
 	h := xxhash.Sum64String(uid)
-	w := 0
-	if s.shift < 64 {
-		w = int(h >> s.shift)
-	}
-	return w, 1<<(h&63) | 1<<(h>>6&63) | 1<<(h>>12&63)
+	// With one word, shift is 64 and the word is 0 (a shift by the width
+	// or more gives 0).
+	return int(h >> s.shift), 1<<(h&63) | 1<<(h>>6&63) | 1<<(h>>12&63)
 }
 
 // mayHave reports whether the filter lets uid through to the map.
