@@ -166,10 +166,10 @@ func TestDefaultWrittenOutNeedsNoRestart(t *testing.T) {
 		{"store.username", etcd + "}", etcd + `, username: ""}`, etcd + ", username: u, password_env: HOME}"},
 		{"store.password_env", etcd + "}", etcd + `, password_env: ""}`, etcd + ", username: u, password_env: HOME}"},
 	}
-	// The listening server's settings are judged by the data plane with its
-	// own defaults (proxy.Reconfigure), which the gateway asks instead:
+	// The listening server's setting is judged by the data plane with its
+	// own default (proxy.Reconfigure), which the gateway asks instead:
 	// gateway.TestReloadDefaultWrittenOutNeedsNoRestart.
-	dataPlane := []string{"proxy.read_header_timeout", "proxy.client_idle_timeout", "proxy.max_header_bytes"}
+	dataPlane := []string{"proxy.max_header_bytes"}
 	covered := map[string]bool{}
 	for _, tt := range tests {
 		covered[tt.row] = true

@@ -130,6 +130,8 @@ var liveKeys = map[string]string{
 	// transports the data plane keeps across a change of this option
 	// alone, the reload names it until they are replaced.
 	"proxy.write_timeout":                "TestLiveKeysApply/proxy.write_timeout, TestReloadWriteTimeoutReachesH2CPools",
+	"proxy.read_header_timeout":          "TestLiveKeysApply/proxy.read_header_timeout, proxy.TestReconfigureAppliesClientTimeouts",
+	"proxy.client_idle_timeout":          "TestLiveKeysApply/proxy.client_idle_timeout, proxy.TestReconfigureAppliesClientTimeouts",
 	"proxy.client_read_timeout":          "TestLiveKeysApply/proxy.client_read_timeout",
 	"proxy.client_write_timeout":         "TestLiveKeysApply/proxy.client_write_timeout",
 	"proxy.max_conns_per_host":           "TestLiveKeysApply/proxy.max_conns_per_host",
@@ -206,10 +208,8 @@ var restartKeys = map[string]string{
 	"tracing.sample_ratio":  "tracing",
 	"tracing.service_name":  "tracing",
 
-	// Judged by their effective values: TestReloadDefaultWrittenOutNeedsNoRestart.
-	"proxy.read_header_timeout": "proxy.read_header_timeout",
-	"proxy.client_idle_timeout": "proxy.client_idle_timeout",
-	"proxy.max_header_bytes":    "proxy.max_header_bytes",
+	// Judged by its effective value: TestReloadDefaultWrittenOutNeedsNoRestart.
+	"proxy.max_header_bytes": "proxy.max_header_bytes",
 
 	"store.history_limit":   "store.history_limit",
 	"store.url":             "store.url",
@@ -367,8 +367,6 @@ var restartCases = []restartCase{
 	{key: "tracing.otlp_endpoint", before: `tracing: {otlp_endpoint: "http://127.0.0.1:1"}`, after: `tracing: {otlp_endpoint: "http://127.0.0.1:2"}`},
 	{key: "tracing.sample_ratio", before: `tracing: {otlp_endpoint: "http://127.0.0.1:1", sample_ratio: 0.5}`, after: `tracing: {otlp_endpoint: "http://127.0.0.1:1", sample_ratio: 0.25}`},
 	{key: "tracing.service_name", before: `tracing: {otlp_endpoint: "http://127.0.0.1:1"}`, after: `tracing: {otlp_endpoint: "http://127.0.0.1:1", service_name: other}`},
-	{key: "proxy.read_header_timeout", after: "proxy: {read_header_timeout: 3s}"},
-	{key: "proxy.client_idle_timeout", after: "proxy: {client_idle_timeout: 3s}"},
 	{key: "proxy.max_header_bytes", after: "proxy: {max_header_bytes: 4096}"},
 	{key: "store.history_limit", after: "store: {history_limit: 7}"},
 	{key: "store.url", after: `store: {url: "etcd://127.0.0.1:1/gg"}`},

@@ -821,6 +821,37 @@ func rawRequest(t *testing.T, e *env, head string, pause time.Duration, parts ..
 	return strconv.Itoa(resp.StatusCode)
 }
 
+// keptAfterIdle sends req on a new connection, reads the answer, waits
+// idle, and says whether the connection still answers req ("kept") or
+// was closed.
+func keptAfterIdle(t *testing.T, e *env, req string, idle time.Duration) string {
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(e.data, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(idle)
+		}
+		if _, err := io.WriteString(c, req); err != nil {
+			return "closed"
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return "closed"
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Sprint(resp.StatusCode)
+		}
+	}
+	return "kept"
+}
+
 // slowReader reads the 32 MiB answer of /big after a pause, with a small
 // receive buffer, and says whether it came whole.
 func slowReader(t *testing.T, e *env, pause time.Duration) string {
@@ -1568,6 +1599,25 @@ var liveCases = slices.Concat([]liveCase{
 		before: echoCfg("", ""), after: echoCfg("", "proxy: {write_timeout: 300ms}"),
 		probe:      func(t *testing.T, e *env, fx *fixture) string { return e.postLong("/noread") },
 		wantBefore: "200", wantAfter: "failed",
+	},
+	{
+		// The client pauses 1.5s before the blank line that ends its head.
+		key: "proxy.read_header_timeout", before: baseConfig, after: baseConfig + "proxy: {read_header_timeout: 300ms}\n",
+		probe: func(t *testing.T, e *env, fx *fixture) string {
+			if got := rawRequest(t, e, "GET / HTTP/1.1\r\nHost: gw\r\n", 1500*time.Millisecond, "X-A: 1\r\n", "\r\n"); got != "200" {
+				return "cut"
+			}
+			return "200"
+		},
+		wantBefore: "200", wantAfter: "cut",
+	},
+	{
+		// The client waits 1.5s before its second request on a connection.
+		key: "proxy.client_idle_timeout", before: baseConfig, after: baseConfig + "proxy: {client_idle_timeout: 300ms}\n",
+		probe: func(t *testing.T, e *env, fx *fixture) string {
+			return keptAfterIdle(t, e, "GET / HTTP/1.1\r\nHost: gw\r\n\r\n", 1500*time.Millisecond)
+		},
+		wantBefore: "kept", wantAfter: "closed",
 	},
 	{
 		// The client pauses 1.5s in the middle of its body.

@@ -325,7 +325,7 @@ func (g *Gateway) proxyOptions(cfg *config.Config) (proxy.Options, error) {
 
 // listenerFields are the config fields of the listening server itself,
 // which proxy.Reconfigure keeps at their running values and names.
-var listenerFields = []string{"proxy.read_header_timeout", "proxy.client_idle_timeout", "proxy.max_header_bytes"}
+var listenerFields = []string{"proxy.max_header_bytes"}
 
 // applyProxy hands the data plane the options a reloaded config asks for
 // (everything under proxy:, trusted_proxies and access_log.enabled)

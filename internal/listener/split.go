@@ -34,7 +34,9 @@ type Protocols struct {
 	// it as if nothing had been looked at.
 	ServeH2 func(net.Conn)
 	// HandshakeTimeout bounds the TLS handshake, or, with H2C, the wait
-	// for a new connection's first bytes (default 10s).
+	// for a new connection's first bytes. 0 takes the HeaderTimeout of
+	// the config at each connection's start (so a reload that changes it
+	// applies to the next connection), or 10s when that is 0 too.
 	HandshakeTimeout time.Duration
 	// Logger receives failed handshakes at debug level, and failures to
 	// accept that are waited out (accept) and the Gate's refusals as
@@ -60,15 +62,24 @@ func Split(ln net.Listener, config func() *Config, p Protocols) net.Listener {
 	if p.TLS == nil && !p.H2C {
 		return Wrap(ln, config, p.Gate, p.Logger)
 	}
-	if p.HandshakeTimeout <= 0 {
-		p.HandshakeTimeout = 10 * time.Second
-	}
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &split{ln: ln, config: config, p: p, conns: make(chan net.Conn), done: make(chan struct{})}
 	go s.run()
 	return s
+}
+
+// handshakeTimeout is Protocols.HandshakeTimeout, or else the config's
+// HeaderTimeout now, or else 10s.
+func (s *split) handshakeTimeout() time.Duration {
+	if d := s.p.HandshakeTimeout; d > 0 {
+		return d
+	}
+	if d := s.config().HeaderTimeout; d > 0 {
+		return d
+	}
+	return 10 * time.Second
 }
 
 type split struct {
@@ -146,7 +157,7 @@ func (s *split) sort(c net.Conn) {
 			s.p.Gate.done()
 		}
 	}()
-	deadline := time.Now().Add(s.p.HandshakeTimeout)
+	deadline := time.Now().Add(s.handshakeTimeout())
 	if s.p.TLS != nil {
 		tlc := tls.Server(tc, s.p.TLS)
 		_ = tlc.SetDeadline(deadline)

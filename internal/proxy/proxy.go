@@ -169,22 +169,18 @@ func listenerConfig(o *Options) *listener.Config {
 // options, the net/http transports no request asked for since the last
 // Reconfigure are dropped (pruneNetTransports): the gateway calls it at
 // every reload of its config. It returns the fields that
-// cannot change without a restart (they configure the listening server):
-// ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes, as config paths; those
-// keep their old values. Now and the OnDone hook are kept as they are.
+// cannot change without a restart, as config paths: MaxHeaderBytes, which
+// sizes the listening server's read buffer, keeps its old value. The
+// client timeouts apply at once: ReadHeaderTimeout and IdleTimeout to the
+// next head and keep-alive wait of every HTTP/1.1 connection (the
+// listener reads them at each read) and the next TLS handshake, and, with
+// WriteTimeout, to the HTTP/2 connections opened from then on. Now and
+// the OnDone hook are kept as they are.
 func (p *Proxy) Reconfigure(opts Options) []string {
 	old := p.opts.Load()
 	o := opts.withDefaults()
 	o.Now, o.OnDone = old.Now, old.OnDone
 	var restart []string
-	if o.ReadHeaderTimeout != old.ReadHeaderTimeout {
-		restart = append(restart, "proxy.read_header_timeout")
-		o.ReadHeaderTimeout = old.ReadHeaderTimeout
-	}
-	if o.IdleTimeout != old.IdleTimeout {
-		restart = append(restart, "proxy.client_idle_timeout")
-		o.IdleTimeout = old.IdleTimeout
-	}
 	if o.MaxHeaderBytes != old.MaxHeaderBytes {
 		restart = append(restart, "proxy.max_header_bytes")
 		o.MaxHeaderBytes = old.MaxHeaderBytes
@@ -202,8 +198,8 @@ func (p *Proxy) Reconfigure(opts Options) []string {
 	p.accessMu.Unlock()
 	p.opts.Store(&o)
 	p.lcfg.Store(listenerConfig(&o))
-	if o.WriteTimeout != old.WriteTimeout {
-		// New HTTP/2 connections take the new client write timeout.
+	if o.WriteTimeout != old.WriteTimeout || o.ReadHeaderTimeout != old.ReadHeaderTimeout || o.IdleTimeout != old.IdleTimeout {
+		// New HTTP/2 connections take the new client timeouts.
 		p.reconfigureH2(&o)
 	}
 	if !upstreamOptionsChanged(old, &o) {
@@ -255,9 +251,8 @@ func (p *Proxy) Serve(ln net.Listener) error {
 // may run on several listeners at once; Shutdown stops them all.
 func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
 	prot.ServeH2 = p.ServeH2
-	if prot.HandshakeTimeout <= 0 {
-		prot.HandshakeTimeout = p.opts.Load().ReadHeaderTimeout
-	}
+	// A HandshakeTimeout of 0 follows the listener config's HeaderTimeout
+	// (ReadHeaderTimeout), which Reconfigure replaces.
 	if prot.Logger == nil {
 		prot.Logger = p.log
 	}
