@@ -7,7 +7,9 @@ package metrics
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +34,9 @@ type Metrics struct {
 	late     *prometheus.CounterVec
 
 	children sync.Map // key → *child
+	// recent is a small direct-mapped cache in front of children, indexed
+	// by where a key's strings live (see slot).
+	recent [recentSlots]atomic.Pointer[cached]
 
 	// rules are the rules served (SetRules), under rulesMu; gone holds the
 	// rules whose series wait out retireGrace before they are deleted.
@@ -56,6 +61,29 @@ var degradedReasons = [...]string{router.DegradedRollback, router.DegradedBreake
 type key struct {
 	rule, group, upstream, degraded string
 	class                           uint8
+}
+
+// cached is one entry of Metrics.recent.
+type cached struct {
+	k key
+	c *child
+}
+
+const recentSlots = 64
+
+// slot is k's place in Metrics.recent. It hashes the addresses of k's
+// strings, not their bytes: a compiled snapshot names a rule, its groups
+// and its pools with the same strings for every request, so the hash is a
+// few multiplications, and comparing the key that is found is mostly
+// comparing equal pointers. Equal strings at other addresses (another
+// snapshot's) may take other slots; each slot still holds only its own
+// key's child.
+func slot(k *key) int {
+	h := uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.rule))))
+	h = h*0x9E3779B97F4A7C15 ^ uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.group))))
+	h = h*0x9E3779B97F4A7C15 ^ uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.upstream))))
+	h = h*0x9E3779B97F4A7C15 ^ uint64(uintptr(unsafe.Pointer(unsafe.StringData(k.degraded)))) ^ uint64(k.class)
+	return int((h * 0x9E3779B97F4A7C15) >> 58)
 }
 
 type child struct {
@@ -184,6 +212,11 @@ func (m *Metrics) retire(k string) {
 		}
 		return true
 	})
+	for i := range m.recent {
+		if e := m.recent[i].Load(); e != nil && e.k.rule == k {
+			m.recent[i].CompareAndSwap(e, nil)
+		}
+	}
 	only := prometheus.Labels{"rule": k}
 	m.requests.DeletePartialMatch(only)
 	m.latency.DeletePartialMatch(only)
@@ -212,8 +245,12 @@ func (m *Metrics) Observe(d *router.Decision, status int, elapsed time.Duration)
 		k.class = uint8(c)
 	}
 	var c *child
-	if v, ok := m.children.Load(k); ok {
+	s := &m.recent[slot(&k)]
+	if e := s.Load(); e != nil && e.k == k {
+		c = e.c
+	} else if v, ok := m.children.Load(k); ok {
 		c = v.(*child)
+		s.Store(&cached{k: k, c: c})
 	} else {
 		if _, gone := m.retired.Load(k.rule); gone {
 			// A request of a rule whose series went RetireGrace ago.

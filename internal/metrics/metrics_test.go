@@ -104,3 +104,37 @@ func TestAccessLogDroppedNeverGoesDown(t *testing.T) {
 		}
 	}
 }
+
+// TestRetiredRuleSkipsCachedChild: a request of a rule whose series were
+// deleted is counted as late even when its series' children were in the
+// recent cache (two requests put them there), and the series stay gone.
+func TestRetiredRuleSkipsCachedChild(t *testing.T) {
+	m := New()
+	m.SetRetireGrace(time.Millisecond)
+	d := &router.Decision{Rule: "r", Group: "g", Target: upstream.NewPool("p", nil)}
+	m.SetRules([]string{"r"})
+	m.Observe(d, 200, time.Millisecond)
+	m.Observe(d, 200, time.Millisecond)
+	m.SetRules(nil)
+	expose := func() string {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		b, _ := io.ReadAll(rec.Body)
+		return string(b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Contains(expose(), `rule="r"`) {
+		if time.Now().After(deadline) {
+			t.Fatal("the rule's series were not deleted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	m.Observe(d, 200, time.Millisecond)
+	body := expose()
+	if !strings.Contains(body, `graygate_retired_rule_requests_total{code="2xx"} 1`) {
+		t.Errorf("the request after the retirement is not counted as late")
+	}
+	if strings.Contains(body, `rule="r"`) {
+		t.Errorf("the retired rule's series came back")
+	}
+}
