@@ -420,3 +420,62 @@ func TestWriteDeadlineArmedOnlyToWait(t *testing.T) {
 		}
 	})
 }
+
+// TestIdleWaitCountsFromAnswered: the keep-alive wait counts from the time
+// the handler said it answered (Answered), without a clock read, unless a
+// write had to wait for the client since; then it counts from its own
+// start. The time is used once.
+func TestIdleWaitCountsFromAnswered(t *testing.T) {
+	const idle = 500 * time.Millisecond
+	cfg := &Config{MaxHeaderBytes: 8 << 10, IdleTimeout: idle, WriteTimeout: 10 * time.Second}
+	const req = "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	request := func(t *testing.T, c *Conn, client net.Conn) {
+		t.Helper()
+		if _, err := io.WriteString(client, req); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(req))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	longAgo := time.Now().Add(-time.Minute).UnixNano()
+
+	t.Run("answered a minute ago", func(t *testing.T) {
+		c, client := connPair(t, cfg)
+		request(t, c, client)
+		c.Answered(longAgo)
+		if took, err := readErr(c); !errors.Is(err, os.ErrDeadlineExceeded) || took > idle/2 {
+			t.Fatalf("the wait after an answer a minute ago: %v after %v; want a timeout at once", err, took)
+		}
+	})
+	t.Run("answered now", func(t *testing.T) {
+		c, client := connPair(t, cfg)
+		request(t, c, client)
+		c.Answered(time.Now().UnixNano())
+		if took, err := readErr(c); !errors.Is(err, os.ErrDeadlineExceeded) || took < idle*3/4 {
+			t.Fatalf("the wait after an answer now: %v after %v; want a timeout after about %v", err, took, idle)
+		}
+	})
+	t.Run("a write waited since", func(t *testing.T) {
+		c, client := connPair(t, cfg)
+		if c.sock == nil {
+			t.Skip("raw socket calls are not supported here")
+		}
+		request(t, c, client)
+		c.Answered(longAgo)
+		go func() {
+			time.Sleep(100 * time.Millisecond) // the client reads late
+			_, _ = io.Copy(io.Discard, client)
+		}()
+		if _, err := c.Write(make([]byte, 32<<20)); err != nil {
+			t.Fatal(err)
+		}
+		if !c.sock.WriteWaited() {
+			t.Fatal("the write did not wait; the case is not tested")
+		}
+		if took, err := readErr(c); !errors.Is(err, os.ErrDeadlineExceeded) || took < idle*3/4 {
+			t.Fatalf("the wait after a write that waited: %v after %v; want a timeout after about %v, from its own start", err, took, idle)
+		}
+	})
+}

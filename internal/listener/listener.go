@@ -217,7 +217,19 @@ type Conn struct {
 	// headAsked: the number of the request (counting from 1) whose head
 	// deadline was asked for (see Read).
 	headAsked uint64
+	// answered: when the last request's answer was done, in Unix
+	// nanoseconds, as Answered was told (0: not known); see Answered.
+	answered atomic.Int64
 }
+
+// Answered tells the connection that its request was answered at t, in
+// Unix nanoseconds on the real clock, by the handler that just read the
+// clock for its own ends (latency, the access log). The keep-alive wait
+// that follows counts from t instead of reading the clock again, unless a
+// write of the answer had to wait for the client since: then it counts
+// from its own start. Only the next Read uses t, and only if it is the
+// read between requests.
+func (c *Conn) Answered(t int64) { c.answered.Store(t) }
 
 // BodyRefused returns the Guard's refusal of the body of the n-th request
 // on the connection (counting from 1), or nil. A handler asks before it
@@ -361,17 +373,25 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		return c.read(p)
 	}
+	answered := c.answered.Load()
+	if answered != 0 {
+		c.answered.Store(0)
+	}
 	switch {
 	case c.guard.InBody():
 		if d := c.config().BodyReadTimeout; d > 0 {
 			c.askRead(time.Now().Add(d).UnixNano(), int64(d/8))
 		}
 	case c.guard.Between():
-		// The keep-alive wait. Asked for at every read between requests;
-		// the one armed stays while it is within an eighth of it (see
-		// armRead), so a busy connection arms none.
+		// The keep-alive wait. Asked for at every read between requests,
+		// from when the handler answered (Answered), or else now; the one
+		// armed stays while it is within an eighth of it (see armRead), so
+		// a busy connection arms none, and reads no clock.
 		if d := c.config().IdleTimeout; d > 0 {
-			c.askRead(time.Now().Add(d).UnixNano(), int64(d/8))
+			if answered == 0 {
+				answered = time.Now().UnixNano()
+			}
+			c.askRead(answered+int64(d), int64(d/8))
 		}
 		// The answer to the last request has just been written, and the
 		// client's next request cannot have come yet unless it pipelines.
@@ -490,6 +510,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		// clock.
 		n, err := c.sock.Write(p)
 		if c.sock.WriteWaited() {
+			c.answered.Store(0)
 			c.disarmWrite()
 		}
 		return n, err
@@ -500,8 +521,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 	}
 	if c.sock != nil {
-		return c.sock.Write(p)
+		n, err := c.sock.Write(p)
+		if c.sock.WriteWaited() {
+			c.answered.Store(0)
+		}
+		return n, err
 	}
+	c.answered.Store(0) // it may have waited
 	return c.Conn.Write(p)
 }
 

@@ -294,8 +294,9 @@ func (f *flow) pick(in inHeader) error {
 // span and hands a mirrored request's copy to the mirror set, which
 // returns at once. The copy never passes through OnDone, the breaker,
 // passive health or the access log. The codec resets the flow afterwards
-// (resetFlow) and pools it.
-func (f *flow) finish() {
+// (resetFlow) and pools it. It returns the time the request ended, on the
+// proxy's clock.
+func (f *flow) finish() time.Time {
 	p := f.p
 	if f.brkPending {
 		f.brkPending = false
@@ -326,6 +327,7 @@ func (f *flow) finish() {
 	f.endSpan()
 	f.sendMirror()
 	p.live.Add(-1)
+	return end
 }
 
 // reportUpstream tells the pool the picked instance's outcome, once.

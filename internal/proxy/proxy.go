@@ -505,7 +505,14 @@ func (ex *exchange) finish() {
 	if ex.ahead != nil {
 		ex.ahead.settle()
 	}
-	ex.flow.finish()
+	end := ex.flow.finish()
+	if ex.ctx != nil && ex.p.realClock && !ex.hijacked && !ex.upgrade {
+		// The keep-alive wait that follows the answer counts from here:
+		// the listener need not read the clock again.
+		if lc, ok := ex.ctx.Conn().(*listener.Conn); ok {
+			lc.Answered(end.UnixNano())
+		}
+	}
 	ex.reset()
 	ex.p.exchanges.Put(ex)
 }
