@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
@@ -190,7 +192,7 @@ func TestAsyncWriterFlushesInSmallBatches(t *testing.T) {
 }
 
 func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "plain", `q"uote\back`, "ctl\x00\x01\x1f\n\r\t", "用户\u2028\u2029", "bad\xff\xfe utf8", "<&>"} {
+	for _, s := range []string{"", "plain", `q"uote\back`, "ctl\x00\x01\x1f\n\r\t", "用户\u2028\u2029", "bad\xff\xfe utf8", "<&>", "/eight/b\\ytes/at/a/time", "/eight/b\"ytes/x\x01yz/0123456\x7f"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -320,5 +322,38 @@ func TestAccessLogError(t *testing.T) {
 				t.Fatalf("error %q names the instance %s", got, tt.target)
 			}
 		})
+	}
+}
+
+// TestPlain8 checks the eight-bytes-at-a-time test of appendJSONString
+// against a byte-by-byte one: every byte value at every position of a
+// plain word, and words of bytes drawn from around each boundary.
+func TestPlain8(t *testing.T) {
+	plain := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	word := func(b [8]byte) uint64 { return binary.LittleEndian.Uint64(b[:]) }
+	for pos := range 8 {
+		for v := range 256 {
+			b := [8]byte{'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'}
+			b[pos] = byte(v)
+			if got, want := plain8(word(b)), plain(byte(v)); got != want {
+				t.Fatalf("plain8(%q) = %v, want %v", b[:], got, want)
+			}
+		}
+	}
+	edges := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"' - 1, '"', '"' + 1, '\\' - 1, '\\', '\\' + 1, 0x7e, 0x7f, 0x80, 0x81, 0xa2, 0xdc, 0xfe, 0xff}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var b [8]byte
+		want := true
+		for i := range b {
+			b[i] = edges[rng.IntN(len(edges))]
+			if rng.IntN(3) == 0 {
+				b[i] = 'a'
+			}
+			want = want && plain(b[i])
+		}
+		if got := plain8(word(b)); got != want {
+			t.Fatalf("plain8(%q) = %v, want %v", b[:], got, want)
+		}
 	}
 }
