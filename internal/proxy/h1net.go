@@ -132,6 +132,9 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 			count: bodyCount{size: ex.reqBody.size, max: ex.pol.MaxBodyBytes}}
 		out.Body = nu.att.body
 		out.ContentLength = ex.reqBody.size
+		if ex.bodyKind == bodyChunked {
+			out.Trailer, nu.att.body.onEnd = requestTrailer(in)
+		}
 	default:
 		call.arm()
 	}
@@ -177,6 +180,36 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	}
 	resp, err := nu.take()
 	return ex.netAnswer(ctx, resp, err)
+}
+
+// requestTrailer returns the trailer a chunked request announced (its
+// Trailer header), to send after the body as the transport does with
+// http.Request.Trailer, and the function that fills in the values when
+// the body has ended: fasthttp parses the trailer section into the
+// request header then, on the goroutine reading the body, which is the
+// transport's, before it returns the body's end. Fields the request did
+// not announce are not sent, as writeBody does for an HTTP/1.1 pool.
+// Without an announcement it returns nil and no function.
+func requestTrailer(in *fasthttp.RequestHeader) (http.Header, func()) {
+	keys := in.PeekTrailerKeys()
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	tr := make(http.Header, len(keys))
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = string(k)
+		tr[http.CanonicalHeaderKey(names[i])] = nil
+	}
+	return tr, func() {
+		for _, k := range names {
+			var vs []string
+			for _, v := range in.PeekAll(k) {
+				vs = append(vs, string(v))
+			}
+			tr[http.CanonicalHeaderKey(k)] = vs
+		}
+	}
 }
 
 // netAnswer relays the answer of forwardNet's round trip (resp, or err)

@@ -182,6 +182,39 @@ func TestTrailers(t *testing.T) {
 	}
 }
 
+// TestRequestTrailersReachH2CPools: an HTTP/1.1 client's chunked request
+// body with trailer fields, forwarded to an h2c pool, arrives with its
+// trailers (as HTTP/2 trailers), as it does at an HTTP/1.1 pool
+// (TestTrailers) and from an HTTP/2 client. A field the client did not
+// announce in Trailer is not sent; nor is the announcement itself.
+func TestRequestTrailersReachH2CPools(t *testing.T) {
+	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "proto=%s body=%s sum=%s other=%q trailer-header=%q", r.Proto, body, r.Trailer.Get("X-Client-Sum"), r.Trailer.Get("X-Other"), r.Header.Get("Trailer"))
+	}))
+	pool := poolOf("stable", up.Listener.Addr().String())
+	pool.Protocol = upstream.H2C
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: pool})
+	for _, tt := range []struct{ name, chunks string }{
+		{"one chunk", "3\r\nabc\r\n"},
+		{"two chunks", "1\r\na\r\n2\r\nbc\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := dialRaw(t, addr)
+			defer c.Close()
+			fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-Client-Sum\r\nTransfer-Encoding: chunked\r\n\r\n"+tt.chunks+"0\r\nX-Client-Sum: c1\r\nX-Other: o\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if want := `proto=HTTP/2.0 body=abc sum=c1 other="" trailer-header=""`; string(body) != want {
+				t.Errorf("the h2c upstream saw %q, want %q", body, want)
+			}
+		})
+	}
+}
+
 // TestForbiddenTrailerDiscarded: an upstream's chunked body whose trailer
 // section holds a field that may not be a trailer (here Content-Length,
 // RFC 9110 section 6.5.1) reaches the client whole, as net/http's client
