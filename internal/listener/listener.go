@@ -127,7 +127,7 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte, gat
 	if !cc.tls {
 		cc.sock = rawio.New(tc)
 		if cc.sock != nil {
-			cc.sock.OnWriteWait(cc.armWriteWait)
+			cc.sock.OnWriteWait(cc.writeWaits)
 		}
 	}
 	if a, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
@@ -226,10 +226,15 @@ type Conn struct {
 // Unix nanoseconds on the real clock, by the handler that just read the
 // clock for its own ends (latency, the access log). The keep-alive wait
 // that follows counts from t instead of reading the clock again, unless a
-// write of the answer had to wait for the client since: then it counts
-// from its own start. Only the next Read uses t, and only if it is the
-// read between requests.
-func (c *Conn) Answered(t int64) { c.answered.Store(t) }
+// write of the answer had to wait for the client since (writeWaits): then
+// it counts from its own start. Only the next Read uses t, and only if it
+// is the read between requests. A connection whose writes cannot tell
+// whether they waited (TLS, or no raw socket calls) ignores it.
+func (c *Conn) Answered(t int64) {
+	if c.sock != nil {
+		c.answered.Store(t)
+	}
+}
 
 // BodyRefused returns the Guard's refusal of the body of the n-th request
 // on the connection (counting from 1), or nil. A handler asks before it
@@ -510,7 +515,6 @@ func (c *Conn) Write(p []byte) (int, error) {
 		// clock.
 		n, err := c.sock.Write(p)
 		if c.sock.WriteWaited() {
-			c.answered.Store(0)
 			c.disarmWrite()
 		}
 		return n, err
@@ -521,14 +525,17 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 	}
 	if c.sock != nil {
-		n, err := c.sock.Write(p)
-		if c.sock.WriteWaited() {
-			c.answered.Store(0)
-		}
-		return n, err
+		return c.sock.Write(p)
 	}
-	c.answered.Store(0) // it may have waited
 	return c.Conn.Write(p)
+}
+
+// writeWaits is the socket's OnWriteWait: a write is about to wait for the
+// client. The time Answered gave no longer starts the keep-alive wait,
+// and the write deadline is armed (armWriteWait).
+func (c *Conn) writeWaits() error {
+	c.answered.Store(0)
+	return c.armWriteWait()
 }
 
 // armWriteWait arms the write deadline at WriteTimeout from now for a

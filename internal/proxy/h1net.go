@@ -196,18 +196,16 @@ func requestTrailer(in *fasthttp.RequestHeader) (http.Header, func()) {
 		return nil, nil
 	}
 	tr := make(http.Header, len(keys))
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		names[i] = string(k)
-		tr[http.CanonicalHeaderKey(names[i])] = nil
+	for _, k := range keys {
+		tr[http.CanonicalHeaderKey(string(k))] = nil
 	}
 	return tr, func() {
-		for _, k := range names {
+		for k := range tr {
 			var vs []string
 			for _, v := range in.PeekAll(k) {
 				vs = append(vs, string(v))
 			}
-			tr[http.CanonicalHeaderKey(k)] = vs
+			tr[k] = vs
 		}
 	}
 }
