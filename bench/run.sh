@@ -297,15 +297,23 @@ wait_http() { # wait_http URL SECONDS: until it answers 200
 }
 
 ticks() { # ticks PID...: utime+stime in clock ticks, summed
-	local p s=0 rest
+	local both
+	both=$(ticks2 "$@")
+	echo "${both%% *}"
+}
+
+ticks2() { # ticks2 PID...: "utime+stime utime" in clock ticks, summed (the
+	# CPU time, and the user-space part of it; the rest is the kernel's)
+	local p s=0 u=0 rest
 	for p in "$@"; do
 		[ -r "/proc/$p/stat" ] || continue
 		rest=$(<"/proc/$p/stat")
 		rest=${rest##*) } # drop "pid (comm) ": field 3 is now $1
 		set -- $rest
 		s=$((s + ${12} + ${13}))
+		u=$((u + ${12}))
 	done
-	echo "$s"
+	echo "$s $u"
 }
 
 rss_kb() { # rss_kb PID...: VmRSS summed, in kB
@@ -454,7 +462,7 @@ stop_target() {
 
 # ---------------------------------------------------------------- 1. throughput
 RUNS=$WORK/runs.tsv CHECKS=$WORK/checks.log
-printf 'arr\tround\ttarget\trps\tp50_us\tp99_us\tcpu_us_req\trss_idle_kb\trss_load_kb\trequests\tnon2xx\tsock_err\tgray_pct\tother_cores\tlog_lines\n' >"$RUNS"
+printf 'arr\tround\ttarget\trps\tp50_us\tp99_us\tcpu_us_req\trss_idle_kb\trss_load_kb\trequests\tnon2xx\tsock_err\tgray_pct\tother_cores\tlog_lines\tuser_us_req\tsys_us_req\n' >"$RUNS"
 : >"$CHECKS"
 
 run_one() { # run_one ARR ROUND TARGET
@@ -462,7 +470,7 @@ run_one() { # run_one ARR ROUND TARGET
 	quiet_gate
 	if ! start_target "$arr" "$t" "$id"; then
 		stop_target
-		printf '%s\t%s\t%s\tnan\tnan\tnan\tnan\tnan\tnan\t0\t0\t0\tnan\tnan\tnan\n' "$arr" "$round" "$t" >>"$RUNS"
+		printf '%s\t%s\t%s\tnan\tnan\tnan\tnan\tnan\tnan\t0\t0\t0\tnan\tnan\tnan\tnan\tnan\n' "$arr" "$round" "$t" >>"$RUNS"
 		return 0
 	fi
 	local pids=$MEASURE_PIDS rss_idle chk gray vip=""
@@ -483,11 +491,13 @@ run_one() { # run_one ARR ROUND TARGET
 	) &
 	local sampler=$!
 	PIDS+=("$sampler")
-	local c0 u0 b0 w0 c1 u1 b1 w1 wrk_cpu
-	c0=$(ticks $pids) u0=$(ticks "$UP_PID") b0=$(busy_ticks) w0=$EPOCHREALTIME
+	local c0 cu0 u0 b0 w0 c1 cu1 u1 b1 w1 wrk_cpu
+	read -r c0 cu0 < <(ticks2 $pids)
+	u0=$(ticks "$UP_PID") b0=$(busy_ticks) w0=$EPOCHREALTIME
 	local TIMEFORMAT='%U %S'
 	{ time BENCH_PATH=$BENCH_PATH "${LOAD_PIN[@]}" wrk -t1 -c64 -d"${DURATION}s" --latency -s "$BENCH/conf/uid.lua" "$URL" >"$RAW/$id.wrk" 2>&1; } 2>"$WORK/wrk.time" || true
-	c1=$(ticks $pids) u1=$(ticks "$UP_PID") b1=$(busy_ticks) w1=$EPOCHREALTIME
+	read -r c1 cu1 < <(ticks2 $pids)
+	u1=$(ticks "$UP_PID") b1=$(busy_ticks) w1=$EPOCHREALTIME
 	stop_pid "$sampler"
 	local rss_load; rss_load=$(cat "$WORK/rss_max" 2>/dev/null || echo 0); rm -f "$WORK/rss_max"
 	wrk_cpu=$(awk -v hz="$CLK_TCK" '{ printf "%d", ($1 + $2) * hz }' "$WORK/wrk.time")
@@ -497,13 +507,18 @@ run_one() { # run_one ARR ROUND TARGET
 	# upstream and wrk. What else ran on the machine is "other".
 	local ours=$((c1 - c0 + wrk_cpu))
 	[ "$t" != direct ] && ours=$((ours + u1 - u0))
-	local cpu_req other lines=nan
-	cpu_req=$(awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" -v n="$req" 'BEGIN { if (n > 0) printf "%.2f", d * 1e6 / hz / n; else print "nan" }')
+	local cpu_req user_req sys_req other lines=nan
+	per_req() { awk -v d="$1" -v hz="$CLK_TCK" -v n="$req" 'BEGIN { if (n > 0) printf "%.2f", d * 1e6 / hz / n; else print "nan" }'; }
+	cpu_req=$(per_req $((c1 - c0)))
+	# The same CPU time split into user space and the kernel (the kernel's
+	# share is the network work, which every proxy shares).
+	user_req=$(per_req $((cu1 - cu0)))
+	sys_req=$(per_req $((c1 - c0 - (cu1 - cu0))))
 	other=$(awk -v b=$((b1 - b0)) -v o="$ours" -v hz="$CLK_TCK" -v w0="$w0" -v w1="$w1" 'BEGIN { x = (b - o) / hz / (w1 - w0); if (x < 0) x = 0; printf "%.2f", x }')
 	[ -f "$WORK/run/access.log" ] && lines=$(wc -l <"$WORK/run/access.log")
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$arr" "$round" "$t" "$rps" "$p50" "$p99" "$cpu_req" \
-		"$rss_idle" "$rss_load" "$req" "$bad" "$serr" "${gray:-nan}" "$other" "$lines" >>"$RUNS"
-	log "  $id: $rps req/s, p50 ${p50}µs p99 ${p99}µs, ${cpu_req} µs CPU/req, RSS ${rss_idle}→${rss_load} kB, non-2xx $bad, socket errors $serr, other load $other cores | check: $chk"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$arr" "$round" "$t" "$rps" "$p50" "$p99" "$cpu_req" \
+		"$rss_idle" "$rss_load" "$req" "$bad" "$serr" "${gray:-nan}" "$other" "$lines" "$user_req" "$sys_req" >>"$RUNS"
+	log "  $id: $rps req/s, p50 ${p50}µs p99 ${p99}µs, ${cpu_req} µs CPU/req (user ${user_req}, kernel ${sys_req}), RSS ${rss_idle}→${rss_load} kB, non-2xx $bad, socket errors $serr, other load $other cores | check: $chk"
 	stop_target
 }
 

@@ -207,7 +207,7 @@ var arrTitles = map[string]string{
 
 func throughputTable(w io.Writer, arr string, rs []row) {
 	fmt.Fprintf(w, "## Throughput, %s\n\n%s\n\n", arr, arrTitles[arr])
-	fmt.Fprintln(w, "| target | req/s | req/s per round | × direct | × nginx | p50 | p99 | proxy CPU µs/req | RSS idle | RSS load | non-2xx / socket errors | gray share | other load |")
+	fmt.Fprintln(w, "| target | req/s | req/s per round | × direct | × nginx | p50 | p99 | proxy CPU µs/req (user + kernel) | RSS idle | RSS load | non-2xx / socket errors | gray share | other load |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, t := range uniq(rs, "target") {
 		tr := filter(rs, "target", t)
@@ -221,9 +221,9 @@ func throughputTable(w io.Writer, arr string, rs []row) {
 			sock += r.f("sock_err")
 		}
 		gray := median(col(tr, "gray_pct"))
-		cpuNote := ""
+		cpuNote := cpuSplit(tr)
 		if t == "direct" {
-			cpuNote = " (upstream)"
+			cpuNote += " (upstream)"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s%s | %s MiB | %s MiB | %s / %s | %s | %s |\n",
 			t, num(median(col(tr, "rps")), 0), strings.Join(per, " / "),
@@ -250,6 +250,17 @@ func throughputTable(w io.Writer, arr string, rs []row) {
 	if len(notes) > 0 {
 		fmt.Fprintf(w, "Access log shorter than the traffic: %s.\n\n", strings.Join(notes, "; "))
 	}
+}
+
+// cpuSplit is " (user + kernel)": the medians of a target's CPU per
+// request in user space and in the kernel, or "" for rows written before
+// run.sh recorded them.
+func cpuSplit(rs []row) string {
+	u, k := median(col(rs, "user_us_req")), median(col(rs, "sys_us_req"))
+	if math.IsNaN(u) || math.IsNaN(k) {
+		return ""
+	}
+	return " (" + num(u, 1) + " + " + num(k, 1) + ")"
 }
 
 func pct(x float64) string {
