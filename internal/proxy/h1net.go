@@ -310,7 +310,7 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 			}
 			o.Header.SetContentLength(size)
 			ex.streaming = true
-			ex.upBody = &netRespBody{ex: ex}
+			ex.upBody = &netRespBody{ex: ex, length: -1}
 			ex.p.respondHijacked(ctx, ex)
 			return true, nil
 		}
@@ -345,7 +345,7 @@ func (ex *exchange) netAnswer(ctx *fasthttp.RequestCtx, resp *http.Response, err
 	}
 	ex.streaming = true
 	ex.respOut = &o.Header
-	body := &netRespBody{ex: ex}
+	body := &netRespBody{ex: ex, length: int64(size)}
 	if ex.hijacked {
 		// respondHijacked writes the body itself; one set on ctx would
 		// be closed when fasthttp resets ctx, after the exchange ended.
@@ -645,6 +645,9 @@ func (ex *exchange) endNet() {
 type netRespBody struct {
 	ex   *exchange
 	idle *readIdle
+	// length is the body's length as the client's answer frames it, or
+	// -1 when it is not framed by one (chunked, or ended by the close).
+	length int64
 }
 
 func (b *netRespBody) Read(p []byte) (int, error) {
@@ -666,6 +669,19 @@ func (b *netRespBody) Read(p []byte) (int, error) {
 	ex.bytesOut += int64(n)
 	if ex.mirror == mirrorOn {
 		ex.teeBody(p[:n])
+	}
+	if err != nil && err != io.EOF && b.length >= 0 && ex.bytesOut == b.length {
+		// Every byte of a body the client's answer frames by its length
+		// has come, and it failed only after its last one (an h2 upstream
+		// that resets its stream just then): the body is whole, and the
+		// client's answer ends well, on a connection that stays open, as
+		// through nginx. fasthttp reads once more past the length to check
+		// for an overrun; as a failure that closed the client's connection
+		// after a complete answer, which a keep-alive client then sent its
+		// next request on. (A chunked answer's end is the client's only
+		// sign that the body is whole: a failure stays one.)
+		ex.p.log.Debug("upstream body failed after its last byte", "upstream", ex.inst.Addr, "bytes", ex.bytesOut, "error", err)
+		err = io.EOF
 	}
 	switch {
 	case err == io.EOF:

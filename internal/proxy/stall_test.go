@@ -741,6 +741,46 @@ func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
 	return h1, h2c
 }
 
+// TestAbortAfterLastByteKeepsConnection: an h2c upstream that resets its
+// stream right after the last byte its Content-Length announced has
+// answered in full. The HTTP/1.1 client gets the whole body, and its
+// keep-alive connection stays open for the next request. (fasthttp reads
+// once past the length, to check for an overrun; that read's failure
+// closed the client's connection after the complete answer, and the
+// client's next request there was reset. Before the bytes went out as
+// they came, the answer's last part was lost in the write buffer instead,
+// unless the body was a multiple of 4 KiB.)
+func TestAbortAfterLastByteKeepsConnection(t *testing.T) {
+	const size = 20000 // over maxInlineBody: streamed
+	srv := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = w.Write(bytes.Repeat([]byte("a"), size))
+		w.(http.Flusher).Flush()
+		time.Sleep(10 * time.Millisecond) // the last byte is with the gateway first
+		panic(http.ErrAbortHandler)
+	}))
+	pool := poolOf("gray", addrOf(srv))
+	pool.Protocol = upstream.H2C
+	r := newStallRigFor(t, pool, Options{})
+	c := dialRaw(t, r.addr)
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d on the connection: %v", i+1, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || err != nil || len(body) != size || resp.Close {
+			t.Fatalf("request %d: %d with %d bytes, %v (close %v); want 200 with %d, kept open", i+1, resp.StatusCode, len(body), err, resp.Close, size)
+		}
+	}
+	line := r.settle(t, "")
+	if line["status"] != float64(http.StatusOK) || line["error"] != nil {
+		t.Errorf("access log line %v; want a 200 without an error", line)
+	}
+}
+
 // sent is how many bytes of a body of size bytes a breaking backend sends.
 func sent(q url.Values, size int) int {
 	if n, err := strconv.Atoi(q.Get("sent")); err == nil {
