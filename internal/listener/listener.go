@@ -530,6 +530,45 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// ReadFrom writes what it reads from r to the client as it arrives, one
+// Write per read, until r ends (io.EOF, which is no error) or fails, and
+// reports the bytes written. It makes Conn an io.ReaderFrom, which
+// bufio.Writer.ReadFrom hands a copy to whenever its own buffer is empty:
+// fasthttp copies a response body of known length that way, once the
+// header has gone out. Through the writer's buffer instead, each part of
+// the body waited there until 4 KiB of it had come (a slow upstream's
+// first bytes reached the client only with later ones), and what sat
+// there when the body broke off was lost with the connection's close.
+// Now each part goes out as soon as it is read, and a failed read returns
+// only after what came before it has been written.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[copyBufSize]byte)
+	defer copyBufs.Put(bp)
+	buf := bp[:]
+	var n int64
+	for {
+		m, rerr := r.Read(buf)
+		if m > 0 {
+			w, werr := c.Write(buf[:m])
+			n += int64(w)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			return n, nil
+		case rerr != nil:
+			return n, rerr
+		}
+	}
+}
+
+// copyBufSize is ReadFrom's buffer: io.Copy's size.
+const copyBufSize = 32 << 10
+
+var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
+
 // writeWaits is the socket's OnWriteWait: a write is about to wait for the
 // client. The time Answered gave no longer starts the keep-alive wait,
 // and the write deadline is armed (armWriteWait).

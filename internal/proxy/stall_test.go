@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -635,9 +636,10 @@ func TestSmallBodyInParts(t *testing.T) {
 // answered, on either pool, so the client gets the gateway's 502 (504 for
 // the stall) with its request id and no instance address, rather than
 // nothing; a large or chunked one streams, so the client gets its header
-// and then a cut-off body on a closed connection. Either way the breaker
-// counts a failure, and the access log has the status the client got
-// (and the timeout that fired).
+// and then, on a closed connection, every byte of the body the upstream
+// sent before the break (relayed): none is lost in a write buffer. Either
+// way the breaker counts a failure, and the access log has the status the
+// client got (and the timeout that fired).
 func TestBodyBreaksOff(t *testing.T) {
 	// The answer to /?size=n (chunked without it; stall: no end) is n/3
 	// bytes of its body, or 10 bytes of a chunked one, then the break.
@@ -646,22 +648,25 @@ func TestBodyBreaksOff(t *testing.T) {
 		name, query string
 		status      int
 		timeout     string
+		relayed     int // body bytes the client gets, on a 200
 	}{
-		{"small body broken off", "size=100", http.StatusBadGateway, ""},
-		{"small body stalled", "size=100&stall", http.StatusGatewayTimeout, "read_timeout"},
-		{"large body broken off", "size=100000", http.StatusOK, ""},
+		{"small body broken off", "size=100", http.StatusBadGateway, "", 0},
+		{"small body stalled", "size=100&stall", http.StatusGatewayTimeout, "read_timeout", 0},
+		// 33,333 bytes: eight times fasthttp's 4 KiB write buffer and
+		// 565 bytes, which used to be lost in it.
+		{"large body broken off", "size=100000", http.StatusOK, "", 33333},
 		// Before any byte of a longer body, the client has been sent
 		// nothing either (fasthttp holds the header with the body's
 		// first bytes), and gets the error answer, where it got none.
-		{"large body broken off before its first byte", "size=100000&sent=0", http.StatusBadGateway, ""},
-		{"large body stalled before its first byte", "size=100000&sent=0&stall", http.StatusGatewayTimeout, "read_timeout"},
+		{"large body broken off before its first byte", "size=100000&sent=0", http.StatusBadGateway, "", 0},
+		{"large body stalled before its first byte", "size=100000&sent=0&stall", http.StatusGatewayTimeout, "read_timeout", 0},
 		// After a few bytes, the header goes out, and the cut body; the
 		// client got no answer at all.
-		{"large body broken off early", "size=100000&sent=100", http.StatusOK, ""},
-		{"chunked body broken off", "", http.StatusOK, ""},
+		{"large body broken off early", "size=100000&sent=100", http.StatusOK, "", 100},
+		{"chunked body broken off", "", http.StatusOK, "", 10},
 		// A streamed body that stalls is bounded by read_timeout too.
-		{"large body stalled", "size=100000&stall", http.StatusOK, "read_timeout"},
-		{"chunked body stalled", "stall", http.StatusOK, "read_timeout"},
+		{"large body stalled", "size=100000&stall", http.StatusOK, "read_timeout", 33333},
+		{"chunked body stalled", "stall", http.StatusOK, "read_timeout", 10},
 	} {
 		for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
 			t.Run(tt.name+"/"+proto.String(), func(t *testing.T) {
@@ -683,8 +688,8 @@ func TestBodyBreaksOff(t *testing.T) {
 				switch {
 				case resp.StatusCode != tt.status:
 					t.Fatalf("status %d, body %q; want %d", resp.StatusCode, body, tt.status)
-				case tt.status == http.StatusOK && (berr == nil || len(body) >= 100000):
-					t.Errorf("client read %d bytes, %v; want the body cut off", len(body), berr)
+				case tt.status == http.StatusOK && (berr == nil || len(body) != tt.relayed):
+					t.Errorf("client read %d bytes, %v; want the %d bytes sent, cut off", len(body), berr, tt.relayed)
 				case tt.status != http.StatusOK && (id == "" || !strings.Contains(string(body), id) || strings.Contains(string(body), addr)):
 					t.Errorf("error answer with X-Request-Id %q, body %q; want the id in the body and no instance address", id, body)
 				}
@@ -739,6 +744,69 @@ func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
 		panic(http.ErrAbortHandler)
 	}))
 	return h1, h2c
+}
+
+// TestLongBodyRelayedAsItArrives: the first bytes of a long body with a
+// Content-Length reach the client while the upstream pauses before the
+// rest, from either pool, not only once 4 KiB of it have come (they used
+// to wait in fasthttp's write buffer); then the whole body arrives on the
+// same answer.
+func TestLongBodyRelayedAsItArrives(t *testing.T) {
+	const size, first = 100000, 100
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		t.Run(proto.String(), func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			letGo := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(letGo)
+			var addr string
+			if proto == upstream.H2C {
+				addr = addrOf(h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Length", strconv.Itoa(size))
+					_, _ = w.Write(bytes.Repeat([]byte("a"), first))
+					w.(http.Flusher).Flush()
+					select {
+					case <-release:
+					case <-r.Context().Done():
+						return
+					}
+					_, _ = w.Write(bytes.Repeat([]byte("b"), size-first))
+				})))
+			} else {
+				addr = stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("a"), first))
+					<-release
+					_, _ = c.Write(bytes.Repeat([]byte("b"), size-first))
+				})
+			}
+			pool := poolOf("gray", addr)
+			pool.Protocol = proto
+			r := newStallRigFor(t, pool, Options{})
+			c := dialRaw(t, r.addr)
+			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				letGo() // the gateway's cleanup waits for the exchange
+				t.Fatalf("reading the header while the upstream pauses: %v", err)
+			}
+			got := make([]byte, first)
+			if n, err := io.ReadFull(resp.Body, got); err != nil {
+				letGo()
+				t.Fatalf("read %d of the %d bytes the upstream sent before its pause: %v", n, first, err)
+			}
+			letGo()
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			rest, err := io.ReadAll(resp.Body)
+			if err != nil || first+len(rest) != size || string(got) != strings.Repeat("a", first) {
+				t.Fatalf("body %d bytes, %v; want %d", first+len(rest), err, size)
+			}
+			r.settle(t, "")
+		})
+	}
 }
 
 // TestAbortAfterLastByteKeepsConnection: an h2c upstream that resets its
