@@ -847,7 +847,13 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				return false
 			}
 			s.bytesOut += int64(n)
-			if flush {
+			// A part of a body with a length goes out at once too when
+			// more of it is still to come and the upstream had no more
+			// ready (the read did not fill the buffer): x/net/http2's
+			// writer would hold it until 4 KiB had come, so a slow
+			// upstream's first bytes reached the client only with later
+			// ones. The last part goes out with the stream's end.
+			if flush || n < len(s.buf) && s.bytesOut < resp.ContentLength {
 				_ = s.rc.Flush()
 			}
 		}

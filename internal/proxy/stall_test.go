@@ -3,7 +3,9 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,8 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/limit"
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/testserve"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -746,66 +751,115 @@ func breakingBackends(t *testing.T) (h1 string, h2c *httptest.Server) {
 	return h1, h2c
 }
 
+// pausingBackend starts an upstream of protocol proto whose answer
+// promises size bytes (Content-Length), sends the first of them, and
+// sends the rest once release is closed.
+func pausingBackend(t *testing.T, proto upstream.Protocol, size, first int, release <-chan struct{}) string {
+	t.Helper()
+	if proto == upstream.H2C {
+		return addrOf(h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			_, _ = w.Write(bytes.Repeat([]byte("a"), first))
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = w.Write(bytes.Repeat([]byte("b"), size-first))
+		})))
+	}
+	return stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("a"), first))
+		<-release
+		_, _ = c.Write(bytes.Repeat([]byte("b"), size-first))
+	})
+}
+
 // TestLongBodyRelayedAsItArrives: the first bytes of a long body with a
 // Content-Length reach the client while the upstream pauses before the
-// rest, from either pool, not only once 4 KiB of it have come (they used
-// to wait in fasthttp's write buffer); then the whole body arrives on the
-// same answer.
+// rest, from either pool and to an HTTP/1.1 or an HTTP/2 client, not only
+// once 4 KiB of it have come (they used to wait in fasthttp's write
+// buffer, and in x/net/http2's); then the whole body arrives on the same
+// answer.
 func TestLongBodyRelayedAsItArrives(t *testing.T) {
 	const size, first = 100000, 100
 	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
-		t.Run(proto.String(), func(t *testing.T) {
-			release := make(chan struct{})
-			var once sync.Once
-			letGo := func() { once.Do(func() { close(release) }) }
-			t.Cleanup(letGo)
-			var addr string
-			if proto == upstream.H2C {
-				addr = addrOf(h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					w.Header().Set("Content-Length", strconv.Itoa(size))
-					_, _ = w.Write(bytes.Repeat([]byte("a"), first))
-					w.(http.Flusher).Flush()
+		for _, client := range []string{"HTTP/1.1", "h2c"} {
+			t.Run(proto.String()+" pool to "+client, func(t *testing.T) {
+				release := make(chan struct{})
+				var once sync.Once
+				letGo := func() { once.Do(func() { close(release) }) }
+				t.Cleanup(letGo)
+				pool := poolOf("gray", pausingBackend(t, proto, size, first, release))
+				pool.Protocol = proto
+				var body io.Reader
+				var settle func()
+				if client == "h2c" {
+					d := deciderFunc(func(attr.Request) router.Decision {
+						return router.Decision{Rule: "r", Group: "gray", Target: pool}
+					})
+					_, gw := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gw+"/", nil)
+					hc := h2cClient(t)
+					type answer struct {
+						resp *http.Response
+						err  error
+					}
+					answers := make(chan answer, 1)
+					go func() {
+						resp, err := hc.Do(req)
+						answers <- answer{resp, err}
+					}()
+					var a answer
 					select {
-					case <-release:
-					case <-r.Context().Done():
-						return
+					case a = <-answers:
+					case <-time.After(3 * time.Second):
+						a.err = errors.New("no header within 3 s")
 					}
-					_, _ = w.Write(bytes.Repeat([]byte("b"), size-first))
-				})))
-			} else {
-				addr = stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-					if _, err := http.ReadRequest(br); err != nil {
-						return
+					if a.err != nil {
+						letGo() // the gateway's cleanup waits for the exchange
+						t.Fatalf("the header while the upstream pauses: %v", a.err)
 					}
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, bytes.Repeat([]byte("a"), first))
-					<-release
-					_, _ = c.Write(bytes.Repeat([]byte("b"), size-first))
-				})
-			}
-			pool := poolOf("gray", addr)
-			pool.Protocol = proto
-			r := newStallRigFor(t, pool, Options{})
-			c := dialRaw(t, r.addr)
-			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				letGo() // the gateway's cleanup waits for the exchange
-				t.Fatalf("reading the header while the upstream pauses: %v", err)
-			}
-			got := make([]byte, first)
-			if n, err := io.ReadFull(resp.Body, got); err != nil {
+					defer a.resp.Body.Close()
+					body, settle = a.resp.Body, func() {}
+				} else {
+					r := newStallRigFor(t, pool, Options{})
+					c := dialRaw(t, r.addr)
+					fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err != nil {
+						letGo()
+						t.Fatalf("reading the header while the upstream pauses: %v", err)
+					}
+					body, settle = resp.Body, func() { r.settle(t, "") }
+				}
+				got := make(chan error, 1)
+				buf := make([]byte, first)
+				go func() { _, err := io.ReadFull(body, buf); got <- err }()
+				select {
+				case err := <-got:
+					if err != nil {
+						letGo()
+						t.Fatalf("reading the %d bytes the upstream sent before its pause: %v", first, err)
+					}
+				case <-time.After(3 * time.Second):
+					letGo()
+					t.Fatalf("the %d bytes the upstream sent before its pause did not arrive within 3 s", first)
+				}
 				letGo()
-				t.Fatalf("read %d of the %d bytes the upstream sent before its pause: %v", n, first, err)
-			}
-			letGo()
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			rest, err := io.ReadAll(resp.Body)
-			if err != nil || first+len(rest) != size || string(got) != strings.Repeat("a", first) {
-				t.Fatalf("body %d bytes, %v; want %d", first+len(rest), err, size)
-			}
-			r.settle(t, "")
-		})
+				rest, err := io.ReadAll(body)
+				if err != nil || first+len(rest) != size || string(buf) != strings.Repeat("a", first) {
+					t.Fatalf("body %d bytes, %v; want %d", first+len(rest), err, size)
+				}
+				settle()
+			})
+		}
 	}
 }
 
