@@ -540,29 +540,18 @@ func (c *Conn) Write(p []byte) (int, error) {
 // first bytes reached the client only with later ones), and what sat
 // there when the body broke off was lost with the connection's close.
 // Now each part goes out as soon as it is read, and a failed read returns
-// only after what came before it has been written.
+// only after what came before it has been written: io.CopyBuffer's loop,
+// through a writer that hides this method (as net.TCPConn's ReadFrom
+// does), with a pooled buffer.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	bp := copyBufs.Get().(*[copyBufSize]byte)
 	defer copyBufs.Put(bp)
-	buf := bp[:]
-	var n int64
-	for {
-		m, rerr := r.Read(buf)
-		if m > 0 {
-			w, werr := c.Write(buf[:m])
-			n += int64(w)
-			if werr != nil {
-				return n, werr
-			}
-		}
-		switch {
-		case rerr == io.EOF:
-			return n, nil
-		case rerr != nil:
-			return n, rerr
-		}
-	}
+	return io.CopyBuffer(writerOnly{c}, r, bp[:])
 }
+
+// writerOnly is a Conn as a plain io.Writer, so that io.CopyBuffer does
+// not hand the copy back to ReadFrom.
+type writerOnly struct{ io.Writer }
 
 // copyBufSize is ReadFrom's buffer: io.Copy's size.
 const copyBufSize = 32 << 10
