@@ -114,7 +114,8 @@ func failureType(status int, err error) string {
 
 // failure is the error phase: the status from classify for a request the
 // gateway could not forward, and the one-line body of its answer, naming
-// the upstream pool (never an instance address, which is for the log)
+// the upstream pool (never an instance address, which is for the log, so
+// not a pool named by its address either)
 // and the request id, or, for the client's own faults, the limit it
 // broke. The body lives in f.scratch until the next use of it. Upstream
 // failures are logged as warnings; refusals by policy and client faults,
@@ -154,6 +155,9 @@ func (f *flow) failure(err error) (status int, body []byte) {
 		body = append(body, " bytes"...)
 	case f.d.Target == nil:
 		body = append(f.scratch[:0], "graygate: no upstream for this request"...)
+	case f.d.Target.Literal:
+		// The pool's name is its instance's address: for the log only.
+		body = fmt.Appendf(f.scratch[:0], "graygate: upstream %s", reason)
 	default:
 		body = fmt.Appendf(f.scratch[:0], "graygate: upstream %q %s", poolName, reason)
 	}

@@ -46,7 +46,11 @@ type PoolOptions struct {
 // snapshot. Every successful Pick or PickVersion must be followed by exactly
 // one Report for the instance it returned.
 type Pool struct {
-	Name      string
+	Name string
+	// Literal is set on a pool that a rule target or default_upstream
+	// named by a bare address: its Name is its one instance's address,
+	// which answers to clients must not show.
+	Literal   bool
 	Instances []*Instance
 	// Gate caps concurrent requests to the pool (nil: no cap); the data
 	// plane answers 503 when it is full.

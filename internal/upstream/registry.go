@@ -129,6 +129,7 @@ func (r *Registry) Resolve(target string) (*Pool, error) {
 		return nil, err
 	}
 	p := NewPool(target, []*Instance{inst})
+	p.Literal = true
 	r.lit.pools[target] = p
 	return p, nil
 }
