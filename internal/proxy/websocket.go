@@ -58,7 +58,8 @@ var errWrongUpgrade = errors.New("upstream switched to a protocol the client did
 // write the request (the gateway's headers plus the Upgrade and Connection
 // that hop-by-hop removal took out, as net/http does; see buildRequest),
 // read the answer, and on 101 hijack the client connection and copy bytes
-// both ways until either side closes. Any other answer is relayed as a
+// both ways until either side closes (a client's half-close is passed on,
+// and the upstream's answer relayed until it closes too). Any other answer is relayed as a
 // normal response, and the client connection is closed after it: the
 // listener reads nothing that follows a handshake that was not accepted.
 // It returns true when a tunnel now owns the exchange, and an error, with
@@ -184,7 +185,13 @@ func (t *tunnel) run(c net.Conn) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, _ = io.Copy(t.up, c)
+			_, err := io.Copy(t.up, c)
+			// The client half-closed (EOF, not an error): pass its end on
+			// and keep relaying the upstream's answer until it ends too,
+			// as nginx does for an upgraded connection.
+			if err == nil && closeWrite(t.up) == nil {
+				return
+			}
 			t.close()
 		}()
 		n, _ = io.Copy(c, t.upR)
@@ -196,6 +203,15 @@ func (t *tunnel) run(c net.Conn) {
 	t.ex.bytesOut = n
 	t.ex.streaming = false
 	t.ex.finish()
+}
+
+// closeWrite shuts down the writing side of c (a TCP or TLS connection to
+// an upstream), if it can.
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 // close ends both copies: it closes the upstream connection and expires

@@ -18,6 +18,7 @@ import (
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/identity"
 	"github.com/graygate/graygate/internal/router"
+	"github.com/graygate/graygate/internal/testserve"
 )
 
 // wsEchoBackend echoes every message prefixed with its name, and reports
@@ -308,5 +309,52 @@ func TestHijackedResponseShutdown(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.Copy(io.Discard, resp.Body); isTimeout(err) {
 		t.Errorf("the response still streams after Shutdown's deadline: %v", err)
+	}
+}
+
+// TestWebSocketHalfClose: a client that half-closes an upgraded connection
+// (shutdown of its writing side, as a client does that has sent all it
+// will) still gets everything the upstream sends until the upstream closes
+// too. The gateway passes the half-close on; before, it closed both sides
+// at the client's EOF and the upstream's last words were lost. Raw bytes
+// through the real listener, with a raw upstream that answers the EOF.
+func TestWebSocketHalfClose(t *testing.T) {
+	backend := testserve.Conns(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		got, err := io.ReadAll(br) // until the client's half-close arrives
+		if err != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, _ = fmt.Fprintf(c, "upstream saw %q, and ends here", got)
+	})
+	rec := newDoneRecorder()
+	_, addr := startProxy(t, Options{OnDone: rec.onDone}, staticDecider{Group: "stable", Target: poolOf("stable", backend)})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\nlast words")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v, want 101", resp, err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(br)
+	if want := `upstream saw "last words", and ends here`; err != nil || string(rest) != want {
+		t.Errorf("after the half-close: %q (%v), want %q and the close", rest, err, want)
+	}
+	if d := rec.next(t, 3*time.Second); d.status != http.StatusSwitchingProtocols || d.bytes != int64(len(rest)) {
+		t.Errorf("OnDone(status %d, bytes %d), want (101, %d)", d.status, d.bytes, len(rest))
 	}
 }
