@@ -522,11 +522,22 @@ run_one() { # run_one ARR ROUND TARGET
 	stop_target
 }
 
+# rotate N WORD...: the words in turn, starting from the Nth (mod their
+# count). Each round starts with the next target, so no target always
+# runs first or last in its round.
+rotate() {
+	local n=$1 i
+	shift
+	local -a w=("$@")
+	for ((i = 0; i < ${#w[@]}; i++)); do printf '%s ' "${w[(i + n) % ${#w[@]}]}"; done
+}
+
 HICCUP_START=$(machine_hiccup)
 for arr in $ARRANGEMENTS; do
 	for round in $(seq "$ROUNDS"); do
 		log "throughput: $arr, round $round of $ROUNDS"
-		for t in $TARGETS; do run_one "$arr" "$round" "$t"; done
+		# shellcheck disable=SC2086 # TARGETS is a list of words
+		for t in $(rotate $((round - 1)) $TARGETS); do run_one "$arr" "$round" "$t"; done
 	done
 done
 
@@ -711,7 +722,7 @@ META=$WORK/meta.txt
 	echo "machine:     $(nproc) CPUs ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r)"
 	echo "software:    $(go version | cut -d' ' -f3), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), haproxy $("$HAPROXY" -v | awk 'NR == 1 { print $3 }'), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), vegeta v12.13.0"
 	echo "load:        wrk -t1 -c64, ${WARMUP} s warmup + ${DURATION} s measured, random X-User-Id, GET $BENCH_PATH, 100-byte upstream body"
-	echo "rounds:      $ROUNDS per arrangement, interleaved ($TARGETS)"
+	echo "rounds:      $ROUNDS per arrangement, interleaved ($TARGETS), each round starting one target later"
 	echo "quiet gate:  waited ${QUIET_SPENT} s in total for other jobs on the machine to calm down; measured at nice $(ps -o ni= -p $$ | tr -d ' ')"
 	echo "noise:       p99 lateness of a 200 µs sleep on the worse CPU: ${HICCUP_START:-?} µs before the throughput runs, $(machine_hiccup) µs at the end (lower is quieter)"
 	echo "load avg:    $(cut -d' ' -f1-3 /proc/loadavg) at the end"
