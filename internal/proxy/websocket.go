@@ -187,8 +187,11 @@ func (t *tunnel) run(c net.Conn) {
 			defer close(done)
 			_, err := io.Copy(t.up, c)
 			// The client half-closed (EOF, not an error): pass its end on
-			// and keep relaying the upstream's answer until it ends too,
-			// as nginx does for an upgraded connection.
+			// and keep relaying the upstream's answer until it ends too.
+			// (nginx ends the tunnel here, and drops that answer.) The
+			// upstream's end still ends the tunnel: a WebSocket server
+			// closes the connection to end it (RFC 6455 section 7.1.1),
+			// and a client that never closed would otherwise hold it.
 			if err == nil && closeWrite(t.up) == nil {
 				return
 			}
