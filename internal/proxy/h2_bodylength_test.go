@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// TestH2ShortDeclaredBody: an HTTP/2 request whose stream ends before the
+// length its content-length declared is malformed (RFC 9113 section
+// 8.1.1). Its client is still there, waiting, and gets 400, as an
+// HTTP/1.1 client with a malformed body does; the upstream never gets a
+// whole request. Before, the gateway took it for a client that went away
+// (499 in the log) and returned without an answer, which x/net/http2's
+// server ends with an empty 200: the client was told its upload worked.
+// Raw frames through the real h2c listener, to an http1 and an h2c pool,
+// with a body read whole (at most 16 KiB) and one streamed.
+func TestH2ShortDeclaredBody(t *testing.T) {
+	whole := make(chan string, 8)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err == nil {
+			whole <- strconv.Itoa(len(b))
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	h1 := httptest.NewServer(handler)
+	t.Cleanup(h1.Close)
+	h2c := h2cServer(t, handler)
+	for _, pool := range []struct {
+		name   string
+		target func() Decider
+	}{
+		{"http1 pool", func() Decider { return staticDecider{Group: "stable", Target: poolOf("stable", addrOf(h1))} }},
+		{"h2c pool", func() Decider {
+			pool := poolOf("stable", addrOf(h2c))
+			pool.Protocol = upstream.H2C
+			return staticDecider{Group: "stable", Target: pool}
+		}},
+	} {
+		for _, tc := range []struct {
+			declared, sent int
+		}{
+			{10, 3},         // read whole before the upstream is asked
+			{100000, 20000}, // streamed to the upstream
+		} {
+			name := pool.name + " " + strconv.Itoa(tc.declared) + "/" + strconv.Itoa(tc.sent)
+			t.Run(name, func(t *testing.T) {
+				rec := newDoneRecorder()
+				_, addr := startProxyWith(t, Options{OnDone: rec.onDone}, pool.target(), listener.Protocols{H2C: true})
+				status, body, err := h2Upload(t, addr, tc.declared, tc.sent)
+				if err != nil || status != http.StatusBadRequest || !strings.Contains(body, "malformed request body") {
+					t.Errorf("got status %d, body %q (%v); want 400 saying the body is malformed", status, body, err)
+				}
+				if d := rec.next(t, 3*time.Second); d.status != http.StatusBadRequest {
+					t.Errorf("OnDone status %d, want 400", d.status)
+				}
+				select {
+				case n := <-whole:
+					t.Errorf("the upstream got a whole request (%s bytes)", n)
+				case <-time.After(100 * time.Millisecond):
+				}
+			})
+		}
+	}
+}
+
+// h2Upload sends a POST on a new h2c connection to addr, whose
+// content-length says declared and whose DATA carries sent bytes, and
+// returns the answer's status and body; an error if the stream was reset.
+func h2Upload(t *testing.T, addr string, declared, sent int) (int, string, error) {
+	t.Helper()
+	c := dialBounded(t, addr, 5*time.Second)
+	defer c.Close()
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/up"},
+		{"content-length", strconv.Itoa(declared)}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("x"), sent)
+	for len(data) > 0 { // within the initial 65,535-byte windows
+		n := min(len(data), 16384)
+		if err := fr.WriteData(1, n == len(data), data[:n]); err != nil {
+			t.Fatal(err)
+		}
+		data = data[n:]
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	status, body := 0, ""
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return status, body, err
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				return status, body, err
+			}
+			for _, hf := range fields {
+				if hf.Name == ":status" {
+					status, _ = strconv.Atoi(hf.Value)
+				}
+			}
+			if f.StreamEnded() {
+				return status, body, nil
+			}
+		case *http2.DataFrame:
+			body += string(f.Data())
+			if f.StreamEnded() {
+				return status, body, nil
+			}
+		case *http2.RSTStreamFrame:
+			return status, body, errors.New("stream reset: " + f.ErrCode.String())
+		}
+	}
+}
