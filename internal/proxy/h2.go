@@ -267,6 +267,31 @@ func (p *Proxy) newStream() *stream {
 // what fails reading it is the client.
 func (s *stream) badBody(err error) bool { return isShortDeclaredBody(err) }
 
+// badContentLength checks a stream's content-length fields as the
+// HTTP/1.1 listener checks Content-Length (one field, all digits), and
+// says what is wrong, or "". x/net/http2's server reads the first field
+// only and takes one it cannot parse for 0: a malformed one reached the
+// upstream as a request with an empty body, while the client's stream
+// was reset when its DATA came.
+func badContentLength(vv []string) string {
+	switch {
+	case len(vv) == 0:
+		return ""
+	case len(vv) > 1:
+		return "more than one Content-Length"
+	}
+	v := vv[0]
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return "invalid Content-Length"
+		}
+	}
+	if _, err := strconv.ParseUint(v, 10, 63); err != nil {
+		return "invalid Content-Length"
+	}
+	return ""
+}
+
 // isShortDeclaredBody reports the error x/net/http2's server gives the
 // body of a stream that ended before the length its content-length
 // declared: a malformed request (RFC 9113 section 8.1.1), whose client
@@ -364,6 +389,10 @@ func (s *stream) serve() bool {
 	s.path = append(s.path[:0], s.view.Path()...)
 	if !target {
 		s.reject(http.StatusBadRequest, "bad request target")
+		return false
+	}
+	if why := badContentLength(r.Header["Content-Length"]); why != "" {
+		s.reject(http.StatusBadRequest, why)
 		return false
 	}
 	if r.Method == http.MethodConnect {
