@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 
 	"github.com/graygate/graygate/internal/listener"
@@ -397,6 +398,14 @@ func (s *stream) serve() bool {
 	}
 	if r.Method == http.MethodConnect {
 		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")
+		return false
+	}
+	if !httpguts.ValidHeaderFieldName(r.Method) {
+		// A method is a token (RFC 9110 section 9.1), as the HTTP/1.1
+		// listener requires. HPACK carries spaces and tabs, and
+		// x/net/http2's server passes them: "GET /admin HTTP/1.1 X"
+		// would make the request line an http1 pool gets.
+		s.reject(http.StatusBadRequest, "invalid method")
 		return false
 	}
 	s.decide(&s.view, &s.in)

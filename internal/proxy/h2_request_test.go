@@ -116,10 +116,22 @@ func TestH2BadContentLength(t *testing.T) {
 
 // h2Upload sends a POST on a new h2c connection to addr, whose
 // content-length field is declared (a field per line) and whose DATA
-// carries data (none, and
-// the HEADERS end the stream, if data is nil), and returns the answer's
-// status and body; an error if the stream was reset.
+// carries data (none, and the HEADERS end the stream, if data is nil), and
+// returns the answer's status and body; an error if the stream was reset.
 func h2Upload(t *testing.T, addr, declared string, data []byte) (int, string, error) {
+	t.Helper()
+	fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/up"}}
+	for _, v := range strings.Split(declared, "\n") {
+		fields = append(fields, [2]string{"content-length", v})
+	}
+	return h2Exchange(t, addr, fields, data)
+}
+
+// h2Exchange sends one request on a new h2c connection to addr: fields as
+// given, in order (pseudo-header fields first), and data in DATA frames
+// (none, and the HEADERS end the stream, if data is nil). It returns the
+// answer's status and body; an error if the stream was reset.
+func h2Exchange(t *testing.T, addr string, fields [][2]string, data []byte) (int, string, error) {
 	t.Helper()
 	c := dialBounded(t, addr, 5*time.Second)
 	defer c.Close()
@@ -132,11 +144,8 @@ func h2Upload(t *testing.T, addr, declared string, data []byte) (int, string, er
 	}
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/up"}} {
+	for _, f := range fields {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	for _, v := range strings.Split(declared, "\n") {
-		_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: v})
 	}
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: data == nil}); err != nil {
 		t.Fatal(err)
@@ -180,6 +189,56 @@ func h2Upload(t *testing.T, addr, declared string, data []byte) (int, string, er
 			}
 		case *http2.RSTStreamFrame:
 			return status, body, errors.New("stream reset: " + f.ErrCode.String())
+		}
+	}
+}
+
+// TestH2MethodIsAToken: an HTTP/2 request's :method must be a token (RFC
+// 9110 section 9.1), as the HTTP/1.1 listener requires. HPACK carries
+// spaces and tabs, and x/net/http2's server passed them on: ":method: GE
+// T" went to an http1 upstream as the request line "GE T /p HTTP/1.1",
+// and a method holding " /admin HTTP/1.1 " let the client write a request
+// line whose target the decision never saw. Such a request now gets 400
+// and the upstream nothing; a token the HTTP/1.1 listener would not know
+// ("get") is still forwarded, written by the gateway itself.
+func TestH2MethodIsAToken(t *testing.T) {
+	seen := make(chan string, 8)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Method + " " + r.RequestURI
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		target := up
+		if proto == upstream.H2C {
+			target = h2cServer(t, up.Config.Handler)
+		}
+		pool := poolOf("stable", addrOf(target))
+		pool.Protocol = proto
+		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: pool}, listener.Protocols{H2C: true})
+		for _, m := range []string{"GE T", "GET /admin HTTP/1.1 X", "GET\t/admin", "GET(", "{GET}"} {
+			fields := [][2]string{{":method", m}, {":scheme", "http"}, {":authority", "a"}, {":path", "/p"}}
+			status, body, err := h2Exchange(t, addr, fields, nil)
+			if err != nil || status != http.StatusBadRequest || !strings.Contains(body, "invalid method") {
+				t.Errorf("%s pool, :method %q: status %d, body %q (%v); want 400 invalid method", proto, m, status, body, err)
+			}
+		}
+		fields := [][2]string{{":method", "get"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/p"}}
+		if status, _, err := h2Exchange(t, addr, fields, nil); err != nil || status != http.StatusOK {
+			t.Errorf("%s pool, :method \"get\": status %d (%v), want 200", proto, status, err)
+		}
+		select {
+		case got := <-seen:
+			if got != "get /p" {
+				t.Errorf("%s pool: the upstream got %q, want only \"get /p\"", proto, got)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("%s pool: the valid request never reached the upstream", proto)
+		}
+		select {
+		case got := <-seen:
+			t.Errorf("%s pool: the upstream also got %q", proto, got)
+		default:
 		}
 	}
 }
