@@ -333,6 +333,20 @@ func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// visibleTarget reports whether a :path is visible ASCII only, as the
+// HTTP/1.1 listener requires of a request target. Go's server takes
+// spaces and bytes past ASCII in the query (it escapes them in the path
+// only), and a query goes into an http1 pool's request line as it is:
+// "/p?x HTTP/1.1 X" made the line "GET /p?x HTTP/1.1 X HTTP/1.1".
+func visibleTarget(t string) bool {
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] >= 0x7f {
+			return false
+		}
+	}
+	return t != ""
+}
+
 // dropFragment removes a fragment from the :path, as originForm does for
 // HTTP/1.1: the decision parses the target as a URI, without it, and the
 // upstream must get the same path and query. Go's server keeps it in
@@ -385,7 +399,7 @@ func (s *stream) serve() bool {
 	s.in.h = r.Header
 	s.setRequestID(s.in.Peek(hdrRequestID), trusted)
 	s.grpc = isGRPC(r.Header.Get("Content-Type"))
-	target := dropFragment(r)
+	target := visibleTarget(r.RequestURI) && dropFragment(r)
 	s.view.see(r, s.peer, s.trusted, s.opts.AllowUnderscoresInHeaders)
 	s.path = append(s.path[:0], s.view.Path()...)
 	if !target {

@@ -242,3 +242,43 @@ func TestH2MethodIsAToken(t *testing.T) {
 		}
 	}
 }
+
+// TestH2TargetIsVisibleASCII: an HTTP/2 request's :path must be visible
+// ASCII, as an HTTP/1.1 request target must. x/net/http2's server takes a
+// space or a byte past ASCII in the query, and the query went into an
+// http1 pool's request line as it was: ":path: /p?x HTTP/1.1 X" became
+// "GET /p?x HTTP/1.1 X HTTP/1.1". Such a request now gets 400 and the
+// upstream nothing; "%20" and visible punctuation are forwarded as sent.
+func TestH2TargetIsVisibleASCII(t *testing.T) {
+	seen := make(chan string, 8)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.RequestURI
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(up))}, listener.Protocols{H2C: true})
+	for _, p := range []string{"/p?x HTTP/1.1 X", "/p?a b", "/p?\xc3\xa9", "/p\xc3\xa9", "/p?a\x7f"} {
+		fields := [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "a"}, {":path", p}}
+		status, body, err := h2Exchange(t, addr, fields, nil)
+		if err == nil && (status != http.StatusBadRequest || !strings.Contains(body, "bad request target")) {
+			t.Errorf(":path %q: status %d, body %q; want 400 bad request target (or a reset stream)", p, status, body)
+		}
+	}
+	fields := [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "a"}, {":path", `/p?a%20b&c="<>"`}}
+	if status, _, err := h2Exchange(t, addr, fields, nil); err != nil || status != http.StatusOK {
+		t.Errorf("a visible :path: status %d (%v), want 200", status, err)
+	}
+	select {
+	case got := <-seen:
+		if want := `/p?a%20b&c="<>"`; got != want {
+			t.Errorf("the upstream got %q, want only %q", got, want)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the valid request never reached the upstream")
+	}
+	select {
+	case got := <-seen:
+		t.Errorf("the upstream also got %q", got)
+	default:
+	}
+}
