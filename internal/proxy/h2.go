@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 
@@ -234,6 +235,9 @@ type stream struct {
 	// read it after the stream is pooled again.
 	cbody *clientBody
 	buf   []byte
+	// host parses the request's host as the HTTP/1.1 codec's fasthttp
+	// parses a Host (see serve).
+	host fasthttp.URI
 
 	// att is the attempt under way: its net/http call and the body it
 	// reads. Both may be touched by a transport goroutine after the
@@ -333,6 +337,9 @@ func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// rootPath is the request target the stream's host is parsed with.
+var rootPath = []byte("/")
+
 // visibleTarget reports whether a :path is visible ASCII only, as the
 // HTTP/1.1 listener requires of a request target. Go's server takes
 // spaces and bytes past ASCII in the query (it escapes them in the path
@@ -412,6 +419,14 @@ func (s *stream) serve() bool {
 	}
 	if r.Method == http.MethodConnect {
 		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")
+		return false
+	}
+	if r.Host != "" && s.host.Parse(s2b(r.Host), rootPath) != nil {
+		// The host must parse as the HTTP/1.1 codec's Host does
+		// (fasthttp's, after net/url's): x/net/http2's server checks
+		// only its characters, and passed "a:x" and "a:80:80". Parse
+		// copies the host. An absent one is the instance's, as before.
+		s.reject(http.StatusBadRequest, "invalid host")
 		return false
 	}
 	if !httpguts.ValidHeaderFieldName(r.Method) {

@@ -282,3 +282,54 @@ func TestH2TargetIsVisibleASCII(t *testing.T) {
 	default:
 	}
 }
+
+// TestH2AuthorityIsAValidHost: an HTTP/2 request's host (:authority, or a
+// host field without one) must parse as the HTTP/1.1 codec's Host does.
+// x/net/http2's server checks only its characters: ":authority: a:x"
+// reached the upstream as "Host: a:x", which an HTTP/1.1 client gets 400
+// for, and the decision matched host conditions against it.
+func TestH2AuthorityIsAValidHost(t *testing.T) {
+	seen := make(chan string, 8)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Host
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(up))}, listener.Protocols{H2C: true})
+	req := func(authority, host string) [][2]string {
+		f := [][2]string{{":method", "GET"}, {":scheme", "http"}}
+		if authority != "" {
+			f = append(f, [2]string{":authority", authority})
+		}
+		f = append(f, [2]string{":path", "/p"})
+		if host != "" {
+			f = append(f, [2]string{"host", host})
+		}
+		return f
+	}
+	for _, tc := range [][2]string{{"a:x", ""}, {"a:80:80", ""}, {"a:8o", ""}, {"", "a:x"}, {"", "b:1:2"}} {
+		status, body, err := h2Exchange(t, addr, req(tc[0], tc[1]), nil)
+		if err == nil && (status != http.StatusBadRequest || !strings.Contains(body, "invalid host")) {
+			t.Errorf(":authority %q, host %q: status %d, body %q; want 400 invalid host (or a reset stream)", tc[0], tc[1], status, body)
+		}
+	}
+	for _, tc := range [][2]string{{"a.test:8080", ""}, {"[::1]:80", ""}, {"", "b.test"}} {
+		if status, _, err := h2Exchange(t, addr, req(tc[0], tc[1]), nil); err != nil || status != http.StatusOK {
+			t.Errorf(":authority %q, host %q: status %d (%v), want 200", tc[0], tc[1], status, err)
+			continue
+		}
+		select {
+		case got := <-seen:
+			if want := tc[0] + tc[1]; got != want {
+				t.Errorf("the upstream got Host %q, want %q", got, want)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("a valid request never reached the upstream")
+		}
+	}
+	select {
+	case got := <-seen:
+		t.Errorf("the upstream also got a request for host %q", got)
+	default:
+	}
+}
