@@ -424,3 +424,45 @@ func TestBareLFResponseHeadH2(t *testing.T) {
 		}
 	}
 }
+
+// TestReasonPhraseControlBytes: an upstream's reason phrase with a control
+// byte in it (RFC 9112 section 4 allows HTAB, SP, VCHAR and obs-text) is
+// replaced by the standard phrase in the HTTP/1.1 client's status line,
+// on a final and on an interim answer. fasthttp keeps any byte but CR and
+// LF there, and "404 \x1b[31mred" reached the client's terminal as it
+// came. A valid phrase, tab and obs-text included, is kept.
+func TestReasonPhraseControlBytes(t *testing.T) {
+	answers := map[string]string{
+		"/esc":   "HTTP/1.1 404 \x1b[31mred\r\nContent-Length: 2\r\n\r\nno",
+		"/ctl":   "HTTP/1.1 200 O\x01K\r\nContent-Length: 2\r\n\r\nok",
+		"/del":   "HTTP/1.1 201 Cr\x7feated\r\nContent-Length: 2\r\n\r\nok",
+		"/103":   "HTTP/1.1 103 Ea\x02rly\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"/valid": "HTTP/1.1 200 Fine\tThanks \xe9\r\nContent-Length: 2\r\n\r\nok",
+	}
+	up := rawBackend(t, func(req *http.Request, w *bufio.Writer) { _, _ = w.WriteString(answers[req.URL.Path]) })
+	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	for path, want := range map[string][]string{
+		"/esc":   {"HTTP/1.1 404 Not Found"},
+		"/ctl":   {"HTTP/1.1 200 OK"},
+		"/del":   {"HTTP/1.1 201 Created"},
+		"/103":   {"HTTP/1.1 103 Early Hints", "HTTP/1.1 200 OK"},
+		"/valid": {"HTTP/1.1 200 Fine\tThanks \xe9"},
+	} {
+		c := dialBounded(t, addr, 5*time.Second)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", path)
+		raw, err := io.ReadAll(c)
+		c.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		var got []string
+		for _, l := range strings.Split(string(raw), "\r\n") {
+			if i := strings.Index(l, "HTTP/1.1 "); i >= 0 {
+				got = append(got, l[i:])
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: status lines %q, want %q", path, got, want)
+		}
+	}
+}
