@@ -114,14 +114,14 @@ func failureType(status int, err error) string {
 
 // failure is the error phase: the status from classify for a request the
 // gateway could not forward, and the one-line body of its answer, naming
-// the upstream pool (never an instance address, which is for the log, so
-// not a pool named by its address either)
-// and the request id, or, for the client's own faults, the limit it
-// broke. The body lives in f.scratch until the next use of it. Upstream
-// failures are logged as warnings; refusals by policy and client faults,
-// which a misbehaving client can produce at any rate, only at debug
-// level. A client that went away (499) gets no body: the codec drops the
-// connection or the stream, and 499 is only ever a log code.
+// the upstream pool and the request id, or, for the client's own faults,
+// the limit it broke. It never names an instance address, which is for the
+// log: not even as the name of a pool given as a bare address. The body
+// lives in f.scratch until the next use of it. Upstream failures are logged
+// as warnings; refusals by policy and client faults, which a misbehaving
+// client can produce at any rate, only at debug level. A client that went
+// away (499) gets no body: the codec drops the connection or the stream,
+// and 499 is only ever a log code.
 func (f *flow) failure(err error) (status int, body []byte) {
 	p := f.p
 	status, reason := classify(err)

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 )
 
 // An http1 upstream's response head is parsed by fasthttp (readHead), the
@@ -172,8 +173,12 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 	if err := checkZeroStatus(raw); err != nil {
 		return err
 	}
-	if m := out.StatusMessage(); len(m) > 0 && !validReason(m) {
-		// The client gets the standard phrase instead (see validReason).
+	if m := out.StatusMessage(); len(m) > 0 && !httpguts.ValidHeaderFieldValue(b2s(m)) {
+		// A reason phrase is HTAB, SP, VCHAR and obs-text (RFC 9112
+		// section 4), what a field value may hold. fasthttp keeps any
+		// byte but CR and LF there, and the phrase went into the HTTP/1.1
+		// client's status line as it came ("200 O\x01K"): the client
+		// gets the standard phrase instead.
 		out.SetStatusMessage(nil)
 	}
 	http11 := out.IsHTTP11()
@@ -199,19 +204,6 @@ var errLeadingEmptyLine = errors.New("upstream sent an empty line before its sta
 // errResponseVersion is a response whose version is neither HTTP/1.0 nor
 // HTTP/1.1.
 var errResponseVersion = errors.New("upstream sent an unsupported HTTP version")
-
-// validReason reports whether a reason phrase is HTAB, SP, VCHAR and
-// obs-text only (RFC 9112 section 4). fasthttp keeps any byte but CR and
-// LF there, and the phrase goes into the HTTP/1.1 client's status line as
-// it came: "200 O\x01K" reached the client with the control byte.
-func validReason(m []byte) bool {
-	for _, c := range m {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
 
 // checkZeroStatus refuses a status line (at the start of head, which
 // fasthttp has parsed) with the status code "000". fasthttp requires

@@ -268,8 +268,9 @@ func (p *Proxy) newStream() *stream {
 	return s
 }
 
-// badBody implements codec. An HTTP/2 body is framed by the protocol;
-// what fails reading it is the client.
+// badBody implements codec. An HTTP/2 body is framed by the protocol: what
+// fails reading it is the client, unless the stream ended short of its
+// declared content-length (isShortDeclaredBody).
 func (s *stream) badBody(err error) bool { return isShortDeclaredBody(err) }
 
 // badContentLength checks a stream's content-length fields as the
@@ -285,13 +286,8 @@ func badContentLength(vv []string) string {
 	case len(vv) > 1:
 		return "more than one Content-Length"
 	}
-	v := vv[0]
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return "invalid Content-Length"
-		}
-	}
-	if _, err := strconv.ParseUint(v, 10, 63); err != nil {
+	// ParseUint in base 10 takes digits only: no sign, space or "_".
+	if _, err := strconv.ParseUint(vv[0], 10, 63); err != nil {
 		return "invalid Content-Length"
 	}
 	return ""
@@ -345,14 +341,7 @@ var rootPath = []byte("/")
 // spaces and bytes past ASCII in the query (it escapes them in the path
 // only), and a query goes into an http1 pool's request line as it is:
 // "/p?x HTTP/1.1 X" made the line "GET /p?x HTTP/1.1 X HTTP/1.1".
-func visibleTarget(t string) bool {
-	for i := 0; i < len(t); i++ {
-		if t[i] <= ' ' || t[i] >= 0x7f {
-			return false
-		}
-	}
-	return t != ""
-}
+func visibleTarget(t string) bool { return t != "" && visibleASCII(t) }
 
 // dropFragment removes a fragment from the :path, as originForm does for
 // HTTP/1.1: the decision parses the target as a URI, without it, and the

@@ -49,8 +49,14 @@ func validRequestID(v []byte) bool {
 	if len(v) == 0 || len(v) > maxRequestIDBytes {
 		return false
 	}
-	for _, c := range v {
-		if c <= ' ' || c >= 0x7f {
+	return visibleASCII(v)
+}
+
+// visibleASCII reports whether v holds only visible ASCII (VCHAR): what a
+// request target and a kept request id may hold.
+func visibleASCII[T string | []byte](v T) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] <= ' ' || v[i] >= 0x7f {
 			return false
 		}
 	}

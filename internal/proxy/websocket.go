@@ -59,12 +59,12 @@ var errWrongUpgrade = errors.New("upstream switched to a protocol the client did
 // that hop-by-hop removal took out, as net/http does; see buildRequest),
 // read the answer, and on 101 hijack the client connection and copy bytes
 // both ways until either side closes (a client's half-close is passed on,
-// and the upstream's answer relayed until it closes too). Any other answer is relayed as a
-// normal response, and the client connection is closed after it: the
-// listener reads nothing that follows a handshake that was not accepted.
-// It returns true when a tunnel now owns the exchange, and an error, with
-// nothing written to the client, when no answer could be read; the caller
-// then answers or falls back to stable like for any request. The
+// and the upstream's answer relayed until it closes too). Any other answer
+// is relayed as a normal response, and the client connection is closed
+// after it: the listener reads nothing that follows a handshake that was
+// not accepted. It returns true when a tunnel now owns the exchange, and an
+// error, with nothing written to the client, when no answer could be read;
+// the caller then answers or falls back to stable like for any request. The
 // handshake's outcome (until the answer's header) is what the breaker
 // records.
 func (p *Proxy) serveUpgrade(ctx *fasthttp.RequestCtx, ex *exchange) (bool, error) {
