@@ -102,10 +102,11 @@ const (
 //   - obs-fold, a line without a colon, a field name that is not a token
 //     or is followed by whitespace, a field value with control characters;
 //   - Host missing (HTTP/1.1), repeated or not a valid uri-host[:port];
-//   - Content-Length repeated, not all digits, or together with
+//   - Content-Length repeated, not all digits, over 18 digits (leading
+//     zeros included: every value then fits an int64), or together with
 //     Transfer-Encoding; Transfer-Encoding other than exactly "chunked",
 //     repeated, or in HTTP/1.0;
-//   - a chunk size that is not 1 to 16 hex digits, an extension that is not
+//   - a chunk size that is not 1 to 15 hex digits, an extension that is not
 //     ;token[=token|quoted-string] without whitespace, chunk data not
 //     followed by CRLF;
 //   - a head or trailer section over MaxHeaderBytes (431).
