@@ -547,8 +547,11 @@ func (g *Guard) endHead() *Error {
 		return errTwoCL
 	case g.tes > 0 && g.cls > 0:
 		return errCLAndTE
-	case g.expect && !g.http10:
-		// RFC 9110 section 10.1.1; an HTTP/1.0 request's is ignored.
+	case g.expect:
+		// RFC 9110 section 10.1.1 lets a server answer 417, and Go's
+		// server does, in HTTP/1.0 too. Only 100-continue is ignored in
+		// an HTTP/1.0 request (the section's MUST), and it never sets
+		// g.expect.
 		return errExpectation
 	}
 	g.requests++
