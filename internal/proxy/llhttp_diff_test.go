@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -90,10 +91,13 @@ func sameTarget(upstream, llhttp string) bool {
 	return upstream == llhttp
 }
 
-// llhttpResult is what the gateway made of one case.
+// llhttpResult is what the gateway made of one case, and how many of its
+// requests Go's net/http server answered 200 after reading them whole.
 type llhttpResult struct {
-	setupErr error
-	statuses []int
+	setupErr   error
+	goAccepted int
+	goStatuses []int
+	statuses   []int
 	readErr  error
 	reqs     []upstreamRequest
 	received int64
@@ -158,17 +162,42 @@ func exchangeLLHTTP(c llhttpCase) (res llhttpResult) {
 	}
 }
 
-// TestHTTP1AgainstLLHTTP checks "whatever llhttp refuses, graygate
-// refuses" (testdata/http1/README.md, rule 1) on thousands of generated
-// requests rather than only the transcribed ones: mutations of the
-// vectors that llhttp in strict mode either refuses or reads as whole
-// messages (testdata/llhttp-diff/gen.js made them and recorded llhttp's
-// reading). Each goes through the real listener in one write, then the
-// client half-closes. The gateway may refuse more than llhttp does, but
-// what reaches the upstream must be a prefix of what llhttp read, message
-// for message (method, target and body): a request llhttp refuses, or
-// frames differently, is never forwarded. Every forwarded request is
-// answered 200, in order, and no answer is 499.
+// goBodyOracle is a net/http server whose handler reads each request's
+// body to its end before it answers: 200 when Go reads it whole, 400 when
+// reading it fails (a malformed or short body), so that a 200 means Go's
+// server framed the whole request.
+func goBodyOracle(t *testing.T) string {
+	ln := listenLoopback(t)
+	srv := &http.Server{
+		MaxHeaderBytes:    DefaultMaxHeaderBytes - 4096, // Go adds 4096 bytes of slack
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.ReadAll(r.Body); err != nil {
+				http.Error(w, "unreadable body", http.StatusBadRequest)
+				return
+			}
+			_, _ = io.WriteString(w, "ok")
+		}),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+// TestHTTP1AgainstLLHTTP checks "whatever Go's net/http server or llhttp
+// refuses, graygate refuses" (testdata/http1/README.md, rule 1) on
+// thousands of generated requests rather than only the transcribed ones:
+// mutations of the vectors that llhttp in strict mode either refuses or
+// reads as whole messages (testdata/llhttp-diff/gen.js made them and
+// recorded llhttp's reading). Each goes through the real listener in one
+// write, then the client half-closes. The gateway may refuse more than
+// llhttp does, but what reaches the upstream must be a prefix of what
+// llhttp read, message for message (method, target and body): a request
+// llhttp refuses, or frames differently, is never forwarded. The same
+// bytes go to a net/http server that reads every body: the gateway
+// forwards no more requests than Go's server answered 200. Every forwarded
+// request is answered 200, in order, and no answer is 499.
 func TestHTTP1AgainstLLHTTP(t *testing.T) {
 	data, err := os.ReadFile(llhttpCasesFile)
 	if err != nil {
@@ -190,8 +219,20 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 	if testing.Short() {
 		cases = cases[:len(cases)/10]
 	}
+	oracle := goBodyOracle(t)
 	results := make([]llhttpResult, len(cases))
-	runBounded(len(cases), vectorConcurrency, func(i int) { results[i] = exchangeLLHTTP(cases[i]) })
+	runBounded(len(cases), vectorConcurrency, func(i int) {
+		results[i] = exchangeLLHTTP(cases[i])
+		raw, _ := cases[i].bytes()
+		sts := netHTTPStatuses(oracle, raw, len(cases[i].LLHTTP.Messages)+1, vectorDeadline, true)
+		results[i].goStatuses = sts
+		for _, st := range sts {
+			if st != http.StatusOK {
+				break
+			}
+			results[i].goAccepted++
+		}
+	})
 	var refusedByBoth, stricter, forwarded, laterLLHTTP int
 	for i, c := range cases {
 		res := results[i]
@@ -211,6 +252,9 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 		}
 		if len(res.reqs) > len(msgs) {
 			errs = append(errs, fmt.Sprintf("upstream received %d requests; llhttp read %d whole ones before %s", len(res.reqs), len(msgs), c.LLHTTP.Error))
+		}
+		if len(res.reqs) > res.goAccepted {
+			errs = append(errs, fmt.Sprintf("upstream received %d requests; Go's server read %d whole ones (answers %v)", len(res.reqs), res.goAccepted, res.goStatuses))
 		}
 		for j, r := range res.reqs {
 			if j >= len(msgs) {
@@ -236,8 +280,8 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 			errs = append(errs, fmt.Sprintf("stopping the gateway: %v", res.stopErr))
 		}
 		if len(errs) > 0 {
-			t.Errorf("case %d (from %s; %s): %s\nraw: %q\nllhttp: %s, %d whole messages; gateway answers %v",
-				i, c.From, c.Mutation, strings.Join(errs, "; "), c.Raw, orNone(c.LLHTTP.Error), len(msgs), res.statuses)
+			t.Errorf("case %d (from %s; %s): %s\nraw: %q\nllhttp: %s, %d whole messages; Go's server answers %v; gateway answers %v",
+				i, c.From, c.Mutation, strings.Join(errs, "; "), c.Raw, orNone(c.LLHTTP.Error), len(msgs), res.goStatuses, res.statuses)
 		}
 		switch {
 		case c.LLHTTP.Error != "" && len(res.reqs) == len(msgs):
