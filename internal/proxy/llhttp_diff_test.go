@@ -98,12 +98,12 @@ type llhttpResult struct {
 	goAccepted int
 	goStatuses []int
 	statuses   []int
-	readErr  error
-	reqs     []upstreamRequest
-	received int64
-	complete int64
-	upErrs   []string
-	stopErr  error
+	readErr    error
+	reqs       []upstreamRequest
+	received   int64
+	complete   int64
+	upErrs     []string
+	stopErr    error
 }
 
 // exchangeLLHTTP writes c's bytes in one write to a gateway of its own,
