@@ -299,6 +299,14 @@ func (g *Guard) Scan(p []byte) (int, *Error) {
 					g.fail()
 					return i, err
 				}
+				if g.state == stChunkSize && badChunkSizeStart(g.carry) {
+					// Refused now, not at the line's end: a client that
+					// sent "x=y" as a chunk and waits, or half-closes,
+					// gets its 400 before anything goes upstream (the
+					// handler asks BodyRefused first).
+					g.fail()
+					return i, errChunkSize
+				}
 				return len(p), nil
 			}
 			line := p[i : i+j]
@@ -607,6 +615,30 @@ func (g *Guard) chunkSize(l []byte) *Error {
 	}
 	g.state, g.remain = stChunkData, int64(n)
 	return nil
+}
+
+// badChunkSizeStart reports whether b, the start of a chunk-size line
+// whose end has not arrived, can no longer become a valid one: it does
+// not start with a hex digit, has more of them than maxChunkSizeDigits,
+// or has after them a byte that is neither the ";" of an extension nor
+// the line's CR. (An extension is checked when its line ends.)
+func badChunkSizeStart(b []byte) bool {
+	i := 0
+	for i < len(b) {
+		if _, ok := unhex(b[i]); !ok {
+			break
+		}
+		i++
+	}
+	switch {
+	case len(b) == 0:
+		return false
+	case i == 0 || i > maxChunkSizeDigits:
+		return true
+	case i < len(b):
+		return b[i] != ';' && b[i] != '\r'
+	}
+	return false
 }
 
 // chunkExt checks *( ";" token [ "=" ( token / quoted-string ) ] ), the

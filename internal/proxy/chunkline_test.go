@@ -1,0 +1,77 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestUnendedBadChunkLine: a chunked upload whose chunk-size line is
+// already malformed ("x=y") before its end has arrived gets 400 through
+// the real listener, and nothing of the request reaches the upstream:
+// whether the client then waits or half-closes, and with "Expect:
+// 100-continue", where the head would otherwise go upstream first to
+// wait for its 100. Before, the Guard judged a chunk-size line only at
+// its LF: a client that half-closed got no answer (logged 499), one that
+// waited got nothing until its body read timeout, and with Expect the
+// head was forwarded and an upstream's early answer relayed as a 200.
+func TestUnendedBadChunkLine(t *testing.T) {
+	head := "POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+	tests := []struct {
+		name      string
+		in        string
+		halfClose bool
+	}{
+		{"half-closed", head + "\r\nx=y", true},
+		{"waiting", head + "\r\nx=y", false},
+		{"expect, half-closed", head + "Expect: 100-continue\r\n\r\nx=y", true},
+		{"expect, waiting", head + "Expect: 100-continue\r\n\r\nx=y", false},
+		{"second chunk", head + "\r\n1\r\nx\r\n-1", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up, err := newRecordingUpstream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A body read timeout longer than the test's deadline: the
+			// answer must not wait for it.
+			g, err := startGateway(Options{ReadTimeout: time.Minute}, up.addr())
+			if err != nil {
+				up.close(time.Second)
+				t.Fatal(err)
+			}
+			conn, err := net.DialTimeout("tcp", g.addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := conn.Write([]byte(tt.in)); err != nil {
+				t.Fatal(err)
+			}
+			if tt.halfClose {
+				_ = conn.(*net.TCPConn).CloseWrite()
+			}
+			resp, err := readFinalResponse(bufio.NewReader(conn), http.MethodPost)
+			conn.Close()
+			if serr := g.stop(); serr != nil {
+				t.Errorf("stopping the gateway: %v", serr)
+			}
+			up.close(2 * time.Second)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("status %d, want 400", resp.StatusCode)
+			}
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			if up.received != 0 {
+				t.Errorf("the upstream received %d bytes (%d requests); want none", up.received, len(up.reqs))
+			}
+		})
+	}
+}
