@@ -27,6 +27,9 @@ var (
 	errTarget        = &Error{400, "invalid request target"}
 	errEmptyHost     = &Error{400, "empty host in the request target"}
 	errHashAuthority = &Error{400, "'#' in the request target's authority"}
+	errBadEscape     = &Error{400, "invalid percent-encoding in the request target"}
+	errScheme        = &Error{400, "request target in absolute form with a scheme other than http or https"}
+	errTargetHost    = &Error{400, "invalid host in the request target"}
 	errVersion       = &Error{400, "malformed HTTP version"}
 	errUnsupported   = &Error{505, "HTTP version not supported (HTTP/1.0 and HTTP/1.1 are)"}
 	errObsFold       = &Error{400, "obsolete line folding in the header"}
@@ -41,6 +44,7 @@ var (
 	errTwoCL         = &Error{400, "more than one Content-Length"}
 	errBadCL         = &Error{400, "invalid Content-Length"}
 	errTECoding      = &Error{400, "Transfer-Encoding other than chunked"}
+	errTETab         = &Error{400, "a tab around the Transfer-Encoding value"}
 	errTE10          = &Error{400, "Transfer-Encoding in an HTTP/1.0 request"}
 	errChunkSize     = &Error{400, "invalid chunk size"}
 	errChunkExt      = &Error{400, "invalid chunk extension"}
@@ -99,13 +103,19 @@ const (
 //     recipient reject as invalid, as nginx does;
 //   - a target in absolute form whose authority holds a '#'
 //     ("http://a#b/p"), which Go's server refuses (see targetAuthority);
+//   - a target in absolute form whose scheme is not http or https, or
+//     whose host is not a valid uri-host[:port] with a port of digits:
+//     the authority, not the Host header, is the host the request goes
+//     upstream with;
+//   - a '%' before the target's query not followed by two hex digits,
+//     which Go's server refuses (badEscape);
 //   - obs-fold, a line without a colon, a field name that is not a token
 //     or is followed by whitespace, a field value with control characters;
 //   - Host missing (HTTP/1.1), repeated or not a valid uri-host[:port];
 //   - Content-Length repeated, not all digits, over 18 digits (leading
 //     zeros included: every value then fits an int64), or together with
-//     Transfer-Encoding; Transfer-Encoding other than exactly "chunked",
-//     repeated, or in HTTP/1.0;
+//     Transfer-Encoding; Transfer-Encoding other than exactly "chunked"
+//     (a tab beside it included), repeated, or in HTTP/1.0;
 //   - a chunk size that is not 1 to 15 hex digits, an extension that is not
 //     ;token[=token|quoted-string] without whitespace, chunk data not
 //     followed by CRLF;
@@ -430,13 +440,28 @@ func (g *Guard) requestLine(l []byte) *Error {
 			return errTarget
 		}
 	}
+	if badEscape(target) {
+		return errBadEscape
+	}
 	if target[0] != '/' {
 		if scheme, auth, ok := targetAuthority(target); ok {
 			if bytes.IndexByte(auth, '#') >= 0 {
 				return errHashAuthority
 			}
-			if (eqFold(scheme, "http") || eqFold(scheme, "https")) && emptyHost(auth) {
+			if !eqFold(scheme, "http") && !eqFold(scheme, "https") {
+				return errScheme
+			}
+			if emptyHost(auth) {
 				return errEmptyHost
+			}
+			// The authority, not the Host header, is the host the
+			// request goes with (RFC 9112 section 3.2.2), so it must be
+			// as valid as a Host header.
+			if j := bytes.LastIndexByte(auth, '@'); j >= 0 {
+				auth = auth[j+1:]
+			}
+			if !httpguts.ValidHostHeader(b2s(auth)) || !digitsPort(auth) {
+				return errTargetHost
 			}
 		}
 	}
@@ -531,6 +556,12 @@ func (g *Guard) field(l []byte, head bool) *Error {
 			g.tes++
 			if !eqFold(value, "chunked") {
 				return errTECoding
+			}
+			if bytes.IndexByte(l[colon+1:], '\t') >= 0 {
+				// Optional whitespace, but llhttp (9.3) refuses it here,
+				// and PortSwigger's desync permutations try it: the
+				// field that frames a body is taken in one form only.
+				return errTETab
 			}
 			g.chunked = true
 		}
@@ -813,6 +844,61 @@ func targetAuthority(target []byte) (scheme, auth []byte, ok bool) {
 		auth = auth[:j]
 	}
 	return target[:i], auth, true
+}
+
+// badEscape reports whether target has, before its query, a '%' not
+// followed by two hex digits: Go's server refuses such a target (its URL
+// parser checks the escapes of the path, userinfo and host, not of the
+// query), as nginx does a path it has to decode.
+func badEscape(target []byte) bool {
+	if q := bytes.IndexByte(target, '?'); q >= 0 {
+		target = target[:q]
+	}
+	for {
+		i := bytes.IndexByte(target, '%')
+		if i < 0 {
+			return false
+		}
+		if i+2 >= len(target) {
+			return true
+		}
+		if _, ok := unhex(target[i+1]); !ok {
+			return true
+		}
+		if _, ok := unhex(target[i+2]); !ok {
+			return true
+		}
+		target = target[i+3:]
+	}
+}
+
+// digitsPort reports whether the host[:port] hostport has a port of
+// digits only, or none (an empty one after the colon included), as Go's
+// URL parser requires of a request target's authority.
+func digitsPort(hostport []byte) bool {
+	if len(hostport) > 0 && hostport[0] == '[' {
+		end := bytes.IndexByte(hostport, ']')
+		if end < 0 {
+			return false
+		}
+		hostport = hostport[end+1:]
+		if len(hostport) == 0 {
+			return true
+		}
+		if hostport[0] != ':' {
+			return false
+		}
+	}
+	i := bytes.LastIndexByte(hostport, ':')
+	if i < 0 {
+		return true
+	}
+	for _, c := range hostport[i+1:] {
+		if !isDigit(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // emptyHost reports whether auth, the authority of an http or https
