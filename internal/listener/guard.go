@@ -558,9 +558,11 @@ func (g *Guard) field(l []byte, head bool) *Error {
 				return errTECoding
 			}
 			if bytes.IndexByte(l[colon+1:], '\t') >= 0 {
-				// Optional whitespace, but llhttp (9.3) refuses it here,
-				// and PortSwigger's desync permutations try it: the
-				// field that frames a body is taken in one form only.
+				// Optional whitespace, but nginx refuses a tab on either
+				// side (501: it takes only spaces for whitespace there),
+				// llhttp 9.3 one after, and PortSwigger's desync
+				// permutations try both: the field that frames a body is
+				// taken in one form only.
 				return errTETab
 			}
 			g.chunked = true
