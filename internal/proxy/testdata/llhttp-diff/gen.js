@@ -25,9 +25,12 @@ const fs = require('fs');
 const path = require('path');
 const { HTTPParser, methods } = process.binding('http_parser');
 
-const SEED = 20261206;
-const WANT_REFUSED = 1250;
-const WANT_ACCEPTED = 750;
+// The committed file uses these defaults; GEN_SEED, GEN_REFUSED and
+// GEN_ACCEPTED override them for a larger local search (whose cases are
+// not committed: copy one in place of cases.json to run the test on it).
+const SEED = Number(process.env.GEN_SEED || 20261206);
+const WANT_REFUSED = Number(process.env.GEN_REFUSED || 1250);
+const WANT_ACCEPTED = Number(process.env.GEN_ACCEPTED || 750);
 const MAX_LEN = 4096;
 const MAX_HEADER = 16384; // the gateway's proxy.max_header_bytes default
 
@@ -81,9 +84,12 @@ const LINES = [
 const CHUNK_SIZES = ['3', '03', '0x3', '3 ', ' 3', '3;e', '3;e=1', '3;e="q"', '3 ;e', '3\t', '-3', '+3',
   '3;', '3;e=', '3;e="a\\"b"', '0003', '3\n', '3\r', 'G'];
 
+const VERSIONS = ['HTTP/1.0', 'HTTP/1.1', 'HTTP/1.2', 'HTTP/2.0', 'HTTP/0.9', 'http/1.1', 'HTTP/1.1 ', 'HTTP/11'];
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH', 'TRACE', 'QUERY', 'PROPFIND', 'get', 'GE T'];
+
 // mutate applies one random change to b and says what it did.
 function mutate(b) {
-  const k = below(7);
+  const k = below(9);
   const at = below(b.length + 1);
   switch (k) {
     case 0: { // insert a byte
@@ -127,6 +133,22 @@ function mutate(b) {
       const size = pick(CHUNK_SIZES);
       const start = f.index + 2;
       return [Buffer.concat([b.subarray(0, start), Buffer.from(size, 'latin1'), b.subarray(start + f[1].length)]), `chunk size ${JSON.stringify(f[1])} at ${start} becomes ${JSON.stringify(size)}`];
+    }
+    case 7: { // change the version of a request line
+      const s = b.toString('latin1');
+      const re = /HTTP\/[0-9.]+\r\n/g;
+      const found = [...s.matchAll(re)];
+      if (found.length === 0) return [b, 'none'];
+      const f = pick(found);
+      const v = pick(VERSIONS);
+      return [Buffer.from(s.slice(0, f.index) + v + '\r\n' + s.slice(f.index + f[0].length), 'latin1'), `version at ${f.index} becomes ${JSON.stringify(v)}`];
+    }
+    case 8: { // change the method of the first request line
+      const s = b.toString('latin1');
+      const sp = s.indexOf(' ');
+      if (sp <= 0) return [b, 'none'];
+      const m = pick(METHODS);
+      return [Buffer.from(m + s.slice(sp), 'latin1'), `method becomes ${JSON.stringify(m)}`];
     }
     default: { // duplicate a line
       const lines = [];
