@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bufio"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -32,45 +30,14 @@ func TestUnendedBadChunkLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up, err := newRecordingUpstream()
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A body read timeout longer than the test's deadline: the
+			// A body read timeout longer than the exchange's deadline: the
 			// answer must not wait for it.
-			g, err := startGateway(Options{ReadTimeout: time.Minute}, up.addr())
-			if err != nil {
-				up.close(time.Second)
-				t.Fatal(err)
+			status, rec := answerThroughGateway(t, Options{ReadTimeout: time.Minute}, tt.in, tt.halfClose, http.MethodPost)
+			if status != http.StatusBadRequest {
+				t.Errorf("status %d, want 400", status)
 			}
-			conn, err := net.DialTimeout("tcp", g.addr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-			if _, err := conn.Write([]byte(tt.in)); err != nil {
-				t.Fatal(err)
-			}
-			if tt.halfClose {
-				_ = conn.(*net.TCPConn).CloseWrite()
-			}
-			resp, err := readFinalResponse(bufio.NewReader(conn), http.MethodPost)
-			conn.Close()
-			if serr := g.stop(); serr != nil {
-				t.Errorf("stopping the gateway: %v", serr)
-			}
-			up.close(2 * time.Second)
-			if err != nil {
-				t.Fatalf("no answer: %v", err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusBadRequest {
-				t.Errorf("status %d, want 400", resp.StatusCode)
-			}
-			up.mu.Lock()
-			defer up.mu.Unlock()
-			if up.received != 0 {
-				t.Errorf("the upstream received %d bytes (%d requests); want none", up.received, len(up.reqs))
+			if rec.received != 0 {
+				t.Errorf("the upstream received %d bytes (%d requests); want none", rec.received, len(rec.reqs))
 			}
 		})
 	}

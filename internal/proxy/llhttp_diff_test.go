@@ -40,19 +40,6 @@ type llhttpCase struct {
 // bytes returns the request bytes: each character of Raw is one byte.
 func (c llhttpCase) bytes() ([]byte, error) { return octets(c.Raw) }
 
-// octets turns a string whose every character stands for one byte
-// (U+0000..U+00FF, as the cases file writes bytes) into those bytes.
-func octets(s string) ([]byte, error) {
-	out := make([]byte, 0, len(s))
-	for i, r := range s {
-		if r > 0xff {
-			return nil, fmt.Errorf("character %U at byte %d is not in U+0000..U+00FF", r, i)
-		}
-		out = append(out, byte(r))
-	}
-	return out, nil
-}
-
 // newerLLHTTP reports a refusal by the llhttp that made the cases
 // (9.3.1, in Node.js 20) that later llhttp takes back, and so does the
 // gateway: a Content-Length value with a tab beside it, which is optional
@@ -99,11 +86,7 @@ type llhttpResult struct {
 	goStatuses []int
 	statuses   []int
 	readErr    error
-	reqs       []upstreamRequest
-	received   int64
-	complete   int64
-	upErrs     []string
-	stopErr    error
+	up         upstreamRecord
 }
 
 // exchangeLLHTTP writes c's bytes in one write to a gateway of its own,
@@ -114,52 +97,30 @@ func exchangeLLHTTP(c llhttpCase) (res llhttpResult) {
 		res.setupErr = err
 		return res
 	}
-	up, err := newRecordingUpstream()
-	if err != nil {
-		res.setupErr = err
-		return res
-	}
-	g, err := startGateway(Options{}, up.addr())
-	if err != nil {
-		up.close(time.Second)
-		res.setupErr = err
-		return res
-	}
-	defer func() {
-		res.stopErr = g.stop()
-		up.close(2 * time.Second)
-		up.mu.Lock()
-		res.reqs, res.received, res.complete, res.upErrs = up.reqs, up.received, up.complete, up.errs
-		up.mu.Unlock()
-	}()
-	conn, err := net.DialTimeout("tcp", g.addr, 10*time.Second)
-	if err != nil {
-		res.setupErr = err
-		return res
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(vectorDeadline))
-	// A write can fail when the gateway has already refused and closed;
-	// its answer may still be there to read.
-	_, _ = conn.Write(raw)
-	_ = conn.(*net.TCPConn).CloseWrite()
-	br := bufio.NewReader(conn)
-	for i := 0; ; i++ {
-		method := http.MethodGet
-		if m := c.LLHTTP.Messages; i < len(m) {
-			method = m[i].Method
-		}
-		resp, err := readFinalResponse(br, method)
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				res.readErr = err
+	res.up, res.setupErr = throughGateway(Options{}, vectorDeadline, func(conn net.Conn) {
+		// A write can fail when the gateway has already refused and
+		// closed; its answer may still be there to read.
+		_, _ = conn.Write(raw)
+		_ = conn.(*net.TCPConn).CloseWrite()
+		br := bufio.NewReader(conn)
+		for i := 0; ; i++ {
+			method := http.MethodGet
+			if m := c.LLHTTP.Messages; i < len(m) {
+				method = m[i].Method
 			}
-			return res
+			resp, err := readFinalResponse(br, method)
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					res.readErr = err
+				}
+				return
+			}
+			res.statuses = append(res.statuses, resp.StatusCode)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
 		}
-		res.statuses = append(res.statuses, resp.StatusCode)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	})
+	return res
 }
 
 // goBodyOracle is a net/http server whose handler reads each request's
@@ -250,13 +211,13 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 				errs = append(errs, fmt.Sprintf("response %d: 499 on the wire", j+1))
 			}
 		}
-		if len(res.reqs) > len(msgs) {
-			errs = append(errs, fmt.Sprintf("upstream received %d requests; llhttp read %d whole ones before %s", len(res.reqs), len(msgs), c.LLHTTP.Error))
+		if len(res.up.reqs) > len(msgs) {
+			errs = append(errs, fmt.Sprintf("upstream received %d requests; llhttp read %d whole ones before %s", len(res.up.reqs), len(msgs), c.LLHTTP.Error))
 		}
-		if len(res.reqs) > res.goAccepted {
-			errs = append(errs, fmt.Sprintf("upstream received %d requests; Go's server read %d whole ones (answers %v)", len(res.reqs), res.goAccepted, res.goStatuses))
+		if len(res.up.reqs) > res.goAccepted {
+			errs = append(errs, fmt.Sprintf("upstream received %d requests; Go's server read %d whole ones (answers %v)", len(res.up.reqs), res.goAccepted, res.goStatuses))
 		}
-		for j, r := range res.reqs {
+		for j, r := range res.up.reqs {
 			if j >= len(msgs) {
 				break
 			}
@@ -273,23 +234,23 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 				errs = append(errs, fmt.Sprintf("request %d was forwarded but its answer is not the upstream's 200 (answers %v, %v)", j+1, res.statuses, res.readErr))
 			}
 		}
-		if len(res.upErrs) > 0 {
-			errs = append(errs, "the upstream could not read what the gateway sent: "+strings.Join(res.upErrs, "; "))
+		if len(res.up.errs) > 0 {
+			errs = append(errs, "the upstream could not read what the gateway sent: "+strings.Join(res.up.errs, "; "))
 		}
-		if res.stopErr != nil {
-			errs = append(errs, fmt.Sprintf("stopping the gateway: %v", res.stopErr))
+		if res.up.stopErr != nil {
+			errs = append(errs, fmt.Sprintf("stopping the gateway: %v", res.up.stopErr))
 		}
 		if len(errs) > 0 {
 			t.Errorf("case %d (from %s; %s): %s\nraw: %q\nllhttp: %s, %d whole messages; Go's server answers %v; gateway answers %v",
 				i, c.From, c.Mutation, strings.Join(errs, "; "), c.Raw, orNone(c.LLHTTP.Error), len(msgs), res.goStatuses, res.statuses)
 		}
 		switch {
-		case c.LLHTTP.Error != "" && len(res.reqs) == len(msgs):
+		case c.LLHTTP.Error != "" && len(res.up.reqs) == len(msgs):
 			refusedByBoth++
-		case len(res.reqs) < len(msgs):
+		case len(res.up.reqs) < len(msgs):
 			stricter++
 		}
-		forwarded += len(res.reqs)
+		forwarded += len(res.up.reqs)
 	}
 	t.Logf("%d cases: %d refused by llhttp and by the gateway at the same message; %d where the gateway refused earlier than llhttp; %d requests forwarded; %d refused only by this llhttp (a Content-Length with a tab beside it)",
 		len(cases), refusedByBoth, stricter, forwarded, laterLLHTTP)

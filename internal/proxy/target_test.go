@@ -1,11 +1,8 @@
 package proxy
 
 import (
-	"bufio"
-	"net"
 	"net/http"
 	"testing"
-	"time"
 )
 
 // TestTargetChecks sends request targets and framing fields that Go's
@@ -40,46 +37,20 @@ func TestTargetChecks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up, err := newRecordingUpstream()
-			if err != nil {
-				t.Fatal(err)
+			status, rec := answerThroughGateway(t, Options{}, tt.in, false, http.MethodGet)
+			if status != tt.want {
+				t.Errorf("status %d, want %d", status, tt.want)
 			}
-			g, err := startGateway(Options{}, up.addr())
-			if err != nil {
-				up.close(time.Second)
-				t.Fatal(err)
-			}
-			conn, err := net.DialTimeout("tcp", g.addr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-			_, _ = conn.Write([]byte(tt.in))
-			resp, err := readFinalResponse(bufio.NewReader(conn), http.MethodGet)
-			conn.Close()
-			if serr := g.stop(); serr != nil {
-				t.Errorf("stopping the gateway: %v", serr)
-			}
-			up.close(2 * time.Second)
-			if err != nil {
-				t.Fatalf("no answer: %v", err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != tt.want {
-				t.Errorf("status %d, want %d", resp.StatusCode, tt.want)
-			}
-			up.mu.Lock()
-			defer up.mu.Unlock()
 			if tt.want != http.StatusOK {
-				if up.received != 0 {
-					t.Errorf("the upstream received %d bytes; want none", up.received)
+				if rec.received != 0 {
+					t.Errorf("the upstream received %d bytes; want none", rec.received)
 				}
 				return
 			}
-			if len(up.reqs) != 1 {
-				t.Fatalf("the upstream got %d requests, want 1 (%v)", len(up.reqs), up.errs)
+			if len(rec.reqs) != 1 {
+				t.Fatalf("the upstream got %d requests, want 1 (%v)", len(rec.reqs), rec.errs)
 			}
-			if r := up.reqs[0]; r.Header.Get("Host") != tt.wantHost || r.Target != tt.wantTarget {
+			if r := rec.reqs[0]; r.Header.Get("Host") != tt.wantHost || r.Target != tt.wantTarget {
 				t.Errorf("the upstream got Host %q and target %q, want %q and %q", r.Header.Get("Host"), r.Target, tt.wantHost, tt.wantTarget)
 			}
 		})

@@ -86,10 +86,20 @@ func (c vectorCase) bytes() ([]byte, error) {
 		}
 		raw = strings.Replace(raw, r.At, strings.Repeat(r.Text, r.Count), 1)
 	}
-	out := make([]byte, 0, len(raw))
-	for i, r := range raw {
+	out, err := octets(raw)
+	if err != nil {
+		return nil, fmt.Errorf("raw: %w", err)
+	}
+	return out, nil
+}
+
+// octets turns a string whose every character stands for one byte
+// (U+0000..U+00FF, as the vector files write bytes) into those bytes.
+func octets(s string) ([]byte, error) {
+	out := make([]byte, 0, len(s))
+	for i, r := range s {
 		if r > 0xff {
-			return nil, fmt.Errorf("raw: character %U at byte %d is not in U+0000..U+00FF", r, i)
+			return nil, fmt.Errorf("character %U at byte %d is not in U+0000..U+00FF", r, i)
 		}
 		out = append(out, byte(r))
 	}
@@ -383,6 +393,79 @@ func (g *gatewayUnderTest) stop() error {
 	case <-time.After(5 * time.Second):
 		return errors.Join(err, errors.New("Serve did not return after Shutdown"))
 	}
+}
+
+// upstreamRecord is what a recording upstream received, and how stopping
+// the gateway in front of it went.
+type upstreamRecord struct {
+	reqs     []upstreamRequest
+	received int64 // bytes read from all connections
+	complete int64 // bytes of complete requests
+	errs     []string
+	stopErr  error
+}
+
+// throughGateway starts a recording upstream and a gateway with opts in
+// front of it, dials the gateway over real TCP and runs talk on that
+// connection, whose deadline is deadline from now. It then closes the
+// connection, stops both, and returns what the upstream recorded; err is
+// a failure to set up.
+func throughGateway(opts Options, deadline time.Duration, talk func(conn net.Conn)) (rec upstreamRecord, err error) {
+	up, err := newRecordingUpstream()
+	if err != nil {
+		return rec, err
+	}
+	g, err := startGateway(opts, up.addr())
+	if err != nil {
+		up.close(time.Second)
+		return rec, err
+	}
+	defer func() {
+		rec.stopErr = g.stop()
+		up.close(2 * time.Second)
+		up.mu.Lock()
+		rec.reqs, rec.received, rec.complete, rec.errs = up.reqs, up.received, up.complete, up.errs
+		up.mu.Unlock()
+	}()
+	conn, err := net.DialTimeout("tcp", g.addr, 10*time.Second)
+	if err != nil {
+		return rec, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(deadline))
+	talk(conn)
+	return rec, nil
+}
+
+// answerThroughGateway writes in to a gateway of its own (see
+// throughGateway), half-closes after it if halfClose, and reads one final
+// answer to a request with method. It returns the answer's status and
+// what the upstream received; no answer, or a gateway that does not stop,
+// fails t.
+func answerThroughGateway(t *testing.T, opts Options, in string, halfClose bool, method string) (int, upstreamRecord) {
+	t.Helper()
+	var resp *http.Response
+	var rerr error
+	rec, err := throughGateway(opts, 5*time.Second, func(conn net.Conn) {
+		if _, rerr = conn.Write([]byte(in)); rerr != nil {
+			return
+		}
+		if halfClose {
+			_ = conn.(*net.TCPConn).CloseWrite()
+		}
+		resp, rerr = readFinalResponse(bufio.NewReader(conn), method)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.stopErr != nil {
+		t.Errorf("stopping the gateway: %v", rec.stopErr)
+	}
+	if rerr != nil {
+		t.Fatalf("no answer: %v", rerr)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, rec
 }
 
 // runBounded runs fn(i) for i in [0, n) on at most limit goroutines and

@@ -60,66 +60,44 @@ func exchangeVector(c vectorCase) (res vectorResult) {
 		res.setupErr = err
 		return res
 	}
-	up, err := newRecordingUpstream()
-	if err != nil {
-		res.setupErr = err
-		return res
-	}
-	g, err := startGateway(Options{}, up.addr())
-	if err != nil {
-		up.close(time.Second)
-		res.setupErr = err
-		return res
-	}
-	defer func() {
-		res.stopErr = g.stop()
-		up.close(2 * time.Second)
-		up.mu.Lock()
-		res.reqs, res.received, res.complete, res.upErrs = up.reqs, up.received, up.complete, up.errs
-		up.mu.Unlock()
-	}()
-	conn, err := net.DialTimeout("tcp", g.addr, 10*time.Second)
-	if err != nil {
-		res.setupErr = err
-		return res
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(vectorDeadline))
-	// A write can fail when the gateway has already refused the request and
-	// closed; the answer may still be there to read.
-	_, res.writeErr = conn.Write(raw)
-
-	w := c.Want
-	n := w.responses()
-	methods := requestMethods(raw)
-	br := bufio.NewReader(conn)
-	for i := range n {
-		last := i == n-1
-		method := http.MethodGet
-		if i < len(methods) && (w.Forward || !last) {
-			method = methods[i]
+	rec, err := throughGateway(Options{}, vectorDeadline, func(conn net.Conn) {
+		// A write can fail when the gateway has already refused the
+		// request and closed; the answer may still be there to read.
+		_, res.writeErr = conn.Write(raw)
+		w := c.Want
+		n := w.responses()
+		methods := requestMethods(raw)
+		br := bufio.NewReader(conn)
+		for i := range n {
+			last := i == n-1
+			method := http.MethodGet
+			if i < len(methods) && (w.Forward || !last) {
+				method = methods[i]
+			}
+			resp, err := readFinalResponse(br, method)
+			if err != nil {
+				res.readErr = err
+				return
+			}
+			res.statuses = append(res.statuses, resp.StatusCode)
+			_, berr := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if !wantStatusAt(w, i, resp.StatusCode) {
+				return // the answers that follow would not be the ones the case is about
+			}
+			if berr != nil && !(last && !w.Forward) {
+				// A rejection's body may be cut by the close that follows
+				// it; any other body must be whole.
+				res.readErr = fmt.Errorf("reading the body of response %d: %w", i+1, berr)
+				return
+			}
 		}
-		resp, err := readFinalResponse(br, method)
-		if err != nil {
-			res.readErr = err
-			return res
+		if !w.Forward || w.Close {
+			res.closed, res.afterClose, res.closeErr = readUntilClosed(br)
 		}
-		res.statuses = append(res.statuses, resp.StatusCode)
-		_, berr := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if !wantStatusAt(w, i, resp.StatusCode) {
-			return res // the answers that follow would not be the ones the case is about
-		}
-		if berr != nil && !(last && !w.Forward) {
-			// A rejection's body may be cut by the close that follows it;
-			// any other body must be whole.
-			res.readErr = fmt.Errorf("reading the body of response %d: %w", i+1, berr)
-			return res
-		}
-	}
-	if !w.Forward || w.Close {
-		res.closed, res.afterClose, res.closeErr = readUntilClosed(br)
-	}
+	})
+	res.setupErr = err
+	res.reqs, res.received, res.complete, res.upErrs, res.stopErr = rec.reqs, rec.received, rec.complete, rec.errs, rec.stopErr
 	return res
 }
 
