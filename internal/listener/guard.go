@@ -309,13 +309,18 @@ func (g *Guard) Scan(p []byte) (int, *Error) {
 					g.fail()
 					return i, err
 				}
+				// A body's line is refused as soon as it cannot become a
+				// valid one, not at its end: a client that sent "x=y" as
+				// a chunk, or "," as a trailer field, and then waits or
+				// half-closes gets its 400 before anything goes upstream
+				// (the handler asks BodyRefused first).
 				if g.state == stChunkSize && badChunkSizeStart(g.carry) {
-					// Refused now, not at the line's end: a client that
-					// sent "x=y" as a chunk and waits, or half-closes,
-					// gets its 400 before anything goes upstream (the
-					// handler asks BodyRefused first).
 					g.fail()
 					return i, errChunkSize
+				}
+				if g.state == stTrailer && badFieldStart(g.carry) {
+					g.fail()
+					return i, errFieldName
 				}
 				return len(p), nil
 			}
@@ -707,6 +712,20 @@ func chunkExt(b []byte) *Error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// badFieldStart reports whether b, the start of a trailer line whose end
+// has not arrived, can no longer become a field line or the empty line
+// that ends the section: a byte before the colon that is not a token
+// character (a CR only as the empty line's first byte). A space or tab
+// before the colon, or as the first byte, is refused here too, as at the
+// line's end (obs-fold, whitespace before the colon).
+func badFieldStart(b []byte) bool {
+	if len(b) > 0 && b[0] == '\r' {
+		return len(b) > 1
+	}
+	n := tokenLen(b)
+	return n < len(b) && (b[n] != ':' || n == 0)
 }
 
 // tokenLen returns the length of the token at the start of b.
