@@ -14,9 +14,10 @@
 // The cases are mutations of the transcribed vectors in ../http1 (the
 // request bytes only; no parser code) and of a few plain requests: a byte
 // inserted, replaced or deleted, a framing header line added, a chunk size
-// line rewritten, a line duplicated. Each is given to llhttp in one
-// execute call, as the gateway's test writes it in one write, then
-// finish(). Kept are the ones llhttp either refuses or reads to the end
+// line rewritten, a line duplicated, a version or method changed; a
+// quarter of them have a second request after the first, pipelined. Each
+// is given to llhttp in one execute call, as the gateway's test writes it
+// in one write, then finish(). Kept are the ones llhttp either refuses or reads to the end
 // as whole messages; ones it leaves mid-message (a server would wait for
 // more), ones with an upgrade or CONNECT (what follows is a tunnel, not
 // requests) and duplicates are not.
@@ -217,6 +218,12 @@ while ((refused.length < WANT_REFUSED || accepted.length < WANT_ACCEPTED) && tri
   const s = pick(seeds);
   let b = s.raw;
   const steps = [];
+  if (rand() < 0.25) {
+    // Pipelined: another request right after this one, in the same write.
+    const t = pick(seeds);
+    b = Buffer.concat([b, t.raw]);
+    steps.push(`then ${t.from}`);
+  }
   const n = 1 + below(2);
   for (let i = 0; i < n; i++) {
     const [nb, what] = mutate(b);
