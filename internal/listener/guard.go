@@ -45,6 +45,7 @@ var (
 	errBadCL         = &Error{400, "invalid Content-Length"}
 	errTECoding      = &Error{400, "Transfer-Encoding other than chunked"}
 	errTETab         = &Error{400, "a tab around the Transfer-Encoding value"}
+	errConnection    = &Error{400, "a Connection field that is not a list of tokens"}
 	errTE10          = &Error{400, "Transfer-Encoding in an HTTP/1.0 request"}
 	errChunkSize     = &Error{400, "invalid chunk size"}
 	errChunkExt      = &Error{400, "invalid chunk extension"}
@@ -116,6 +117,8 @@ const (
 //     zeros included: every value then fits an int64), or together with
 //     Transfer-Encoding; Transfer-Encoding other than exactly "chunked"
 //     (a tab beside it included), repeated, or in HTTP/1.0;
+//   - a Connection field that is not a comma-separated list of tokens,
+//     whose "close" parsers would read differently;
 //   - a chunk size that is not 1 to 15 hex digits, an extension that is not
 //     ;token[=token|quoted-string] without whitespace, chunk data not
 //     followed by CRLF;
@@ -539,8 +542,17 @@ func (g *Guard) field(l []byte, head bool) *Error {
 			g.expect = true
 		}
 	case 10:
-		if eqFold(name, "connection") && hasToken(value, "upgrade") {
-			g.connUpg = true
+		if eqFold(name, "connection") {
+			if !tokenList(value) {
+				// Whether the connection closes after this request
+				// frames what follows it, and parsers read a malformed
+				// list differently: Go's server and nginx find "close"
+				// in "/ close", llhttp and fasthttp do not.
+				return errConnection
+			}
+			if hasToken(value, "upgrade") {
+				g.connUpg = true
+			}
 		}
 	case 14:
 		if eqFold(name, "content-length") {
@@ -758,6 +770,25 @@ func quotedLen(b []byte) int {
 }
 
 // hasToken reports whether the comma-separated list v holds tok.
+// tokenList reports whether v is a comma-separated list of tokens, with
+// optional whitespace around each and empty elements allowed (RFC 9110
+// section 5.6.1), as a Connection field must be.
+func tokenList(v []byte) bool {
+	for len(v) > 0 {
+		item := v
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			item, v = v[:i], v[i+1:]
+		} else {
+			v = nil
+		}
+		item = trimOWS(item)
+		if tokenLen(item) != len(item) {
+			return false
+		}
+	}
+	return true
+}
+
 func hasToken(v []byte, tok string) bool {
 	for len(v) > 0 {
 		item := v

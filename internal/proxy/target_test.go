@@ -6,14 +6,17 @@ import (
 )
 
 // TestTargetChecks sends request targets and framing fields that Go's
-// server or llhttp refuse through the real listener: each gets 400 and
-// the upstream nothing. Before, an absolute-form target's authority went
-// upstream as the Host header unchecked ("http://a\"b/x" arrived as
-// Host: a"b, which no Host header could carry), a path with a broken
-// percent-escape was forwarded (Go's server and nginx answer 400), any
-// scheme was taken for http, and a tab around "chunked" was taken as
-// optional whitespace. The accepted neighbours of each go through, with
-// the host and target the upstream must get.
+// server, llhttp or nginx refuse, or read differently, through the real
+// listener: each gets 400 and the upstream nothing. Before, an
+// absolute-form target's authority went upstream as the Host header
+// unchecked ("http://a\"b/x" arrived as Host: a"b, which no Host header
+// could carry), a path with a broken percent-escape was forwarded (Go's
+// server and nginx answer 400), any scheme was taken for http, a tab
+// beside "chunked" was taken as optional whitespace, and a Connection
+// field that is not a list of tokens ("/ close") was read as keep-alive,
+// where Go's server and nginx read it as close: whether the pipelined
+// request after it is one. The accepted neighbours go through, with the
+// host and target the upstream must get.
 func TestTargetChecks(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -28,6 +31,7 @@ func TestTargetChecks(t *testing.T) {
 		{name: "ftp scheme", in: "GET ftp://b/x HTTP/1.1\r\nHost: a\r\n\r\n", want: 400},
 		{name: "bad escape in the path", in: "GET /x%zz HTTP/1.1\r\nHost: a\r\n\r\n", want: 400},
 		{name: "escape cut short", in: "GET /x% HTTP/1.1\r\nHost: a\r\n\r\n", want: 400},
+		{name: "connection not a token list", in: "GET /x HTTP/1.1\r\nHost: a\r\nConnection: / close\r\n\r\nGET /y HTTP/1.1\r\nHost: a\r\n\r\n", want: 400},
 		{name: "tab after chunked", in: "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\t\r\n\r\n1\r\nz\r\n0\r\n\r\n", want: 400},
 
 		{name: "absolute form", in: "GET http://b:81/x HTTP/1.1\r\nHost: a\r\n\r\n", want: 200, wantHost: "b:81", wantTarget: "/x"},
