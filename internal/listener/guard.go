@@ -459,16 +459,17 @@ func (g *Guard) requestLine(l []byte) *Error {
 			if !eqFold(scheme, "http") && !eqFold(scheme, "https") {
 				return errScheme
 			}
-			if emptyHost(auth) {
+			hostport := auth
+			if j := bytes.LastIndexByte(auth, '@'); j >= 0 {
+				hostport = auth[j+1:] // after the userinfo
+			}
+			if emptyHost(hostport) {
 				return errEmptyHost
 			}
 			// The authority, not the Host header, is the host the
 			// request goes with (RFC 9112 section 3.2.2), so it must be
 			// as valid as a Host header.
-			if j := bytes.LastIndexByte(auth, '@'); j >= 0 {
-				auth = auth[j+1:]
-			}
-			if !httpguts.ValidHostHeader(b2s(auth)) || !digitsPort(auth) {
+			if !httpguts.ValidHostHeader(b2s(hostport)) || !digitsPort(hostport) {
 				return errTargetHost
 			}
 		}
@@ -639,21 +640,14 @@ func (g *Guard) endMessage() {
 }
 
 func (g *Guard) chunkSize(l []byte) *Error {
-	i := 0
-	var n uint64
-	for i < len(l) {
-		v, ok := unhex(l[i])
-		if !ok {
-			break
-		}
-		if i == maxChunkSizeDigits {
-			return errChunkSize
-		}
-		n = n<<4 | uint64(v)
-		i++
-	}
-	if i == 0 {
+	i := hexDigits(l)
+	if i == 0 || i > maxChunkSizeDigits {
 		return errChunkSize
+	}
+	var n uint64
+	for _, c := range l[:i] {
+		v, _ := unhex(c)
+		n = n<<4 | uint64(v)
 	}
 	if err := chunkExt(l[i:]); err != nil {
 		return err
@@ -673,13 +667,7 @@ func (g *Guard) chunkSize(l []byte) *Error {
 // or has after them a byte that is neither the ";" of an extension nor
 // the line's CR. (An extension is checked when its line ends.)
 func badChunkSizeStart(b []byte) bool {
-	i := 0
-	for i < len(b) {
-		if _, ok := unhex(b[i]); !ok {
-			break
-		}
-		i++
-	}
+	i := hexDigits(b)
 	switch {
 	case len(b) == 0:
 		return false
@@ -689,6 +677,16 @@ func badChunkSizeStart(b []byte) bool {
 		return b[i] != ';' && b[i] != '\r'
 	}
 	return false
+}
+
+// hexDigits returns how many hex digits b starts with.
+func hexDigits(b []byte) int {
+	for i, c := range b {
+		if _, ok := unhex(c); !ok {
+			return i
+		}
+	}
+	return len(b)
 }
 
 // chunkExt checks *( ";" token [ "=" ( token / quoted-string ) ] ), the
@@ -769,19 +767,22 @@ func quotedLen(b []byte) int {
 	return -1
 }
 
-// hasToken reports whether the comma-separated list v holds tok.
+// nextItem splits the first element off the comma-separated list v,
+// without its optional whitespace; rest is nil after the last one.
+func nextItem(v []byte) (item, rest []byte) {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		return trimOWS(v[:i]), v[i+1:]
+	}
+	return trimOWS(v), nil
+}
+
 // tokenList reports whether v is a comma-separated list of tokens, with
 // optional whitespace around each and empty elements allowed (RFC 9110
 // section 5.6.1), as a Connection field must be.
 func tokenList(v []byte) bool {
 	for len(v) > 0 {
-		item := v
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			item, v = v[:i], v[i+1:]
-		} else {
-			v = nil
-		}
-		item = trimOWS(item)
+		var item []byte
+		item, v = nextItem(v)
 		if tokenLen(item) != len(item) {
 			return false
 		}
@@ -789,15 +790,12 @@ func tokenList(v []byte) bool {
 	return true
 }
 
+// hasToken reports whether the comma-separated list v holds tok.
 func hasToken(v []byte, tok string) bool {
 	for len(v) > 0 {
-		item := v
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			item, v = v[:i], v[i+1:]
-		} else {
-			v = nil
-		}
-		if eqFold(trimOWS(item), tok) {
+		var item []byte
+		item, v = nextItem(v)
+		if eqFold(item, tok) {
 			return true
 		}
 	}
@@ -953,20 +951,17 @@ func digitsPort(hostport []byte) bool {
 	return true
 }
 
-// emptyHost reports whether auth, the authority of an http or https
-// target (with no '#'), names no host: "http:///p", "http://:80/p",
-// "http://user@/p".
-func emptyHost(auth []byte) bool {
-	if j := bytes.LastIndexByte(auth, '@'); j >= 0 {
-		auth = auth[j+1:]
+// emptyHost reports whether hostport, the host[:port] of an http or
+// https target's authority (after any userinfo, with no '#'), names no
+// host: "http:///p", "http://:80/p", "http://user@/p".
+func emptyHost(hostport []byte) bool {
+	if len(hostport) > 0 && hostport[0] == '[' {
+		return false // an IP literal; digitsPort and the parser check it
 	}
-	if len(auth) > 0 && auth[0] == '[' {
-		return false // an IP literal; the parser checks it
+	if j := bytes.LastIndexByte(hostport, ':'); j >= 0 {
+		hostport = hostport[:j]
 	}
-	if j := bytes.LastIndexByte(auth, ':'); j >= 0 {
-		auth = auth[:j]
-	}
-	return len(auth) == 0
+	return len(hostport) == 0
 }
 
 func eqFold(b []byte, s string) bool {
