@@ -89,14 +89,9 @@ type llhttpResult struct {
 	up         upstreamRecord
 }
 
-// exchangeLLHTTP writes c's bytes in one write to a gateway of its own,
-// half-closes, and reads every answer until the gateway closes.
-func exchangeLLHTTP(c llhttpCase) (res llhttpResult) {
-	raw, err := c.bytes()
-	if err != nil {
-		res.setupErr = err
-		return res
-	}
+// exchangeLLHTTP writes raw, c's bytes, in one write to a gateway of its
+// own, half-closes, and reads every answer until the gateway closes.
+func exchangeLLHTTP(c llhttpCase, raw []byte) (res llhttpResult) {
 	res.up, res.setupErr = throughGateway(Options{}, vectorDeadline, func(conn net.Conn) {
 		// A write can fail when the gateway has already refused and
 		// closed; its answer may still be there to read.
@@ -180,12 +175,17 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 	if testing.Short() {
 		cases = cases[:len(cases)/10]
 	}
+	raws := make([][]byte, len(cases))
+	for i, c := range cases {
+		if raws[i], err = c.bytes(); err != nil {
+			t.Fatalf("%s: cases[%d].raw: %v", llhttpCasesFile, i, err)
+		}
+	}
 	oracle := goBodyOracle(t)
 	results := make([]llhttpResult, len(cases))
 	runBounded(len(cases), vectorConcurrency, func(i int) {
-		results[i] = exchangeLLHTTP(cases[i])
-		raw, _ := cases[i].bytes()
-		sts := netHTTPStatuses(oracle, raw, len(cases[i].LLHTTP.Messages)+1, vectorDeadline, true)
+		results[i] = exchangeLLHTTP(cases[i], raws[i])
+		sts := netHTTPStatuses(oracle, raws[i], len(cases[i].LLHTTP.Messages)+1, vectorDeadline, true)
 		results[i].goStatuses = sts
 		for _, st := range sts {
 			if st != http.StatusOK {
@@ -202,7 +202,7 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 		}
 		var errs []string
 		msgs := c.LLHTTP.Messages
-		if raw, _ := c.bytes(); newerLLHTTP(c, raw) {
+		if newerLLHTTP(c, raws[i]) {
 			laterLLHTTP++
 			continue
 		}
