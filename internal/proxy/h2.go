@@ -410,6 +410,15 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false
 	}
+	if len(r.Header["Expect"]) != 0 {
+		// x/net/http2's server takes out an Expect that holds
+		// 100-continue and meets it itself; what is left is an
+		// expectation the gateway cannot meet (RFC 9110 section
+		// 10.1.1). It is refused as the HTTP/1.1 listener refuses it,
+		// not dropped on the way upstream as if it had been met.
+		s.reject(http.StatusExpectationFailed, "unsupported expectation (only 100-continue is)")
+		return false
+	}
 	if r.Host != "" && s.host.Parse(s2b(r.Host), rootPath) != nil {
 		// The host must parse as the HTTP/1.1 codec's Host does
 		// (fasthttp's, after net/url's): x/net/http2's server checks

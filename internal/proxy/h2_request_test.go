@@ -319,3 +319,47 @@ func expectNoted(t *testing.T, seen <-chan string, want ...string) {
 		t.Fatalf("%q never reached the upstream", want[0])
 	}
 }
+
+// TestH2Expectation: an HTTP/2 request with an Expect other than
+// 100-continue is refused with 417, as the HTTP/1.1 listener refuses it,
+// and never forwarded; one with 100-continue gets its upload through.
+// Before, x/net/http2's server passed the unknown expectation on, and the
+// gateway dropped it with the other fields it does not forward: the
+// upstream served a request whose client had asked for what nobody met.
+// Raw frames through the real h2c listener.
+func TestH2Expectation(t *testing.T) {
+	var got atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, "ok "+r.Header.Get("Expect")+string(b))
+	}))
+	t.Cleanup(up.Close)
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(up))}, listener.Protocols{H2C: true})
+	base := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/up"}, {"content-length", "3"}}
+	for _, tc := range []struct {
+		expect []string
+		status int
+		body   string
+	}{
+		{[]string{"100-continue"}, http.StatusOK, "ok abc"},
+		{[]string{"100-Continue"}, http.StatusOK, "ok abc"},
+		{[]string{"foo"}, http.StatusExpectationFailed, "unsupported expectation"},
+		{[]string{"100-continuee"}, http.StatusExpectationFailed, "unsupported expectation"},
+		{[]string{""}, http.StatusExpectationFailed, "unsupported expectation"},
+		{[]string{"foo", "bar"}, http.StatusExpectationFailed, "unsupported expectation"},
+	} {
+		before := got.Load()
+		fields := append([][2]string(nil), base...)
+		for _, v := range tc.expect {
+			fields = append(fields, [2]string{"expect", v})
+		}
+		status, body, err := h2Exchange(t, addr, fields, []byte("abc"))
+		if err != nil || status != tc.status || !strings.Contains(body, tc.body) {
+			t.Errorf("expect %q: status %d, body %q (%v); want %d with %q", tc.expect, status, body, err, tc.status, tc.body)
+		}
+		if forwarded := got.Load() - before; (tc.status == http.StatusOK) != (forwarded == 1) {
+			t.Errorf("expect %q: the upstream got %d requests", tc.expect, forwarded)
+		}
+	}
+}
