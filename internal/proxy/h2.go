@@ -419,11 +419,23 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusExpectationFailed, "unsupported expectation (only 100-continue is)")
 		return false
 	}
-	if r.Host != "" && s.host.Parse(s2b(r.Host), rootPath) != nil {
+	if r.Host == "" {
+		// Neither :authority nor host, or an empty one: RFC 9113
+		// section 8.3.1 has an http or https request carry one, and
+		// RFC 9110 section 4.2.1 has a recipient reject an http URI
+		// with an empty host. Such a request is malformed, and an
+		// intermediary must not forward it (RFC 9113 section 8.1.1);
+		// the HTTP/1.1 listener refuses a missing or empty Host alike.
+		// x/net/http2's server passed it, and it went upstream with the
+		// instance address for its host.
+		s.reject(http.StatusBadRequest, "missing host")
+		return false
+	}
+	if s.host.Parse(s2b(r.Host), rootPath) != nil {
 		// The host must parse as the HTTP/1.1 codec's Host does
 		// (fasthttp's, after net/url's): x/net/http2's server checks
 		// only its characters, and passed "a:x" and "a:80:80". Parse
-		// copies the host. An absent one is the instance's, as before.
+		// copies the host.
 		s.reject(http.StatusBadRequest, "invalid host")
 		return false
 	}

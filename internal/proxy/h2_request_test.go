@@ -252,7 +252,8 @@ func TestH2TargetIsVisibleASCII(t *testing.T) {
 }
 
 // TestH2AuthorityIsAValidHost: an HTTP/2 request's host (:authority, or a
-// host field without one) must parse as the HTTP/1.1 codec's Host does.
+// host field without one) must be there and parse as the HTTP/1.1 codec's
+// Host does.
 // x/net/http2's server checks only its characters: ":authority: a:x"
 // reached the upstream as "Host: a:x", which an HTTP/1.1 client gets 400
 // for, and the decision matched host conditions against it.
@@ -274,6 +275,18 @@ func TestH2AuthorityIsAValidHost(t *testing.T) {
 		status, body, err := h2Exchange(t, addr, req(tc[0], tc[1]), nil)
 		if err == nil && (status != http.StatusBadRequest || !strings.Contains(body, "invalid host")) {
 			t.Errorf(":authority %q, host %q: status %d, body %q; want 400 invalid host (or a reset stream)", tc[0], tc[1], status, body)
+		}
+	}
+	// Neither, or an empty :authority or host: no host to send upstream.
+	for _, f := range [][][2]string{
+		req("", ""),
+		{{":method", "GET"}, {":scheme", "http"}, {":authority", ""}, {":path", "/p"}},
+		{{":method", "GET"}, {":scheme", "http"}, {":path", "/p"}, {"host", ""}},
+		{{":method", "POST"}, {":scheme", "https"}, {":path", "/p"}},
+	} {
+		status, body, err := h2Exchange(t, addr, f, nil)
+		if err == nil && (status != http.StatusBadRequest || !strings.Contains(body, "missing host")) {
+			t.Errorf("%q: status %d, body %q; want 400 missing host (or a reset stream)", f, status, body)
 		}
 	}
 	for _, tc := range [][2]string{{"a.test:8080", ""}, {"[::1]:80", ""}, {"", "b.test"}} {
