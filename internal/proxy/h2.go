@@ -337,7 +337,10 @@ func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
 var rootPath = []byte("/")
 
 // visibleTarget reports whether a :path is visible ASCII only, as the
-// HTTP/1.1 listener requires of a request target. Go's server takes
+// HTTP/1.1 listener requires of a request target. (serve also refuses
+// the asterisk form on any method but OPTIONS, as RFC 9112 section 3.2.4
+// and that listener do: x/net/http2's server passes ":path: *" with any
+// method, and "GET * HTTP/1.1" went to an http1 pool.) Go's server takes
 // spaces and bytes past ASCII in the query (it escapes them in the path
 // only), and a query goes into an http1 pool's request line as it is:
 // "/p?x HTTP/1.1 X" made the line "GET /p?x HTTP/1.1 X HTTP/1.1".
@@ -395,7 +398,7 @@ func (s *stream) serve() bool {
 	s.in.h = r.Header
 	s.setRequestID(s.in.Peek(hdrRequestID), trusted)
 	s.grpc = isGRPC(r.Header.Get("Content-Type"))
-	target := visibleTarget(r.RequestURI) && dropFragment(r)
+	target := visibleTarget(r.RequestURI) && (r.RequestURI != "*" || r.Method == http.MethodOptions) && dropFragment(r)
 	s.view.see(r, s.peer, s.trusted, s.opts.AllowUnderscoresInHeaders)
 	s.path = append(s.path[:0], s.view.Path()...)
 	if !target {

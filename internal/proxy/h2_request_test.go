@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -248,6 +249,33 @@ func TestH2TargetIsVisibleASCII(t *testing.T) {
 		t.Errorf("a visible :path: status %d (%v), want 200", status, err)
 	}
 	expectNoted(t, seen, `/p?a%20b&c="<>"`)
+	expectNoted(t, seen)
+}
+
+// TestH2AsteriskFormIsOptionsOnly: ":path: *" is the asterisk form, which
+// RFC 9112 section 3.2.4 allows OPTIONS only, and which the HTTP/1.1
+// listener refuses on any other method. x/net/http2's server passes it
+// with any method, and an http1 pool got "GET * HTTP/1.1". Now such a
+// request gets 400 and the upstream nothing; OPTIONS * still goes through.
+func TestH2AsteriskFormIsOptionsOnly(t *testing.T) {
+	seen := make(chan string, 8)
+	up := rawBackend(t, func(req *http.Request, w *bufio.Writer) {
+		seen <- req.Method + " " + req.RequestURI
+		_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	for _, m := range []string{"GET", "HEAD", "POST", "DELETE", "PROPFIND"} {
+		fields := [][2]string{{":method", m}, {":scheme", "http"}, {":authority", "a"}, {":path", "*"}}
+		status, body, err := h2Exchange(t, addr, fields, nil)
+		if err == nil && (status != http.StatusBadRequest || (m != "HEAD" && !strings.Contains(body, "bad request target"))) {
+			t.Errorf("%s *: status %d, body %q; want 400 bad request target (or a reset stream)", m, status, body)
+		}
+	}
+	fields := [][2]string{{":method", "OPTIONS"}, {":scheme", "http"}, {":authority", "a"}, {":path", "*"}}
+	if status, body, err := h2Exchange(t, addr, fields, nil); err != nil || status != http.StatusOK || body != "ok" {
+		t.Errorf("OPTIONS *: status %d, body %q (%v), want 200 ok", status, body, err)
+	}
+	expectNoted(t, seen, "OPTIONS *")
 	expectNoted(t, seen)
 }
 
