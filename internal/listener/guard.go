@@ -596,7 +596,13 @@ func (g *Guard) endHead() *Error {
 		return errTwoHosts
 	case g.hosts == 0 && !g.http10:
 		return errNoHost
-	case g.hosts == 1 && !httpguts.ValidHostHeader(b2s(g.host)):
+	case g.hosts == 1 && (len(g.host) == 0 || !httpguts.ValidHostHeader(b2s(g.host))):
+		// An empty Host is valid to Go's server (RFC 9112 section 3.2
+		// allows one when the target has no authority), but fasthttp
+		// refuses it, and a gateway that routes by host has none to
+		// route by: refused here, before the checks that follow, so
+		// that it is the same 400 with any other field (an unknown
+		// Expect) as it is over HTTP/2.
 		return errBadHost
 	case g.tes > 0 && g.http10:
 		return errTE10

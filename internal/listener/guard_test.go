@@ -46,6 +46,8 @@ func TestGuard(t *testing.T) {
 		{"expect 100-continue", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\nx", 0, 1},
 		{"unknown expectation", "POST / HTTP/1.1\r\nHost: a\r\nExpect: a-pony\r\nContent-Length: 0\r\n\r\n", 417, 0},
 		{"unknown expectation in http/1.0", "POST / HTTP/1.0\r\nExpect: a-pony\r\nContent-Length: 0\r\n\r\n", 417, 0},
+		{"empty host before an unknown expectation", "GET / HTTP/1.1\r\nHost: \r\nExpect: a-pony\r\n\r\n", 400, 0},
+		{"empty host in http/1.0", "GET / HTTP/1.0\r\nHost:\r\n\r\n", 400, 0},
 		{"100-continue in http/1.0 ignored", "POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n", 0, 1},
 		{"bare CR before the body", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\rabc", 400, 0},
 		{"forbidden trailer", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nContent-Length: 5\r\n\r\n", 400, 1},
