@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,7 +82,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 			h.Add(string(k), string(v))
 		}
 	}
-	host := ctx.Host()
+	host := zoneless(ctx.Host())
 	ex.addForwarded(&netOut{h}, in, host, ctx.IsTLS() || isTLSConn(ctx.Conn()), trusted)
 	clear(ex.tokens)
 	ex.tokens = ex.tokens[:0]
@@ -104,7 +105,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	}
 	out := &http.Request{
 		Method: string(in.Method()), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		URL:    &url.URL{Scheme: scheme, Host: ex.inst.Addr, Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery},
+		URL:    upstreamURL(scheme, ex.inst.Addr, u),
 		Header: h, Host: string(host),
 	}
 	if ex.d.UpstreamHost || len(host) == 0 {
@@ -723,4 +724,20 @@ func (b *netRespBody) CloseWithError(werr error) error {
 	}
 	ex.finish()
 	return nil
+}
+
+// upstreamURL is the URL of a request to the instance at addr with u's
+// path and query, as the client sent them. net/url writes a path as its
+// own escaping of it unless the path came in that form: a byte it would
+// escape itself ('"', '\', '<', '{', '|' and others that a request target
+// may carry) was escaped on the way, so "/a\"b" reached the upstream as
+// "/a%22b" from an HTTP/2 client and as sent from an HTTP/1.1 one. Such a
+// path goes out unchanged, in Opaque; one that starts with "//" cannot
+// (net/url would make it a scheme-relative URL) and keeps net/url's form.
+func upstreamURL(scheme, addr string, u *url.URL) *url.URL {
+	out := &url.URL{Scheme: scheme, Host: addr, Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
+	if u.RawPath != "" && !strings.HasPrefix(u.RawPath, "//") && u.EscapedPath() != u.RawPath {
+		out.Opaque = u.RawPath
+	}
+	return out
 }

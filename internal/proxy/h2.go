@@ -413,15 +413,6 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false
 	}
-	if len(r.Header["Expect"]) != 0 {
-		// x/net/http2's server takes out an Expect that holds
-		// 100-continue and meets it itself; what is left is an
-		// expectation the gateway cannot meet (RFC 9110 section
-		// 10.1.1). It is refused as the HTTP/1.1 listener refuses it,
-		// not dropped on the way upstream as if it had been met.
-		s.reject(http.StatusExpectationFailed, "unsupported expectation (only 100-continue is)")
-		return false
-	}
 	if r.Host == "" {
 		// Neither :authority nor host, or an empty one: RFC 9113
 		// section 8.3.1 has an http or https request carry one, and
@@ -440,6 +431,15 @@ func (s *stream) serve() bool {
 		// only its characters, and passed "a:x" and "a:80:80". Parse
 		// copies the host.
 		s.reject(http.StatusBadRequest, "invalid host")
+		return false
+	}
+	if len(r.Header["Expect"]) != 0 {
+		// x/net/http2's server takes out an Expect that holds
+		// 100-continue and meets it itself; what is left is an
+		// expectation the gateway cannot meet (RFC 9110 section
+		// 10.1.1). It is refused as the HTTP/1.1 listener refuses it,
+		// not dropped on the way upstream as if it had been met.
+		s.reject(http.StatusExpectationFailed, "unsupported expectation (only 100-continue is)")
 		return false
 	}
 	if !httpguts.ValidHeaderFieldName(r.Method) {
@@ -715,7 +715,7 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 	if pool.Protocol == upstream.H2 || (pool.Protocol == upstream.HTTP1 && s.inst.TLS) {
 		scheme = "https"
 	}
-	host := r.Host
+	host := string(zoneless(s2b(r.Host)))
 	if s.d.UpstreamHost || host == "" {
 		host = s.inst.Addr
 	}
@@ -727,7 +727,7 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 			h[k] = vs
 		}
 	}
-	s.addForwarded(&netOut{h}, &s.in, s2b(r.Host), s.info.tls, trusted)
+	s.addForwarded(&netOut{h}, &s.in, s2b(host), s.info.tls, trusted)
 	clear(s.tokens)
 	s.tokens = s.tokens[:0]
 	if pool.Protocol != upstream.HTTP1 && teTrailers(r.Header["Te"]) {
@@ -740,7 +740,7 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 	}
 	out := &http.Request{
 		Method:     r.Method,
-		URL:        &url.URL{Scheme: scheme, Host: s.inst.Addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
+		URL:        upstreamURL(scheme, s.inst.Addr, r.URL),
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,

@@ -109,7 +109,7 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 	h = append(h, uri...)
 	ex.head = append(h, " HTTP/1.1\r\n"...)
 
-	host := ctx.Host()
+	host := zoneless(ctx.Host())
 	if ex.d.UpstreamHost || len(host) == 0 {
 		ex.addHeader(s2b(fasthttp.HeaderHost), s2b(ex.inst.Addr))
 	} else {
@@ -747,4 +747,28 @@ func (f *flow) decisionHeaders(h fields) {
 		h.AddBytesKV(s2b(fasthttp.HeaderSetCookie), c)
 		f.scratch = c[:0]
 	}
+}
+
+// zoneless removes an IPv6 zone from a host ("[fe80::1%25en0]:80", which
+// Go's server and the listener take, as RFC 6874 writes it in a URI, and
+// which fasthttp decodes to "[fe80::1%en0]:80"). A zone only means
+// something on the client's own host, and RFC 6874 section 4 has an
+// intermediary remove it from what it sends on: the upstream's Host and
+// X-Forwarded-Host carry "[fe80::1]:80", over either listener (Go's
+// transport removes it from the Host it writes; the HTTP/1.1 codec sent
+// the decoded zone, not a valid host). Any other host is returned as it
+// is, without a copy.
+func zoneless(host []byte) []byte {
+	if len(host) == 0 || host[0] != '[' {
+		return host
+	}
+	i := bytes.IndexByte(host, '%')
+	if i < 0 {
+		return host
+	}
+	j := bytes.IndexByte(host[i:], ']')
+	if j < 0 {
+		return host
+	}
+	return append(host[:i:i], host[i+j:]...)
 }
