@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/http/httputil"
 
@@ -259,18 +260,34 @@ func framingConflict(head []byte, chunked, http11 bool) bool {
 // fasthttp takes and drops). The status line and continuation lines are
 // not field lines.
 func hasField(head []byte, name string) bool {
-	i := bytes.IndexByte(head, '\n')
-	for i >= 0 {
-		head = head[i+1:]
-		if len(head) > len(name) && head[0]|0x20 == name[0] && eqFold(head[:len(name)], name) {
-			rest := bytes.TrimLeft(head[len(name):], " \t")
-			if len(rest) > 0 && rest[0] == ':' {
-				return true
-			}
-		}
-		i = bytes.IndexByte(head, '\n')
+	for range fieldValues(head, name) {
+		return true
 	}
 	return false
+}
+
+// fieldValues yields the value of each field line of head named name, as
+// hasField finds them, without the whitespace around it.
+func fieldValues(head []byte, name string) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		i := bytes.IndexByte(head, '\n')
+		for i >= 0 {
+			head = head[i+1:]
+			if len(head) > len(name) && head[0]|0x20 == name[0] && eqFold(head[:len(name)], name) {
+				rest := bytes.TrimLeft(head[len(name):], " \t")
+				if len(rest) > 0 && rest[0] == ':' {
+					v := rest[1:]
+					if j := bytes.IndexByte(v, '\n'); j >= 0 {
+						v = v[:j]
+					}
+					if !yield(bytes.Trim(v, " \t\r")) {
+						return
+					}
+				}
+			}
+			i = bytes.IndexByte(head, '\n')
+		}
+	}
 }
 
 // checkFirstChunk refuses a chunked response body whose first chunk line,

@@ -654,7 +654,11 @@ func (s *stream) checkH1Head(resp *http.Response) error {
 		_ = resp.Body.Close()
 		return err
 	}
-	conflict, after := s.att.conn.seen()
+	conflict, after, facts := s.att.conn.seen()
+	if err := facts.apply(resp); err != nil {
+		_ = resp.Body.Close()
+		return fmt.Errorf("%w from %s", err, s.inst.Addr)
+	}
 	if conflict {
 		s.p.violation(violationFramingConflict)
 	}

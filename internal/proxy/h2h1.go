@@ -12,6 +12,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -247,6 +248,7 @@ func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textp
 		// refill br: head still holds it afterwards.
 		buf, _ := br.Peek(br.Buffered())
 		head := buf[:headEnd(buf)]
+		closeColons(head) // in br's buffer, before net/http reads it
 		resp, err := http.ReadResponse(br, req)
 		if err != nil {
 			return nil, false, err
@@ -259,6 +261,12 @@ func readResponseH1(br *bufio.Reader, req *http.Request, interim func(int, textp
 		case resp.StatusCode == http.StatusSwitchingProtocols || !validStatus(resp.StatusCode):
 			return nil, false, unrelayableStatus(resp)
 		case resp.StatusCode >= 200:
+			var facts headFacts
+			facts.read(head)
+			if err := facts.apply(resp); err != nil {
+				_ = resp.Body.Close()
+				return nil, false, err
+			}
 			chunked := len(resp.TransferEncoding) > 0
 			http11 := resp.ProtoAtLeast(1, 1)
 			return resp, (chunked || !http11) && framingConflict(head, chunked, http11), nil
@@ -385,6 +393,7 @@ type headConn struct {
 	// first line or maxChunkLine.
 	conflict bool
 	after    []byte
+	facts    headFacts
 	// look holds what was read of a head that is not all there yet;
 	// pending what was read and may be handed to the Transport; err the
 	// error of a read whose bytes were held, for when both are empty.
@@ -410,6 +419,7 @@ var hdrConnClose = []byte("Connection: close\r\n")
 func (c *headConn) arm(body *upBody) {
 	c.mu.Lock()
 	c.armed, c.conflict, c.after = true, false, c.after[:0]
+	c.facts = headFacts{conn: c.facts.conn[:0]}
 	c.body = body
 	c.mu.Unlock()
 }
@@ -438,12 +448,15 @@ func (c *headConn) Close() error {
 	return err
 }
 
-// seen returns what the last response's head showed (see headConn). The
-// Transport has read the head when RoundTrip returns, so has c.
-func (c *headConn) seen() (conflict bool, after []byte) {
+// seen returns what the last response's head showed (see headConn and
+// headFacts). The Transport has read the head when RoundTrip returns, so
+// has c.
+func (c *headConn) seen() (conflict bool, after []byte, facts headFacts) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.conflict, c.after
+	f := c.facts
+	f.conn = slices.Clone(f.conn)
+	return c.conflict, c.after, f
 }
 
 func (c *headConn) Read(p []byte) (int, error) {
@@ -538,6 +551,8 @@ func (c *headConn) examine(head, rest []byte) bool {
 		c.after = append(c.after, rest[:min(len(rest), maxChunkLine)]...)
 	}
 	c.conflict = framingConflict(head, chunked, !http10)
+	c.facts.read(head)
+	closeColons(head) // in the bytes the Transport is handed
 	return c.conflict
 }
 
@@ -576,4 +591,92 @@ func statusLine(head []byte) []byte {
 		head = head[:i]
 	}
 	return bytes.TrimSuffix(head, []byte("\r"))
+}
+
+// headFacts is what a final response head says that net/http's reading of
+// it hides, for the HTTP/2 listener's way to an http1 pool to answer as
+// the HTTP/1.1 codec does. Two things the HTTP/1.1 codec refuses (a 502)
+// and net/http takes: more than one Content-Length line (net/http takes
+// repeated equal ones for one), and a Trailer field that is not a list of
+// field names (judged in apply, on net/http's reading, which has joined a
+// folded line as fasthttp does). And its Connection values: net/http
+// drops the whole field when it holds "close", and with it the names of
+// the hop-by-hop fields it lists, which then went through to an HTTP/2
+// client ("Connection: close, X-Secret" passed X-Secret on).
+type headFacts struct {
+	lengths int
+	conn    []string
+}
+
+// The heads headFacts refuses.
+var (
+	errRepeatedLength = errors.New("upstream response has more than one Content-Length")
+	errBadTrailer     = errors.New("upstream response has a Trailer field that is not a list of field names")
+)
+
+// read notes what head shows.
+func (f *headFacts) read(head []byte) {
+	f.lengths, f.conn = 0, f.conn[:0]
+	for range fieldValues(head, "content-length") {
+		f.lengths++
+	}
+	for v := range fieldValues(head, "connection") {
+		f.conn = append(f.conn, string(v))
+	}
+}
+
+// apply refuses resp for what its head showed, or gives it back the
+// Connection values net/http took out, for filterNetResponse to act on.
+func (f *headFacts) apply(resp *http.Response) error {
+	if f.lengths > 1 {
+		return errRepeatedLength
+	}
+	// net/http takes the Trailer field of a chunked answer out into
+	// resp.Trailer's keys, and leaves that of any other.
+	for k := range resp.Trailer {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return errBadTrailer
+		}
+	}
+	for _, v := range resp.Header["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.Trim(name, " \t"); name != "" && !httpguts.ValidHeaderFieldName(name) {
+				return errBadTrailer
+			}
+		}
+	}
+	if len(f.conn) > 0 {
+		resp.Header["Connection"] = slices.Clone(f.conn)
+	}
+	return nil
+}
+
+// closeColons removes, in place, the spaces between a field name and its
+// colon in head, a response head ("X-A : 1"), as RFC 9112 section 5.1 has
+// a proxy do before it forwards a response. The HTTP/1.1 codec's parser
+// (fasthttp) drops them; net/http refuses the line, so the HTTP/2
+// listener's client got a 502 where an HTTP/1.1 client got the answer.
+// (A tab there is refused by both: 502.)
+// The spaces move after the colon, where they are optional whitespace
+// every parser drops, so the head keeps its length and the bytes after
+// it stay where they are. The status line and continuation lines (which
+// start with whitespace) are left alone.
+func closeColons(head []byte) {
+	_, rest, _ := bytes.Cut(head, []byte("\n")) // after the status line
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		c := bytes.IndexByte(line, ':')
+		n := c
+		for n > 0 && line[n-1] == ' ' {
+			n--
+		}
+		if n > 0 && n < c {
+			copy(line[n+1:c+1], line[n:c])
+			line[n] = ':'
+		}
+	}
 }

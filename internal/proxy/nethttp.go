@@ -1143,6 +1143,13 @@ func (f *flow) filterNetResponse(h http.Header, status int) {
 		del = del[i+1:]
 	}
 	f.scratch = f.scratch[:0]
+	if ct := h["Content-Type"]; len(ct) > 1 {
+		// Content-Type is not a list (RFC 9110 section 8.3): of a
+		// repeated one the last is kept, as the HTTP/1.1 codec keeps
+		// it (fasthttp holds one), so that a client is told one media
+		// type over either protocol.
+		h["Content-Type"] = ct[len(ct)-1:]
+	}
 	if status == http.StatusNoContent || status < 200 {
 		// RFC 9110 section 8.6: no Content-Length on a 1xx or 204, which
 		// an HTTP/2 client takes for a protocol error (the HTTP/1.1
