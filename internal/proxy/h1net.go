@@ -77,9 +77,22 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	h := make(http.Header, in.Len()+8)
 	ex.tokens = appendConnTokens(ex.tokens[:0], in.PeekAll(fasthttp.HeaderConnection))
 	ex.sawProto, ex.sawHost = false, false
-	for k, v := range in.All() {
-		if ex.keepRequestHeader(k, trusted) {
-			h.Add(string(k), string(v))
+	// The fields as they came, in order, as buildRequest sends them to an
+	// http1 pool: fasthttp's All holds some (Content-Type) once, so a
+	// repeated one reached an h2 pool once and an http1 pool as sent.
+	// A request fasthttp did not parse (a handler test's) has no wire
+	// bytes to re-read.
+	if len(in.RawHeaders()) > 0 {
+		for k, v := range in.AllInOrder() {
+			if ex.keepRequestHeader(k, trusted) {
+				h.Add(string(k), string(v))
+			}
+		}
+	} else {
+		for k, v := range in.All() {
+			if ex.keepRequestHeader(k, trusted) {
+				h.Add(string(k), string(v))
+			}
 		}
 	}
 	host := zoneless(ctx.Host())

@@ -753,6 +753,14 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 		Trailer:    r.Trailer,
 	}
 	s.setBody(out, call)
+	if out.Body == nil {
+		// Trailers come after a body; with none, there are none to
+		// wait for. A declared one (a trailer field in a request whose
+		// HEADERS ended the stream) made http2.Transport leave the
+		// upstream stream open for them, and the upstream waited for
+		// the body's end until a timeout.
+		out.Trailer = nil
+	}
 	return out.WithContext(call.ctx)
 }
 

@@ -404,3 +404,38 @@ func TestH2Expectation(t *testing.T) {
 		}
 	}
 }
+
+// TestH2DeclaredTrailerWithoutBody: an HTTP/2 request that declares a
+// trailer field ("trailer: x-t") but whose HEADERS end the stream has no
+// body and no trailers, and is answered at once, to an http1 pool and an
+// h2c pool alike. To the h2c pool it hung: http2.Transport, given the
+// declared trailers, left the upstream stream open for them, and the
+// upstream waited for the body's end until a timeout (found by
+// TestH2AgreesWithHTTP1). Raw frames through the real h2c listener.
+func TestH2DeclaredTrailerWithoutBody(t *testing.T) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		_, _ = io.WriteString(w, "ok "+strconv.Itoa(len(b)))
+	})
+	h1 := httptest.NewServer(handler)
+	t.Cleanup(h1.Close)
+	h2c := h2cServer(t, handler)
+	for _, pool := range []struct {
+		name  string
+		addr  string
+		proto upstream.Protocol
+	}{{"http1 pool", addrOf(h1), upstream.HTTP1}, {"h2c pool", addrOf(h2c), upstream.H2C}} {
+		p := poolOf("stable", pool.addr)
+		p.Protocol = pool.proto
+		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: p}, listener.Protocols{H2C: true})
+		fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/p"}, {"trailer", "x-t"}}
+		start := time.Now()
+		status, body, err := h2Exchange(t, addr, fields, nil)
+		if err != nil || status != http.StatusOK || body != "ok 0" {
+			t.Errorf("%s: status %d, body %q (%v) after %v; want 200 \"ok 0\"", pool.name, status, body, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+}

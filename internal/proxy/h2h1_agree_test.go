@@ -17,6 +17,7 @@ import (
 
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/testserve"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // agreeShape is what an HTTP/1.1 request and an HTTP/2 request can both
@@ -146,10 +147,10 @@ func TestH2AgreesWithHTTP1(t *testing.T) {
 		t.Fatalf("%s: %v", llhttpCasesFile, err)
 	}
 	seen := make(chan agreeSeen, 4)
-	// The upstream answers 100 Continue to an Expect, as Go's server does
-	// when its handler reads the body, and then 200 with "ok" (no body to
-	// a HEAD).
-	up := testserve.Conns(t, func(c net.Conn) {
+	// The http1 upstream answers 100 Continue to an Expect, as Go's
+	// server does when its handler reads the body, and then 200 with "ok"
+	// (no body to a HEAD).
+	h1 := testserve.Conns(t, func(c net.Conn) {
 		_ = c.SetDeadline(time.Now().Add(vectorDeadline))
 		br := bufio.NewReader(c)
 		for {
@@ -164,25 +165,7 @@ func TestH2AgreesWithHTTP1(t *testing.T) {
 			if err != nil {
 				return
 			}
-			var fields []string
-			for k, vv := range req.Header {
-				switch k {
-				case "X-Request-Id", "Via", "Content-Length", "X-Case", "Expect":
-					continue
-				}
-				if k == "User-Agent" {
-					// Go's Request.Write, which writes the HTTP/2
-					// listener's request to an http1 pool, sends the
-					// first of a repeated User-Agent (not a list field:
-					// RFC 9110 section 10.1.5).
-					vv = vv[:1]
-				}
-				for _, v := range vv {
-					fields = append(fields, k+": "+v)
-				}
-			}
-			slices.Sort(fields)
-			seen <- agreeSeen{tag: req.Header.Get("X-Case"), line: req.Method + " " + req.RequestURI + " Host=" + req.Host, fields: fields, body: string(body)}
+			seen <- agreeSeenOf(req, body)
 			answer := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 			if req.Method == http.MethodHead {
 				answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
@@ -192,7 +175,54 @@ func TestH2AgreesWithHTTP1(t *testing.T) {
 			}
 		}
 	})
-	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	h2c := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		seen <- agreeSeenOf(r, body)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	for _, pool := range []struct {
+		name  string
+		addr  string
+		proto upstream.Protocol
+	}{{"http1 pool", h1, upstream.HTTP1}, {"h2c pool", addrOf(h2c), upstream.H2C}} {
+		t.Run(pool.name, func(t *testing.T) {
+			p := poolOf("stable", pool.addr)
+			p.Protocol = pool.proto
+			agreeOnShapes(t, file.Cases, p, seen)
+		})
+	}
+}
+
+// agreeSeenOf is what an upstream got: the request and its body.
+func agreeSeenOf(req *http.Request, body []byte) agreeSeen {
+	var fields []string
+	for k, vv := range req.Header {
+		switch k {
+		case "X-Request-Id", "Via", "Content-Length", "X-Case", "Expect":
+			continue
+		}
+		if k == "User-Agent" {
+			// Go's Request.Write, which writes the HTTP/2 listener's
+			// request to an http1 pool, sends the first of a repeated
+			// User-Agent (not a list field: RFC 9110 section 10.1.5).
+			vv = vv[:1]
+		}
+		for _, v := range vv {
+			fields = append(fields, k+": "+v)
+		}
+	}
+	slices.Sort(fields)
+	return agreeSeen{tag: req.Header.Get("X-Case"), line: req.Method + " " + req.RequestURI + " Host=" + req.Host, fields: fields, body: string(body)}
+}
+
+// agreeOnShapes sends the shapes of cases over both protocols to a
+// gateway in front of pool, whose upstream reports on seen, and checks
+// that the two come to the same end (TestH2AgreesWithHTTP1).
+func agreeOnShapes(t *testing.T, cases []llhttpCase, pool *upstream.Pool, seen chan agreeSeen) {
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: pool}, listener.Protocols{H2C: true})
 
 	// next is what the upstream got for the request tagged tag, if
 	// anything: a forwarded request has reached it before its answer came
@@ -210,7 +240,7 @@ func TestH2AgreesWithHTTP1(t *testing.T) {
 	}
 	var compared, bothRefused, bothForwarded, ownMethods int
 	seenShapes := map[string]bool{}
-	for i, c := range file.Cases {
+	for i, c := range cases {
 		raw, err := c.bytes()
 		if err != nil {
 			t.Fatalf("cases[%d].raw: %v", i, err)
