@@ -18,6 +18,11 @@ import (
 //     the client sent it; it went to the upstream as "/a%22b%5C" from an
 //     HTTP/2 client and to an h2c pool, and as sent only on the HTTP/1.1
 //     codec's own path;
+//   - an empty query keeps its "?" ("/q?"), which net/url drops unless
+//     told;
+//   - a Host with a percent-escape ("issu%8261.com", which Go's server
+//     takes) goes upstream as it came; the HTTP/1.1 codec sent fasthttp's
+//     decoded host, a byte past ASCII;
 //   - a Host with an IPv6 zone ("[::1%25en0]:80", which Go's server takes)
 //     reaches the upstream without the zone, in Host and X-Forwarded-Host
 //     alike (RFC 6874 section 4); the HTTP/1.1 codec sent the zone decoded,
@@ -43,6 +48,8 @@ func TestForwardedFormOnEveryPath(t *testing.T) {
 			{`/with_"quotes"/a\b?q="x"`, "a", `/with_"quotes"/a\b?q="x" Host=a XFH=a`},
 			{`/a%2Fb/%41"`, "a", `/a%2Fb/%41" Host=a XFH=a`},
 			{"/z", "[::1%25en0]:80", "/z Host=[::1]:80 XFH=[::1]:80"},
+			{"/q?", "a", "/q? Host=a XFH=a"},
+			{"/h", "issu%8261.com", "/h Host=issu%8261.com XFH=issu%8261.com"},
 		} {
 			resp, body := rawExchange(t, addr, http.MethodGet, "GET "+tc.target+" HTTP/1.1\r\nHost: "+tc.host+"\r\n\r\n")
 			if resp.StatusCode != http.StatusOK || body != "ok" {

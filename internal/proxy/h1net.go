@@ -95,7 +95,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 			}
 		}
 	}
-	host := zoneless(ctx.Host())
+	host := zoneless(clientHost(in))
 	ex.addForwarded(&netOut{h}, in, host, ctx.IsTLS() || isTLSConn(ctx.Conn()), trusted)
 	clear(ex.tokens)
 	ex.tokens = ex.tokens[:0]
@@ -740,7 +740,8 @@ func (b *netRespBody) CloseWithError(werr error) error {
 }
 
 // upstreamURL is the URL of a request to the instance at addr with u's
-// path and query, as the client sent them. net/url writes a path as its
+// path and query, as the client sent them ("/p?" keeps its "?"). net/url
+// writes a path as its
 // own escaping of it unless the path came in that form: a byte it would
 // escape itself ('"', '\', '<', '{', '|' and others that a request target
 // may carry) was escaped on the way, so "/a\"b" reached the upstream as
@@ -748,7 +749,7 @@ func (b *netRespBody) CloseWithError(werr error) error {
 // path goes out unchanged, in Opaque; one that starts with "//" cannot
 // (net/url would make it a scheme-relative URL) and keeps net/url's form.
 func upstreamURL(scheme, addr string, u *url.URL) *url.URL {
-	out := &url.URL{Scheme: scheme, Host: addr, Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
+	out := &url.URL{Scheme: scheme, Host: addr, Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery, ForceQuery: u.ForceQuery}
 	if u.RawPath != "" && !strings.HasPrefix(u.RawPath, "//") && u.EscapedPath() != u.RawPath {
 		out.Opaque = u.RawPath
 	}

@@ -405,6 +405,14 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusBadRequest, "bad request target")
 		return false
 	}
+	if !httpguts.ValidHeaderFieldName(r.Method) {
+		// A method is a token (RFC 9110 section 9.1), as the HTTP/1.1
+		// listener requires. HPACK carries spaces and tabs, and
+		// x/net/http2's server passes them: "GET /admin HTTP/1.1 X"
+		// would make the request line an http1 pool gets.
+		s.reject(http.StatusBadRequest, "invalid method")
+		return false
+	}
 	if why := badContentLength(r.Header["Content-Length"]); why != "" {
 		s.reject(http.StatusBadRequest, why)
 		return false
@@ -425,14 +433,6 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusBadRequest, "missing host")
 		return false
 	}
-	if s.host.Parse(s2b(r.Host), rootPath) != nil {
-		// The host must parse as the HTTP/1.1 codec's Host does
-		// (fasthttp's, after net/url's): x/net/http2's server checks
-		// only its characters, and passed "a:x" and "a:80:80". Parse
-		// copies the host.
-		s.reject(http.StatusBadRequest, "invalid host")
-		return false
-	}
 	if len(r.Header["Expect"]) != 0 {
 		// x/net/http2's server takes out an Expect that holds
 		// 100-continue and meets it itself; what is left is an
@@ -442,12 +442,12 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusExpectationFailed, "unsupported expectation (only 100-continue is)")
 		return false
 	}
-	if !httpguts.ValidHeaderFieldName(r.Method) {
-		// A method is a token (RFC 9110 section 9.1), as the HTTP/1.1
-		// listener requires. HPACK carries spaces and tabs, and
-		// x/net/http2's server passes them: "GET /admin HTTP/1.1 X"
-		// would make the request line an http1 pool gets.
-		s.reject(http.StatusBadRequest, "invalid method")
+	if s.host.Parse(s2b(r.Host), rootPath) != nil {
+		// The host must parse as the HTTP/1.1 codec's Host does
+		// (fasthttp's, after net/url's): x/net/http2's server checks
+		// only its characters, and passed "a:x" and "a:80:80". Parse
+		// copies the host.
+		s.reject(http.StatusBadRequest, "invalid host")
 		return false
 	}
 	s.decide(&s.view, &s.in)

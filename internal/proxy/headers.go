@@ -109,7 +109,7 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 	h = append(h, uri...)
 	ex.head = append(h, " HTTP/1.1\r\n"...)
 
-	host := zoneless(ctx.Host())
+	host := zoneless(clientHost(in))
 	if ex.d.UpstreamHost || len(host) == 0 {
 		ex.addHeader(s2b(fasthttp.HeaderHost), s2b(ex.inst.Addr))
 	} else {
@@ -749,15 +749,38 @@ func (f *flow) decisionHeaders(h fields) {
 	}
 }
 
+// clientHost is the host a request is for, as the client wrote it: the
+// authority of a target in absolute form (without its userinfo), else the
+// Host field. It is what goes upstream in Host and X-Forwarded-Host, as
+// the HTTP/2 listener sends its :authority. fasthttp's ctx.Host() is its
+// URI's host, percent-decoded: "issu%8261.com" went upstream as a byte
+// past ASCII, and "[::1%25en0]" as "[::1%en0]". The listener has checked
+// both forms (requestLine, and Go's ValidHostHeader).
+func clientHost(in *fasthttp.RequestHeader) []byte {
+	uri := in.RequestURI()
+	if len(uri) > 0 && uri[0] != '/' && uri[0] != '*' {
+		if i := bytes.Index(uri, colonSlashSlash); i > 0 {
+			a := uri[i+3:]
+			if j := bytes.IndexAny(a, "/?#"); j >= 0 {
+				a = a[:j]
+			}
+			if j := bytes.LastIndexByte(a, '@'); j >= 0 {
+				a = a[j+1:]
+			}
+			return a
+		}
+	}
+	return in.Host()
+}
+
 // zoneless removes an IPv6 zone from a host ("[fe80::1%25en0]:80", which
-// Go's server and the listener take, as RFC 6874 writes it in a URI, and
-// which fasthttp decodes to "[fe80::1%en0]:80"). A zone only means
-// something on the client's own host, and RFC 6874 section 4 has an
-// intermediary remove it from what it sends on: the upstream's Host and
-// X-Forwarded-Host carry "[fe80::1]:80", over either listener (Go's
-// transport removes it from the Host it writes; the HTTP/1.1 codec sent
-// the decoded zone, not a valid host). Any other host is returned as it
-// is, without a copy.
+// Go's server and the listener take, as RFC 6874 writes it in a URI). A
+// zone only means something on the client's own host, and RFC 6874
+// section 4 has an intermediary remove it from what it sends on: the
+// upstream's Host and X-Forwarded-Host carry "[fe80::1]:80", over either
+// listener (Go's transport removes it from the Host it writes; the
+// HTTP/1.1 codec sent it decoded, "[fe80::1%en0]:80", not a valid host).
+// Any other host is returned as it is, without a copy.
 func zoneless(host []byte) []byte {
 	if len(host) == 0 || host[0] != '[' {
 		return host
