@@ -190,6 +190,12 @@ func h2Exchange(t *testing.T, addr string, fields [][2]string, data []byte) (int
 			}
 		case *http2.RSTStreamFrame:
 			return status, body, errors.New("stream reset: " + f.ErrCode.String())
+		case *http2.GoAwayFrame:
+			if f.ErrCode != http2.ErrCodeNo {
+				// A connection error: x/net/http2's server closes the
+				// connection a second later, and no answer comes.
+				return status, body, errors.New("connection refused with GOAWAY: " + f.ErrCode.String())
+			}
 		}
 	}
 }
