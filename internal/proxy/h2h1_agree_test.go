@@ -3,13 +3,11 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,27 +125,19 @@ func (a agreeSeen) String() string {
 // by both (HTTP/2 may refuse with a reset stream, from x/net/http2's
 // server, where the HTTP/1.1 listener answers 400), or forwarded by both
 // as the same request (method, target, Host, fields and body) with the
-// same answer. Two differences are known and kept, and such shapes are
+// same answer. Three differences are known and kept, and such shapes are
 // counted, not compared: a method that is a token but not one llhttp
 // knows (lower-case "get", "QUERYX") is refused over HTTP/1.1 and
 // forwarded over HTTP/2, where the gateway writes the request line
-// itself; and 100-continue among other expectations (continueAmongOthers).
+// itself; 100-continue among other expectations (continueAmongOthers);
+// and a path that starts with "//" and holds a byte net/url escapes
+// (escapedSlashPath).
 //
 // This is how ":path: *" with GET, an Expect other than 100-continue and
 // a request with no host were found going upstream over HTTP/2 while the
 // HTTP/1.1 listener refused them.
 func TestH2AgreesWithHTTP1(t *testing.T) {
-	data, err := os.ReadFile(llhttpCasesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Source json.RawMessage `json:"source"`
-		Cases  []llhttpCase    `json:"cases"`
-	}
-	if err := json.Unmarshal(data, &file); err != nil {
-		t.Fatalf("%s: %v", llhttpCasesFile, err)
-	}
+	cases := loadLLHTTPCases(t)
 	seen := make(chan agreeSeen, 4)
 	// The http1 upstream answers 100 Continue to an Expect, as Go's
 	// server does when its handler reads the body, and then 200 with "ok"
@@ -193,7 +183,7 @@ func TestH2AgreesWithHTTP1(t *testing.T) {
 		t.Run(pool.name, func(t *testing.T) {
 			p := poolOf("stable", pool.addr)
 			p.Protocol = pool.proto
-			agreeOnShapes(t, file.Cases, p, seen)
+			agreeOnShapes(t, cases, p, seen)
 		})
 	}
 }

@@ -155,31 +155,17 @@ func goBodyOracle(t *testing.T) string {
 // forwards no more requests than Go's server answered 200. Every forwarded
 // request is answered 200, in order, and no answer is 499.
 func TestHTTP1AgainstLLHTTP(t *testing.T) {
-	data, err := os.ReadFile(llhttpCasesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file struct {
-		Source json.RawMessage `json:"source"`
-		Cases  []llhttpCase    `json:"cases"`
-	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&file); err != nil {
-		t.Fatalf("%s: %v", llhttpCasesFile, err)
-	}
-	if len(file.Cases) < 1000 {
-		t.Fatalf("%s: %d cases, want at least 1000", llhttpCasesFile, len(file.Cases))
-	}
-	cases := file.Cases
+	cases := loadLLHTTPCases(t)
 	if testing.Short() {
 		cases = cases[:len(cases)/10]
 	}
 	raws := make([][]byte, len(cases))
 	for i, c := range cases {
-		if raws[i], err = c.bytes(); err != nil {
+		raw, err := c.bytes()
+		if err != nil {
 			t.Fatalf("%s: cases[%d].raw: %v", llhttpCasesFile, i, err)
 		}
+		raws[i] = raw
 	}
 	oracle := goBodyOracle(t)
 	results := make([]llhttpResult, len(cases))
@@ -261,4 +247,26 @@ func orNone(s string) string {
 		return "no error"
 	}
 	return s
+}
+
+// loadLLHTTPCases reads the generated corpus (gen.js), strictly.
+func loadLLHTTPCases(t *testing.T) []llhttpCase {
+	t.Helper()
+	data, err := os.ReadFile(llhttpCasesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Source json.RawMessage `json:"source"`
+		Cases  []llhttpCase    `json:"cases"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&file); err != nil {
+		t.Fatalf("%s: %v", llhttpCasesFile, err)
+	}
+	if len(file.Cases) < 1000 {
+		t.Fatalf("%s: %d cases, want at least 1000", llhttpCasesFile, len(file.Cases))
+	}
+	return file.Cases
 }
