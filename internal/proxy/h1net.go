@@ -741,13 +741,13 @@ func (b *netRespBody) CloseWithError(werr error) error {
 
 // upstreamURL is the URL of a request to the instance at addr with u's
 // path and query, as the client sent them ("/p?" keeps its "?"). net/url
-// writes a path as its
-// own escaping of it unless the path came in that form: a byte it would
-// escape itself ('"', '\', '<', '{', '|' and others that a request target
-// may carry) was escaped on the way, so "/a\"b" reached the upstream as
-// "/a%22b" from an HTTP/2 client and as sent from an HTTP/1.1 one. Such a
-// path goes out unchanged, in Opaque; one that starts with "//" cannot
-// (net/url would make it a scheme-relative URL) and keeps net/url's form.
+// writes a path as its own escaping of it unless the path came in that
+// form: a byte it would escape itself ('"', '\', '<', '{', '|' and others
+// that a request target may carry) was escaped on the way, so "/a\"b"
+// reached the upstream as "/a%22b" from an HTTP/2 client and as sent from
+// an HTTP/1.1 one. Such a path goes out unchanged, in Opaque; one that
+// starts with "//" cannot (net/url would make it a scheme-relative URL)
+// and keeps net/url's form.
 func upstreamURL(scheme, addr string, u *url.URL) *url.URL {
 	out := &url.URL{Scheme: scheme, Host: addr, Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery, ForceQuery: u.ForceQuery}
 	if u.RawPath != "" && !strings.HasPrefix(u.RawPath, "//") && u.EscapedPath() != u.RawPath {

@@ -655,12 +655,12 @@ func (f *headFacts) apply(resp *http.Response) error {
 // colon in head, a response head ("X-A : 1"), as RFC 9112 section 5.1 has
 // a proxy do before it forwards a response. The HTTP/1.1 codec's parser
 // (fasthttp) drops them; net/http refuses the line, so the HTTP/2
-// listener's client got a 502 where an HTTP/1.1 client got the answer.
-// (A tab there is refused by both: 502.)
-// The spaces move after the colon, where they are optional whitespace
-// every parser drops, so the head keeps its length and the bytes after
-// it stay where they are. The status line and continuation lines (which
-// start with whitespace) are left alone.
+// listener's client got a 502 where an HTTP/1.1 client got the answer (a
+// tab there is refused by both: 502). The spaces move after the colon,
+// where they are optional whitespace every parser drops, so the head
+// keeps its length and the bytes after it stay where they are. The
+// status line and continuation lines (which start with whitespace) are
+// left alone.
 func closeColons(head []byte) {
 	_, rest, _ := bytes.Cut(head, []byte("\n")) // after the status line
 	for len(rest) > 0 {
