@@ -147,7 +147,7 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 		out.Body = nu.att.body
 		out.ContentLength = ex.reqBody.size
 		if ex.bodyKind == bodyChunked {
-			out.Trailer, nu.att.body.onEnd = requestTrailer(in)
+			out.Trailer, nu.att.body.onEnd = requestTrailer(in, ex.keepRequestTrailer)
 		}
 	default:
 		call.arm()
@@ -202,16 +202,19 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 // the body has ended: fasthttp parses the trailer section into the
 // request header then, on the goroutine reading the body, which is the
 // transport's, before it returns the body's end. Fields the request did
-// not announce are not sent, as writeBody does for an HTTP/1.1 pool.
-// Without an announcement it returns nil and no function.
-func requestTrailer(in *fasthttp.RequestHeader) (http.Header, func()) {
+// not announce are not sent, as writeBody does for an HTTP/1.1 pool, nor
+// those keep refuses. Without an announcement it returns nil and no
+// function.
+func requestTrailer(in *fasthttp.RequestHeader, keep func([]byte) bool) (http.Header, func()) {
 	keys := in.PeekTrailerKeys()
-	if len(keys) == 0 {
-		return nil, nil
-	}
 	tr := make(http.Header, len(keys))
 	for _, k := range keys {
-		tr[http.CanonicalHeaderKey(string(k))] = nil
+		if keep(k) {
+			tr[http.CanonicalHeaderKey(string(k))] = nil
+		}
+	}
+	if len(tr) == 0 {
+		return nil, nil
 	}
 	return tr, func() {
 		for k := range tr {

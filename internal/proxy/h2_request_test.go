@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -134,6 +135,13 @@ func h2Upload(t *testing.T, addr, declared string, data []byte) (int, string, er
 // answer's status and body; an error if the stream was reset.
 func h2Exchange(t *testing.T, addr string, fields [][2]string, data []byte) (int, string, error) {
 	t.Helper()
+	return h2ExchangeTrailers(t, addr, fields, data, nil)
+}
+
+// h2ExchangeTrailers is h2Exchange with a trailer section after the data
+// (a HEADERS frame that ends the stream), when trailers is not nil.
+func h2ExchangeTrailers(t *testing.T, addr string, fields [][2]string, data []byte, trailers [][2]string) (int, string, error) {
+	t.Helper()
 	c := dialBounded(t, addr, 5*time.Second)
 	defer c.Close()
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
@@ -148,15 +156,24 @@ func h2Exchange(t *testing.T, addr string, fields [][2]string, data []byte) (int
 	for _, f := range fields {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: data == nil}); err != nil {
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: data == nil && trailers == nil}); err != nil {
 		t.Fatal(err)
 	}
 	for len(data) > 0 { // within the initial 65,535-byte windows
 		n := min(len(data), 16384)
-		if err := fr.WriteData(1, n == len(data), data[:n]); err != nil {
+		if err := fr.WriteData(1, n == len(data) && trailers == nil, data[:n]); err != nil {
 			t.Fatal(err)
 		}
 		data = data[n:]
+	}
+	if trailers != nil {
+		hb.Reset()
+		for _, f := range trailers {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dec := hpack.NewDecoder(4096, nil)
 	status, body := 0, ""
@@ -442,6 +459,55 @@ func TestH2DeclaredTrailerWithoutBody(t *testing.T) {
 		status, body, err := h2Exchange(t, addr, fields, nil)
 		if err != nil || status != http.StatusOK || body != "ok 0" {
 			t.Errorf("%s: status %d, body %q (%v) after %v; want 200 \"ok 0\"", pool.name, status, body, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// TestRequestTrailersAlike: a request's trailer fields reach the upstream
+// the same way on all four paths (each listener to an http1 and an h2c
+// pool): the announced ones, and not one whose name holds "_". The
+// HTTP/1.1 codec's own path to an http1 pool sent every field that came
+// in the trailer section, announced or not ("X-U"), and "x_t" too, which
+// the header rule (allow_underscores_in_headers: false) keeps from an
+// upstream that would fold it into "X-T"; the other paths sent only the
+// announced ones. Real bytes through the real listener, raw frames for
+// HTTP/2 (an unannounced trailer is not something Go's client sends).
+func TestRequestTrailersAlike(t *testing.T) {
+	seen := make(chan string, 4)
+	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		var got []string
+		for k, vv := range r.Trailer {
+			if len(vv) > 0 {
+				got = append(got, k+"="+strings.Join(vv, ","))
+			}
+		}
+		slices.Sort(got)
+		seen <- string(b) + " " + strings.Join(got, " ")
+		_, _ = io.WriteString(w, "ok")
+	})) // speaks HTTP/1.1 and h2c
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		p := poolOf("stable", addrOf(up))
+		p.Protocol = proto
+		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: p}, listener.Protocols{H2C: true})
+		resp, body := rawExchange(t, addr, http.MethodPost, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-T, x_t\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			"3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\nx_t: 3\r\n\r\n")
+		if resp.StatusCode != http.StatusOK || body != "ok" {
+			t.Fatalf("%s, HTTP/1.1 client: %d %q", proto, resp.StatusCode, body)
+		}
+		if got := <-seen; got != "abc X-T=1" {
+			t.Errorf("%s, HTTP/1.1 client: the upstream got %q, want \"abc X-T=1\"", proto, got)
+		}
+		fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}, {"trailer", "x-t"}}
+		status, body, err := h2ExchangeTrailers(t, addr, fields, []byte("abc"), [][2]string{{"x-t", "1"}, {"x-u", "2"}})
+		if err != nil || status != http.StatusOK || body != "ok" {
+			t.Fatalf("%s, HTTP/2 client: %d %q (%v)", proto, status, body, err)
+		}
+		if got := <-seen; got != "abc X-T=1" {
+			t.Errorf("%s, HTTP/2 client: the upstream got %q, want \"abc X-T=1\"", proto, got)
 		}
 	}
 }

@@ -156,14 +156,22 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 		ex.head = append(ex.head, "\r\n"...)
 	case bodyChunked:
 		ex.head = append(ex.head, "Transfer-Encoding: chunked\r\n"...)
-		if keys := in.PeekTrailerKeys(); len(keys) > 0 {
-			ex.head = append(ex.head, "Trailer: "...)
-			for i, k := range keys {
-				if i > 0 {
-					ex.head = append(ex.head, ", "...)
-				}
-				ex.head = append(ex.head, k...)
+		keys := in.PeekTrailerKeys()
+		ex.announced = len(keys)
+		n := 0
+		for _, k := range keys {
+			if !ex.keepRequestTrailer(k) {
+				continue
 			}
+			if n == 0 {
+				ex.head = append(ex.head, "Trailer: "...)
+			} else {
+				ex.head = append(ex.head, ", "...)
+			}
+			ex.head = append(ex.head, k...)
+			n++
+		}
+		if n > 0 {
 			ex.head = append(ex.head, "\r\n"...)
 		}
 	}
@@ -499,6 +507,15 @@ func (f *flow) dropTrailerField(k []byte) bool {
 	return f.dropResponseField(k) || eqFold(k, hdrVia) ||
 		(!f.opts.AllowUnderscoresInHeaders && hasUnderscore(k)) || f.reportedField(k) ||
 		!httpguts.ValidHeaderFieldName(b2s(k))
+}
+
+// keepRequestTrailer reports whether a request's trailer field named k
+// goes upstream: not one whose name holds "_" (unless
+// allow_underscores_in_headers), as for the header fields
+// (keepRequestHeader). The listener has refused the fields that may not
+// be trailers at all.
+func (f *flow) keepRequestTrailer(k []byte) bool {
+	return f.opts.AllowUnderscoresInHeaders || bytes.IndexByte(k, '_') < 0
 }
 
 // dropNetTrailer is dropTrailerField for a trailer that net/http's or

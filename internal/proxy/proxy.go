@@ -382,6 +382,10 @@ func (p *Proxy) DegradationLogDropped() uint64 {
 type exchange struct {
 	flow
 	view view
+	// announced is how many trailer fields the request's Trailer field
+	// named (buildRequest): fasthttp adds the names of unannounced ones
+	// that arrive after them, and only announced ones go upstream.
+	announced int
 	// ctx is the request being served, while the handler runs.
 	ctx  *fasthttp.RequestCtx
 	uc   *upstreamClient

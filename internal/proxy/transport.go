@@ -736,9 +736,15 @@ func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn n
 		return wrapWrite(err)
 	}
 	// The trailer section (RFC 9112 section 7.1.2), which fasthttp parsed
-	// into the request header when the body ended.
+	// into the request header when the body ended: the announced fields
+	// (the first ex.announced names; fasthttp adds those of unannounced
+	// ones after them) that keepRequestTrailer keeps.
 	in := &ctx.Request.Header
-	for _, k := range in.PeekTrailerKeys() {
+	keys := in.PeekTrailerKeys()
+	for _, k := range keys[:min(ex.announced, len(keys))] {
+		if !ex.keepRequestTrailer(k) {
+			continue
+		}
 		for _, v := range in.PeekAll(b2s(k)) {
 			ex.scratch = append(append(append(append(ex.scratch[:0], k...), ": "...), v...), "\r\n"...)
 			if _, err := bw.Write(ex.scratch); err != nil {
