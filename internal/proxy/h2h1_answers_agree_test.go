@@ -11,13 +11,17 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/testserve"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // answerBases are upstream answers to a GET that the mutations of
@@ -185,14 +189,27 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 	if testing.Short() {
 		answers = answers[:100]
 	}
+	// One gateway for the whole run; each request goes to an upstream of
+	// its own, by its path ("/answer/ask"), which answers it and closes:
+	// the answer decides whether the upstream's connection can be used
+	// again, and that is not this test's question.
+	var mu sync.Mutex
+	targets := map[string]*upstream.Pool{}
+	route := deciderFunc(func(r attr.Request) router.Decision {
+		mu.Lock()
+		defer mu.Unlock()
+		return router.Decision{Group: "stable", Target: targets[r.Path()]}
+	})
+	_, addr := startProxyWith(t, Options{}, route, listener.Protocols{H2C: true})
+	tr := h2cClient(t).Transport.(*http2.Transport)
+	tr.DisableCompression = true // no Accept-Encoding: the HTTP/1.1 client's request
 	var agreed, noAnswer int
 	for i, raw := range answers {
-		// One upstream and one gateway per client: the answer decides
-		// whether the upstream's connection can be used again, and that
-		// is not this test's question. A subtest per answer, so that
-		// each one's are stopped before the next.
+		// A subtest per answer, so that its upstreams are stopped before
+		// the next.
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			ask := func(h2 bool, method string) clientView {
+				path := fmt.Sprintf("/%d/%v%s", i, h2, method)
 				up := testserve.Conns(t, func(c net.Conn) {
 					_ = c.SetDeadline(time.Now().Add(vectorDeadline))
 					req, err := http.ReadRequest(bufio.NewReader(c))
@@ -204,18 +221,17 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 					}
 					_, _ = c.Write(raw)
 				})
-				_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+				mu.Lock()
+				targets[path] = poolOf("stable", up)
+				mu.Unlock()
 				if h2 {
 					// The transport alone: no redirect is followed, no
-					// Location read; no Accept-Encoding is sent, so the
-					// upstream gets the HTTP/1.1 client's request.
-					tr := h2cClient(t).Transport.(*http2.Transport)
-					tr.DisableCompression = true
+					// Location read.
 					var body io.Reader
 					if method == http.MethodPost {
 						body = strings.NewReader("abc")
 					}
-					req, err := http.NewRequest(method, "http://"+addr+"/", body)
+					req, err := http.NewRequest(method, "http://"+addr+path, body)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -225,9 +241,9 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 				}
 				conn := dialBounded(t, addr, vectorDeadline)
 				defer conn.Close()
-				req := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+				req := "GET " + path + " HTTP/1.1\r\nHost: a\r\n\r\n"
 				if method == http.MethodPost {
-					req = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+					req = "POST " + path + " HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
 				}
 				if _, err := io.WriteString(conn, req); err != nil {
 					return clientView{err: err}
