@@ -234,7 +234,10 @@ type stream struct {
 	// cbody is the client's body, made per request: a transport may still
 	// read it after the stream is pooled again.
 	cbody *clientBody
-	buf   []byte
+	// trailer is the upstream request's Trailer (keptTrailer), made per
+	// request as cbody is.
+	trailer http.Header
+	buf     []byte
 	// host parses the request's host as the HTTP/1.1 codec's fasthttp
 	// parses a Host (see serve).
 	host fasthttp.URI
@@ -367,6 +370,39 @@ func dropFragment(r *http.Request) bool {
 	return true
 }
 
+// keptTrailer is the Trailer of r's upstream request: r.Trailer, or,
+// when r announced a trailer field keepRequestTrailer refuses (a name
+// with "_"), a map of the others, whose values in fills in when the body
+// ends. x/net/http2's server writes r.Trailer's values on the goroutine
+// that reads the body's end, in that read (its pipe's readFn): keptTrailer
+// runs before anything reads the body, and in's hook after that read, on
+// the same goroutine; a transport reads the map's values after the body
+// it sends has ended, which is after in's.
+func (s *stream) keptTrailer(r *http.Request, in *clientIn) http.Header {
+	refused := false
+	for k := range r.Trailer {
+		if !s.keepRequestTrailer(s2b(k)) {
+			refused = true
+			break
+		}
+	}
+	if !refused {
+		return r.Trailer
+	}
+	kept := make(http.Header, len(r.Trailer))
+	for k := range r.Trailer {
+		if s.keepRequestTrailer(s2b(k)) {
+			kept[k] = nil
+		}
+	}
+	in.onEOF = func() {
+		for k := range kept {
+			kept[k] = r.Trailer[k]
+		}
+	}
+	return kept
+}
+
 func (s *stream) resetStream() {
 	s.resetFlow()
 	s.view.reset()
@@ -380,7 +416,7 @@ func (s *stream) resetStream() {
 			c.carried(s.att.body)
 		}
 	}
-	s.cbody = nil
+	s.cbody, s.trailer = nil, nil
 	s.att, s.pending, s.replayed = netAttempt{}, nil, false
 	s.deadline = time.Time{}
 	s.bodyEnd.Store(0)
@@ -477,6 +513,7 @@ func (s *stream) serve() bool {
 		}
 		s.cbody = newClientBody(r, s.rc, timeout)
 		src = s.cbody
+		s.trailer = s.keptTrailer(r, &s.cbody.in)
 	}
 	if s.grpc && cl != 0 {
 		cl = -1
@@ -750,7 +787,7 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 		ProtoMinor: 1,
 		Header:     h,
 		Host:       host,
-		Trailer:    r.Trailer,
+		Trailer:    s.trailer,
 	}
 	s.setBody(out, call)
 	if out.Body == nil {
@@ -1170,9 +1207,21 @@ type clientIn struct {
 	// ResponseWriter must not be touched then. end marks that, under mu.
 	mu    sync.Mutex
 	ended bool
+	// onEOF, if set, runs once, on the goroutine that reads the body's
+	// end (keptTrailer).
+	onEOF func()
 }
 
 func (c *clientIn) Read(p []byte) (int, error) {
+	n, err := c.read(p)
+	if err == io.EOF && c.onEOF != nil {
+		c.onEOF()
+		c.onEOF = nil
+	}
+	return n, err
+}
+
+func (c *clientIn) read(p []byte) (int, error) {
 	if d := c.timeout; d > 0 {
 		now := time.Now()
 		want := now.Add(d).UnixNano()
