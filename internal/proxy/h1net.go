@@ -82,17 +82,13 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	// repeated one reached an h2 pool once and an http1 pool as sent.
 	// A request fasthttp did not parse (a handler test's) has no wire
 	// bytes to re-read.
+	fields := in.All()
 	if len(in.RawHeaders()) > 0 {
-		for k, v := range in.AllInOrder() {
-			if ex.keepRequestHeader(k, trusted) {
-				h.Add(string(k), string(v))
-			}
-		}
-	} else {
-		for k, v := range in.All() {
-			if ex.keepRequestHeader(k, trusted) {
-				h.Add(string(k), string(v))
-			}
+		fields = in.AllInOrder()
+	}
+	for k, v := range fields {
+		if ex.keepRequestHeader(k, trusted) {
+			h.Add(string(k), string(v))
 		}
 	}
 	host := zoneless(clientHost(in))

@@ -513,6 +513,11 @@ func (s *stream) serve() bool {
 		}
 		s.cbody = newClientBody(r, s.rc, timeout)
 		src = s.cbody
+		// Trailers come after a body, so a request without one has
+		// none (s.trailer stays nil): one that announced a trailer
+		// field and whose HEADERS ended the stream made http2.Transport
+		// leave the upstream stream open for trailers, and the upstream
+		// waited for the body's end until a timeout.
 		s.trailer = s.keptTrailer(r, &s.cbody.in)
 	}
 	if s.grpc && cl != 0 {
@@ -756,7 +761,10 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 	if pool.Protocol == upstream.H2 || (pool.Protocol == upstream.HTTP1 && s.inst.TLS) {
 		scheme = "https"
 	}
-	host := string(zoneless(s2b(r.Host)))
+	host := r.Host
+	if z := zoneless(s2b(host)); len(z) != len(host) {
+		host = string(z) // a copy only for a host with an IPv6 zone
+	}
 	if s.d.UpstreamHost || host == "" {
 		host = s.inst.Addr
 	}
@@ -790,14 +798,6 @@ func (s *stream) upstreamRequest(pool *upstream.Pool, trusted bool, call *netCal
 		Trailer:    s.trailer,
 	}
 	s.setBody(out, call)
-	if out.Body == nil {
-		// Trailers come after a body; with none, there are none to
-		// wait for. A declared one (a trailer field in a request whose
-		// HEADERS ended the stream) made http2.Transport leave the
-		// upstream stream open for them, and the upstream waited for
-		// the body's end until a timeout.
-		out.Trailer = nil
-	}
 	return out.WithContext(call.ctx)
 }
 

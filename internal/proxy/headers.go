@@ -365,23 +365,36 @@ func (ex *exchange) originForm(uri []byte) []byte {
 	if i := bytes.IndexByte(uri, '#'); i >= 0 {
 		uri = uri[:i]
 	}
-	if len(uri) == 0 || uri[0] == '/' || (len(uri) == 1 && uri[0] == '*') {
+	_, rest, ok := absoluteForm(uri)
+	switch {
+	case !ok:
 		return uri
+	case len(rest) == 0:
+		return slash
+	case rest[0] == '/':
+		return rest
+	}
+	ex.scratch = append(append(ex.scratch[:0], '/'), rest...)
+	return ex.scratch
+}
+
+// absoluteForm splits a request target in absolute form
+// ("http://u@a:80/p?q") into its authority, userinfo included, and what
+// follows it, from the first '/', '?' or '#' (nothing if there is none);
+// ok is false for a target in any other form.
+func absoluteForm(uri []byte) (auth, rest []byte, ok bool) {
+	if len(uri) == 0 || uri[0] == '/' {
+		return nil, nil, false
 	}
 	i := bytes.Index(uri, colonSlashSlash)
 	if i < 0 {
-		return uri
+		return nil, nil, false
 	}
-	rest := uri[i+3:]
-	j := bytes.IndexAny(rest, "/?")
-	switch {
-	case j < 0:
-		return slash
-	case rest[j] == '/':
-		return rest[j:]
+	auth = uri[i+3:]
+	if j := bytes.IndexAny(auth, "/?#"); j >= 0 {
+		return auth[:j], auth[j:], true
 	}
-	ex.scratch = append(append(ex.scratch[:0], '/'), rest[j:]...)
-	return ex.scratch
+	return auth, nil, true
 }
 
 // pathTarget re-reads u, which fasthttp parsed from target, when target is
@@ -515,7 +528,7 @@ func (f *flow) dropTrailerField(k []byte) bool {
 // (keepRequestHeader). The listener has refused the fields that may not
 // be trailers at all.
 func (f *flow) keepRequestTrailer(k []byte) bool {
-	return f.opts.AllowUnderscoresInHeaders || bytes.IndexByte(k, '_') < 0
+	return f.opts.AllowUnderscoresInHeaders || !hasUnderscore(k)
 }
 
 // dropNetTrailer is dropTrailerField for a trailer that net/http's or
@@ -774,18 +787,11 @@ func (f *flow) decisionHeaders(h fields) {
 // past ASCII, and "[::1%25en0]" as "[::1%en0]". The listener has checked
 // both forms (requestLine, and Go's ValidHostHeader).
 func clientHost(in *fasthttp.RequestHeader) []byte {
-	uri := in.RequestURI()
-	if len(uri) > 0 && uri[0] != '/' && uri[0] != '*' {
-		if i := bytes.Index(uri, colonSlashSlash); i > 0 {
-			a := uri[i+3:]
-			if j := bytes.IndexAny(a, "/?#"); j >= 0 {
-				a = a[:j]
-			}
-			if j := bytes.LastIndexByte(a, '@'); j >= 0 {
-				a = a[j+1:]
-			}
-			return a
+	if auth, _, ok := absoluteForm(in.RequestURI()); ok {
+		if j := bytes.LastIndexByte(auth, '@'); j >= 0 {
+			auth = auth[j+1:]
 		}
+		return auth
 	}
 	return in.Host()
 }
