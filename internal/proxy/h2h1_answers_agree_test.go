@@ -203,7 +203,7 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 	_, addr := startProxyWith(t, Options{}, route, listener.Protocols{H2C: true})
 	tr := h2cClient(t).Transport.(*http2.Transport)
 	tr.DisableCompression = true // no Accept-Encoding: the HTTP/1.1 client's request
-	var agreed, noAnswer int
+	var agreed, relayed, noAnswer int
 	for i, raw := range answers {
 		// A subtest per answer, so that its upstreams are stopped before
 		// the next.
@@ -261,9 +261,19 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 					t.Errorf("answer %d to a %s: %q\nan HTTP/1.1 client got %v\nan HTTP/2 client got %v", i, m, raw, v1, v2)
 				default:
 					agreed++
+					if v1.status != http.StatusBadGateway {
+						relayed++
+					}
 				}
 			}
 		})
 	}
-	t.Logf("%d answers, each to a GET and a POST: %d read alike, %d with no answer over either", len(answers), agreed, noAnswer)
+	t.Logf("%d answers, each to a GET and a POST: %d read alike (%d relayed, the rest the gateway's 502), %d with no answer over either",
+		len(answers), agreed, relayed, noAnswer)
+	if relayed < len(answers)/2 {
+		// Two clients that get no answer, or the gateway's 502, agree
+		// too: a harness that broke every exchange would pass without
+		// this.
+		t.Fatalf("only %d of %d exchanges relayed an upstream's answer over both protocols", relayed, 2*len(answers))
+	}
 }
