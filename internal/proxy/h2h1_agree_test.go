@@ -301,6 +301,11 @@ func agreeOnShapes(t *testing.T, cases []llhttpCase, pool *upstream.Pool, seen c
 	if compared < 500 {
 		t.Fatalf("only %d shapes compared, want at least 500", compared)
 	}
+	if bothForwarded < compared/4 {
+		// Refused by both agrees too: a gateway that refused every
+		// request would pass without this.
+		t.Fatalf("only %d of %d shapes forwarded by both", bothForwarded, compared)
+	}
 	t.Logf("%d shapes compared: %d forwarded alike, %d refused by both; %d with a method only HTTP/2 takes, %d with 100-continue among other expectations, %d paths net/url escapes",
 		compared, bothForwarded, bothRefused, ownMethods, expectLists, slashPaths)
 }

@@ -240,6 +240,17 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 	}
 	t.Logf("%d cases: %d refused by llhttp and by the gateway at the same message; %d where the gateway refused earlier than llhttp; %d requests forwarded; %d refused only by this llhttp (a Content-Length with a tab beside it)",
 		len(cases), refusedByBoth, stricter, forwarded, laterLLHTTP)
+	whole := 0 // the cases llhttp read to the end
+	for _, c := range cases {
+		if c.LLHTTP.Error == "" {
+			whole++
+		}
+	}
+	if forwarded < whole/2 {
+		// The gateway may refuse more than llhttp does; one that
+		// refused everything would pass every check above.
+		t.Fatalf("only %d requests forwarded, of %d cases llhttp reads whole", forwarded, whole)
+	}
 }
 
 func orNone(s string) string {
