@@ -523,7 +523,7 @@ func (g *Guard) field(l []byte, head bool) *Error {
 		return errFieldValue
 	}
 	if !head {
-		if badTrailer(name) {
+		if BadTrailer(name) {
 			return errTrailerField
 		}
 		return nil
@@ -827,11 +827,12 @@ func knownMethod(m []byte) bool {
 	return false
 }
 
-// badTrailer reports a field that may not be sent in a trailer section
+// BadTrailer reports a field that may not be sent in a trailer section
 // (RFC 9110 section 6.5.1: fields that frame or route the message, or
 // that a recipient needs before the content), the same list fasthttp's
-// parser refuses.
-func badTrailer(name []byte) bool {
+// parser refuses, in a trailer section and in a Trailer field alike. The
+// HTTP/2 listener refuses a Trailer field that names one with it.
+func BadTrailer(name []byte) bool {
 	switch len(name) {
 	case 2:
 		return eqFold(name, "te")

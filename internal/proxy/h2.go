@@ -372,7 +372,7 @@ func dropFragment(r *http.Request) bool {
 
 // keptTrailer is the Trailer of r's upstream request: r.Trailer, or,
 // when r announced a trailer field keepRequestTrailer refuses (a name
-// with "_"), a map of the others, whose values in fills in when the body
+// with "_") or the empty name (see announcedTrailers), a map of the others, whose values in fills in when the body
 // ends. x/net/http2's server writes r.Trailer's values on the goroutine
 // that reads the body's end, in that read (its pipe's readFn): keptTrailer
 // runs before anything reads the body, and in's hook after that read, on
@@ -381,7 +381,7 @@ func dropFragment(r *http.Request) bool {
 func (s *stream) keptTrailer(r *http.Request, in *clientIn) http.Header {
 	refused := false
 	for k := range r.Trailer {
-		if !s.keepRequestTrailer(s2b(k)) {
+		if k == "" || !s.keepRequestTrailer(s2b(k)) {
 			refused = true
 			break
 		}
@@ -391,7 +391,7 @@ func (s *stream) keptTrailer(r *http.Request, in *clientIn) http.Header {
 	}
 	kept := make(http.Header, len(r.Trailer))
 	for k := range r.Trailer {
-		if s.keepRequestTrailer(s2b(k)) {
+		if k != "" && s.keepRequestTrailer(s2b(k)) {
 			kept[k] = nil
 		}
 	}
@@ -401,6 +401,23 @@ func (s *stream) keptTrailer(r *http.Request, in *clientIn) http.Header {
 		}
 	}
 	return kept
+}
+
+// announcedTrailers reports whether the names r's Trailer field announced
+// (x/net/http2's server moves them into r.Trailer) are all field names a
+// trailer section may carry, as the HTTP/1.1 listener requires of its
+// Trailer field (fasthttp's parser answers 400 to "Trailer: h?ack" or
+// "Trailer: Host"): x/net/http2's server takes any name but the three it
+// drops itself (Content-Length, Transfer-Encoding and Trailer). The empty
+// name is let through, and not forwarded (keptTrailer): it is what an
+// empty Trailer field, which the HTTP/1.1 listener takes, becomes.
+func announcedTrailers(t http.Header) bool {
+	for k := range t {
+		if k != "" && (!httpguts.ValidHeaderFieldName(k) || listener.BadTrailer(s2b(k))) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *stream) resetStream() {
@@ -476,6 +493,10 @@ func (s *stream) serve() bool {
 		// 10.1.1). It is refused as the HTTP/1.1 listener refuses it,
 		// not dropped on the way upstream as if it had been met.
 		s.reject(http.StatusExpectationFailed, "unsupported expectation (only 100-continue is)")
+		return false
+	}
+	if !announcedTrailers(r.Trailer) {
+		s.reject(http.StatusBadRequest, "invalid Trailer field")
 		return false
 	}
 	if s.host.Parse(s2b(r.Host), rootPath) != nil {

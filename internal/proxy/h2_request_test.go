@@ -516,3 +516,93 @@ func TestRequestTrailersAlike(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailerFieldAlike: a request's Trailer field gets the same answer
+// from both listeners. The HTTP/1.1 listener answers 400 to one that
+// names what is not a field name ("h?ack", "a b") or a field that may not
+// be a trailer ("Host", "Authorization", "Cookie": fasthttp's parser
+// refuses them); the HTTP/2 listener forwarded them all, as x/net/http2's
+// server takes any name but three (found by TestH2AgreesWithHTTP1 on a
+// wide corpus: "Trailer: h?ack" was 400 over HTTP/1.1 and went upstream
+// over HTTP/2). Two differences are kept, and pinned here: x/net/http2's
+// server drops a Content-Length it finds in the field before the gateway
+// sees it, and an empty list element ("a,,b", which RFC 9110 section
+// 5.6.1.2 has a recipient ignore, and fasthttp refuses) reaches the
+// gateway as the same empty name an empty field does, which the HTTP/1.1
+// listener takes. Real bytes through the real listener: chunked over
+// HTTP/1.1, raw frames over HTTP/2, to an http1 and an h2c pool.
+func TestTrailerFieldAlike(t *testing.T) {
+	seen := make(chan string, 4)
+	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		var got []string
+		for k, vv := range r.Trailer {
+			got = append(got, k+"="+strings.Join(vv, ","))
+		}
+		slices.Sort(got)
+		seen <- strconv.Itoa(len(b)) + " " + strings.Join(got, " ")
+		_, _ = io.WriteString(w, "ok")
+	})) // speaks HTTP/1.1 and h2c
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		p := poolOf("stable", addrOf(up))
+		p.Protocol = proto
+		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: p}, listener.Protocols{H2C: true})
+		trailerFieldAlike(t, proto, addr, seen)
+	}
+}
+
+func trailerFieldAlike(t *testing.T, proto upstream.Protocol, addr string, seen chan string) {
+	for _, tc := range []struct {
+		trailer     string
+		h1, h2      int    // the status over each
+		upstreamGot string // when forwarded: the body's length, the trailer fields
+	}{
+		{"X-T", 200, 200, "3 X-T=1"},
+		{"X-T, X-V", 200, 200, "3 X-T=1 X-V="},
+		{"", 200, 200, "3 "},
+		{"x_t", 200, 200, "3 "},
+		{"h?ack", 400, 400, ""},
+		{"X-T, h?ack", 400, 400, ""},
+		{"a b", 400, 400, ""},
+		{"Host", 400, 400, ""},
+		{"X-T, authorization", 400, 400, ""},
+		{"Cookie", 400, 400, ""},
+		{"Content-Length", 400, 200, "3 "},
+		{"X-T,,X-V", 400, 200, "3 X-T=1 X-V="},
+	} {
+		resp, body := rawExchange(t, addr, http.MethodPost, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: "+tc.trailer+"\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			"3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n")
+		if resp.StatusCode != tc.h1 {
+			t.Errorf("%s: Trailer %q over HTTP/1.1: %d %q, want %d", proto, tc.trailer, resp.StatusCode, body, tc.h1)
+		}
+		fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}, {"trailer", tc.trailer}}
+		status, body, err := h2ExchangeTrailers(t, addr, fields, []byte("abc"), [][2]string{{"x-t", "1"}})
+		if err != nil || status != tc.h2 {
+			t.Errorf("%s: Trailer %q over HTTP/2: %d %q (%v), want %d", proto, tc.trailer, status, body, err, tc.h2)
+		}
+		forwarded := 0
+		for _, st := range []int{tc.h1, tc.h2} {
+			if st == http.StatusOK {
+				forwarded++
+			}
+		}
+		for range forwarded {
+			select {
+			case got := <-seen:
+				if got != tc.upstreamGot {
+					t.Errorf("%s: Trailer %q: the upstream got %q, want %q", proto, tc.trailer, got, tc.upstreamGot)
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("%s: Trailer %q: answered 200, and the upstream got nothing", proto, tc.trailer)
+			}
+		}
+		select {
+		case got := <-seen:
+			t.Errorf("%s: Trailer %q: the upstream got %q from a refused request", proto, tc.trailer, got)
+		default:
+		}
+	}
+}

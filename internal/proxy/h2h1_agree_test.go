@@ -265,6 +265,13 @@ func agreeOnShapes(t *testing.T, cases []llhttpCase, pool *upstream.Pool, seen c
 		if err2 != nil {
 			st2 = 0 // a reset stream: refused by x/net/http2's server
 		}
+		if s.method == http.MethodOptions && s.target == "*" {
+			// Go's server answers "OPTIONS *" itself, without calling
+			// the handler (an h2c pool's upstream does): its 200 is the
+			// upstream's, as the gateway answers none itself.
+			fwd1 = fwd1 || st1 == http.StatusOK
+			fwd2 = fwd2 || st2 == http.StatusOK
+		}
 
 		if !fwd1 && st1 == http.StatusBadRequest && bytes.Contains(body1, []byte("unknown method")) {
 			ownMethods++
