@@ -162,11 +162,12 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 		// FuzzUpstreamAgainstNetHTTP).
 		return errLeadingEmptyLine
 	}
-	var err error
-	if lfEnd > 0 {
-		err = readBareLF(out, br, raw[:lfEnd])
-	} else {
-		err = out.Read(br)
+	err := readHeadOnce(out, br, raw, lfEnd)
+	if err != nil && errors.Is(err, fasthttp.ErrBadTrailer) && closeEmptyTrailerElements(raw) {
+		// Only on this error, so that no other head is read twice.
+		// fasthttp's Read starts from an empty header and keeps its
+		// settings (no default Content-Type); Reset would not.
+		err = readHeadOnce(out, br, raw, lfEnd)
 	}
 	if err != nil {
 		return err
@@ -196,6 +197,57 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 		}
 	}
 	return nil
+}
+
+// readHeadOnce is one read of the head at the start of br (raw, which
+// holds it) into out: with fasthttp's Read, or readBareLF when lfEnd is
+// not 0. On an error, br is not advanced.
+func readHeadOnce(out *fasthttp.ResponseHeader, br *bufio.Reader, raw []byte, lfEnd int) error {
+	if lfEnd > 0 {
+		return readBareLF(out, br, raw[:lfEnd])
+	}
+	return out.Read(br)
+}
+
+// closeEmptyTrailerElements turns, in place, each comma that ends an
+// empty or blank list element of a Trailer field in head, a response
+// head that ends in an empty line, into a space, and reports whether it
+// turned one. RFC 9110 section 5.6.1.2 has a recipient ignore empty list
+// elements ("Trailer: , X-T", "X-T,,X-U"), and net/http's reader does,
+// so an HTTP/2 client got such an answer; fasthttp's parser refuses the
+// head, and an HTTP/1.1 client got 502 (found by
+// TestH2AnswersAgreeWithHTTP1 on a wider set of answers). fasthttp
+// already takes an empty element after the last comma. The head keeps
+// its length, and nothing else in it changes.
+func closeEmptyTrailerElements(head []byte) bool {
+	turned := false
+	_, rest, _ := bytes.Cut(head, []byte("\n")) // after the status line
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		if len(line) == 0 || line[0] == '\r' {
+			break // the empty line: the head's end
+		}
+		c := bytes.IndexByte(line, ':')
+		if c != len("Trailer") || !eqFold(line[:c], "trailer") {
+			continue
+		}
+		empty := true
+		for i := c + 1; i < len(line); i++ {
+			switch line[i] {
+			case ',':
+				if empty {
+					line[i] = ' '
+					turned = true
+				}
+				empty = true
+			case ' ', '\t', '\r':
+			default:
+				empty = false
+			}
+		}
+	}
+	return turned
 }
 
 // errLeadingEmptyLine is a response that starts with an empty line, not

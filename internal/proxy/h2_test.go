@@ -580,7 +580,8 @@ func TestH1ClientInterimFromH2Pool(t *testing.T) {
 // writes when a handler announces one and never sets it), once left an
 // h2c client waiting for an end that x/net/http2's server never wrote (a
 // trailer section with no field it could encode). A field that is not a
-// token is not passed on.
+// token is not passed on. A Trailer field with empty list elements is
+// taken.
 func TestUpstreamTrailerLines(t *testing.T) {
 	tests := []struct {
 		name, announce, lines string
@@ -593,6 +594,13 @@ func TestUpstreamTrailerLines(t *testing.T) {
 		{"announced, none sent", "X-T", "", map[string]string{"X-T": ""}},
 		{"announced, another sent", "X-T", "X-U: 1\r\n", map[string]string{"X-T": "", "X-U": "1"}},
 		{"announced, sent empty", "X-T", "X-T:\r\n", map[string]string{"X-T": ""}},
+		// Empty list elements, which a recipient ignores (RFC 9110
+		// section 5.6.1.2): fasthttp's parser refused the head, and an
+		// HTTP/1.1 client got 502 where an h2c client got the answer.
+		{"an empty element first", ", X-T", "X-T: 1\r\n", map[string]string{"X-T": "1"}},
+		{"an empty element between", "X-T,,X-U", "X-T: 1\r\nX-U: 2\r\n", map[string]string{"X-T": "1", "X-U": "2"}},
+		{"a blank element between, and one last", "X-T, \t,X-U, ", "X-U: 2\r\n", map[string]string{"X-U": "2"}},
+		{"only commas", " , ,", "X-T: 1\r\n", map[string]string{"X-T": "1"}},
 	}
 	var reply atomic.Pointer[string]
 	up := testserve.Conns(t, func(c net.Conn) {
@@ -624,6 +632,11 @@ func TestUpstreamTrailerLines(t *testing.T) {
 				resp.Body.Close()
 				if err != nil || resp.StatusCode != 200 || string(body) != "ok" {
 					t.Fatalf("%d %q %v, want 200 \"ok\" and the end of the stream", resp.StatusCode, body, err)
+				}
+				if ct, ok := resp.Header["Content-Type"]; ok {
+					// The upstream sent none (a head read twice
+					// once got fasthttp's default).
+					t.Errorf("Content-Type %q, want none", ct)
 				}
 				for k, want := range tt.want {
 					if got := resp.Trailer.Values(k); strings.Join(got, ",") != want {
