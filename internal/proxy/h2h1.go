@@ -528,8 +528,15 @@ func (c *headConn) sort() {
 		c.armed = false
 		at := 0
 		if c.examine(head, c.look[e:]) {
-			at = e - len(bytes.TrimLeft(head, "\r\n"))
-			at += bytes.IndexByte(head[at:], '\n') + 1
+			// The field goes last, before the empty line that ends
+			// the head. After the status line, it took a field line
+			// that starts with whitespace (which net/http refuses
+			// there, as the HTTP/1.1 codec does) for its own
+			// continuation, and the head was relayed.
+			at = e - 1
+			if head[at-1] == '\r' && head[at-2] == '\n' {
+				at-- // the empty line is CRLF
+			}
 			c.pending = append(append(c.pending, c.look[:at]...), hdrConnClose...)
 		}
 		c.pending, c.look = append(c.pending, c.look[at:]...), c.look[:0]
