@@ -448,6 +448,17 @@ func (s *stream) serve() bool {
 	s.method = append(s.method[:0], r.Method...)
 	s.peer = peerOf(r.RemoteAddr)
 	trusted := s.trusted(s.peer)
+	for k, vs := range r.Header {
+		// A value with whitespace at an edge (" 7"), which RFC 9113
+		// section 8.2.1 does not allow and x/net/http2's server passes,
+		// goes upstream as the HTTP/1.1 listener sends "X-A:  7 ", and
+		// as the decision reads it: without it. Not a content-length,
+		// which x/net/http2's server has read already (" 3" as 0), and
+		// which is refused below.
+		if k != "Content-Length" {
+			trimValues(vs)
+		}
+	}
 	s.in.h = r.Header
 	s.setRequestID(s.in.Peek(hdrRequestID), trusted)
 	s.grpc = isGRPC(r.Header.Get("Content-Type"))
@@ -1068,6 +1079,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		if s.dropNetTrailer(k, vs) {
 			continue
 		}
+		trimValues(vs)
 		h[http.TrailerPrefix+k] = vs
 	}
 	s.noteGRPCStatus(resp.Trailer)

@@ -17,7 +17,9 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -603,6 +605,46 @@ func trailerFieldAlike(t *testing.T, proto upstream.Protocol, addr string, seen 
 		case got := <-seen:
 			t.Errorf("%s: Trailer %q: the upstream got %q from a refused request", proto, tc.trailer, got)
 		default:
+		}
+	}
+}
+
+// TestH2ValueEdgesTrimmed: an HTTP/2 request field whose value starts or
+// ends with whitespace (malformed under RFC 9113 section 8.2.1, and
+// passed by x/net/http2's server) goes upstream without it, as the
+// HTTP/1.1 listener sends "X-A: \ta b " ("a b"), and as the decision
+// already read it. Before, an h2c pool got the value as it came: a
+// malformed field an intermediary must not forward (section 8.1.1), and
+// one a Go upstream reads with its spaces. Raw frames through the real
+// h2c listener, and the same over HTTP/1.1, to an h2c pool.
+func TestH2ValueEdgesTrimmed(t *testing.T) {
+	seen := make(chan string, 4)
+	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Proto + " " + strconv.Quote(r.Header.Get("X-User-Id")) + " " + strconv.Quote(r.Header.Get("X-A"))
+		_, _ = io.WriteString(w, "ok")
+	}))
+	pool := poolOf("stable", addrOf(up))
+	pool.Protocol = upstream.H2C
+	decided := make(chan string, 4)
+	d := deciderFunc(func(r attr.Request) router.Decision {
+		v, _ := r.Header("X-User-Id")
+		decided <- v
+		return router.Decision{Rule: "r", Group: "stable", Target: pool}
+	})
+	_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+	fields := [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}, {"x-user-id", " 7\t"}, {"x-a", "\ta b "}}
+	if status, body, err := h2Exchange(t, addr, fields, nil); err != nil || status != http.StatusOK {
+		t.Fatalf("HTTP/2: %d %q %v", status, body, err)
+	}
+	if resp, body := rawExchange(t, addr, "GET", "GET / HTTP/1.1\r\nHost: a\r\nX-User-Id:  7\t\r\nX-A: \ta b \r\n\r\n"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP/1.1: %d %q", resp.StatusCode, body)
+	}
+	for _, over := range []string{"HTTP/2", "HTTP/1.1"} {
+		if got := <-decided; got != "7" {
+			t.Errorf("over %s the decision read X-User-Id %q, want \"7\"", over, got)
+		}
+		if got, want := <-seen, `HTTP/2.0 "7" "a b"`; got != want {
+			t.Errorf("over %s the upstream got %s, want %s", over, got, want)
 		}
 	}
 }

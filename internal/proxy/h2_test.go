@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -918,4 +919,48 @@ func TestH2ServersPrunedOnReload(t *testing.T) {
 	}
 	old.CloseIdleConnections()
 	waitFor(t, 5*time.Second, "the first server to be dropped once its connection closed", func() bool { return gens() == 1 })
+}
+
+// TestFoldedValueHasNoEdgeSpace: an obs-fold that ends in a blank line
+// ("X-A:  a\r\n \r\n") leaves net/http's reader a value with a space at
+// its end ("a "), which x/net/http2's server wrote as it was, though an
+// HTTP/2 field value may not end (or start) with whitespace (RFC 9113
+// section 8.2.1) and a client that checks refuses it. Each client gets
+// "a", as an HTTP/1.1 client did, in the header and in the trailers, for
+// a GET and a POST (the HTTP/2 listener's two ways to an http1 pool).
+func TestFoldedValueHasNoEdgeSpace(t *testing.T) {
+	up := testserve.Conns(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, req.Body)
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-A:  a  \r\n \r\nX-B: b\r\n\t\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\nConnection: close\r\n\r\n"+
+				"2\r\nok\r\n0\r\nX-T: t\r\n \r\n\r\n")
+		}
+		_ = c.Close()
+	})
+	_, addr := startProxyWith(t, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
+	for _, cl := range []string{"http/1.1", "h2c"} {
+		for _, method := range []string{"GET", "POST"} {
+			var body io.Reader
+			if method == "POST" {
+				body = strings.NewReader("upload")
+			}
+			req, _ := http.NewRequest(method, "http://"+addr+"/", body)
+			resp, err := clients[cl].Do(req)
+			if err != nil {
+				t.Fatalf("%s from %s: %v", method, cl, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(b) != "ok" {
+				t.Fatalf("%s from %s: %d %q %v", method, cl, resp.StatusCode, b, err)
+			}
+			got := []string{resp.Header.Get("X-A"), resp.Header.Get("X-B"), resp.Trailer.Get("X-T")}
+			if want := []string{"a", "b", "t"}; !slices.Equal(got, want) {
+				t.Errorf("%s from %s: X-A, X-B and the trailer X-T are %q, want %q", method, cl, got, want)
+			}
+		}
+	}
 }

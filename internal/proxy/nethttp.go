@@ -1128,10 +1128,11 @@ func (f *flow) netConnTokens(h http.Header) {
 func (f *flow) filterNetResponse(h http.Header, status int) {
 	f.netConnTokens(h)
 	del := f.scratch[:0]
-	for k := range h {
+	for k, vs := range h {
 		if f.dropResponseField(s2b(k)) {
 			del = append(append(del, k...), 0)
 		}
+		trimValues(vs)
 	}
 	clear(f.tokens)
 	f.tokens = f.tokens[:0]
@@ -1157,6 +1158,22 @@ func (f *flow) filterNetResponse(h http.Header, status int) {
 		delete(h, "Content-Length")
 	}
 	f.noteGRPCStatus(h)
+}
+
+// trimValues removes, in place, the whitespace around each of vs. net/http's
+// reader leaves a space at the end of a value whose obs-fold ends in a
+// blank line ("X-A: a\r\n \r\n" is "a "), and an HTTP/2 field value
+// may not start or end with whitespace (RFC 9113 section 8.2.1):
+// x/net/http2's server wrote it as it was, and a client that checks
+// (nghttp2's, curl's) would refuse the answer as malformed, where an
+// HTTP/1.1 client got "a" (found by TestH2AnswersAgreeWithHTTP1 on a
+// wider set of answers).
+func trimValues(vs []string) {
+	for i, v := range vs {
+		if v != "" && (v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+			vs[i] = b2s(trimOWS(s2b(v)))
+		}
+	}
 }
 
 // noteGRPCStatus keeps the grpc-status of a header or trailer section.
