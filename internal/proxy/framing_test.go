@@ -512,3 +512,50 @@ func TestFramingConflictAfterFoldedLine(t *testing.T) {
 		}
 	}
 }
+
+// TestInterimVersion: an interim answer whose version is not HTTP/1.1 or
+// 1.0 ("HTTP/0.1 103") fails the attempt (502) on every way to an http1
+// pool, whether it comes in one write with the final answer or apart. On
+// the HTTP/2 listener's way through net/http's Transport, which takes any
+// HTTP/x.y for an interim answer, it was relayed with the final one, and
+// an HTTP/2 client got 200 where an HTTP/1.1 client got 502 (found by
+// TestH2AnswersAgreeWithHTTP1 on a wider set of answers).
+func TestInterimVersion(t *testing.T) {
+	final := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+	answers := map[string]string{
+		"/v01":       "HTTP/0.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n" + final,
+		"/v01-apart": "HTTP/0.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n|" + final,
+		"/v20-2nd":   "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/2.0 100 Continue\r\n\r\n" + final,
+		"/v11":       "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n" + final,
+		"/v11-apart": "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n|" + final,
+	}
+	var conns atomic.Int32
+	up := framedBackend(t, answers, &conns)
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
+	for _, path := range []string{"/v01", "/v01-apart", "/v20-2nd", "/v11", "/v11-apart"} {
+		want := http.StatusBadGateway
+		if strings.HasPrefix(path, "/v11") {
+			want = http.StatusOK
+		}
+		for _, cl := range []string{"http/1.1", "h2c"} {
+			for _, method := range []string{"GET", "POST"} {
+				var body io.Reader
+				if method == "POST" {
+					body = strings.NewReader("upload")
+				}
+				req, _ := http.NewRequest(method, "http://"+addr+path, body)
+				resp, err := clients[cl].Do(req)
+				if err != nil {
+					t.Errorf("%s %s from %s: %v", method, path, cl, err)
+					continue
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "ok")) {
+					t.Errorf("%s %s from %s: %d %q (%v), want %d", method, path, cl, resp.StatusCode, b, err, want)
+				}
+			}
+		}
+	}
+}

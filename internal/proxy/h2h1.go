@@ -504,7 +504,9 @@ func (c *headConn) Read(p []byte) (int, error) {
 // it is.
 func (c *headConn) whole(b []byte) bool {
 	start, end := finalHead(b)
-	if end == 0 || c.examine(b[start:end], b[end:]) {
+	if end == 0 || start > 0 || c.examine(b[start:end], b[end:]) {
+		// Interim heads before the final one are looked at one by one
+		// (sort).
 		return false
 	}
 	c.armed = false
@@ -522,6 +524,15 @@ func (c *headConn) sort() {
 		}
 		head := c.look[:e]
 		if interimHead(head) {
+			if v := statusLine(head); !h1StatusLine(v) {
+				// net/http takes any HTTP/x.y for an interim
+				// answer, and would relay it; the HTTP/1.1 codec
+				// refuses it (readHead), and so does the attempt.
+				v, _, _ = bytes.Cut(v, []byte(" "))
+				c.err = fmt.Errorf("%w %q", errResponseVersion, v)
+				c.look, c.armed = c.look[:0], false
+				return
+			}
 			c.pending, c.look = append(c.pending, head...), c.look[e:]
 			continue
 		}
@@ -588,6 +599,12 @@ func interimHead(head []byte) bool {
 	}
 	status, err := strconv.Atoi(string(code[:3]))
 	return err == nil && isInterim(status)
+}
+
+// h1StatusLine reports whether a status line is of HTTP/1.1 or 1.0, the
+// versions readHead takes.
+func h1StatusLine(line []byte) bool {
+	return bytes.HasPrefix(line, []byte("HTTP/1.1 ")) || bytes.HasPrefix(line, []byte("HTTP/1.0 "))
 }
 
 // statusLine returns the first line of head that is not empty, without
