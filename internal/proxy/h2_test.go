@@ -964,3 +964,60 @@ func TestFoldedValueHasNoEdgeSpace(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldedConnectionField: a Connection field folded over two lines
+// names the fields of both lines hop-by-hop, for an HTTP/1.1 and an h2c
+// client, on a GET and a POST (the HTTP/2 listener's two ways to an http1
+// pool). "x-hop\r\n keep-alive" passed X-Hop to an HTTP/1.1 client, whose
+// codec took the joined value for one token; "close\r\n x-secret" passed
+// X-Secret to an HTTP/2 client, whose way read the field's first line
+// alone (found by TestH2AnswersAgreeWithHTTP1 on a wider set of
+// answers).
+func TestFoldedConnectionField(t *testing.T) {
+	var reply atomic.Pointer[string]
+	up := testserve.Conns(t, func(c net.Conn) {
+		// Each request on the connection is answered, until the
+		// gateway closes it (it does after "close"): a connection
+		// closed after an answer that did not say so could be taken
+		// from the pool for the next request before its close is seen.
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			if _, err := io.WriteString(c, *reply.Load()); err != nil {
+				return
+			}
+		}
+	})
+	_, addr := startProxyWith(t, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
+	for _, conn := range []string{"x-hop\r\n keep-alive", "keep-alive\n\tx-hop", "close\r\n x-hop", "close x-hop", "x-hop\r\n  "} {
+		raw := "HTTP/1.1 200 OK\r\nConnection: " + conn + "\r\nX-Hop: 1\r\nX-Kept: 2\r\nContent-Length: 2\r\n\r\nok"
+		reply.Store(&raw)
+		for _, cl := range []string{"http/1.1", "h2c"} {
+			for _, method := range []string{"GET", "POST"} {
+				var body io.Reader
+				if method == "POST" {
+					body = strings.NewReader("upload")
+				}
+				req, _ := http.NewRequest(method, "http://"+addr+"/", body)
+				resp, err := clients[cl].Do(req)
+				if err != nil {
+					t.Fatalf("%q, %s from %s: %v", conn, method, cl, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(b) != "ok" {
+					t.Fatalf("%q, %s from %s: %d %q", conn, method, cl, resp.StatusCode, b)
+				}
+				if v, ok := resp.Header["X-Hop"]; ok || resp.Header.Get("X-Kept") != "2" {
+					t.Errorf("%q, %s from %s: X-Hop %q (want none), X-Kept %q (want 2)", conn, method, cl, v, resp.Header.Get("X-Kept"))
+				}
+			}
+		}
+	}
+}
