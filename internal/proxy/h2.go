@@ -1076,11 +1076,17 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 		}
 	}
 	for k, vs := range resp.Trailer {
+		// net/http's reader takes the spaces before a trailer line's
+		// colon ("X-T : 1") into the name, which then is no token;
+		// the HTTP/1.1 codec removes them, as RFC 9112 section 5.1 has
+		// a proxy do, and relays the field (closeColons does the same
+		// for a head).
+		k = strings.TrimRight(k, " ")
 		if s.dropNetTrailer(k, vs) {
 			continue
 		}
 		trimValues(vs)
-		h[http.TrailerPrefix+k] = vs
+		h[http.TrailerPrefix+k] = append(h[http.TrailerPrefix+k], vs...)
 	}
 	s.noteGRPCStatus(resp.Trailer)
 	return false

@@ -589,6 +589,9 @@ func TestUpstreamTrailerLines(t *testing.T) {
 		want                  map[string]string // trailer values either client gets
 	}{
 		{"space in the name", "", "X T: a\r\n", map[string]string{"X T": ""}},
+		// RFC 9112 section 5.1: a proxy removes it; the HTTP/1.1 codec
+		// did, and an h2c client lost the field.
+		{"space before the colon", "", "X-T : a\r\nX-U  : b\r\n", map[string]string{"X-T": "a", "X-U": "b"}},
 		{"space in the name, and a good one", "", "X T: a\r\nX-Ok: 1\r\n", map[string]string{"X T": "", "X-Ok": "1"}},
 		{"obs-fold", "", "X-T: a\r\n b\r\n", map[string]string{"X-T": "a b"}},
 		{"underscore", "", "X_T: 1\r\n", map[string]string{"X_T": ""}},
