@@ -485,31 +485,16 @@ func TestFramingConflictAfterFoldedLine(t *testing.T) {
 	var conns atomic.Int32
 	up := framedBackend(t, answers, &conns)
 	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
-	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
 	for _, path := range []string{"/fold", "/fold-lf", "/plain"} {
 		want := http.StatusBadGateway
 		if path == "/plain" {
 			want = http.StatusOK
 		}
-		for _, cl := range []string{"http/1.1", "h2c"} {
-			for _, method := range []string{"GET", "POST"} {
-				var body io.Reader
-				if method == "POST" {
-					body = strings.NewReader("upload")
-				}
-				req, _ := http.NewRequest(method, "http://"+addr+path, body)
-				resp, err := clients[cl].Do(req)
-				if err != nil {
-					t.Errorf("%s %s from %s: %v", method, path, cl, err)
-					continue
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "hello")) {
-					t.Errorf("%s %s from %s: %d %q (%v), want %d", method, path, cl, resp.StatusCode, b, err, want)
-				}
+		askEveryWay(t, "http://"+addr+path, func(way string, resp *http.Response, b []byte, err error) {
+			if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "hello")) {
+				t.Errorf("%s %s: %d %q (%v), want %d", way, path, resp.StatusCode, b, err, want)
 			}
-		}
+		})
 	}
 }
 
@@ -532,30 +517,15 @@ func TestInterimVersion(t *testing.T) {
 	var conns atomic.Int32
 	up := framedBackend(t, answers, &conns)
 	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
-	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
 	for _, path := range []string{"/v01", "/v01-apart", "/v20-2nd", "/v11", "/v11-apart"} {
 		want := http.StatusBadGateway
 		if strings.HasPrefix(path, "/v11") {
 			want = http.StatusOK
 		}
-		for _, cl := range []string{"http/1.1", "h2c"} {
-			for _, method := range []string{"GET", "POST"} {
-				var body io.Reader
-				if method == "POST" {
-					body = strings.NewReader("upload")
-				}
-				req, _ := http.NewRequest(method, "http://"+addr+path, body)
-				resp, err := clients[cl].Do(req)
-				if err != nil {
-					t.Errorf("%s %s from %s: %v", method, path, cl, err)
-					continue
-				}
-				b, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "ok")) {
-					t.Errorf("%s %s from %s: %d %q (%v), want %d", method, path, cl, resp.StatusCode, b, err, want)
-				}
+		askEveryWay(t, "http://"+addr+path, func(way string, resp *http.Response, b []byte, err error) {
+			if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "ok")) {
+				t.Errorf("%s %s: %d %q (%v), want %d", way, path, resp.StatusCode, b, err, want)
 			}
-		}
+		})
 	}
 }

@@ -477,25 +477,9 @@ func TestH2DeclaredTrailerWithoutBody(t *testing.T) {
 // unannounced trailer is not something Go's client sends).
 func TestRequestTrailersAlike(t *testing.T) {
 	seen := make(chan string, 4)
-	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		var got []string
-		for k, vv := range r.Trailer {
-			if len(vv) > 0 {
-				got = append(got, k+"="+strings.Join(vv, ","))
-			}
-		}
-		slices.Sort(got)
-		seen <- strconv.Itoa(len(b)) + " " + strings.Join(got, " ")
-		_, _ = io.WriteString(w, "ok")
-	})) // speaks HTTP/1.1 and h2c
+	up := trailerUpstream(t, seen, false)
 	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
-		p := poolOf("stable", addrOf(up))
-		p.Protocol = proto
-		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: p}, listener.Protocols{H2C: true})
+		addr := gatewayTo(t, up, proto)
 		resp, body := rawExchange(t, addr, http.MethodPost, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-T, x_t\r\nTransfer-Encoding: chunked\r\n\r\n"+
 			"3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\nx_t: 3\r\n\r\n")
 		if resp.StatusCode != http.StatusOK || body != "ok" {
@@ -535,6 +519,17 @@ func TestRequestTrailersAlike(t *testing.T) {
 // HTTP/1.1, raw frames over HTTP/2, to an http1 and an h2c pool.
 func TestTrailerFieldAlike(t *testing.T) {
 	seen := make(chan string, 4)
+	up := trailerUpstream(t, seen, true)
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		trailerFieldAlike(t, proto, gatewayTo(t, up, proto), seen)
+	}
+}
+
+// trailerUpstream is an upstream that speaks HTTP/1.1 and h2c, reads each
+// request's body, and sends on seen the body's length and the request's
+// trailer fields, sorted ("3 X-T=1"), with announced those announced and
+// not sent too ("X-V="). It answers "ok".
+func trailerUpstream(t *testing.T, seen chan<- string, announced bool) string {
 	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -542,18 +537,24 @@ func TestTrailerFieldAlike(t *testing.T) {
 		}
 		var got []string
 		for k, vv := range r.Trailer {
-			got = append(got, k+"="+strings.Join(vv, ","))
+			if announced || len(vv) > 0 {
+				got = append(got, k+"="+strings.Join(vv, ","))
+			}
 		}
 		slices.Sort(got)
 		seen <- strconv.Itoa(len(b)) + " " + strings.Join(got, " ")
 		_, _ = io.WriteString(w, "ok")
-	})) // speaks HTTP/1.1 and h2c
-	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
-		p := poolOf("stable", addrOf(up))
-		p.Protocol = proto
-		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: p}, listener.Protocols{H2C: true})
-		trailerFieldAlike(t, proto, addr, seen)
-	}
+	}))
+	return addrOf(up)
+}
+
+// gatewayTo starts a gateway serving HTTP/1.1 and h2c on its real listener,
+// to a pool of up that speaks proto, and returns its address.
+func gatewayTo(t *testing.T, up string, proto upstream.Protocol) string {
+	p := poolOf("stable", up)
+	p.Protocol = proto
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: p}, listener.Protocols{H2C: true})
+	return addr
 }
 
 func trailerFieldAlike(t *testing.T, proto upstream.Protocol, addr string, seen chan string) {

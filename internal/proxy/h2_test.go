@@ -943,6 +943,24 @@ func TestFoldedValueHasNoEdgeSpace(t *testing.T) {
 		_ = c.Close()
 	})
 	_, addr := startProxyWith(t, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	askEveryWay(t, "http://"+addr+"/", func(way string, resp *http.Response, b []byte, err error) {
+		if err != nil || string(b) != "ok" {
+			t.Fatalf("%s: %d %q %v", way, resp.StatusCode, b, err)
+		}
+		got := []string{resp.Header.Get("X-A"), resp.Header.Get("X-B"), resp.Trailer.Get("X-T")}
+		if want := []string{"a", "b", "t"}; !slices.Equal(got, want) {
+			t.Errorf("%s: X-A, X-B and the trailer X-T are %q, want %q", way, got, want)
+		}
+	})
+}
+
+// askEveryWay asks for url as an HTTP/1.1 and as an h2c client, with a GET
+// and a POST with a body (the HTTP/2 listener's two ways to an http1
+// pool: its own exchange and net/http's Transport), and hands check each
+// answer, its body read whole (err is that read's), and which way it was
+// ("POST from h2c"). A request that gets no answer fails the test.
+func askEveryWay(t *testing.T, url string, check func(way string, resp *http.Response, body []byte, err error)) {
+	t.Helper()
 	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
 	for _, cl := range []string{"http/1.1", "h2c"} {
 		for _, method := range []string{"GET", "POST"} {
@@ -950,20 +968,15 @@ func TestFoldedValueHasNoEdgeSpace(t *testing.T) {
 			if method == "POST" {
 				body = strings.NewReader("upload")
 			}
-			req, _ := http.NewRequest(method, "http://"+addr+"/", body)
+			way := method + " from " + cl
+			req, _ := http.NewRequest(method, url, body)
 			resp, err := clients[cl].Do(req)
 			if err != nil {
-				t.Fatalf("%s from %s: %v", method, cl, err)
+				t.Fatalf("%s: %v", way, err)
 			}
 			b, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if err != nil || string(b) != "ok" {
-				t.Fatalf("%s from %s: %d %q %v", method, cl, resp.StatusCode, b, err)
-			}
-			got := []string{resp.Header.Get("X-A"), resp.Header.Get("X-B"), resp.Trailer.Get("X-T")}
-			if want := []string{"a", "b", "t"}; !slices.Equal(got, want) {
-				t.Errorf("%s from %s: X-A, X-B and the trailer X-T are %q, want %q", method, cl, got, want)
-			}
+			check(way, resp, b, err)
 		}
 	}
 }
@@ -997,30 +1010,16 @@ func TestFoldedConnectionField(t *testing.T) {
 		}
 	})
 	_, addr := startProxyWith(t, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
-	clients := map[string]*http.Client{"http/1.1": httpClient(t), "h2c": h2cClient(t)}
 	for _, conn := range []string{"x-hop\r\n keep-alive", "keep-alive\n\tx-hop", "close\r\n x-hop", "close x-hop", "x-hop\r\n  "} {
 		raw := "HTTP/1.1 200 OK\r\nConnection: " + conn + "\r\nX-Hop: 1\r\nX-Kept: 2\r\nContent-Length: 2\r\n\r\nok"
 		reply.Store(&raw)
-		for _, cl := range []string{"http/1.1", "h2c"} {
-			for _, method := range []string{"GET", "POST"} {
-				var body io.Reader
-				if method == "POST" {
-					body = strings.NewReader("upload")
-				}
-				req, _ := http.NewRequest(method, "http://"+addr+"/", body)
-				resp, err := clients[cl].Do(req)
-				if err != nil {
-					t.Fatalf("%q, %s from %s: %v", conn, method, cl, err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || string(b) != "ok" {
-					t.Fatalf("%q, %s from %s: %d %q", conn, method, cl, resp.StatusCode, b)
-				}
-				if v, ok := resp.Header["X-Hop"]; ok || resp.Header.Get("X-Kept") != "2" {
-					t.Errorf("%q, %s from %s: X-Hop %q (want none), X-Kept %q (want 2)", conn, method, cl, v, resp.Header.Get("X-Kept"))
-				}
+		askEveryWay(t, "http://"+addr+"/", func(way string, resp *http.Response, b []byte, err error) {
+			if resp.StatusCode != 200 || string(b) != "ok" {
+				t.Fatalf("%q, %s: %d %q %v", conn, way, resp.StatusCode, b, err)
 			}
-		}
+			if v, ok := resp.Header["X-Hop"]; ok || resp.Header.Get("X-Kept") != "2" {
+				t.Errorf("%q, %s: X-Hop %q (want none), X-Kept %q (want 2)", conn, way, v, resp.Header.Get("X-Kept"))
+			}
+		})
 	}
 }
