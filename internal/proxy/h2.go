@@ -1206,7 +1206,7 @@ func (s *stream) reject(status int, why string) {
 // teTrailers reports whether a TE header asks for trailers.
 func teTrailers(vals []string) bool {
 	for _, v := range vals {
-		for _, tok := range appendConnTokens(nil, [][]byte{s2b(v)}) {
+		for _, tok := range appendListTokens(nil, [][]byte{s2b(v)}) {
 			if eqFold(tok, "trailers") {
 				return true
 			}

@@ -64,16 +64,38 @@ func isHopByHop(k []byte) bool {
 // answers.) A request's Connection field is a list of tokens, or the
 // listener has refused it.
 func appendConnTokens(dst [][]byte, vals [][]byte) [][]byte {
+	return appendTokens(dst, vals, true)
+}
+
+// appendListTokens appends the comma-separated elements of list values
+// (Upgrade, TE) to dst, without the whitespace around them. The elements
+// alias vals.
+func appendListTokens(dst [][]byte, vals [][]byte) [][]byte {
+	return appendTokens(dst, vals, false)
+}
+
+// appendTokens appends the elements of vals separated by commas, and with
+// words by whitespace too, to dst.
+func appendTokens(dst [][]byte, vals [][]byte, words bool) [][]byte {
 	for _, v := range vals {
-		start := -1
+		start, end := -1, 0 // the element so far, v[start:end]
 		for i := 0; i <= len(v); i++ {
-			if i == len(v) || v[i] == ',' || v[i] == ' ' || v[i] == '\t' {
+			c := byte(',')
+			if i < len(v) {
+				c = v[i]
+			}
+			switch {
+			case c == ',' || words && (c == ' ' || c == '\t'):
 				if start >= 0 {
-					dst = append(dst, v[start:i])
+					dst = append(dst, v[start:end])
 					start = -1
 				}
-			} else if start < 0 {
-				start = i
+			case c == ' ' || c == '\t':
+			default:
+				if start < 0 {
+					start = i
+				}
+				end = i + 1
 			}
 		}
 	}

@@ -26,7 +26,7 @@ func isWebSocketUpgrade(h *fasthttp.RequestHeader) bool {
 		return false
 	}
 	for _, v := range h.PeekAll(fasthttp.HeaderUpgrade) {
-		for _, tok := range appendConnTokens(nil, [][]byte{v}) {
+		for _, tok := range appendListTokens(nil, [][]byte{v}) {
 			if eqFold(tok, "websocket") {
 				return true
 			}
@@ -43,7 +43,7 @@ func upgradesToWebSocket(h *fasthttp.ResponseHeader) bool {
 	if len(vals) == 0 {
 		return true
 	}
-	for _, tok := range appendConnTokens(nil, vals) {
+	for _, tok := range appendListTokens(nil, vals) {
 		if !eqFold(tok, "websocket") {
 			return false
 		}
