@@ -372,12 +372,13 @@ func dropFragment(r *http.Request) bool {
 
 // keptTrailer is the Trailer of r's upstream request: r.Trailer, or,
 // when r announced a trailer field keepRequestTrailer refuses (a name
-// with "_") or the empty name (see announcedTrailers), a map of the others, whose values in fills in when the body
-// ends. x/net/http2's server writes r.Trailer's values on the goroutine
-// that reads the body's end, in that read (its pipe's readFn): keptTrailer
-// runs before anything reads the body, and in's hook after that read, on
-// the same goroutine; a transport reads the map's values after the body
-// it sends has ended, which is after in's.
+// with "_") or the empty name (see announcedTrailers), a map of the
+// others, whose values in fills in when the body ends. x/net/http2's
+// server writes r.Trailer's values on the goroutine that reads the body's
+// end, in that read (its pipe's readFn): keptTrailer runs before anything
+// reads the body, and in's hook after that read, on the same goroutine; a
+// transport reads the map's values after the body it sends has ended,
+// which is after in's.
 func (s *stream) keptTrailer(r *http.Request, in *clientIn) http.Header {
 	refused := false
 	for k := range r.Trailer {
