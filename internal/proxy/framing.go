@@ -312,30 +312,42 @@ func framingConflict(head []byte, chunked, http11 bool) bool {
 // fasthttp takes and drops). The status line and continuation lines are
 // not field lines.
 func hasField(head []byte, name string) bool {
-	for range fieldValues(head, name) {
+	for range fieldValues(head, name, false) {
 		return true
 	}
 	return false
 }
 
 // fieldValues yields the value of each field line of head named name, as
-// hasField finds them, without the whitespace around it.
-func fieldValues(head []byte, name string) iter.Seq[[]byte] {
+// hasField finds them, without the whitespace around it; with folded,
+// then each continuation line (obs-fold) after it too. Both readers join
+// a folded value into one, so a continuation of Connection names
+// hop-by-hop fields as well ("Connection: close\r\n x-secret": headFacts
+// took "close" alone, and X-Secret went on to an HTTP/2 client).
+func fieldValues(head []byte, name string, folded bool) iter.Seq[[]byte] {
 	return func(yield func([]byte) bool) {
+		in := false // the line before was one of name's, and folded
 		i := bytes.IndexByte(head, '\n')
 		for i >= 0 {
 			head = head[i+1:]
-			if len(head) > len(name) && head[0]|0x20 == name[0] && eqFold(head[:len(name)], name) {
-				rest := bytes.TrimLeft(head[len(name):], " \t")
-				if len(rest) > 0 && rest[0] == ':' {
-					v := rest[1:]
-					if j := bytes.IndexByte(v, '\n'); j >= 0 {
-						v = v[:j]
-					}
-					if !yield(bytes.Trim(v, " \t\r")) {
-						return
-					}
+			line := head
+			if j := bytes.IndexByte(line, '\n'); j >= 0 {
+				line = line[:j]
+			}
+			switch {
+			case in && len(line) > 0 && (line[0] == ' ' || line[0] == '\t'):
+				if !yield(bytes.Trim(line, " \t\r")) {
+					return
 				}
+			case len(line) > len(name) && line[0]|0x20 == name[0] && eqFold(line[:len(name)], name):
+				rest := bytes.TrimLeft(line[len(name):], " \t")
+				named := len(rest) > 0 && rest[0] == ':'
+				in = folded && named
+				if named && !yield(bytes.Trim(rest[1:], " \t\r")) {
+					return
+				}
+			default:
+				in = false
 			}
 			i = bytes.IndexByte(head, '\n')
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -642,41 +641,11 @@ var (
 // read notes what head shows.
 func (f *headFacts) read(head []byte) {
 	f.lengths, f.conn = 0, f.conn[:0]
-	for range fieldValues(head, "content-length") {
+	for range fieldValues(head, "content-length", false) {
 		f.lengths++
 	}
-	for v := range foldedValues(head, "connection") {
+	for v := range fieldValues(head, "connection", true) {
 		f.conn = append(f.conn, string(v))
-	}
-}
-
-// foldedValues yields the value of each field line of head named name,
-// and of each continuation line (obs-fold) after it, each without the
-// whitespace around it. Both readers join a folded value into one, so
-// its continuation names hop-by-hop fields too ("Connection: close\r\n
-// x-secret": headFacts took "close" alone, and X-Secret went on to an
-// HTTP/2 client).
-func foldedValues(head []byte, name string) iter.Seq[[]byte] {
-	return func(yield func([]byte) bool) {
-		in := false
-		_, rest, _ := bytes.Cut(head, []byte("\n")) // after the status line
-		for len(rest) > 0 {
-			var line []byte
-			line, rest, _ = bytes.Cut(rest, []byte("\n"))
-			if line = bytes.TrimSuffix(line, []byte("\r")); len(line) == 0 {
-				return // the head's end
-			}
-			if line[0] == ' ' || line[0] == '\t' {
-				if in && !yield(bytes.Trim(line, " \t")) {
-					return
-				}
-				continue
-			}
-			n, v, ok := bytes.Cut(line, []byte(":"))
-			if in = ok && eqFold(bytes.TrimRight(n, " \t"), name); in && !yield(bytes.Trim(v, " \t")) {
-				return
-			}
-		}
 	}
 }
 
