@@ -234,6 +234,7 @@ type recordingUpstream struct {
 	complete int64 // bytes of complete requests (head and body)
 	reqs     []upstreamRequest
 	errs     []string
+	cutOff   []string // those of errs that are a body ending early (the gateway gave up on it)
 }
 
 func newRecordingUpstream() (*recordingUpstream, error) {
@@ -299,7 +300,13 @@ func (u *recordingUpstream) serve(c net.Conn) {
 		}
 		body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
 		if err != nil {
-			u.fail(fmt.Sprintf("reading the body of %s %s: %v", req.Method, req.RequestURI, err))
+			msg := fmt.Sprintf("reading the body of %s %s: %v", req.Method, req.RequestURI, err)
+			u.fail(msg)
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				u.mu.Lock()
+				u.cutOff = append(u.cutOff, msg)
+				u.mu.Unlock()
+			}
 			return
 		}
 		complete = cr.n - int64(br.Buffered())
@@ -402,6 +409,7 @@ type upstreamRecord struct {
 	received int64 // bytes read from all connections
 	complete int64 // bytes of complete requests
 	errs     []string
+	cutOff   []string // those of errs that are a body ending early
 	stopErr  error
 }
 
@@ -424,7 +432,7 @@ func throughGateway(opts Options, deadline time.Duration, talk func(conn net.Con
 		rec.stopErr = g.stop()
 		up.close(2 * time.Second)
 		up.mu.Lock()
-		rec.reqs, rec.received, rec.complete, rec.errs = up.reqs, up.received, up.complete, up.errs
+		rec.reqs, rec.received, rec.complete, rec.errs, rec.cutOff = up.reqs, up.received, up.complete, up.errs, up.cutOff
 		up.mu.Unlock()
 	}()
 	conn, err := net.DialTimeout("tcp", g.addr, 10*time.Second)
