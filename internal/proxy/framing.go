@@ -15,8 +15,8 @@ import (
 )
 
 // An http1 upstream's response head is parsed by fasthttp (readHead), the
-// project's HTTP/1.1 parser, with two things done around it that fasthttp
-// v1.78.0 does not do for a client.
+// project's HTTP/1.1 parser, with three things done around it that
+// fasthttp v1.78.0 does not do for a client.
 //
 // Bare LF. RFC 9112 section 2.2 lets a recipient take a single LF for the
 // end of a line in the head, and net/http's client and nginx do: an
@@ -40,6 +40,13 @@ import (
 // by fasthttp, with CRLF. The rewrite only runs for such a head; a head
 // that came whole with its CRLFCRLF (all of them in practice) is parsed
 // straight from the connection's reader, as before.
+//
+// Folds. A field value continued on the next line (obs-fold, RFC 9112
+// section 5.2) is joined as net/http's reader joins it, with a space, in
+// the same copy (readBareLF; foldedHeadEnd finds such a head by the byte
+// after each of its LFs). fasthttp joins folds over the bytes it reads,
+// so a head it refused read differently the second time, and it kept an
+// empty continuation's space in a Content-Length and refused the head.
 //
 // Chunked lines are not relaxed: errata 7633 of RFC 9112 excludes a bare
 // LF from the chunked coding's lines, net/http refuses one, and so does
@@ -162,11 +169,18 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 		// FuzzUpstreamAgainstNetHTTP).
 		return errLeadingEmptyLine
 	}
+	// A head with a folded field goes to fasthttp as a copy with the
+	// fold joined (foldedHeadEnd), so that fasthttp, which joins folds
+	// over the bytes it reads, leaves raw as it came. A head fasthttp
+	// refuses is read again, after a rewrite in place, only when the
+	// rewrite changed it, so that no other head is read twice.
+	// fasthttp's Read starts from an empty header and keeps its settings
+	// (no default Content-Type); Reset would not.
+	if lfEnd == 0 {
+		lfEnd = foldedHeadEnd(raw)
+	}
 	err := readHeadOnce(out, br, raw, lfEnd)
 	if err != nil && errors.Is(err, fasthttp.ErrBadTrailer) && closeEmptyTrailerElements(raw) {
-		// Only on this error, so that no other head is read twice.
-		// fasthttp's Read starts from an empty header and keeps its
-		// settings (no default Content-Type); Reset would not.
 		err = readHeadOnce(out, br, raw, lfEnd)
 	}
 	if err != nil {
@@ -270,15 +284,76 @@ func checkZeroStatus(head []byte) error {
 	return nil
 }
 
+// foldedHeadEnd returns the length of the response head at the start of
+// b, up to and including its empty line, when b holds all of it and a
+// line in it after the status line starts with SP or HTAB (an obs-fold,
+// or a first field line that starts with whitespace); otherwise 0. It
+// looks at the byte after each LF of the head, and at nothing past it.
+func foldedHeadEnd(b []byte) int {
+	folded := false
+	for i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b); {
+		switch b[i+1] {
+		case ' ', '\t':
+			folded = true
+		case '\n':
+			if folded {
+				return i + 2
+			}
+			return 0
+		case '\r':
+			if i+2 < len(b) && b[i+2] == '\n' {
+				if folded {
+					return i + 3
+				}
+				return 0
+			}
+		}
+		j := bytes.IndexByte(b[i+1:], '\n')
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	return 0
+}
+
 // readBareLF parses head, a response head some of whose lines end in a
-// bare LF (see above), into out: fasthttp reads a copy whose lines all
-// end in CRLF, and head is then discarded from br. The copy's buffers are
+// bare LF or continue a field's value on the next line (see above and
+// foldedHeadEnd), into out: fasthttp reads a copy whose lines all end in
+// CRLF, in which each obs-fold is joined as net/http's reader joins it
+// (the line and its continuation, trimmed of SP and HTAB, and a space
+// between: RFC 9112 section 5.2 has a proxy replace an obs-fold with SP
+// before it interprets the value), and head is then discarded from br. A
+// first field line that starts with whitespace continues no field, and
+// is copied as it is, for fasthttp to refuse. The copy's buffers are
 // ensureDate's, pooled.
+//
+// fasthttp joins folds itself, but over the bytes it reads, which then
+// read differently if the head is read again (closeEmptyTrailerElements),
+// and it keeps the space of an empty continuation in a Content-Length,
+// which it then refuses ("5\r\n \r\n": net/http reads 5, and an
+// HTTP/2 client got the answer an HTTP/1.1 client got as a 502; found by
+// TestH2AnswersAgreeWithHTTP1 on a wider set of answers).
 func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) error {
 	rt := dateRoundTrips.Get().(*dateRoundTrip)
 	rt.raw = rt.raw[:0]
+	// field: the line before was a field line, or continued one; joined:
+	// it was a continuation.
+	status, field, joined := true, false, false
 	for line := range bytes.Lines(head) {
 		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+		if field && len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			rt.raw = rt.raw[:len(rt.raw)-2]
+			if !joined {
+				rt.raw = bytes.TrimRight(rt.raw, " \t")
+			}
+			rt.raw = append(append(rt.raw, ' '), bytes.Trim(line, " \t")...)
+			rt.raw = append(rt.raw, '\r', '\n')
+			joined = true
+			continue
+		}
+		field = !status && len(line) > 0 && line[0] != ' ' && line[0] != '\t'
+		status, joined = false, false
 		rt.raw = append(append(rt.raw, line...), '\r', '\n')
 	}
 	copyBR := rt.reader()

@@ -377,7 +377,11 @@ func FuzzBufferHead(f *testing.F) {
 		var h2 fasthttp.ResponseHeader
 		br2 := bufio.NewReaderSize(bytes.NewReader(append(append([]byte(nil), in[:len(in)-len(rest)]...), "\r\n\r\n"...)), 1024)
 		if err := h2.Read(br2); err != nil {
-			t.Fatalf("fasthttp refuses %q, which readBareLF took", in[:len(in)-len(rest)])
+			head := in[:len(in)-len(rest)]
+			if bytes.Contains(head, []byte("\n ")) || bytes.Contains(head, []byte("\n\t")) {
+				return // a fold readBareLF joined as net/http does; fasthttp may refuse what it joins ("5 ")
+			}
+			t.Fatalf("fasthttp refuses %q, which readBareLF took", head)
 		}
 		if left := mustPeek(br2); string(left) != "\r\n\r\n" {
 			t.Fatalf("fasthttp ends the head of %q with %q left, readBareLF with none", in[:len(in)-len(rest)], left)
@@ -527,5 +531,92 @@ func TestInterimVersion(t *testing.T) {
 				t.Errorf("%s %s: %d %q (%v), want %d", way, path, resp.StatusCode, b, err, want)
 			}
 		})
+	}
+}
+
+// TestFoldedContentLength: an answer whose Content-Length is folded over
+// an empty continuation line ("5\r\n \r\n"; an obs-fold, RFC 9112 section
+// 5.2) is relayed, with its other folded fields, on every way to an http1
+// pool, in one write and with the fold's line end apart from the rest.
+// net/http's reader joins the lines and an HTTP/2 client got the answer;
+// the HTTP/1.1 codec kept the fold's LF in the length and refused it, and
+// an HTTP/1.1 client got 502 (found by TestH2AnswersAgreeWithHTTP1 on a
+// wider set of answers). A length folded into two numbers stays a 502.
+// A fold before a Trailer field with an empty element, which the codec
+// reads twice (closeEmptyTrailerElements), reads the same the second
+// time: fasthttp joined folds over the bytes it had read, and an HTTP/1.1
+// client got "a b\t b" for X-A where net/http's reader has "a b".
+func TestFoldedContentLength(t *testing.T) {
+	answers := map[string]string{
+		"/cl-blank":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n \r\nX-A: a\r\n\t b\r\nConnection: close\r\n\r\nhello",
+		"/cl-tab":    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\t\r\nConnection: close\r\n\r\nhello",
+		"/cl-lf":     "HTTP/1.1 200 OK\nContent-Length: 5\n \nConnection: close\n\nhello",
+		"/cl-apart":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r|\n \r\nConnection: close\r\n\r\nhello",
+		"/cl-te":     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n \r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/cl-twice":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n 5\r\nConnection: close\r\n\r\nhello",
+		"/cl-a-line": "HTTP/1.1 200 OK\r\nContent-Length:\r\n 5\r\nConnection: close\r\n\r\nhello",
+		"/trailer":   "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: a\r\n\t b\r\nTrailer: , X-T\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+		"/two-folds": "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a \r\n \r\n\tb \r\nConnection: close\r\n\r\nhello",
+	}
+	var conns atomic.Int32
+	up := framedBackend(t, answers, &conns)
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	for _, path := range []string{"/cl-blank", "/cl-tab", "/cl-lf", "/cl-apart", "/cl-te", "/cl-twice", "/cl-a-line", "/trailer", "/two-folds"} {
+		want := http.StatusOK
+		if path == "/cl-twice" {
+			want = http.StatusBadGateway
+		}
+		askEveryWay(t, "http://"+addr+path, func(way string, resp *http.Response, b []byte, err error) {
+			if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "hello")) {
+				t.Errorf("%s %s: %d %q (%v), want %d", way, path, resp.StatusCode, b, err, want)
+			}
+			if (path == "/cl-blank" || path == "/trailer") && resp.Header.Get("X-A") != "a b" {
+				t.Errorf("%s %s: X-A %q, want %q", way, path, resp.Header.Get("X-A"), "a b")
+			}
+			if path == "/two-folds" && resp.Header.Get("X-A") != "a  b" {
+				// net/http's reader: the line and each continuation
+				// trimmed, a space before each continuation.
+				t.Errorf("%s %s: X-A %q, want %q", way, path, resp.Header.Get("X-A"), "a  b")
+			}
+			if path == "/trailer" && resp.Trailer.Get("X-T") != "1" {
+				t.Errorf("%s %s: trailer %v, want X-T: 1", way, path, resp.Trailer)
+			}
+		})
+	}
+}
+
+func TestFoldedHeadEnd(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int // 0, or the length of in up to the "|"
+	}{
+		{"HTTP/1.1 200 OK\r\nA: 1\r\n \r\n\r\n|body", 1},
+		{"HTTP/1.1 200 OK\nA: 1\n\t2\n\n|\r\n\r\n", 1},
+		{"HTTP/1.1 200 OK\r\n A: 1\r\n\r\n|", 1},        // a first field line that starts with whitespace
+		{"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n body\r\n", 0}, // past the head: the body's
+		{"HTTP/1.1 200 OK\r\nA: 1\r\n \r\n", 0},         // not all there yet
+		{"HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\n\r\n", 0},
+		{"HTTP/1.1 200 OK\r\nA: 1\r\n\r", 0},
+		{"", 0},
+	} {
+		want := 0
+		if tc.want == 1 {
+			want = strings.Index(tc.in, "|")
+		}
+		in := strings.Replace(tc.in, "|", "", 1)
+		if got := foldedHeadEnd([]byte(in)); got != want {
+			t.Errorf("foldedHeadEnd(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// BenchmarkFoldedHeadEnd is the look for folds every response head gets
+// before it is parsed, on the head bench/upstream sends with its body.
+func BenchmarkFoldedHeadEnd(b *testing.B) {
+	head := []byte("HTTP/1.1 200 OK\r\nServer: benchup\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n" + strings.Repeat("x", 100))
+	for b.Loop() {
+		if foldedHeadEnd(head) != 0 {
+			b.Fatal("a fold found")
+		}
 	}
 }

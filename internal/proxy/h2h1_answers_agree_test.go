@@ -49,6 +49,7 @@ var answerBases = []string{
 	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: , X-T,,X-U\r\nConnection: x-hop\r\n keep-alive\r\nX-Hop: 1\r\nX-A: a\r\n \r\n\r\n5\r\nhello\r\n0\r\nX-T : 1\r\nX-U: 2\r\n\r\n",
 	"HTTP/0.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
 	"HTTP/1.1 200 OK\r\n X-Fold: 1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n \r\nX-A: a\r\n\t b\r\n\r\nhello",
 }
 
 // answerLines are header lines a mutation adds to an answer's head.
@@ -176,7 +177,12 @@ func viewOf(resp *http.Response, err error) clientView {
 // added), to a GET from each client, through a gateway of their own with
 // the real listener; what each client reads (status, fields but framing,
 // hop-by-hop and per-request ones, body, whether it was cut short,
-// trailers) must be the same, or neither gets an answer.
+// trailers) must be the same, or neither gets an answer. Each answer is
+// then written again in pieces (cutAtRandom), and each client must read
+// it as it read the answer in one write; the one difference allowed is a
+// malformed body that one write showed the gateway before it sent
+// anything (a 502), and pieces only after the head had gone out (a body
+// cut off).
 func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 	r := rand.New(rand.NewPCG(2026, 12))
 	answers := make([][]byte, 0, 600)
@@ -207,13 +213,13 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 	_, addr := startProxyWith(t, Options{}, route, listener.Protocols{H2C: true})
 	tr := h2cClient(t).Transport.(*http2.Transport)
 	tr.DisableCompression = true // no Accept-Encoding: the HTTP/1.1 client's request
-	var agreed, relayed, noAnswer int
+	var agreed, relayed, noAnswer, cutShort int
 	for i, raw := range answers {
 		// A subtest per answer, so that its upstreams are stopped before
 		// the next.
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			ask := func(h2 bool, method string) clientView {
-				path := fmt.Sprintf("/%d/%v%s", i, h2, method)
+			ask := func(h2 bool, method string, pieces []piece) clientView {
+				path := fmt.Sprintf("/%d/%v%s%v", i, h2, method, pieces != nil)
 				up := testserve.Conns(t, func(c net.Conn) {
 					_ = c.SetDeadline(time.Now().Add(vectorDeadline))
 					req, err := http.ReadRequest(bufio.NewReader(c))
@@ -223,7 +229,11 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 					if _, err := io.Copy(io.Discard, req.Body); err != nil {
 						return
 					}
-					_, _ = c.Write(raw)
+					if pieces == nil {
+						_, _ = c.Write(raw)
+					} else {
+						writePieces(c, raw, pieces)
+					}
 				})
 				mu.Lock()
 				targets[path] = poolOf("stable", up)
@@ -256,8 +266,10 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 			}
 			// A GET and a POST with a body: the HTTP/2 listener's two ways
 			// to an http1 pool (its own exchange, and net/http's Transport).
+			// The same answer written in pieces must read the same.
+			cut := cutAtRandom(rand.New(rand.NewPCG(uint64(i), 13)), raw)
 			for _, m := range []string{http.MethodGet, http.MethodPost} {
-				v1, v2 := ask(false, m), ask(true, m)
+				v1, v2 := ask(false, m, nil), ask(true, m, nil)
 				switch {
 				case v1.err != nil && v2.err != nil:
 					noAnswer++
@@ -269,11 +281,33 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 						relayed++
 					}
 				}
+				if cut == nil {
+					continue
+				}
+				for _, h2 := range []bool{false, true} {
+					whole := v1
+					if h2 {
+						whole = v2
+					}
+					p := ask(h2, m, cut)
+					if whole.err == nil && whole.status == http.StatusBadGateway && p.err == nil && p.bodyErr {
+						// A malformed body found in one write, before
+						// anything was sent (checkFirstChunk), is found
+						// only after the head went out when the head
+						// comes alone: the body is cut off, and the
+						// client can tell.
+						cutShort++
+						continue
+					}
+					if p.String() != whole.String() {
+						t.Errorf("answer %d to a %s (HTTP/2 client: %v) reads differently when it comes in pieces: %q%s\nin one write: %v\nin pieces: %v", i, m, h2, raw, describePieces(raw, cut), whole, p)
+					}
+				}
 			}
 		})
 	}
-	t.Logf("%d answers, each to a GET and a POST: %d read alike (%d relayed, the rest the gateway's 502), %d with no answer over either",
-		len(answers), agreed, relayed, noAnswer)
+	t.Logf("%d answers, each to a GET and a POST: %d read alike (%d relayed, the rest the gateway's 502), %d with no answer over either; in pieces, %d cut off where one write got the gateway's 502",
+		len(answers), agreed, relayed, noAnswer, cutShort)
 	if relayed < len(answers)/2 {
 		// Two clients that get no answer, or the gateway's 502, agree
 		// too: a harness that broke every exchange would pass without
