@@ -324,8 +324,10 @@ func foldedHeadEnd(b []byte) int {
 // (the line and its continuation, trimmed of SP and HTAB, and a space
 // between: RFC 9112 section 5.2 has a proxy replace an obs-fold with SP
 // before it interprets the value), and head is then discarded from br. A
-// first field line that starts with whitespace continues no field, and
-// is copied as it is, for fasthttp to refuse. The copy's buffers are
+// first field line that starts with whitespace continues no field, nor
+// does a line after one without a colon ("0\n :", which net/http refuses
+// as it is and fasthttp took joined): both are copied as they are, for
+// fasthttp to refuse. The copy's buffers are
 // ensureDate's, pooled.
 //
 // fasthttp joins folds itself, but over the bytes it reads, which then
@@ -352,7 +354,8 @@ func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) err
 			joined = true
 			continue
 		}
-		field = !status && len(line) > 0 && line[0] != ' ' && line[0] != '\t'
+		// As net/http's reader, only a line with a colon is continued.
+		field = !status && len(line) > 0 && line[0] != ' ' && line[0] != '\t' && bytes.IndexByte(line, ':') > 0
 		status, joined = false, false
 		rt.raw = append(append(rt.raw, line...), '\r', '\n')
 	}

@@ -541,7 +541,10 @@ func TestInterimVersion(t *testing.T) {
 // net/http's reader joins the lines and an HTTP/2 client got the answer;
 // the HTTP/1.1 codec kept the fold's LF in the length and refused it, and
 // an HTTP/1.1 client got 502 (found by TestH2AnswersAgreeWithHTTP1 on a
-// wider set of answers). A length folded into two numbers stays a 502.
+// wider set of answers). A length folded into two numbers stays a 502,
+// as does a line without a colon followed by a continuation, which
+// net/http refuses (found by FuzzUpstreamAgainstNetHTTP on a first
+// version that joined it).
 // A fold before a Trailer field with an empty element, which the codec
 // reads twice (closeEmptyTrailerElements), reads the same the second
 // time: fasthttp joined folds over the bytes it had read, and an HTTP/1.1
@@ -556,14 +559,15 @@ func TestFoldedContentLength(t *testing.T) {
 		"/cl-twice":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n 5\r\nConnection: close\r\n\r\nhello",
 		"/cl-a-line": "HTTP/1.1 200 OK\r\nContent-Length:\r\n 5\r\nConnection: close\r\n\r\nhello",
 		"/trailer":   "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: a\r\n\t b\r\nTrailer: , X-T\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+		"/no-colon":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n0\r\n :\r\nConnection: close\r\n\r\nhello",
 		"/two-folds": "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a \r\n \r\n\tb \r\nConnection: close\r\n\r\nhello",
 	}
 	var conns atomic.Int32
 	up := framedBackend(t, answers, &conns)
 	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
-	for _, path := range []string{"/cl-blank", "/cl-tab", "/cl-lf", "/cl-apart", "/cl-te", "/cl-twice", "/cl-a-line", "/trailer", "/two-folds"} {
+	for _, path := range []string{"/cl-blank", "/cl-tab", "/cl-lf", "/cl-apart", "/cl-te", "/cl-twice", "/cl-a-line", "/trailer", "/two-folds", "/no-colon"} {
 		want := http.StatusOK
-		if path == "/cl-twice" {
+		if path == "/cl-twice" || path == "/no-colon" {
 			want = http.StatusBadGateway
 		}
 		askEveryWay(t, "http://"+addr+path, func(way string, resp *http.Response, b []byte, err error) {
