@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,9 +209,13 @@ func againstLLHTTP(t *testing.T, cut func(i int, raw []byte) []piece) {
 	oracle := goBodyOracle(t)
 	results := make([]llhttpResult, len(cases))
 	cuts := make([][]piece, len(cases))
+	wholes := make([]llhttpResult, len(cases)) // in one write, when cut
 	runBounded(len(cases), vectorConcurrency, func(i int) {
 		if cut != nil {
 			cuts[i] = cut(i, raws[i])
+			if cuts[i] != nil {
+				wholes[i] = exchangeLLHTTP(cases[i], raws[i], nil)
+			}
 		}
 		results[i] = exchangeLLHTTP(cases[i], raws[i], cuts[i])
 		sts := netHTTPStatuses(oracle, raws[i], len(cases[i].LLHTTP.Messages)+1, vectorDeadline, true)
@@ -273,6 +278,15 @@ func againstLLHTTP(t *testing.T, cut func(i int, raw []byte) []piece) {
 			if j := len(res.up.reqs); j < len(res.statuses) && res.statuses[j] >= 400 && res.statuses[j] < 499 {
 				upErrs = nil
 				cutOff++
+			}
+		}
+		if cuts[i] != nil && wholes[i].setupErr == nil {
+			// The same requests are forwarded however the bytes came: a
+			// gateway that refused a request only when it came in pieces
+			// would pass the checks above, which let it be stricter
+			// than llhttp.
+			if w := wholes[i]; len(w.up.reqs) != len(res.up.reqs) || !slices.Equal(w.statuses[:min(len(w.up.reqs), len(w.statuses))], res.statuses[:min(len(res.up.reqs), len(res.statuses))]) {
+				errs = append(errs, fmt.Sprintf("in one write, %d requests forwarded and answers %v; in pieces, %d and %v", len(w.up.reqs), w.statuses, len(res.up.reqs), res.statuses))
 			}
 		}
 		if len(upErrs) > 0 {
