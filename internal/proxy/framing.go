@@ -41,12 +41,13 @@ import (
 // that came whole with its CRLFCRLF (all of them in practice) is parsed
 // straight from the connection's reader, as before.
 //
-// Folds. A field value continued on the next line (obs-fold, RFC 9112
-// section 5.2) is joined as net/http's reader joins it, with a space, in
-// the same copy (readBareLF; foldedHeadEnd finds such a head by the byte
-// after each of its LFs). fasthttp joins folds over the bytes it reads,
-// so a head it refused read differently the second time, and it kept an
-// empty continuation's space in a Content-Length and refused the head.
+// Folds. A head with a field value continued on the next line (obs-fold,
+// RFC 9112 section 5.2) goes to fasthttp as the same copy (readBareLF;
+// foldedHeadEnd finds such a head by the byte after each of its LFs):
+// fasthttp joins folds over the bytes it reads, so a head it refused read
+// differently the second time; and a folded Content-Length is joined in
+// the copy first, as fasthttp kept an empty continuation's space in it
+// and refused the head.
 //
 // Chunked lines are not relaxed: errata 7633 of RFC 9112 excludes a bare
 // LF from the chunked coding's lines, net/http refuses one, and so does
@@ -320,43 +321,35 @@ func foldedHeadEnd(b []byte) int {
 // readBareLF parses head, a response head some of whose lines end in a
 // bare LF or continue a field's value on the next line (see above and
 // foldedHeadEnd), into out: fasthttp reads a copy whose lines all end in
-// CRLF, in which each obs-fold is joined as net/http's reader joins it
-// (the line and its continuation, trimmed of SP and HTAB, and a space
-// between: RFC 9112 section 5.2 has a proxy replace an obs-fold with SP
-// before it interprets the value), and head is then discarded from br. A
-// first field line that starts with whitespace continues no field, nor
-// does a line after one without a colon ("0\n :", which net/http refuses
-// as it is and fasthttp took joined): both are copied as they are, for
-// fasthttp to refuse. The copy's buffers are
+// CRLF, and head is then discarded from br. The copy's buffers are
 // ensureDate's, pooled.
 //
-// fasthttp joins folds itself, but over the bytes it reads, which then
-// read differently if the head is read again (closeEmptyTrailerElements),
-// and it keeps the space of an empty continuation in a Content-Length,
-// which it then refuses ("5\r\n \r\n": net/http reads 5, and an
-// HTTP/2 client got the answer an HTTP/1.1 client got as a 502; found by
-// TestH2AnswersAgreeWithHTTP1 on a wider set of answers).
+// fasthttp joins an obs-fold as net/http's reader does (the line and its
+// continuations, trimmed of SP and HTAB, with a space before each
+// continuation; RFC 9112 section 5.2 has a proxy replace an obs-fold with
+// SP before it interprets the value), and refuses what net/http refuses
+// ("0\n :", "Transfer-Encoding: chunked\r\n \r\n"), but over the bytes
+// it reads: given the head itself, a head it refused read differently the
+// second time (closeEmptyTrailerElements), so it is given the copy. One
+// fold is joined in the copy before fasthttp sees it: a Content-Length's.
+// fasthttp kept an empty continuation's space in the length and refused
+// it ("5\r\n \r\n"), where net/http trims it and reads 5; an HTTP/2
+// client got the answer an HTTP/1.1 client got as a 502 (found by
+// TestH2AnswersAgreeWithHTTP1 on a wider set of answers). On one line,
+// the length's spaces are fasthttp's to trim.
 func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) error {
 	rt := dateRoundTrips.Get().(*dateRoundTrip)
 	rt.raw = rt.raw[:0]
-	// field: the line before was a field line, or continued one; joined:
-	// it was a continuation.
-	status, field, joined := true, false, false
+	length := false // the line before was a Content-Length field line, or continued one
 	for line := range bytes.Lines(head) {
 		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
-		if field && len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
-			rt.raw = rt.raw[:len(rt.raw)-2]
-			if !joined {
-				rt.raw = bytes.TrimRight(rt.raw, " \t")
-			}
-			rt.raw = append(append(rt.raw, ' '), bytes.Trim(line, " \t")...)
+		if length && len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			rt.raw = append(append(rt.raw[:len(rt.raw)-2], ' '), bytes.Trim(line, " \t")...)
 			rt.raw = append(rt.raw, '\r', '\n')
-			joined = true
 			continue
 		}
-		// As net/http's reader, only a line with a colon is continued.
-		field = !status && len(line) > 0 && line[0] != ' ' && line[0] != '\t' && bytes.IndexByte(line, ':') > 0
-		status, joined = false, false
+		c := bytes.IndexByte(line, ':')
+		length = c == len("Content-Length") && eqFold(line[:c], "content-length")
 		rt.raw = append(append(rt.raw, line...), '\r', '\n')
 	}
 	copyBR := rt.reader()
