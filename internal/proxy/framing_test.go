@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -486,17 +488,30 @@ func TestFramingConflictAfterFoldedLine(t *testing.T) {
 		"/fold-lf": "HTTP/1.1 200 OK\n\tX-Fold: 1\nTransfer-Encoding: chunked\nContent-Length: 3\n\n5\r\nhello\r\n0\r\n\r\n",
 		"/plain":   "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
 	}
+	askAnswersEveryWay(t, answers, []string{"/fold", "/fold-lf"}, "hello", nil)
+}
+
+// askAnswersEveryWay starts an upstream that answers a request for a path
+// with answers[path] (framedBackend) and a gateway in front of it that
+// serves HTTP/1.1 and h2c, and asks for each path every way
+// (askEveryWay): a path in bad must be answered 502, any other 200 with
+// body, whole. check, when not nil, looks further at each answer.
+func askAnswersEveryWay(t *testing.T, answers map[string]string, bad []string, body string, check func(way, path string, resp *http.Response)) {
+	t.Helper()
 	var conns atomic.Int32
 	up := framedBackend(t, answers, &conns)
 	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
-	for _, path := range []string{"/fold", "/fold-lf", "/plain"} {
-		want := http.StatusBadGateway
-		if path == "/plain" {
-			want = http.StatusOK
+	for _, path := range slices.Sorted(maps.Keys(answers)) {
+		want := http.StatusOK
+		if slices.Contains(bad, path) {
+			want = http.StatusBadGateway
 		}
 		askEveryWay(t, "http://"+addr+path, func(way string, resp *http.Response, b []byte, err error) {
-			if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "hello")) {
+			if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != body)) {
 				t.Errorf("%s %s: %d %q (%v), want %d", way, path, resp.StatusCode, b, err, want)
+			}
+			if check != nil {
+				check(way, path, resp)
 			}
 		})
 	}
@@ -518,20 +533,7 @@ func TestInterimVersion(t *testing.T) {
 		"/v11":       "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n" + final,
 		"/v11-apart": "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n|" + final,
 	}
-	var conns atomic.Int32
-	up := framedBackend(t, answers, &conns)
-	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
-	for _, path := range []string{"/v01", "/v01-apart", "/v20-2nd", "/v11", "/v11-apart"} {
-		want := http.StatusBadGateway
-		if strings.HasPrefix(path, "/v11") {
-			want = http.StatusOK
-		}
-		askEveryWay(t, "http://"+addr+path, func(way string, resp *http.Response, b []byte, err error) {
-			if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "ok")) {
-				t.Errorf("%s %s: %d %q (%v), want %d", way, path, resp.StatusCode, b, err, want)
-			}
-		})
-	}
+	askAnswersEveryWay(t, answers, []string{"/v01", "/v01-apart", "/v20-2nd"}, "ok", nil)
 }
 
 // TestFoldedContentLength: an answer whose Content-Length is folded over
@@ -566,31 +568,19 @@ func TestFoldedContentLength(t *testing.T) {
 		"/no-colon":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n0\r\n :\r\nConnection: close\r\n\r\nhello",
 		"/two-folds": "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a \r\n \r\n\tb \r\nConnection: close\r\n\r\nhello",
 	}
-	var conns atomic.Int32
-	up := framedBackend(t, answers, &conns)
-	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
-	for _, path := range []string{"/cl-blank", "/cl-tab", "/cl-lf", "/cl-apart", "/cl-te", "/cl-twice", "/cl-a-line", "/trailer", "/two-folds", "/no-colon", "/te-blank", "/te-a-line"} {
-		want := http.StatusOK
-		if path == "/cl-twice" || path == "/no-colon" || path == "/te-blank" {
-			want = http.StatusBadGateway
+	askAnswersEveryWay(t, answers, []string{"/cl-twice", "/no-colon", "/te-blank"}, "hello", func(way, path string, resp *http.Response) {
+		if (path == "/cl-blank" || path == "/trailer") && resp.Header.Get("X-A") != "a b" {
+			t.Errorf("%s %s: X-A %q, want %q", way, path, resp.Header.Get("X-A"), "a b")
 		}
-		askEveryWay(t, "http://"+addr+path, func(way string, resp *http.Response, b []byte, err error) {
-			if resp.StatusCode != want || (want == http.StatusOK && (err != nil || string(b) != "hello")) {
-				t.Errorf("%s %s: %d %q (%v), want %d", way, path, resp.StatusCode, b, err, want)
-			}
-			if (path == "/cl-blank" || path == "/trailer") && resp.Header.Get("X-A") != "a b" {
-				t.Errorf("%s %s: X-A %q, want %q", way, path, resp.Header.Get("X-A"), "a b")
-			}
-			if path == "/two-folds" && resp.Header.Get("X-A") != "a  b" {
-				// net/http's reader: the line and each continuation
-				// trimmed, a space before each continuation.
-				t.Errorf("%s %s: X-A %q, want %q", way, path, resp.Header.Get("X-A"), "a  b")
-			}
-			if path == "/trailer" && resp.Trailer.Get("X-T") != "1" {
-				t.Errorf("%s %s: trailer %v, want X-T: 1", way, path, resp.Trailer)
-			}
-		})
-	}
+		if path == "/two-folds" && resp.Header.Get("X-A") != "a  b" {
+			// net/http's reader: the line and each continuation
+			// trimmed, a space before each continuation.
+			t.Errorf("%s %s: X-A %q, want %q", way, path, resp.Header.Get("X-A"), "a  b")
+		}
+		if path == "/trailer" && resp.Trailer.Get("X-T") != "1" {
+			t.Errorf("%s %s: trailer %v, want X-T: 1", way, path, resp.Trailer)
+		}
+	})
 }
 
 func TestFoldedHeadEnd(t *testing.T) {
