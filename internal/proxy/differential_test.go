@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/testserve"
@@ -107,7 +110,8 @@ func FuzzAgainstNetHTTP(f *testing.F) {
 // the same status, or the gateway's 502 (it may be stricter); with the
 // same status, a body Go reads whole arrives whole and unchanged, and one
 // Go cannot read whole (cut short, bad chunks) never arrives as a
-// complete body.
+// complete body. Every other input (by its hash) is written in pieces
+// (cutAtRandom) rather than in one write, under the same judgement.
 func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -161,6 +165,7 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	// would wait until the client gave up, and one that took the bytes
 	// after it for the next answer would hand a client the wrong one.
 	var reply atomic.Pointer[[]byte]
+	var cut atomic.Pointer[[]piece] // nil: the reply in one write
 	var keepHead, keepGet atomic.Bool
 	var answered atomic.Int64
 	up := testserve.Conns(f, func(c net.Conn) {
@@ -173,7 +178,11 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			}
 			_, _ = io.Copy(io.Discard, req.Body) // unread bytes would make the close a reset
 			answered.Add(1)
-			_, _ = c.Write(*reply.Load())
+			if pieces := cut.Load(); pieces != nil {
+				writePieces(c, *reply.Load(), *pieces)
+			} else {
+				_, _ = c.Write(*reply.Load())
+			}
 			keep := keepGet.Load()
 			if req.Method == http.MethodHead {
 				keep = keepHead.Load()
@@ -192,6 +201,19 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			return
 		}
 		reply.Store(&raw)
+		// Every other input is written in pieces (cutAtRandom), chosen
+		// and cut by its hash: the judgement is the same however the
+		// bytes arrive.
+		var pieces []piece
+		if h := xxhash.Sum64(raw); h&1 == 1 {
+			pieces = cutAtRandom(rand.New(rand.NewPCG(h, 17)), raw)
+		}
+		if pieces != nil {
+			cut.Store(&pieces)
+		} else {
+			cut.Store(nil)
+		}
+		sent := fmt.Sprintf("%q%s", raw, describePieces(raw, pieces))
 		get, head := readAsNetHTTP(raw, http.MethodGet), readAsNetHTTP(raw, http.MethodHead)
 		keepHead.Store(head.err == nil && !head.resp.Close)
 		keepGet.Store(get.err == nil && get.bodyErr == nil && !get.resp.Close &&
@@ -213,23 +235,23 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 				fromGateway = got.StatusCode == http.StatusBadGateway && (want.err != nil || want.resp.StatusCode != http.StatusBadGateway)
 			}
 			if fromGateway && answered.Load() == before {
-				t.Fatalf("%s: the gateway answered %d without the upstream answering this request\nbody: %q\nupstream sends: %q", via, got.StatusCode, body, raw)
+				t.Fatalf("%s: the gateway answered %d without the upstream answering this request\nbody: %q\nupstream sends: %s", via, got.StatusCode, body, sent)
 			}
 			switch {
 			case got.StatusCode == 499:
-				t.Fatalf("%s: a 499 on the wire\nupstream sent: %q", via, raw)
+				t.Fatalf("%s: a 499 on the wire\nupstream sent: %s", via, sent)
 			case want.err != nil:
 				if got.StatusCode != http.StatusBadGateway {
-					t.Fatalf("%s: Go refuses the upstream's head (%v), and the gateway answers %d, not 502\nupstream sent: %q\nbody: %q", via, want.err, got.StatusCode, raw, body)
+					t.Fatalf("%s: Go refuses the upstream's head (%v), and the gateway answers %d, not 502\nupstream sent: %s\nbody: %q", via, want.err, got.StatusCode, sent, body)
 				}
 			case got.StatusCode == http.StatusBadGateway && fromGateway:
 				// stricter than Go: allowed
 			case got.StatusCode != want.resp.StatusCode:
-				t.Fatalf("%s: Go reads status %d, the client got %d\nupstream sent: %q", via, want.resp.StatusCode, got.StatusCode, raw)
+				t.Fatalf("%s: Go reads status %d, the client got %d\nupstream sent: %s", via, want.resp.StatusCode, got.StatusCode, sent)
 			case want.bodyErr == nil && (bodyErr != nil || !bytes.Equal(body, want.body)):
-				t.Fatalf("%s: Go reads the body %q whole; the client got %q (%v)\nupstream sent: %q", via, want.body, body, bodyErr, raw)
+				t.Fatalf("%s: Go reads the body %q whole; the client got %q (%v)\nupstream sent: %s", via, want.body, body, bodyErr, sent)
 			case want.bodyErr != nil && bodyErr == nil:
-				t.Fatalf("%s: Go cannot read the body whole (%v), yet the client got a complete body %q\nupstream sent: %q", via, want.bodyErr, body, raw)
+				t.Fatalf("%s: Go cannot read the body whole (%v), yet the client got a complete body %q\nupstream sent: %s", via, want.bodyErr, body, sent)
 			}
 		}
 
@@ -251,11 +273,11 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		for _, want := range []oracleRead{head, get} {
 			before := answered.Load()
 			if _, err := io.WriteString(conn, want.method+" / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
-				t.Fatalf("HTTP/1.1 %s: %v\nupstream sent: %q", want.method, err, raw)
+				t.Fatalf("HTTP/1.1 %s: %v\nupstream sent: %s", want.method, err, sent)
 			}
 			got, err := readFinalResponse(br, want.method)
 			if err != nil {
-				t.Fatalf("HTTP/1.1 %s: no answer from the gateway: %v\nupstream sent: %q", want.method, err, raw)
+				t.Fatalf("HTTP/1.1 %s: no answer from the gateway: %v\nupstream sent: %s", want.method, err, sent)
 			}
 			judge("HTTP/1.1 "+want.method, want, before, got)
 			if got.Close {
@@ -270,7 +292,7 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			req, _ := http.NewRequest(want.method, "http://"+gw+"/", nil)
 			got, err := h2.Do(req)
 			if err != nil {
-				t.Fatalf("h2c %s: no answer from the gateway: %v\nupstream sent: %q", want.method, err, raw)
+				t.Fatalf("h2c %s: no answer from the gateway: %v\nupstream sent: %s", want.method, err, sent)
 			}
 			judge("h2c "+want.method, want, before, got)
 		}
@@ -284,7 +306,7 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			before := answered.Load()
 			got, err := h2.Post("http://"+gw+"/", "text/plain", strings.NewReader("x"))
 			if err != nil {
-				t.Fatalf("h2c POST: no answer from the gateway: %v\nupstream sent: %q", err, raw)
+				t.Fatalf("h2c POST: no answer from the gateway: %v\nupstream sent: %s", err, sent)
 			}
 			if try == 3 || got.StatusCode != http.StatusBadGateway || answered.Load() != before {
 				judge("h2c POST", get, before, got)
