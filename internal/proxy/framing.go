@@ -170,8 +170,8 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 		// FuzzUpstreamAgainstNetHTTP).
 		return errLeadingEmptyLine
 	}
-	// A head with a folded field goes to fasthttp as a copy with the
-	// fold joined (foldedHeadEnd), so that fasthttp, which joins folds
+	// A head with a folded field goes to fasthttp as a copy
+	// (foldedHeadEnd, readBareLF), so that fasthttp, which joins folds
 	// over the bytes it reads, leaves raw as it came. A head fasthttp
 	// refuses is read again, after a rewrite in place, only when the
 	// rewrite changed it, so that no other head is read twice.
