@@ -201,11 +201,20 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			return
 		}
 		reply.Store(&raw)
+		get, head := readAsNetHTTP(raw, http.MethodGet), readAsNetHTTP(raw, http.MethodHead)
+		keepHead.Store(head.err == nil && !head.resp.Close)
+		keepGet.Store(get.err == nil && get.bodyErr == nil && !get.resp.Close &&
+			(get.resp.ContentLength >= 0 || len(get.resp.TransferEncoding) > 0))
 		// Every other input is written in pieces (cutAtRandom), chosen
 		// and cut by its hash: the judgement is the same however the
-		// bytes arrive.
+		// bytes arrive. Not an answer the upstream keeps its connection
+		// after while bytes follow it (a body sent to a HEAD): those
+		// bytes, late, are what the gateway reads for the next request
+		// on that pooled connection, which it answers 502 and closes, as
+		// nginx does; in one write they come with the answer and the
+		// connection is closed at once (violationExtraBytes).
 		var pieces []piece
-		if h := xxhash.Sum64(raw); h&1 == 1 {
+		if h := xxhash.Sum64(raw); h&1 == 1 && !(keepHead.Load() && head.rest > 0) && !(keepGet.Load() && get.rest > 0) {
 			pieces = cutAtRandom(rand.New(rand.NewPCG(h, 17)), raw)
 		}
 		if pieces != nil {
@@ -214,10 +223,6 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			cut.Store(nil)
 		}
 		sent := fmt.Sprintf("%q%s", raw, describePieces(raw, pieces))
-		get, head := readAsNetHTTP(raw, http.MethodGet), readAsNetHTTP(raw, http.MethodHead)
-		keepHead.Store(head.err == nil && !head.resp.Close)
-		keepGet.Store(get.err == nil && get.bodyErr == nil && !get.resp.Close &&
-			(get.resp.ContentLength >= 0 || len(get.resp.TransferEncoding) > 0))
 		if get.err == nil && get.resp.StatusCode == http.StatusSwitchingProtocols {
 			return // an upgrade the request did not ask for: not this test's
 		}
@@ -327,18 +332,22 @@ type oracleRead struct {
 	err     error
 	body    []byte
 	bodyErr error
+	rest    int // the bytes of raw after the answer, when it was read whole
 }
 
 // readAsNetHTTP reads raw as Go's client does, with a status outside
 // 100..599 refused (RFC 9110 section 15; Go's client passes it on).
 func readAsNetHTTP(raw []byte, method string) oracleRead {
 	o := oracleRead{method: method}
-	o.resp, o.err = readFinalResponse(bufio.NewReader(bytes.NewReader(raw)), method)
+	rd := bytes.NewReader(raw)
+	br := bufio.NewReader(rd)
+	o.resp, o.err = readFinalResponse(br, method)
 	if o.err == nil && (o.resp.StatusCode < 100 || o.resp.StatusCode > 599) {
 		o.err = fmt.Errorf("invalid status %d", o.resp.StatusCode)
 	}
 	if o.err == nil {
 		o.body, o.bodyErr = io.ReadAll(o.resp.Body)
+		o.rest = br.Buffered() + rd.Len()
 	}
 	return o
 }
