@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/listener"
@@ -129,6 +132,46 @@ func TestGRPCDeadlineEndsCall(t *testing.T) {
 			}
 			if w := br.Snapshot().Window; w.Requests != 1 || w.Failures != tt.failed {
 				t.Errorf("breaker window: %d requests, %d failures; want 1, %d", w.Requests, w.Failures, tt.failed)
+			}
+		})
+	}
+}
+
+// TestDeadlinePassedBeforeItsTimer: an upstream that ends a gRPC call at
+// its deadline (grpc-go's server resets the stream, CANCEL) counts the
+// grpc-timeout it was sent from when the request reached it, so the
+// gateway's deadline has passed by then; but under load the gateway's
+// timer can still be pending when the reset arrives. The call then ended
+// as the upstream's failure, and the client was told CANCELLED, "upstream
+// failed", where it must be told DEADLINE_EXCEEDED (a fresh-clone CI run
+// of TestGRPCDeadlinesAndCancel, in internal/gateway, caught it). The
+// deadline is now read from the clock as well as from the timer. A reset
+// before the deadline stays the upstream's.
+func TestDeadlinePassedBeforeItsTimer(t *testing.T) {
+	reset := http2.StreamError{StreamID: 1, Code: http2.ErrCodeCancel}
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration // from now; 0: none
+		want     bool          // the call ended by its deadline
+	}{
+		{"passed, timer pending", -time.Millisecond, true},
+		{"not yet", time.Hour, false},
+		{"none", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			call := newNetCall(context.Background(), 0)
+			if tc.deadline != 0 {
+				call.deadline = time.Now().Add(tc.deadline)
+			}
+			call.end() // as forward does before it reads the error
+			f := flow{inst: &upstream.Instance{Addr: "127.0.0.1:1"}}
+			err := f.netError(reset, call, context.Background())
+			if got := errors.Is(err, errCallDeadline); got != tc.want || (f.timeout == timeoutGRPC) != tc.want {
+				t.Errorf("netError = %v (timeout %v), want the call's deadline: %v", err, f.timeout, tc.want)
+			}
+			code := grpcCode(http.StatusGatewayTimeout, errors.Is(err, errCallDeadline))
+			if tc.want && code != grpcDeadlineExceeded {
+				t.Errorf("grpc code %d, want DEADLINE_EXCEEDED", code)
 			}
 		})
 	}

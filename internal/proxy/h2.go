@@ -1041,7 +1041,7 @@ func (s *stream) respond(resp *http.Response) (abort bool) {
 				s.clientErr = s.r.Context().Err()
 				return false // the client reset the stream; so is the upstream's
 			}
-			if s.grpc && errors.Is(context.Cause(s.att.call.ctx), errCallDeadline) {
+			if s.grpc && s.att.call.deadlinePassed() {
 				return s.deadlineMidAnswer(h)
 			}
 			if s.att.body != nil {

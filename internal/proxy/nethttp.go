@@ -264,6 +264,8 @@ type netCall struct {
 	done   bool
 	// unbound stops the deadline's timer (newNetCallUntil), nil without.
 	unbound context.CancelFunc
+	// deadline is the call's own (newNetCallUntil; zero: none).
+	deadline time.Time
 }
 
 func newNetCall(parent context.Context, headerTimeout time.Duration) *netCall {
@@ -283,8 +285,24 @@ func newNetCallUntil(parent context.Context, headerTimeout time.Duration, deadli
 	}
 	bounded, unbound := context.WithDeadlineCause(parent, deadline, errCallDeadline)
 	c := newNetCall(bounded, headerTimeout)
-	c.unbound = unbound
+	c.unbound, c.deadline = unbound, deadline
 	return c
+}
+
+// deadlinePassed reports whether the call ended by its deadline: its
+// context ended so, or the deadline has passed though its timer has not
+// fired yet. The upstream was sent the same grpc-timeout, and counts it
+// from when the request reached it, so when it ends the call for it (a
+// gRPC server resets the stream, CANCEL) the gateway's deadline has
+// passed too; under load its timer can still be pending, and that reset
+// was taken for the upstream's failure (CANCELLED, "upstream failed"),
+// where the client must be told DEADLINE_EXCEEDED (found by
+// TestGRPCDeadlinesAndCancel in a fresh-clone CI run).
+func (c *netCall) deadlinePassed() bool {
+	if errors.Is(context.Cause(c.ctx), errCallDeadline) {
+		return true
+	}
+	return !c.deadline.IsZero() && !time.Now().Before(c.deadline)
 }
 
 // errCallDeadline ends a gRPC call whose deadline (grpc-timeout) passed:
@@ -1197,7 +1215,7 @@ func (f *flow) netError(err error, call *netCall, client context.Context) error 
 	case errors.Is(context.Cause(call.ctx), errHeaderTimeout):
 		f.timeout = timeoutResponseHeader
 		return fmt.Errorf("reading response header from %s: %w", f.inst.Addr, errHeaderTimeout)
-	case errors.Is(context.Cause(call.ctx), errCallDeadline):
+	case call.deadlinePassed():
 		f.timeout = timeoutGRPC
 		return fmt.Errorf("waiting for %s: %w", f.inst.Addr, errCallDeadline)
 	case f.tooLarge || f.clientErr != nil:
