@@ -123,20 +123,54 @@ func bufferHead(br *bufio.Reader) (lfEnd int, err error) {
 // all of it. Like fasthttp's parser, it skips empty lines before the
 // status line, and takes LF or CRLF for the end of a line.
 func headEnd(b []byte) int {
+	end, _ := scanHead(b)
+	return end
+}
+
+// foldedHeadEnd returns headEnd(b) when a line of the head after its
+// status line starts with SP or HTAB (an obs-fold, or a first field line
+// that starts with whitespace), and 0 otherwise. It looks at nothing past
+// the head.
+func foldedHeadEnd(b []byte) int {
+	if end, folded := scanHead(b); folded {
+		return end
+	}
+	return 0
+}
+
+// scanHead is headEnd, and whether a line after the status line starts
+// with SP or HTAB, found in the same pass: it looks at the first byte
+// after each LF of the head, which tells an empty line, and a fold, from
+// a field line.
+func scanHead(b []byte) (end int, folded bool) {
 	i := 0
-	status := false
+	for { // empty lines before the status line
+		if i < len(b) && b[i] == '\n' {
+			i++
+		} else if i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n' {
+			i += 2
+		} else {
+			break
+		}
+	}
 	for {
 		j := bytes.IndexByte(b[i:], '\n')
 		if j < 0 {
-			return 0
+			return 0, false
 		}
-		empty := j == 0 || (j == 1 && b[i] == '\r')
-		i += j + 1
-		switch {
-		case !empty:
-			status = true
-		case status:
-			return i
+		i += j + 1 // the start of the next line
+		if i == len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ' ', '\t':
+			folded = true
+		case '\n':
+			return i + 1, folded
+		case '\r':
+			if i+1 < len(b) && b[i+1] == '\n' {
+				return i + 2, folded
+			}
 		}
 	}
 }
@@ -283,39 +317,6 @@ func checkZeroStatus(head []byte) error {
 		return invalidStatus(0)
 	}
 	return nil
-}
-
-// foldedHeadEnd returns the length of the response head at the start of
-// b, up to and including its empty line, when b holds all of it and a
-// line in it after the status line starts with SP or HTAB (an obs-fold,
-// or a first field line that starts with whitespace); otherwise 0. It
-// looks at the byte after each LF of the head, and at nothing past it.
-func foldedHeadEnd(b []byte) int {
-	folded := false
-	for i := bytes.IndexByte(b, '\n'); i >= 0 && i+1 < len(b); {
-		switch b[i+1] {
-		case ' ', '\t':
-			folded = true
-		case '\n':
-			if folded {
-				return i + 2
-			}
-			return 0
-		case '\r':
-			if i+2 < len(b) && b[i+2] == '\n' {
-				if folded {
-					return i + 3
-				}
-				return 0
-			}
-		}
-		j := bytes.IndexByte(b[i+1:], '\n')
-		if j < 0 {
-			break
-		}
-		i += j + 1
-	}
-	return 0
 }
 
 // readBareLF parses head, a response head some of whose lines end in a
