@@ -165,7 +165,7 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 	// would wait until the client gave up, and one that took the bytes
 	// after it for the next answer would hand a client the wrong one.
 	var reply atomic.Pointer[[]byte]
-	var cut atomic.Pointer[[]piece] // nil: the reply in one write
+	var cut atomic.Pointer[[]piece] // nil pieces: the reply in one write
 	var keepHead, keepGet atomic.Bool
 	var answered atomic.Int64
 	up := testserve.Conns(f, func(c net.Conn) {
@@ -178,11 +178,7 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 			}
 			_, _ = io.Copy(io.Discard, req.Body) // unread bytes would make the close a reset
 			answered.Add(1)
-			if pieces := cut.Load(); pieces != nil {
-				writePieces(c, *reply.Load(), *pieces)
-			} else {
-				_, _ = c.Write(*reply.Load())
-			}
+			writePieces(c, *reply.Load(), *cut.Load())
 			keep := keepGet.Load()
 			if req.Method == http.MethodHead {
 				keep = keepHead.Load()
@@ -217,11 +213,7 @@ func FuzzUpstreamAgainstNetHTTP(f *testing.F) {
 		if h := xxhash.Sum64(raw); h&1 == 1 && !(keepHead.Load() && head.rest > 0) && !(keepGet.Load() && get.rest > 0) {
 			pieces = cutAtRandom(rand.New(rand.NewPCG(h, 17)), raw)
 		}
-		if pieces != nil {
-			cut.Store(&pieces)
-		} else {
-			cut.Store(nil)
-		}
+		cut.Store(&pieces)
 		sent := fmt.Sprintf("%q%s", raw, describePieces(raw, pieces))
 		if get.err == nil && get.resp.StatusCode == http.StatusSwitchingProtocols {
 			return // an upgrade the request did not ask for: not this test's

@@ -229,11 +229,7 @@ func TestH2AnswersAgreeWithHTTP1(t *testing.T) {
 					if _, err := io.Copy(io.Discard, req.Body); err != nil {
 						return
 					}
-					if pieces == nil {
-						_, _ = c.Write(raw)
-					} else {
-						writePieces(c, raw, pieces)
-					}
+					writePieces(c, raw, pieces)
 				})
 				mu.Lock()
 				targets[path] = poolOf("stable", up)

@@ -92,25 +92,19 @@ type llhttpResult struct {
 }
 
 // exchangeLLHTTP writes raw, c's bytes, to a gateway of its own, in one
-// write or, with pieces, in those pieces (see writePieces) while the
-// answers are read, then half-closes, and reads every answer until the
-// gateway closes.
+// write or in pieces (writePieces), then half-closes, and meanwhile reads
+// every answer until the gateway closes.
 func exchangeLLHTTP(c llhttpCase, raw []byte, pieces []piece) (res llhttpResult) {
 	res.up, res.setupErr = throughGateway(Options{}, vectorDeadline, func(conn net.Conn) {
 		// A write can fail when the gateway has already refused and
 		// closed; its answer may still be there to read.
-		if pieces == nil {
-			_, _ = conn.Write(raw)
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			writePieces(conn, raw, pieces)
 			_ = conn.(*net.TCPConn).CloseWrite()
-		} else {
-			done := make(chan struct{})
-			defer func() { <-done }()
-			go func() {
-				defer close(done)
-				writePieces(conn, raw, pieces)
-				_ = conn.(*net.TCPConn).CloseWrite()
-			}()
-		}
+		}()
 		br := bufio.NewReader(conn)
 		for i := 0; ; i++ {
 			method := http.MethodGet

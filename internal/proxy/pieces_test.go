@@ -55,9 +55,13 @@ func cutAtRandom(r *rand.Rand, b []byte) []piece {
 
 // writePieces writes b to conn piece by piece, each a write of its own
 // (loopback sockets send without delay, so each is a segment of its own)
-// followed by its gap. It stops at the first failed write: the gateway
-// may have refused and closed.
+// followed by its gap; with no pieces, in one write. It stops at the
+// first failed write: the gateway may have refused and closed.
 func writePieces(conn net.Conn, b []byte, pieces []piece) {
+	if pieces == nil {
+		_, _ = conn.Write(b)
+		return
+	}
 	at := 0
 	for _, p := range pieces {
 		if _, err := conn.Write(b[at:p.end]); err != nil {
