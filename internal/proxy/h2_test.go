@@ -991,24 +991,11 @@ func askEveryWay(t *testing.T, url string, check func(way string, resp *http.Res
 // answers).
 func TestFoldedConnectionField(t *testing.T) {
 	var reply atomic.Pointer[string]
-	up := testserve.Conns(t, func(c net.Conn) {
-		// Each request on the connection is answered, until the
-		// gateway closes it (it does after "close"): a connection
-		// closed after an answer that did not say so could be taken
-		// from the pool for the next request before its close is seen.
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			if _, err := io.WriteString(c, *reply.Load()); err != nil {
-				return
-			}
-		}
-	})
+	// Each request on the connection is answered, until the gateway
+	// closes it (it does after "close"): a connection closed after an
+	// answer that did not say so could be taken from the pool for the
+	// next request before its close is seen.
+	up := rawBackend(t, func(_ *http.Request, w *bufio.Writer) { _, _ = w.WriteString(*reply.Load()) })
 	_, addr := startProxyWith(t, Options{}, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
 	for _, conn := range []string{"x-hop\r\n keep-alive", "keep-alive\n\tx-hop", "close\r\n x-hop", "close x-hop", "x-hop\r\n  "} {
 		raw := "HTTP/1.1 200 OK\r\nConnection: " + conn + "\r\nX-Hop: 1\r\nX-Kept: 2\r\nContent-Length: 2\r\n\r\nok"
