@@ -30,35 +30,8 @@ func TestPipeliningShapes(t *testing.T) {
 		iterations = 200
 	}
 	for it := range iterations {
-		n := 1 + rng.IntN(4)
-		var reqs []string
-		for i := range n {
-			path := fmt.Sprintf("/it%d/req%d", it, i)
-			switch rng.IntN(3) {
-			case 0:
-				reqs = append(reqs, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
-			case 1:
-				reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
-			default:
-				reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
-			}
-		}
-		// Split the whole stream into segments at random points: whole
-		// requests together, or requests cut into pieces.
-		stream := strings.Join(reqs, "")
-		var segs []string
-		switch rng.IntN(3) {
-		case 0:
-			segs = []string{stream}
-		case 1:
-			segs = reqs
-		default:
-			for rest := stream; len(rest) > 0; {
-				k := min(len(rest), 1+rng.IntN(40))
-				segs = append(segs, rest[:k])
-				rest = rest[k:]
-			}
-		}
+		reqs := pipelineRequests(rng, it)
+		segs := splitRequests(rng, reqs)
 		var gap time.Duration
 		switch r := rng.IntN(100); {
 		case r < 60:
@@ -71,7 +44,7 @@ func TestPipeliningShapes(t *testing.T) {
 		}
 		halfClose := rng.IntN(4) == 0
 		if err := pipelined(addr, reqs, segs, gap, halfClose); err != nil {
-			t.Fatalf("iteration %d (%d requests in %d segments, gap %v, half-close %v): %v", it, n, len(segs), gap, halfClose, err)
+			t.Fatalf("iteration %d (%d requests in %d segments, gap %v, half-close %v): %v", it, len(reqs), len(segs), gap, halfClose, err)
 		}
 	}
 }
@@ -104,7 +77,52 @@ func pipelined(addr string, reqs, segs []string, gap time.Duration, halfClose bo
 			_ = c.(*net.TCPConn).CloseWrite()
 		}
 	}()
-	br := bufio.NewReader(c)
+	return readAnswers(bufio.NewReader(c), reqs, halfClose)
+}
+
+// pipelineRequests makes one to four requests for iteration it, each
+// without a body, with a Content-Length body or chunked, and each with a
+// path of its own for readAnswers to find in its answer.
+func pipelineRequests(rng *rand.Rand, it int) []string {
+	var reqs []string
+	for i := range 1 + rng.IntN(4) {
+		path := fmt.Sprintf("/it%d/req%d", it, i)
+		switch rng.IntN(3) {
+		case 0:
+			reqs = append(reqs, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		case 1:
+			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
+		default:
+			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+		}
+	}
+	return reqs
+}
+
+// splitRequests cuts the stream of reqs at random points: all of it
+// together, a request a piece, or requests cut into pieces of 1 to 40
+// bytes.
+func splitRequests(rng *rand.Rand, reqs []string) []string {
+	stream := strings.Join(reqs, "")
+	switch rng.IntN(3) {
+	case 0:
+		return []string{stream}
+	case 1:
+		return reqs
+	}
+	var segs []string
+	for rest := stream; len(rest) > 0; {
+		k := min(len(rest), 1+rng.IntN(40))
+		segs = append(segs, rest[:k])
+		rest = rest[k:]
+	}
+	return segs
+}
+
+// readAnswers reads len(reqs) answers from br and checks that each echoes
+// its request's path, in order; after a half-close, that the connection
+// then closes.
+func readAnswers(br *bufio.Reader, reqs []string, halfClose bool) error {
 	for i, r := range reqs {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {

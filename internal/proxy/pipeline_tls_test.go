@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/graygate/graygate/internal/listener"
+)
+
+// TestPipeliningShapesOverTLS drives TestPipeliningShapes's requests over
+// HTTP/1.1 on the TLS listener, where what the gateway reads is not what
+// came on the socket: Go's tls.Conn returns one record's bytes a read and
+// keeps the records after it, already off the socket, in a buffer of its
+// own. So a request can wait in that buffer while the socket has nothing
+// to read, and a close_notify that follows the last request's record
+// comes back with its bytes as (n, io.EOF).
+//
+// The client's records are the requests together, one a request, or
+// pieces of 1 to 40 bytes; their bytes then go out in one write, or cut at
+// random into TCP writes of 1 to 60 bytes (so records span writes and
+// writes carry several records), with gaps of up to 3 ms. A third of the
+// connections end with a close_notify, half of those with a FIN after it.
+// Every request must be answered, in order, and after a close_notify the
+// gateway must answer and then close.
+func TestPipeliningShapesOverTLS(t *testing.T) {
+	gw := newGatewayTLS(t)
+	backend, _ := echoBackend(t, "stable")
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}, listener.Protocols{TLS: gw.conf})
+	client := &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}}
+	rng := rand.New(rand.NewPCG(13, 14))
+	iterations := 500
+	if testing.Short() {
+		iterations = 100
+	}
+	for it := range iterations {
+		reqs := pipelineRequests(rng, it)
+		recs := splitRequests(rng, reqs)
+		cut := rng.IntN(3) > 0
+		var gap time.Duration
+		if rng.IntN(2) == 0 {
+			gap = time.Duration(rng.IntN(3000)) * time.Microsecond
+		}
+		closeNotify, fin := rng.IntN(3) == 0, rng.IntN(2) == 0
+		if err := pipelinedTLS(addr, client, reqs, recs, cut, gap, closeNotify, closeNotify && fin, rng); err != nil {
+			t.Fatalf("iteration %d (%d requests in %d records, cut %v, gap %v, close_notify %v, FIN %v): %v",
+				it, len(reqs), len(recs), cut, gap, closeNotify, closeNotify && fin, err)
+		}
+	}
+}
+
+// pipelinedTLS shakes hands with the gateway at addr, then has its TLS
+// client write recs as records (and a close_notify) into a buffer, and
+// sends that buffer's bytes in one write or, if cut, in random pieces,
+// gap apart.
+func pipelinedTLS(addr string, client *tls.Config, reqs, recs []string, cut bool, gap time.Duration, closeNotify, fin bool, rng *rand.Rand) error {
+	raw, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+	rc := &recordConn{Conn: raw}
+	c := tls.Client(rc, client)
+	if err := c.Handshake(); err != nil {
+		return err
+	}
+	rc.holdWrites()
+	for _, r := range recs {
+		if _, err := io.WriteString(c, r); err != nil {
+			return err
+		}
+	}
+	if closeNotify {
+		if err := c.CloseWrite(); err != nil {
+			return err
+		}
+		// CloseWrite ends further writes by expiring the write deadline
+		// of the connection under it.
+		_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+	}
+	wire := rc.held()
+	segs := [][]byte{wire}
+	if cut {
+		segs = segs[:0]
+		for rest := wire; len(rest) > 0; {
+			k := min(len(rest), 1+rng.IntN(60))
+			segs = append(segs, rest[:k])
+			rest = rest[k:]
+		}
+	}
+	go func() {
+		for _, s := range segs {
+			if _, err := raw.Write(s); err != nil {
+				return
+			}
+			if gap > 0 {
+				time.Sleep(gap)
+			}
+		}
+		if fin {
+			_ = raw.(*net.TCPConn).CloseWrite()
+		}
+	}()
+	if err := readAnswers(bufio.NewReader(c), reqs, closeNotify); err != nil {
+		return fmt.Errorf("%w (%d TLS bytes in %d writes)", err, len(wire), len(segs))
+	}
+	return nil
+}
+
+// recordConn is a TLS client's TCP connection whose writes can be held
+// back: after holdWrites, what the client writes (its records) is kept,
+// for the test to send in writes of its own choosing.
+type recordConn struct {
+	net.Conn
+	mu   sync.Mutex
+	hold bool
+	kept bytes.Buffer
+}
+
+func (c *recordConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hold {
+		return c.kept.Write(p)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *recordConn) holdWrites() {
+	c.mu.Lock()
+	c.hold = true
+	c.mu.Unlock()
+}
+
+func (c *recordConn) held() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.kept.Bytes())
+}
