@@ -68,6 +68,12 @@ func newStallRig(t *testing.T, upstreamAddr string, opts Options) *stallRig {
 // which it gives the gate.
 func newStallRigFor(t *testing.T, pool *upstream.Pool, opts Options) *stallRig {
 	t.Helper()
+	return newStallRigOn(t, pool, opts, listener.Protocols{})
+}
+
+// newStallRigOn is newStallRigFor with the listener's protocols given.
+func newStallRigOn(t *testing.T, pool *upstream.Pool, opts Options, prot listener.Protocols) *stallRig {
+	t.Helper()
 	b, err := breaker.New(breaker.Config{}, breaker.Options{Name: "r1/gray"})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +82,11 @@ func newStallRigFor(t *testing.T, pool *upstream.Pool, opts Options) *stallRig {
 	r := &stallRig{gate: pool.Gate, b: b, log: &syncBuffer{}}
 	opts.AccessLog = r.log
 	opts.AccessLogFlushInterval = 10 * time.Millisecond
-	r.p, r.addr = startProxy(t, opts, &grayRoute{gray: pool, b: b})
+	if prot.TLS == nil && !prot.H2C {
+		r.p, r.addr = startProxy(t, opts, &grayRoute{gray: pool, b: b})
+	} else {
+		r.p, r.addr = startProxyWith(t, opts, &grayRoute{gray: pool, b: b}, prot)
+	}
 	return r
 }
 
