@@ -25,11 +25,7 @@ func TestPipeliningShapes(t *testing.T) {
 	backend, _ := echoBackend(t, "stable")
 	_, addr := startProxy(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))})
 	rng := rand.New(rand.NewPCG(11, 12))
-	iterations := 1000
-	if testing.Short() {
-		iterations = 200
-	}
-	for it := range iterations {
+	for it := range shortened(1000) {
 		reqs := pipelineRequests(rng, it)
 		segs := splitRequests(rng, reqs)
 		var gap time.Duration
@@ -47,6 +43,14 @@ func TestPipeliningShapes(t *testing.T) {
 			t.Fatalf("iteration %d (%d requests in %d segments, gap %v, half-close %v): %v", it, len(reqs), len(segs), gap, halfClose, err)
 		}
 	}
+}
+
+// shortened is n, or a fifth of it under -short.
+func shortened(n int) int {
+	if testing.Short() {
+		return n / 5
+	}
+	return n
 }
 
 // pipelined writes segs on one connection with gap between them, then reads

@@ -36,11 +36,7 @@ func TestPipeliningShapesOverTLS(t *testing.T) {
 	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}, listener.Protocols{TLS: gw.conf})
 	client := &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}}
 	rng := rand.New(rand.NewPCG(13, 14))
-	iterations := 500
-	if testing.Short() {
-		iterations = 100
-	}
-	for it := range iterations {
+	for it := range shortened(500) {
 		reqs := pipelineRequests(rng, it)
 		recs := splitRequests(rng, reqs)
 		cut := rng.IntN(3) > 0

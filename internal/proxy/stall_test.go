@@ -324,19 +324,7 @@ func TestStallsAreBounded(t *testing.T) {
 	})
 
 	t.Run("client_write_timeout: client stops reading the response", func(t *testing.T) {
-		up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-			if _, err := http.ReadRequest(br); err != nil {
-				return
-			}
-			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-			chunk := append(append([]byte("10000\r\n"), bytes.Repeat([]byte("z"), 0x10000)...), "\r\n"...)
-			for {
-				if _, err := c.Write(chunk); err != nil {
-					return
-				}
-			}
-		})
-		r := newStallRig(t, up, opts)
+		r := newStallRig(t, endlessBackend(t), opts)
 		d := net.Dialer{Control: smallReadBuffer}
 		c, err := d.Dial("tcp", r.addr)
 		if err != nil {
@@ -344,43 +332,74 @@ func TestStallsAreBounded(t *testing.T) {
 		}
 		defer c.Close()
 		fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
-		// Read nothing: the gateway's writes fill the socket buffers and
-		// then wait.
-		line := r.settle(t, "client_write_timeout")
-		if line["status"] != float64(200) {
-			t.Errorf("logged status %v, want 200 (the answer had begun)", line["status"])
-		}
-		// The gateway closed the connection: after draining what the
-		// buffers hold, the client reads EOF.
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.Copy(io.Discard, c); err != nil {
-			t.Errorf("draining the connection: %v, want EOF", err)
-		}
-		if f := r.failures(); f != 0 {
-			t.Errorf("breaker failures = %d: a client that stops reading is not the upstream's failure", f)
-		}
+		r.stoppedReading(t, c)
 	})
 
 	t.Run("client_idle_timeout: keep-alive connection with no next request", func(t *testing.T) {
 		backend, _ := echoBackend(t, "gray")
 		r := newStallRig(t, addrOf(backend), opts)
 		c := dialRaw(t, r.addr)
-		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		start := time.Now()
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if n, err := br.Read(make([]byte, 1)); err != io.EOF {
-			t.Fatalf("idle connection: read %d, %v; want EOF", n, err)
+		closedWhenIdle(t, c)
+	})
+}
+
+// closedWhenIdle sends a request on c, reads its answer, and then sends
+// nothing more: the gateway must close c after about shortTimeout.
+func closedWhenIdle(t *testing.T, c net.Conn) {
+	t.Helper()
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	start := time.Now()
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %d, %v; want EOF", n, err)
+	}
+	if d := time.Since(start); d < shortTimeout/2 || d > 5*time.Second {
+		t.Errorf("closed after %v, want about %v", d, shortTimeout)
+	}
+}
+
+// endlessBackend answers every request with a chunked body that never
+// ends.
+func endlessBackend(t *testing.T) string {
+	return stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
 		}
-		if d := time.Since(start); d < shortTimeout/2 || d > 5*time.Second {
-			t.Errorf("closed after %v, want about %v", d, shortTimeout)
+		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		chunk := append(append([]byte("10000\r\n"), bytes.Repeat([]byte("z"), 0x10000)...), "\r\n"...)
+		for {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
 		}
 	})
+}
+
+// stoppedReading checks what follows when a client that asked for
+// endlessBackend's answer reads nothing: the gateway's writes fill the
+// socket buffers and then wait, client_write_timeout fires and is logged,
+// and the gateway closes the connection, so that raw (the client's TCP
+// connection), once the buffers drain, reads EOF. The breaker counts no
+// failure.
+func (r *stallRig) stoppedReading(t *testing.T, raw net.Conn) {
+	t.Helper()
+	line := r.settle(t, "client_write_timeout")
+	if line["status"] != float64(200) {
+		t.Errorf("logged status %v, want 200 (the answer had begun)", line["status"])
+	}
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, raw); err != nil {
+		t.Errorf("draining the connection: %v, want EOF", err)
+	}
+	if f := r.failures(); f != 0 {
+		t.Errorf("breaker failures = %d: a client that stops reading is not the upstream's failure", f)
+	}
 }
 
 // dialRaw opens a client connection that the test closes.
