@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/graygate/graygate/internal/attr"
 	"github.com/graygate/graygate/internal/identity"
+	"github.com/graygate/graygate/internal/listener"
 	"github.com/graygate/graygate/internal/router"
 	"github.com/graygate/graygate/internal/testserve"
 )
@@ -319,7 +321,39 @@ func TestHijackedResponseShutdown(t *testing.T) {
 // at the client's EOF and the upstream's last words were lost. Raw bytes
 // through the real listener, with a raw upstream that answers the EOF.
 func TestWebSocketHalfClose(t *testing.T) {
-	backend := testserve.Conns(t, func(c net.Conn) {
+	backend := lastWordsBackend(t)
+	rec := newDoneRecorder()
+	_, addr := startProxy(t, Options{OnDone: rec.onDone}, staticDecider{Group: "stable", Target: poolOf("stable", backend)})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(c, lastWordsRequest)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v, want 101", resp, err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	rest := readLastWords(t, br)
+	if d := rec.next(t, 3*time.Second); d.status != http.StatusSwitchingProtocols || d.bytes != int64(len(rest)) {
+		t.Errorf("OnDone(status %d, bytes %d), want (101, %d)", d.status, d.bytes, len(rest))
+	}
+}
+
+// lastWordsRequest is a WebSocket handshake with the client's last words
+// after it, for lastWordsBackend.
+const lastWordsRequest = "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+	"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\nlast words"
+
+// lastWordsBackend switches protocols, reads what the client sends until
+// its half-close arrives, and then answers what it read and closes.
+func lastWordsBackend(t *testing.T) string {
+	return testserve.Conns(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		if _, err := http.ReadRequest(br); err != nil {
 			return
@@ -332,29 +366,91 @@ func TestWebSocketHalfClose(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		_, _ = fmt.Fprintf(c, "upstream saw %q, and ends here", got)
 	})
-	rec := newDoneRecorder()
-	_, addr := startProxy(t, Options{OnDone: rec.onDone}, staticDecider{Group: "stable", Target: poolOf("stable", backend)})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	_, _ = io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\nlast words")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("handshake: %v %v, want 101", resp, err)
-	}
-	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// readLastWords reads, after the client's half-close, what
+// lastWordsBackend answers to lastWordsRequest, and then the close.
+func readLastWords(t *testing.T, br *bufio.Reader) []byte {
+	t.Helper()
 	rest, err := io.ReadAll(br)
 	if want := `upstream saw "last words", and ends here`; err != nil || string(rest) != want {
 		t.Errorf("after the half-close: %q (%v), want %q and the close", rest, err, want)
 	}
-	if d := rec.next(t, 3*time.Second); d.status != http.StatusSwitchingProtocols || d.bytes != int64(len(rest)) {
-		t.Errorf("OnDone(status %d, bytes %d), want (101, %d)", d.status, d.bytes, len(rest))
+	return rest
+}
+
+// TestWebSocketOverTLS: wss:// through the TLS listener, where the tunnel
+// reads and writes through Go's tls.Conn. Messages up to 1 MiB are echoed
+// whole. A client's close_notify is its half-close, and is passed on as
+// one, whether it comes in a read of its own or with the last words of
+// the handshake's own write (which tls.Conn returns as bytes and io.EOF
+// at once); the upstream's answer to it is relayed, and then the close.
+func TestWebSocketOverTLS(t *testing.T) {
+	gw := newGatewayTLS(t)
+	prot := listener.Protocols{TLS: gw.conf}
+	t.Run("echo", func(t *testing.T) {
+		backend, _ := wsEchoBackend(t, "gray")
+		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "gray", Target: poolOf("gray", backend)}, prot)
+		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test"}}
+		c, _, err := d.Dial("wss://"+addr+"/chat", nil)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for _, msg := range []string{"hello", strings.Repeat("x", 1<<20), "bye"} {
+			if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if _, got, err := c.ReadMessage(); err != nil || string(got) != "gray:"+msg {
+				t.Fatalf("echo = %.40q (%v), want %.40q", got, err, "gray:"+msg)
+			}
+		}
+	})
+	for _, together := range []bool{false, true} {
+		t.Run(fmt.Sprintf("close_notify with the last words %v", together), func(t *testing.T) {
+			rec := newDoneRecorder()
+			_, addr := startProxyWith(t, Options{OnDone: rec.onDone}, staticDecider{Group: "stable", Target: poolOf("stable", lastWordsBackend(t))}, prot)
+			raw, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
+			rc := &recordConn{Conn: raw}
+			c := tls.Client(rc, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}})
+			if err := c.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if together {
+				rc.holdWrites()
+			}
+			_, _ = io.WriteString(c, lastWordsRequest)
+			if together {
+				if err := c.CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+				// CloseWrite expired the write deadline under it.
+				_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := raw.Write(rc.held()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("handshake: %v %v, want 101", resp, err)
+			}
+			if !together {
+				if err := c.CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+				_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
+			}
+			rest := readLastWords(t, br)
+			if d := rec.next(t, 3*time.Second); d.status != http.StatusSwitchingProtocols || d.bytes != int64(len(rest)) {
+				t.Errorf("OnDone(status %d, bytes %d), want (101, %d)", d.status, d.bytes, len(rest))
+			}
+		})
 	}
 }
