@@ -239,6 +239,9 @@ func (ex *exchange) readHead(out *fasthttp.ResponseHeader, br *bufio.Reader, lfE
 		// is HTTP/1.0 or 1.1 (found by FuzzUpstreamAgainstNetHTTP).
 		return fmt.Errorf("%w %q", errResponseVersion, out.Protocol())
 	}
+	if uc := ex.uc; uc != nil && uc.http10.Load() == http11 {
+		uc.http10.Store(!http11) // for Expect: see upstreamClient.http10
+	}
 	if chunked := out.ContentLength() == -1; chunked || !http11 {
 		if n := len(raw) - br.Buffered(); n > 0 && n <= len(raw) && framingConflict(raw[:n], chunked, http11) {
 			ex.p.violation(violationFramingConflict)

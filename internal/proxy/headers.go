@@ -206,9 +206,14 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 		}
 	}
 	if ex.bodyKind == bodyFixed || ex.bodyKind == bodyChunked {
-		if ctx.Request.MayContinue() {
+		if ctx.Request.MayContinue() && !ex.uc.http10.Load() {
 			// The upstream may refuse the body before it is sent; the
-			// gateway waits for its 100 (see awaitContinue).
+			// gateway waits for its 100 (see awaitContinue). An
+			// instance that last answered over HTTP/1.0 would not send
+			// one, and would wait for the body while the gateway waits
+			// for its answer: it gets the body at once, as RFC 9110
+			// section 10.1.1 lets a proxy that knows the next server is
+			// HTTP/1.0 do.
 			ex.expect = true
 			ex.head = append(ex.head, "Expect: 100-continue\r\n"...)
 		}

@@ -358,6 +358,67 @@ func TestExpectContinueWithCurl(t *testing.T) {
 	}
 }
 
+// TestExpectContinueToHTTP10Upstream: an upstream that answers over
+// HTTP/1.0 ignores "Expect: 100-continue" (RFC 9110 section 10.1.1) and
+// waits for the body, so a gateway that forwarded the expectation to it
+// waited ExpectContinueTimeout on every upload before it sent the body.
+// Once an instance has answered over HTTP/1.0, an upload to it goes
+// without the expectation, its body at once; once it answers over
+// HTTP/1.1 again, the expectation is forwarded again. The client's own
+// expectation is met by the gateway either way (its 100 comes at once).
+func TestExpectContinueToHTTP10Upstream(t *testing.T) {
+	var http11 atomic.Bool
+	expects := make(chan string, 16)
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.URL.Path == "/speak-1.1" {
+			http11.Store(true)
+		}
+		proto := "HTTP/1.0"
+		if http11.Load() {
+			proto = "HTTP/1.1"
+			if req.Header.Get("Expect") == "100-continue" {
+				fmt.Fprint(c, "HTTP/1.1 100 Continue\r\n\r\n")
+			}
+		}
+		expects <- req.Header.Get("Expect")
+		n, _ := io.Copy(io.Discard, req.Body)
+		fmt.Fprintf(c, "%s 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%d", proto, len(fmt.Sprint(n)), n)
+	})
+	_, addr := startProxy(t, Options{ExpectContinueTimeout: 300 * time.Millisecond}, staticDecider{Group: "stable", Target: poolOf("stable", up)})
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 5 * time.Second}, Timeout: 10 * time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+	const size = 64 << 10 // streamed, not read whole before it is sent
+	for i, step := range []struct{ path, expect, why string }{
+		{"/first", "100-continue", "the instance's version is not known yet"},
+		{"/after-1.0", "", "it answered over HTTP/1.0"},
+		{"/still-1.0", "", "it answered over HTTP/1.0"},
+		{"/speak-1.1", "", "it answered over HTTP/1.0, and answers this over HTTP/1.1"},
+		{"/after-1.1", "100-continue", "it answered over HTTP/1.1"},
+	} {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+step.path, bytes.NewReader(bytes.Repeat([]byte("e"), size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Expect", "100-continue")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("upload %d (%s): %v", i+1, step.path, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(got) != fmt.Sprint(size) {
+			t.Fatalf("upload %d (%s): %d %q, want 200 %q", i+1, step.path, resp.StatusCode, got, fmt.Sprint(size))
+		}
+		if got := <-expects; got != step.expect {
+			t.Errorf("upload %d (%s): the upstream got Expect %q, want %q (%s)", i+1, step.path, got, step.expect, step.why)
+		}
+	}
+}
+
 // TestDateAndVia: the upstream's Date is what the client gets (a Date is
 // added only when the upstream sent none), and Via: 1.1 graygate is added
 // both ways unless turned off.

@@ -52,6 +52,11 @@ type upstreamClient struct {
 	// tls is the TLS configuration for the instance, nil for plain HTTP.
 	// WebSocket tunnels dial with it too.
 	tls *tls.Config
+	// http10 is whether the instance's last answer came over HTTP/1.0.
+	// Such a server ignores "Expect: 100-continue" (RFC 9110 section
+	// 10.1.1) and waits for the body, so a request to it is sent without
+	// one, and its body at once (buildRequest).
+	http10 atomic.Bool
 }
 
 // client returns the pooled client for inst, creating it on first use.
