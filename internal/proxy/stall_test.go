@@ -183,24 +183,7 @@ func TestStallsAreBounded(t *testing.T) {
 	stopsMidBody := func(t *testing.T, part string) (body []byte, err error) {
 		t.Helper()
 		up, upClosed := stallingUpstream(t, part)
-		r := newStallRig(t, up, opts)
-		c := dialRaw(t, r.addr)
-		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err = io.ReadAll(resp.Body)
-		select {
-		case <-upClosed:
-		case <-time.After(5 * time.Second):
-			t.Error("the gateway kept the stalled upstream connection open")
-		}
-		r.settle(t, "read_timeout")
-		if f := r.failures(); f != 1 {
-			t.Errorf("breaker failures = %d, want 1", f)
-		}
-		return body, err
+		return newStallRig(t, up, opts).stoppedMidBody(t, upClosed)
 	}
 
 	t.Run("read_timeout: upstream stops mid-body", func(t *testing.T) {
@@ -262,36 +245,7 @@ func TestStallsAreBounded(t *testing.T) {
 			_, _ = io.Copy(io.Discard, br)
 			close(upClosed)
 		})
-		r := newStallRig(t, up, opts)
-		c := dialRaw(t, r.addr)
-		const size = 64 << 20
-		go func() {
-			fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", size)
-			chunk := bytes.Repeat([]byte("u"), 64<<10)
-			for range size / len(chunk) {
-				if _, err := c.Write(chunk); err != nil {
-					return
-				}
-			}
-		}()
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode != http.StatusGatewayTimeout {
-			t.Errorf("status %d, want 504", resp.StatusCode)
-		}
-		close(answered)
-		select {
-		case <-upClosed:
-		case <-time.After(10 * time.Second):
-			t.Error("the gateway kept the stalled upstream connection open")
-		}
-		c.Close()
-		r.settle(t, "write_timeout")
-		if f := r.failures(); f != 1 {
-			t.Errorf("breaker failures = %d, want 1", f)
-		}
+		newStallRig(t, up, opts).stoppedTakingUpload(t, answered, upClosed)
 	})
 
 	t.Run("client_read_timeout: client stops sending its body", func(t *testing.T) {
@@ -361,6 +315,75 @@ func closedWhenIdle(t *testing.T, c net.Conn) {
 	}
 	if d := time.Since(start); d < shortTimeout/2 || d > 5*time.Second {
 		t.Errorf("closed after %v, want about %v", d, shortTimeout)
+	}
+}
+
+// stoppedMidBody asks for an answer that the upstream stops sending part
+// way (and then reads until the gateway closes, closing closed): it
+// returns what the client read of the body, which must be cut off; the
+// gateway must close the stalled connection, log read_timeout and count
+// a breaker failure.
+func (r *stallRig) stoppedMidBody(t *testing.T, closed <-chan struct{}) ([]byte, error) {
+	t.Helper()
+	c := dialRaw(t, r.addr)
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Error("the gateway kept the stalled upstream connection open")
+	}
+	r.settle(t, "read_timeout")
+	if f := r.failures(); f != 1 {
+		t.Errorf("breaker failures = %d, want 1", f)
+	}
+	return body, err
+}
+
+// stoppedTakingUpload sends a 64 MiB upload to an upstream that reads
+// none of its body until answered is closed (and then reads until the
+// gateway closes, closing closed): the client gets 504 once the write
+// timeout (shortTimeout) has passed, and not seconds later, the gateway
+// closes the stalled connection, logs write_timeout and counts a breaker
+// failure.
+func (r *stallRig) stoppedTakingUpload(t *testing.T, answered chan<- struct{}, closed <-chan struct{}) {
+	t.Helper()
+	start := time.Now()
+	c := dialRaw(t, r.addr)
+	const size = 64 << 20
+	go func() {
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", size)
+		chunk := bytes.Repeat([]byte("u"), 64<<10)
+		for range size / len(chunk) {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Errorf("status %d, want 504", resp.StatusCode)
+	}
+	if d := time.Since(start); d > shortTimeout+2*time.Second {
+		t.Errorf("answered after %v, want about %v", d, shortTimeout)
+	}
+	close(answered)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Error("the gateway kept the stalled upstream connection open")
+	}
+	c.Close()
+	r.settle(t, "write_timeout")
+	if f := r.failures(); f != 1 {
+		t.Errorf("breaker failures = %d, want 1", f)
 	}
 }
 

@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/testserve"
+	"github.com/graygate/graygate/internal/upstream"
 )
 
 // TestClientStallsOverTLS stalls the client side of TestStallsAreBounded
@@ -133,4 +136,141 @@ func TestClientStallsOverTLS(t *testing.T) {
 		closedWhenIdle(t, c)
 		r.settle(t, "")
 	})
+}
+
+// TestUpstreamStallsOverTLS stalls the upstream side of
+// TestStallsAreBounded toward an https pool, where the gateway reads and
+// writes the upstream connection through Go's tls.Conn: an upstream that
+// stops mid-body after a whole record and within one (tls.Conn waits for
+// the rest of the record before it returns a byte), and one that stops
+// reading an upload. Each timeout fires, the stalled connection is
+// closed, the breaker counts a failure, and the slot and the goroutines
+// come back.
+func TestUpstreamStallsOverTLS(t *testing.T) {
+	upTLS := newGatewayTLS(t) // a certificate for 127.0.0.1, and its CA
+	opts := Options{
+		UpstreamReadTimeout: shortTimeout, UpstreamWriteTimeout: shortTimeout,
+		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Second,
+		UpstreamTLS:           &tls.Config{RootCAs: upTLS.ca.Pool},
+	}
+	// httpsBackend serves each connection over TLS with serve, giving it
+	// the TCP connection's recordConn too, to hold back what it writes.
+	httpsBackend := func(t *testing.T, serve func(c *tls.Conn, rc *recordConn, br *bufio.Reader)) *upstream.Pool {
+		ln := listenLoopback(t)
+		testserve.On(t, ln, func(raw net.Conn) {
+			rc := &recordConn{Conn: raw}
+			c := tls.Server(rc, upTLS.conf)
+			serve(c, rc, bufio.NewReader(c))
+		})
+		return upstream.NewPool("gray", []*upstream.Instance{{Addr: ln.Addr().String(), TLS: true}})
+	}
+
+	for _, within := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read_timeout: upstream stops mid-body, within a record %v", within), func(t *testing.T) {
+			closed := make(chan struct{})
+			pool := httpsBackend(t, func(c *tls.Conn, rc *recordConn, br *bufio.Reader) {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("x", 30000))
+				if within {
+					// The next record's first bytes, and then nothing.
+					rc.holdWrites()
+					_, _ = io.WriteString(c, strings.Repeat("x", 1000))
+					_, _ = rc.Conn.Write(rc.held()[:500])
+				}
+				_, _ = io.Copy(io.Discard, rc.Conn) // until the gateway gives up on us
+				close(closed)
+			})
+			body, err := newStallRigFor(t, pool, opts).stoppedMidBody(t, closed)
+			if n := len(body); err == nil || n >= 100000 {
+				t.Errorf("client read %d bytes, %v; want the body cut off", n, err)
+			}
+		})
+	}
+
+	// Three times: whether the stalled connection's send buffer has room
+	// left for a close_notify alert (dropCloseNotify) varies from run to
+	// run.
+	for i := range 3 {
+		t.Run(fmt.Sprintf("write_timeout: upstream stops reading an upload, %d", i+1), func(t *testing.T) {
+			answered, closed := make(chan struct{}), make(chan struct{})
+			pool := httpsBackend(t, func(c *tls.Conn, rc *recordConn, br *bufio.Reader) {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				// Read none of the body until the client has its answer;
+				// then the gateway must have closed the connection.
+				<-answered
+				_, _ = io.Copy(io.Discard, rc.Conn)
+				close(closed)
+			})
+			newStallRigFor(t, pool, opts).stoppedTakingUpload(t, answered, closed)
+		})
+	}
+}
+
+// TestDropCloseNotify: closing a TLS connection to a peer that has
+// stopped reading, once nothing more fits in the buffers under it, takes
+// no time after dropCloseNotify. tls.Conn.Close alone writes a
+// close_notify alert under a deadline of five seconds, and that write
+// waits the five seconds for room that never comes.
+func TestDropCloseNotify(t *testing.T) {
+	gw := newGatewayTLS(t)
+	ln := listenLoopback(t)
+	peer := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(peer)
+			return
+		}
+		s := tls.Server(c, gw.conf)
+		_ = s.SetDeadline(time.Now().Add(5 * time.Second))
+		_ = s.Handshake()
+		peer <- s // and then it reads nothing
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := tls.Client(raw, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test"})
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := <-peer
+	if !ok {
+		t.Fatal("no connection accepted")
+	}
+	defer s.Close()
+	// Fill the buffers under the TLS connection (the bytes need not be
+	// records: the peer reads none of them) until a byte no longer fits,
+	// five times in a row; and once more after a pause, as the peer's
+	// kernel may still have been taking what was in flight.
+	chunk := make([]byte, 64<<10)
+	for range 2 {
+		for full := 0; full < 5; {
+			b := chunk
+			if full > 0 {
+				b = chunk[:1]
+			}
+			_ = raw.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+			if _, err := raw.Write(b); err != nil {
+				full++
+			} else {
+				full = 0
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = c.SetDeadline(time.Time{})
+	start := time.Now()
+	dropCloseNotify(c)
+	_ = c.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("closing took %v, want no wait", d)
+	}
 }

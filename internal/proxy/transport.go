@@ -365,11 +365,30 @@ func (h *heldConn[C]) Release(reuse bool) {
 	if reuse {
 		h.pool.release(h.cc)
 	} else {
+		dropCloseNotify(h.cc.Conn())
 		h.pool.close(h.cc)
 	}
 	var zero C
 	h.cc = zero
 	h.pool.handles.Put(h)
+}
+
+// dropCloseNotify closes the TCP connection under c when c is a TLS
+// connection, so that closing c then sends no close_notify alert. It is
+// for an upstream connection the gateway gives up on (Release(false)): in
+// the middle of an exchange (a timeout, an aborted or refused upload, a
+// protocol violation), or after an answer that asked to close it.
+// tls.Conn.Close writes the alert under a write deadline of its own, five
+// seconds away, and to an upstream that has stopped reading (the
+// write_timeout case) that write waited those five seconds, with the
+// client's answer held behind it. A peer gets nothing from the alert on a
+// connection closed mid-exchange; nginx leaves it out on a timed-out or
+// failed connection too (ngx_ssl_shutdown). Idle connections that the
+// pool closes still get it.
+func dropCloseNotify(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		_ = tc.NetConn().Close()
+	}
 }
 
 // staleError is a failure before the first response byte: the connection
