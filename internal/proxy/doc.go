@@ -113,8 +113,9 @@
 // sent with "Expect: 100-continue" follows the upstream's 100 (or
 // ExpectContinueTimeout); a final answer instead is relayed and the body
 // is not sent. An instance whose last answer came over HTTP/1.0 gets no
-// Expect and the body at once (upstreamClient.http10). The upstream's response header is read straight into the
-// client's response (readResponse), so nothing is copied and the
+// Expect and the body at once (upstreamClient.http10). The upstream's
+// response header is read straight into the client's response
+// (readResponse), so nothing is copied and the
 // upstream's own fields, Date among them, are what the client gets; the
 // hop-by-hop ones are then removed (filterResponseHeader). A head whose
 // lines end in a bare LF is taken, and one framed two ways closes its
