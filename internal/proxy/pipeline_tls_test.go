@@ -45,7 +45,7 @@ func TestPipeliningShapesOverTLS(t *testing.T) {
 			gap = time.Duration(rng.IntN(3000)) * time.Microsecond
 		}
 		closeNotify, fin := rng.IntN(3) == 0, rng.IntN(2) == 0
-		if err := pipelinedTLS(addr, client, reqs, recs, cut, gap, closeNotify, closeNotify && fin, rng); err != nil {
+		if err := pipelinedTLS(t, addr, client, reqs, recs, cut, gap, closeNotify, closeNotify && fin, rng); err != nil {
 			t.Fatalf("iteration %d (%d requests in %d records, cut %v, gap %v, close_notify %v, FIN %v): %v",
 				it, len(reqs), len(recs), cut, gap, closeNotify, closeNotify && fin, err)
 		}
@@ -56,18 +56,10 @@ func TestPipeliningShapesOverTLS(t *testing.T) {
 // client write recs as records (and a close_notify) into a buffer, and
 // sends that buffer's bytes in one write or, if cut, in random pieces,
 // gap apart.
-func pipelinedTLS(addr string, client *tls.Config, reqs, recs []string, cut bool, gap time.Duration, closeNotify, fin bool, rng *rand.Rand) error {
-	raw, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		return err
-	}
-	defer raw.Close()
-	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
-	rc := &recordConn{Conn: raw}
-	c := tls.Client(rc, client)
-	if err := c.Handshake(); err != nil {
-		return err
-	}
+func pipelinedTLS(t *testing.T, addr string, client *tls.Config, reqs, recs []string, cut bool, gap time.Duration, closeNotify, fin bool, rng *rand.Rand) error {
+	c, rc := dialTLSRecorded(t, addr, net.Dialer{}, client)
+	defer rc.Close()
+	raw := rc.Conn
 	rc.holdWrites()
 	for _, r := range recs {
 		if _, err := io.WriteString(c, r); err != nil {
@@ -75,12 +67,9 @@ func pipelinedTLS(addr string, client *tls.Config, reqs, recs []string, cut bool
 		}
 	}
 	if closeNotify {
-		if err := c.CloseWrite(); err != nil {
+		if err := rc.closeNotify(c); err != nil {
 			return err
 		}
-		// CloseWrite ends further writes by expiring the write deadline
-		// of the connection under it.
-		_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
 	}
 	wire := rc.held()
 	segs := [][]byte{wire}
@@ -109,6 +98,25 @@ func pipelinedTLS(addr string, client *tls.Config, reqs, recs []string, cut bool
 		return fmt.Errorf("%w (%d TLS bytes in %d writes)", err, len(wire), len(segs))
 	}
 	return nil
+}
+
+// dialTLSRecorded dials addr with d and shakes hands over TLS with
+// config, on a recordConn: the TCP connection, closed when the test ends,
+// with a deadline 10 s away.
+func dialTLSRecorded(t *testing.T, addr string, d net.Dialer, config *tls.Config) (*tls.Conn, *recordConn) {
+	t.Helper()
+	raw, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+	rc := &recordConn{Conn: raw}
+	c := tls.Client(rc, config)
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	return c, rc
 }
 
 // recordConn is a TLS client's TCP connection whose writes can be held
@@ -140,4 +148,24 @@ func (c *recordConn) held() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return bytes.Clone(c.kept.Bytes())
+}
+
+// closeNotify has c, which runs over rc, send its close_notify, and
+// gives rc a deadline 10 s away again: tls.Conn.CloseWrite ends further
+// writes by expiring the write deadline of the connection under it.
+func (rc *recordConn) closeNotify(c *tls.Conn) error {
+	if err := c.CloseWrite(); err != nil {
+		return err
+	}
+	return rc.Conn.SetDeadline(time.Now().Add(10 * time.Second))
+}
+
+// stallInRecord has c, which runs over rc, write a record of n bytes, and
+// sends only the first half of it: the peer's tls.Conn then waits for the
+// rest before it returns a byte of it.
+func (rc *recordConn) stallInRecord(c *tls.Conn, n int) {
+	rc.holdWrites()
+	_, _ = c.Write(bytes.Repeat([]byte("x"), n))
+	held := rc.held()
+	_, _ = rc.Conn.Write(held[:len(held)/2])
 }

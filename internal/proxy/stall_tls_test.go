@@ -33,21 +33,7 @@ func TestClientStallsOverTLS(t *testing.T) {
 		ReadTimeout: shortTimeout, WriteTimeout: shortTimeout, IdleTimeout: shortTimeout,
 		ResponseHeaderTimeout: 5 * time.Second, ReadHeaderTimeout: shortTimeout,
 	}
-	dial := func(t *testing.T, addr string, d net.Dialer) (*tls.Conn, *recordConn) {
-		t.Helper()
-		raw, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { raw.Close() })
-		_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
-		rc := &recordConn{Conn: raw}
-		c := tls.Client(rc, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}})
-		if err := c.Handshake(); err != nil {
-			t.Fatal(err)
-		}
-		return c, rc
-	}
+	client := &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}}
 	reading := func(t *testing.T) string {
 		return stallBackend(t, func(c net.Conn, br *bufio.Reader) {
 			req, err := http.ReadRequest(br)
@@ -61,14 +47,11 @@ func TestClientStallsOverTLS(t *testing.T) {
 	for _, within := range []bool{false, true} {
 		t.Run(fmt.Sprintf("client_read_timeout: client stops sending its body, within a record %v", within), func(t *testing.T) {
 			r := newStallRigOn(t, poolOf("gray", reading(t)), opts, prot)
-			c, rc := dial(t, r.addr, net.Dialer{})
+			c, rc := dialTLSRecorded(t, r.addr, net.Dialer{}, client)
 			fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n")
 			_, _ = c.Write(bytes.Repeat([]byte("y"), 20<<10))
 			if within {
-				// The next record's first bytes, and then nothing.
-				rc.holdWrites()
-				_, _ = c.Write(bytes.Repeat([]byte("y"), 1000))
-				_, _ = rc.Conn.Write(rc.held()[:500])
+				rc.stallInRecord(c, 1000)
 			}
 			// ...and the rest never comes.
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -88,7 +71,7 @@ func TestClientStallsOverTLS(t *testing.T) {
 	for _, dribble := range []bool{false, true} {
 		t.Run(fmt.Sprintf("read_header_timeout: a head that never ends, dribbled in one-byte records %v", dribble), func(t *testing.T) {
 			r := newStallRigOn(t, poolOf("gray", reading(t)), opts, prot)
-			c, rc := dial(t, r.addr, net.Dialer{})
+			c, rc := dialTLSRecorded(t, r.addr, net.Dialer{}, client)
 			const head = "GET /partial HTTP/1.1\r\nHost: a\r\nX-Pad: "
 			if dribble {
 				// A byte a record every 20 ms: each read gets a byte,
@@ -124,7 +107,7 @@ func TestClientStallsOverTLS(t *testing.T) {
 
 	t.Run("client_write_timeout: client stops reading the response", func(t *testing.T) {
 		r := newStallRigOn(t, poolOf("gray", endlessBackend(t)), opts, prot)
-		c, rc := dial(t, r.addr, net.Dialer{Control: smallReadBuffer})
+		c, rc := dialTLSRecorded(t, r.addr, net.Dialer{Control: smallReadBuffer}, client)
 		fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
 		r.stoppedReading(t, rc.Conn)
 	})
@@ -132,7 +115,7 @@ func TestClientStallsOverTLS(t *testing.T) {
 	t.Run("client_idle_timeout: keep-alive connection with no next request", func(t *testing.T) {
 		backend, _ := echoBackend(t, "gray")
 		r := newStallRigOn(t, poolOf("gray", addrOf(backend)), opts, prot)
-		c, _ := dial(t, r.addr, net.Dialer{})
+		c, _ := dialTLSRecorded(t, r.addr, net.Dialer{}, client)
 		closedWhenIdle(t, c)
 		r.settle(t, "")
 	})
@@ -175,10 +158,7 @@ func TestUpstreamStallsOverTLS(t *testing.T) {
 				}
 				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("x", 30000))
 				if within {
-					// The next record's first bytes, and then nothing.
-					rc.holdWrites()
-					_, _ = io.WriteString(c, strings.Repeat("x", 1000))
-					_, _ = rc.Conn.Write(rc.held()[:500])
+					rc.stallInRecord(c, 1000)
 				}
 				_, _ = io.Copy(io.Discard, rc.Conn) // until the gateway gives up on us
 				close(closed)

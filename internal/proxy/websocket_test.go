@@ -411,28 +411,16 @@ func TestWebSocketOverTLS(t *testing.T) {
 		t.Run(fmt.Sprintf("close_notify with the last words %v", together), func(t *testing.T) {
 			rec := newDoneRecorder()
 			_, addr := startProxyWith(t, Options{OnDone: rec.onDone}, staticDecider{Group: "stable", Target: poolOf("stable", lastWordsBackend(t))}, prot)
-			raw, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer raw.Close()
-			_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
-			rc := &recordConn{Conn: raw}
-			c := tls.Client(rc, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}})
-			if err := c.Handshake(); err != nil {
-				t.Fatal(err)
-			}
+			c, rc := dialTLSRecorded(t, addr, net.Dialer{}, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}})
 			if together {
 				rc.holdWrites()
 			}
 			_, _ = io.WriteString(c, lastWordsRequest)
 			if together {
-				if err := c.CloseWrite(); err != nil {
+				if err := rc.closeNotify(c); err != nil {
 					t.Fatal(err)
 				}
-				// CloseWrite expired the write deadline under it.
-				_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
-				if _, err := raw.Write(rc.held()); err != nil {
+				if _, err := rc.Conn.Write(rc.held()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -442,10 +430,9 @@ func TestWebSocketOverTLS(t *testing.T) {
 				t.Fatalf("handshake: %v %v, want 101", resp, err)
 			}
 			if !together {
-				if err := c.CloseWrite(); err != nil {
+				if err := rc.closeNotify(c); err != nil {
 					t.Fatal(err)
 				}
-				_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
 			}
 			rest := readLastWords(t, br)
 			if d := rec.next(t, 3*time.Second); d.status != http.StatusSwitchingProtocols || d.bytes != int64(len(rest)) {
