@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -25,6 +24,7 @@ import (
 	"github.com/graygate/graygate/internal/config"
 	"github.com/graygate/graygate/internal/rollout"
 	"github.com/graygate/graygate/internal/rollout/promtest"
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // countingBackend is an upstream that names itself, counts what reaches
@@ -268,9 +268,7 @@ func TestRolloutAbortsFailingGray(t *testing.T) {
 // analysis counts the failed gray attempts and aborts.
 func TestRolloutCountsGrayTransportFailures(t *testing.T) {
 	stable, _ := countingBackend(t, "stable", nil)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testport.Refused(t) // a closed listener's port may be given to the gateway's own listeners
 	e := startRollouts(t, stable, dead, "", nil)
 	stop := load(e, 4)
 	defer stop()

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // trustConfig is baseConfig with region and tag headers, trusting the
@@ -196,12 +198,7 @@ func rawRoundTrip(t *testing.T, e *env, raw string) string {
 // requests that fell back to the control group's upstream in their own
 // group, as degraded, and never in the control group or as stable.
 func TestABFallbackCountsInItsGroup(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := ln.Addr().String()
-	ln.Close()
+	down := testport.Refused(t)
 	e := start(t, strings.Replace(baseConfig, `{{b}}`, down, 1), "")
 	e.mustPut("exp", map[string]any{"type": "ab", "experiment_id": "e1", "groups": []map[string]any{
 		{"name": "A", "weight": 50, "target": "a", "control": true}, {"name": "B", "weight": 50, "target": "b"}}})

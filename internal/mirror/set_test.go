@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/graygate/graygate/internal/testport"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -159,12 +159,7 @@ func TestMirrorNeverWaits(t *testing.T) {
 // caller nothing but a true (queued) or a false (dropped); every copy sent
 // is counted as failed, and the target pool's passive health is untouched.
 func TestMirrorDeadTarget(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
+	dead := "http://" + testport.Refused(t)
 	h := upstream.NewHealth(upstream.HealthOptions{})
 	defer h.Close()
 	pool := poolOf(t, "dead", dead, upstream.PoolOptions{Health: h, Passive: &upstream.PassiveHealth{ConsecutiveFailures: 1}})

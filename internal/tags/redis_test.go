@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/graygate/graygate/internal/tags/redistest"
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // margin is what a Get may take beyond its timeout on a loaded 2-core CI
@@ -368,12 +368,7 @@ func TestRedisOutageAndRecovery(t *testing.T) {
 // TestRedisUnreachable needs no redis-server: nothing listens on the port, as
 // when Redis is down at startup.
 func TestRedisUnreachable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testport.Refused(t) // a closed listener's port may be given to another test's server
 	r, _ := newTestRedis(t, addr, func(c *RedisConfig) {
 		c.Timeout = Duration(200 * time.Millisecond)
 		c.BreakerFailures = 2
