@@ -224,6 +224,10 @@ func checkVectorResult(t *testing.T, c vectorCase, res vectorResult) {
 	}
 	if got := len(res.reqs); got != w.forwarded() {
 		t.Errorf("upstream received %d requests, want %d", got, w.forwarded())
+		for i, r := range res.reqs {
+			// Which request it was tells a forwarded one from a stray.
+			t.Logf("upstream request %d: %s %s %v, body %q", i+1, r.Method, r.Target, r.Header, r.Body)
+		}
 	}
 	if !w.Forward && res.received != res.complete {
 		t.Errorf("upstream received %d bytes beyond the %d bytes of the requests before the rejected one: the rejected request was (partly) forwarded",
