@@ -109,7 +109,9 @@
 //
 // The upstream request's head and framing are written by the gateway
 // (buildRequest): Content-Length for a body of known size, else chunked,
-// with the client's trailer fields after the last chunk. A body the client
+// with the client's trailer fields after the last chunk. A chunked body
+// held for a replay goes chunked too when trailer fields came with it
+// (bufferedTrailers), so that they are not lost. A body the client
 // sent with "Expect: 100-continue" follows the upstream's 100 (or
 // ExpectContinueTimeout); a final answer instead is relayed and the body
 // is not sent. An instance whose last answer came over HTTP/1.0 gets no

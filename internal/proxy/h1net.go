@@ -137,13 +137,20 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 		out.Body = nu.att.loan.lend(held, call)
 		out.ContentLength = int64(len(held))
 		nu.att.held = holding(held)
+		if ex.bufferedTrailers(ctx) {
+			// The trailer fields came with the body, which has ended:
+			// they are filled in now.
+			var fill func()
+			out.Trailer, fill = requestTrailer(in, ex.announcedTrailers(in), ex.keepRequestTrailer)
+			fill()
+		}
 	case bodyFixed, bodyChunked:
 		nu.att.body = &upBody{src: ex.aheadBody(ctx), call: call, keep: ex.keepForResume(),
 			count: bodyCount{size: ex.reqBody.size, max: ex.pol.MaxBodyBytes}}
 		out.Body = nu.att.body
 		out.ContentLength = ex.reqBody.size
 		if ex.bodyKind == bodyChunked {
-			out.Trailer, nu.att.body.onEnd = requestTrailer(in, ex.keepRequestTrailer)
+			out.Trailer, nu.att.body.onEnd = requestTrailer(in, ex.announcedTrailers(in), ex.keepRequestTrailer)
 		}
 	default:
 		call.arm()
@@ -192,17 +199,16 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	return ex.netAnswer(ctx, resp, err)
 }
 
-// requestTrailer returns the trailer a chunked request announced (its
-// Trailer header), to send after the body as the transport does with
-// http.Request.Trailer, and the function that fills in the values when
-// the body has ended: fasthttp parses the trailer section into the
-// request header then, on the goroutine reading the body, which is the
-// transport's, before it returns the body's end. Fields the request did
-// not announce are not sent, as writeBody does for an HTTP/1.1 pool, nor
-// those keep refuses. Without an announcement it returns nil and no
-// function.
-func requestTrailer(in *fasthttp.RequestHeader, keep func([]byte) bool) (http.Header, func()) {
-	keys := in.PeekTrailerKeys()
+// requestTrailer returns the trailer a chunked request announced (keys,
+// the names in its Trailer header), to send after the body as the
+// transport does with http.Request.Trailer, and the function that fills
+// in the values when the body has ended: fasthttp parses the trailer
+// section into the request header then, on the goroutine reading the
+// body, which is the transport's, before it returns the body's end.
+// Fields the request did not announce are not sent, as writeBody does for
+// an HTTP/1.1 pool, nor those keep refuses. Without an announcement it
+// returns nil and no function.
+func requestTrailer(in *fasthttp.RequestHeader, keys [][]byte, keep func([]byte) bool) (http.Header, func()) {
 	tr := make(http.Header, len(keys))
 	for _, k := range keys {
 		if keep(k) {

@@ -552,6 +552,7 @@ func (s *stream) serve() bool {
 		// leave the upstream stream open for trailers, and the upstream
 		// waited for the body's end until a timeout.
 		s.trailer = s.keptTrailer(r, &s.cbody.in)
+		s.trailers = len(s.trailer) > 0
 	}
 	if s.grpc && cl != 0 {
 		cl = -1
@@ -883,6 +884,13 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 		if s.grpc {
 			out.ContentLength = -1
 		}
+	}
+	if !s.att.h2 && len(out.Trailer) > 0 {
+		// net/http's Transport sends trailer fields only after a
+		// chunked body: to an http1 pool, a body that came with a
+		// content-length, or that the gateway holds, goes chunked when
+		// the client announced trailer fields, so that they go too.
+		out.ContentLength = -1
 	}
 	if ub, ok := out.Body.(*upBody); ok {
 		ub.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -498,6 +499,70 @@ func TestRequestTrailersAlike(t *testing.T) {
 			}
 			if got, want := <-seen, strconv.Itoa(size)+" X-T=1"; got != want {
 				t.Errorf("%s, HTTP/2 client: the upstream got %q, want %q", proto, got, want)
+			}
+		}
+	}
+}
+
+// TestRequestTrailersHeldOrDeclared: a request's trailer fields reach the
+// upstream when the gateway holds its body, and when an HTTP/2 client
+// declared its length, on all four paths. A gray decision with a stable
+// fallback (the gateway's main use) holds a body of up to
+// fallback_body_bytes to send it again; the HTTP/1.1 codec sent such a
+// body with a Content-Length, and without the trailer fields, to either
+// pool kind, and net/http's Transport, which sends trailer fields only
+// after a chunked body, dropped them for an HTTP/2 client's held body and
+// for one that came with a content-length. Each is checked on the gray
+// pool, and on stable after the gray instance refused the connection (the
+// held body sent again). A body of known length over HTTP/1.1 has no
+// trailer section. Real bytes through the real listener: chunked over
+// HTTP/1.1, raw frames over HTTP/2.
+func TestRequestTrailersHeldOrDeclared(t *testing.T) {
+	seen := make(chan string, 4)
+	up := trailerUpstream(t, seen, false)
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		for _, tc := range []struct {
+			name     string
+			gray     string // the gray pool's instance ("" for a stable-only decision)
+			declared bool   // the HTTP/2 client sends a content-length
+		}{
+			{"gray with a fallback", up, false},
+			{"gray with a fallback, declared length", up, true},
+			{"gray refused, the fallback", refusedAddr(t), false},
+			{"stable only, declared length", "", true},
+		} {
+			stable := poolOf("stable", up)
+			stable.Protocol = proto
+			d := staticDecider{Group: "stable", Target: stable}
+			if tc.gray != "" {
+				gray := poolOf("gray", tc.gray)
+				gray.Protocol = proto
+				d = staticDecider{Group: "gray", Target: gray, Stable: stable}
+			}
+			_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
+			name := fmt.Sprintf("%s pool, %s", proto, tc.name)
+			if !tc.declared {
+				resp, body := rawExchange(t, addr, http.MethodPost, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-T, X-V\r\nTransfer-Encoding: chunked\r\n\r\n"+
+					"3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n")
+				if resp.StatusCode != http.StatusOK || body != "ok" {
+					t.Fatalf("%s, HTTP/1.1 client: %d %q", name, resp.StatusCode, body)
+				}
+				if got := <-seen; got != "3 X-T=1" {
+					t.Errorf("%s, HTTP/1.1 client: the upstream got %q, want \"3 X-T=1\"", name, got)
+				}
+			}
+			for _, size := range []int{3, 20000} {
+				fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}, {"trailer", "x-t"}}
+				if tc.declared {
+					fields = append(fields, [2]string{"content-length", strconv.Itoa(size)})
+				}
+				status, body, err := h2ExchangeTrailers(t, addr, fields, bytes.Repeat([]byte("a"), size), [][2]string{{"x-t", "1"}})
+				if err != nil || status != http.StatusOK || body != "ok" {
+					t.Fatalf("%s, HTTP/2 client, %d bytes: %d %q (%v)", name, size, status, body, err)
+				}
+				if got, want := <-seen, strconv.Itoa(size)+" X-T=1"; got != want {
+					t.Errorf("%s, HTTP/2 client, %d bytes: the upstream got %q, want %q", name, size, got, want)
+				}
 			}
 		}
 	}

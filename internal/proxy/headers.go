@@ -179,6 +179,14 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 			ex.head = append(ex.head, "Content-Length: 0\r\n"...)
 		}
 	case bodyBuffered:
+		if ex.chunkBuffered = ex.bufferedTrailers(ctx); ex.chunkBuffered {
+			// A chunked body held for a replay, whose trailer fields
+			// came with it: it goes chunked, as it came, so that they
+			// go too (writeBuffered).
+			ex.head = append(ex.head, "Transfer-Encoding: chunked\r\n"...)
+			ex.appendTrailerField(in)
+			break
+		}
 		ex.head = strconv.AppendInt(append(ex.head, "Content-Length: "...), int64(len(ex.sendBody)), 10)
 		ex.head = append(ex.head, "\r\n"...)
 	case bodyFixed:
@@ -186,24 +194,7 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 		ex.head = append(ex.head, "\r\n"...)
 	case bodyChunked:
 		ex.head = append(ex.head, "Transfer-Encoding: chunked\r\n"...)
-		keys := in.PeekTrailerKeys()
-		ex.announced = len(keys)
-		n := 0
-		for _, k := range keys {
-			if !ex.keepRequestTrailer(k) {
-				continue
-			}
-			if n == 0 {
-				ex.head = append(ex.head, "Trailer: "...)
-			} else {
-				ex.head = append(ex.head, ", "...)
-			}
-			ex.head = append(ex.head, k...)
-			n++
-		}
-		if n > 0 {
-			ex.head = append(ex.head, "\r\n"...)
-		}
+		ex.appendTrailerField(in)
 	}
 	if ex.bodyKind == bodyFixed || ex.bodyKind == bodyChunked {
 		if ctx.Request.MayContinue() && !ex.uc.http10.Load() {
@@ -219,6 +210,53 @@ func (p *Proxy) buildRequest(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws
 		}
 	}
 	ex.head = append(ex.head, "\r\n"...)
+}
+
+// announcedTrailers returns the trailer field names the request's Trailer
+// field announced: the first ex.announced of fasthttp's trailer keys, to
+// which it adds the names of unannounced fields when the body has ended.
+func (ex *exchange) announcedTrailers(in *fasthttp.RequestHeader) [][]byte {
+	keys := in.PeekTrailerKeys()
+	return keys[:min(ex.announced, len(keys))]
+}
+
+// appendTrailerField adds to the upstream request's head the Trailer field
+// of a chunked body: the announced names that keepRequestTrailer keeps.
+func (ex *exchange) appendTrailerField(in *fasthttp.RequestHeader) {
+	n := 0
+	for _, k := range ex.announcedTrailers(in) {
+		if !ex.keepRequestTrailer(k) {
+			continue
+		}
+		if n == 0 {
+			ex.head = append(ex.head, "Trailer: "...)
+		} else {
+			ex.head = append(ex.head, ", "...)
+		}
+		ex.head = append(ex.head, k...)
+		n++
+	}
+	if n > 0 {
+		ex.head = append(ex.head, "\r\n"...)
+	}
+}
+
+// bufferedTrailers reports whether a body held whole (bodyBuffered) came
+// chunked with trailer fields the upstream is to get: announced, kept by
+// keepRequestTrailer, and arrived (fasthttp parsed the trailer section
+// into the header when the body ended). Sent with a Content-Length, it
+// would lose them.
+func (ex *exchange) bufferedTrailers(ctx *fasthttp.RequestCtx) bool {
+	in := &ctx.Request.Header
+	if in.ContentLength() != -1 {
+		return false
+	}
+	for _, k := range ex.announcedTrailers(in) {
+		if ex.keepRequestTrailer(k) && len(in.PeekAll(b2s(k))) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // addForwarded is the decorate phase's own fields, added after the

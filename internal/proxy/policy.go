@@ -75,6 +75,7 @@ type flow struct {
 	loan          *bodyLoan     // body as lent to net/http transports (kept while it settles)
 	lent          bool          // body was lent under loan by this request
 	buffered      bool          // body holds the whole request body
+	trailers      bool          // trailer fields were announced (prepareReplay reads a declared body to its end)
 	replayable    bool          // the request may be sent again, to stable
 	fellBack      bool
 	fallbackErr   error  // why the gray target failed
@@ -363,6 +364,7 @@ func (f *flow) resetFlow() {
 	}
 	f.body = f.body[:0]
 	f.buffered, f.replayable, f.fellBack, f.fallbackErr, f.fallbackAddr = false, false, false, nil, ""
+	f.trailers = false
 	f.sent, f.respStarted, f.recorded, f.tooLarge, f.bodyWait = false, false, false, false, 0
 	f.brkPending, f.brkLatency = false, 0
 	f.status, f.bytesOut = 0, 0

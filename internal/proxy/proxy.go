@@ -383,9 +383,13 @@ type exchange struct {
 	flow
 	view view
 	// announced is how many trailer fields the request's Trailer field
-	// named (buildRequest): fasthttp adds the names of unannounced ones
-	// that arrive after them, and only announced ones go upstream.
+	// named, counted before its body is read (serve): fasthttp adds the
+	// names of unannounced ones that arrive after them, and only
+	// announced ones go upstream (announcedTrailers).
 	announced int
+	// chunkBuffered: a bodyBuffered request goes chunked, with its
+	// trailer fields (bufferedTrailers).
+	chunkBuffered bool
 	// ctx is the request being served, while the handler runs.
 	ctx  *fasthttp.RequestCtx
 	uc   *upstreamClient
@@ -528,6 +532,7 @@ func (ex *exchange) reset() {
 	ex.uc = nil
 	ex.resp.Reset()
 	ex.head, ex.bodyKind, ex.sendBody, ex.expect, ex.upWDL = ex.head[:0], bodyNone, nil, false, 0
+	ex.announced, ex.chunkBuffered = 0, false
 	ex.up, ex.br, ex.upBody, ex.upRDL, ex.upClose, ex.noReuse = nil, nil, nil, 0, false, false
 	ex.inline, ex.dated, ex.completed = -1, false, false
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
@@ -593,6 +598,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	ex.peer = peerAddr(ctx)
 	trusted := ex.trusted(ex.peer)
 	ex.setRequestID(in.Peek(hdrRequestID), trusted)
+	ex.announced = len(in.PeekTrailerKeys())
 	if in.IsConnect() {
 		p.reject(ctx, ex, fasthttp.StatusMethodNotAllowed, "CONNECT is not supported")
 		return false

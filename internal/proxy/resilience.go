@@ -112,6 +112,9 @@ func (f *flow) prepareReplay(cl int64, src io.Reader, replay bool) error {
 		}
 		f.body = f.body[:cl]
 		_, err = io.ReadFull(rb, f.body)
+		if err == nil && f.trailers {
+			err = readEnd(rb)
+		}
 	} else {
 		f.body, err = readUpTo(rb, f.body[:0], int(limit)+1)
 		if err == nil && int64(len(f.body)) > limit {
@@ -145,6 +148,22 @@ func (f *flow) bodyFailure(err error) error {
 		return fmt.Errorf("%w: reading request body: %w", errClientGone, err)
 	}
 	return nil
+}
+
+// readEnd reads the end of a body whose declared length has been read: an
+// HTTP/2 client's trailer fields, which come after its last DATA frame,
+// are filled in by the read that returns io.EOF. A byte more than declared
+// is refused by x/net/http2's server before it gets here.
+func readEnd(r io.Reader) error {
+	var b [1]byte
+	switch _, err := io.ReadFull(r, b[:]); err {
+	case io.EOF:
+		return nil
+	case nil:
+		return errors.New("request body longer than its content-length")
+	default:
+		return err
+	}
 }
 
 // readUpTo appends from r to dst until EOF or until dst holds n bytes. EOF

@@ -485,7 +485,7 @@ func (p *Proxy) send(ctx *fasthttp.RequestCtx, ex *exchange) error {
 		if err = ex.keepUpstreamWriteDeadline(conn, sentAt); err == nil && !direct {
 			_, err = bw.Write(ex.head)
 			if err == nil && ex.bodyKind == bodyBuffered {
-				_, err = bw.Write(ex.sendBody)
+				err = ex.writeBuffered(ctx, bw)
 			}
 		}
 		var flush flusher
@@ -756,16 +756,43 @@ func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn n
 	if err := ex.keepUpstreamWriteDeadline(conn, time.Now()); err != nil {
 		return err
 	}
+	return ex.writeLastChunk(ctx, bw)
+}
+
+// writeBuffered writes a bodyBuffered request's body after its head: as
+// it is, or, when it goes chunked (chunkBuffered), as one chunk, then the
+// last chunk and the trailer section.
+func (ex *exchange) writeBuffered(ctx *fasthttp.RequestCtx, bw *bufio.Writer) error {
+	if !ex.chunkBuffered {
+		_, err := bw.Write(ex.sendBody)
+		return err
+	}
+	if len(ex.sendBody) > 0 {
+		ex.scratch = strconv.AppendInt(ex.scratch[:0], int64(len(ex.sendBody)), 16)
+		ex.scratch = append(ex.scratch, "\r\n"...)
+		if _, err := bw.Write(ex.scratch); err != nil {
+			return err
+		}
+		if _, err := bw.Write(ex.sendBody); err != nil {
+			return err
+		}
+		if _, err := bw.WriteString("\r\n"); err != nil {
+			return err
+		}
+	}
+	return ex.writeLastChunk(ctx, bw)
+}
+
+// writeLastChunk ends a chunked request body: the last chunk, and the
+// trailer section (RFC 9112 section 7.1.2), which fasthttp parsed into the
+// request header when the body ended, with the announced fields that
+// keepRequestTrailer keeps.
+func (ex *exchange) writeLastChunk(ctx *fasthttp.RequestCtx, bw *bufio.Writer) error {
 	if _, err := bw.WriteString("0\r\n"); err != nil {
 		return wrapWrite(err)
 	}
-	// The trailer section (RFC 9112 section 7.1.2), which fasthttp parsed
-	// into the request header when the body ended: the announced fields
-	// (the first ex.announced names; fasthttp adds those of unannounced
-	// ones after them) that keepRequestTrailer keeps.
 	in := &ctx.Request.Header
-	keys := in.PeekTrailerKeys()
-	for _, k := range keys[:min(ex.announced, len(keys))] {
+	for _, k := range ex.announcedTrailers(in) {
 		if !ex.keepRequestTrailer(k) {
 			continue
 		}
