@@ -115,7 +115,9 @@
 // sent with "Expect: 100-continue" follows the upstream's 100 (or
 // ExpectContinueTimeout); a final answer instead is relayed and the body
 // is not sent. An instance whose last answer came over HTTP/1.0 gets no
-// Expect and the body at once (upstreamClient.http10). The upstream's
+// Expect and the body at once (upstreamClient.http10), and a body of
+// unknown length read whole and sent with a Content-Length, or a 411 past
+// 1 MiB (holdForHTTP10). The upstream's
 // response header is read straight into the client's response
 // (readResponse), so nothing is copied and the
 // upstream's own fields, Date among them, are what the client gets; the

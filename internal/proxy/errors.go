@@ -27,6 +27,10 @@ var (
 	errRateLimited = errors.New("rate limit exceeded")
 	// errBodyTooLarge: the request body is over Policy.MaxBodyBytes (413).
 	errBodyTooLarge = errors.New("request body too large")
+	// errLengthRequired: a body of undeclared length, for an instance
+	// that speaks HTTP/1.0, is too long to be held to count it (411; see
+	// holdForHTTP10).
+	errLengthRequired = errors.New("length required")
 	// errGateFull: the pool's concurrency cap is reached (503).
 	errGateFull = errors.New("upstream at its concurrency cap")
 )
@@ -72,6 +76,8 @@ func classify(err error) (status int, reason string) {
 		return fasthttp.StatusTooManyRequests, "refused: rate limit exceeded"
 	case errors.Is(err, errBodyTooLarge):
 		return fasthttp.StatusRequestEntityTooLarge, "refused: request body too large"
+	case errors.Is(err, errLengthRequired):
+		return fasthttp.StatusLengthRequired, "speaks HTTP/1.0: a request body over 1 MiB needs a Content-Length"
 	case errors.Is(err, errGateFull):
 		return fasthttp.StatusServiceUnavailable, "is at its concurrency cap"
 	case errors.Is(err, upstream.ErrNoInstance):
@@ -166,7 +172,7 @@ func (f *flow) failure(err error) (status int, body []byte) {
 	f.scratch = body[:0]
 	switch {
 	case status == fasthttp.StatusBadRequest, status == fasthttp.StatusRequestTimeout, status == fasthttp.StatusTooManyRequests,
-		status == fasthttp.StatusRequestEntityTooLarge, errors.Is(err, errGateFull):
+		status == fasthttp.StatusRequestEntityTooLarge, status == fasthttp.StatusLengthRequired, errors.Is(err, errGateFull):
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.Debug("request refused", "status", status, "pool", poolName, "rule", f.d.Rule, "request_id", b2s(f.reqID), "error", err)
 		}
@@ -203,7 +209,7 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
 	}
 	ex.setFailure(&ctx.Response, status, body)
 	switch status {
-	case fasthttp.StatusBadRequest, fasthttp.StatusRequestTimeout, fasthttp.StatusRequestEntityTooLarge:
+	case fasthttp.StatusBadRequest, fasthttp.StatusRequestTimeout, fasthttp.StatusRequestEntityTooLarge, fasthttp.StatusLengthRequired:
 		ctx.SetConnectionClose()
 	}
 }

@@ -261,6 +261,9 @@ type stream struct {
 	// n1xx counts the interim responses of the attempt (interim), on
 	// the goroutine of the transport's hook while the round trip runs.
 	n1xx int
+	// to10: the attempt's instance, of an http1 pool, last answered over
+	// HTTP/1.0 (holdFor10).
+	to10 bool
 }
 
 func (p *Proxy) newStream() *stream {
@@ -439,7 +442,7 @@ func (s *stream) resetStream() {
 	s.deadline = time.Time{}
 	s.bodyEnd.Store(0)
 	s.out = nil
-	s.n1xx = 0
+	s.n1xx, s.to10 = 0, false
 }
 
 // serve runs the flow's phases for the stream. It returns true when the
@@ -624,6 +627,9 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	if err := s.pick(&s.in); err != nil {
 		return nil, err
 	}
+	if err := s.holdFor10(); err != nil {
+		return nil, err
+	}
 	resp, err := s.attempt(trusted)
 	for tries := 1; err != nil && s.nextInstance(err, tries); tries++ {
 		// The instance could not be connected to, so nothing was sent:
@@ -634,9 +640,25 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 		if s.att.body != nil || s.toNextInstance() != nil {
 			break
 		}
+		if err := s.holdFor10(); err != nil {
+			return nil, err
+		}
 		resp, err = s.attempt(trusted)
 	}
 	return resp, err
+}
+
+// holdFor10 notes whether the instance picked is of an http1 pool and
+// last answered over HTTP/1.0 (s.to10), and then has a body of unknown
+// length read whole (holdForHTTP10), as the HTTP/1.1 codec's sendTo does:
+// net/http's Transport would send it chunked. A body the last attempt
+// read part of (s.pending, after a refused connection) goes as it is.
+func (s *stream) holdFor10() error {
+	s.to10 = s.d.Target.Protocol == upstream.HTTP1 && s.p.client(s.inst, s.wallStart()).http10.Load()
+	if !s.to10 || s.grpc || s.cbody == nil || s.pending != nil || s.r.ContentLength >= 0 {
+		return nil
+	}
+	return s.holdForHTTP10(s.cbody)
 }
 
 // attempt sends the request to the instance picked, s.inst, and returns
@@ -700,6 +722,13 @@ func (s *stream) attempt(trusted bool) (*http.Response, error) {
 	s.respStarted = true
 	s.status = resp.StatusCode
 	s.upHTTP10 = resp.ProtoMajor == 1 && resp.ProtoMinor == 0
+	if !s.att.h2 {
+		// For the next request's body (holdFor10), as readHead notes it
+		// on the HTTP/1.1 codec's way.
+		if uc := s.p.client(s.inst, s.wallStart()); uc.http10.Load() != s.upHTTP10 {
+			uc.http10.Store(s.upHTTP10)
+		}
+	}
 	if s.mirror != mirrorOff {
 		s.keepMirrorResponse(resp.StatusCode, netFields(resp.Header))
 	}
@@ -885,7 +914,13 @@ func (s *stream) setBody(out *http.Request, call *netCall) {
 			out.ContentLength = -1
 		}
 	}
-	if !s.att.h2 && len(out.Trailer) > 0 {
+	switch {
+	case s.att.h2 || len(out.Trailer) == 0:
+	case s.to10:
+		// HTTP/1.0 has no trailer section: the body goes with its
+		// length, without them (holdForHTTP10).
+		out.Trailer = nil
+	default:
 		// net/http's Transport sends trailer fields only after a
 		// chunked body: to an http1 pool, a body that came with a
 		// content-length, or that the gateway holds, goes chunked when

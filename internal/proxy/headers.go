@@ -248,7 +248,9 @@ func (ex *exchange) appendTrailerField(in *fasthttp.RequestHeader) {
 // would lose them.
 func (ex *exchange) bufferedTrailers(ctx *fasthttp.RequestCtx) bool {
 	in := &ctx.Request.Header
-	if in.ContentLength() != -1 {
+	if in.ContentLength() != -1 || (ex.uc != nil && ex.uc.http10.Load()) {
+		// Not chunked; or for HTTP/1.0, which has no trailer section
+		// (holdForHTTP10).
 		return false
 	}
 	for _, k := range ex.announcedTrailers(in) {

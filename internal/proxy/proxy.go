@@ -669,12 +669,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		}
 		return streamed, err
 	}
-	ex.uc = p.client(ex.inst, ex.wallStart())
-	p.buildRequest(ctx, ex, trusted, ws)
-	if ws {
+	err := p.sendTo(ctx, ex, trusted, ws)
+	if ws && err == nil {
 		return p.serveUpgrade(ctx, ex)
 	}
-	err := p.roundTrip(ctx, ex)
 	for tries := 1; err != nil && ex.nextInstance(err, tries); tries++ {
 		// The instance could not be connected to, so nothing was sent:
 		// as nginx's proxy_next_upstream error, another instance of the
@@ -682,9 +680,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		if ex.toNextInstance() != nil {
 			break
 		}
-		ex.uc = p.client(ex.inst, ex.wallStart())
-		p.buildRequest(ctx, ex, trusted, ws)
-		err = p.roundTrip(ctx, ex)
+		err = p.sendTo(ctx, ex, trusted, ws)
 	}
 	if err != nil {
 		ex.refusedUnread(err)
@@ -695,6 +691,25 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool
 		return true, nil
 	}
 	return p.respond(ctx, ex), nil
+}
+
+// sendTo builds the request for ex.inst, the instance picked, and, unless
+// it opens a WebSocket tunnel (which serveUpgrade sends), sends it and
+// reads the answer's head (roundTrip). A body of undeclared length for an
+// instance that answered over HTTP/1.0 is read whole first
+// (holdForHTTP10).
+func (p *Proxy) sendTo(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws bool) error {
+	ex.uc = p.client(ex.inst, ex.wallStart())
+	if !ws && ex.uc.http10.Load() && ctx.Request.Header.ContentLength() == -1 {
+		if err := ex.holdForHTTP10(ctx.RequestBodyStream()); err != nil {
+			return err
+		}
+	}
+	p.buildRequest(ctx, ex, trusted, ws)
+	if ws {
+		return nil
+	}
+	return p.roundTrip(ctx, ex)
 }
 
 // maxNextInstance bounds the instances a request tries in its pool when

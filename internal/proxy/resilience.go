@@ -150,6 +150,48 @@ func (f *flow) bodyFailure(err error) error {
 	return nil
 }
 
+// http10BodyBytes bounds the body of undeclared length that holdForHTTP10
+// reads whole: 1 MiB, nginx's default client_max_body_size.
+const http10BodyBytes = 1 << 20
+
+// holdForHTTP10 reads whole, for an instance whose last answer came over
+// HTTP/1.0, a request body of undeclared length (chunked over HTTP/1.1,
+// without a content-length over HTTP/2), src being the client's body,
+// so that it goes with a Content-Length: RFC 9112 section 6.1 has a
+// client send Transfer-Encoding only to a server it knows handles
+// HTTP/1.1, and an HTTP/1.0 server reads the chunk lines as the body, or
+// no body at all. nginx does the same for such an upstream (it buffers
+// the body whatever proxy_request_buffering says). What prepareReplay
+// read already is kept. The body's trailer fields, if any, are not sent:
+// HTTP/1.0 has nowhere to put them. A body longer than http10BodyBytes
+// is refused with 411 Length Required (errLengthRequired): sent with a
+// Content-Length, it streams.
+func (f *flow) holdForHTTP10(src io.Reader) error {
+	if f.buffered || src == nil {
+		return nil
+	}
+	rb := &f.reqBody
+	body := rb.pre
+	switch {
+	case body != nil && rb.size >= 0:
+		return nil
+	case body == nil:
+		rb.src, rb.size, rb.n, rb.max, rb.read = src, -1, 0, f.pol.MaxBodyBytes, false
+		body = f.body[:0]
+	}
+	rb.pre = nil
+	body, err := readUpTo(rb, body, http10BodyBytes+1)
+	f.body = body
+	if err := f.bodyFailure(err); err != nil {
+		return err
+	}
+	if len(body) > http10BodyBytes {
+		return errLengthRequired
+	}
+	f.buffered, f.replayable = true, true
+	return nil
+}
+
 // readEnd reads the end of a body whose declared length has been read: an
 // HTTP/2 client's trailer fields, which come after its last DATA frame,
 // are filled in by the read that returns io.EOF. A byte more than declared
@@ -204,6 +246,7 @@ func (f *flow) fallBackOK(err error) bool {
 	switch {
 	case errors.Is(err, errClientGone), errors.Is(err, errRequestTimeout),
 		errors.Is(err, errBodyTooLarge), errors.Is(err, errGateFull), f.canceled,
+		errors.Is(err, errBadRequestBody), errors.Is(err, errLengthRequired),
 		errors.Is(err, errCallDeadline): // the call is over wherever it goes
 		return false
 	case errors.Is(err, upstream.ErrNoInstance), !f.sent:

@@ -419,6 +419,147 @@ func TestExpectContinueToHTTP10Upstream(t *testing.T) {
 	}
 }
 
+// TestChunkedBodyToHTTP10Upstream: a request body of undeclared length
+// goes to an instance that answered over HTTP/1.0 with a Content-Length,
+// read whole first (RFC 9112 section 6.1: Transfer-Encoding only to a
+// server known to handle HTTP/1.1), and without its trailer fields, which
+// HTTP/1.0 has no place for; one over 1 MiB is refused with 411 and
+// reaches no instance. The gateway sent such bodies chunked, which an
+// HTTP/1.0 server (Python's http.server, say) reads as no body, or as the
+// chunk lines. Before the instance has answered, and once it answers over
+// HTTP/1.1 again, a body goes chunked with its trailer fields. Both
+// listeners share what they learnt of the instance. Real bytes through the
+// real listener: Go's client over HTTP/1.1 (a body of unknown length goes
+// chunked), raw frames over HTTP/2.
+func TestChunkedBodyToHTTP10Upstream(t *testing.T) {
+	var http11 atomic.Bool
+	got := make(chan string, 16)
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		switch req.URL.Path {
+		case "/speak-1.1":
+			http11.Store(true)
+		case "/speak-1.0":
+			http11.Store(false)
+		}
+		n, err := io.Copy(io.Discard, req.Body)
+		if err != nil {
+			return
+		}
+		got <- fmt.Sprintf("%s te=%v cl=%d body=%d trailer=%q/%s", req.URL.Path, req.TransferEncoding, req.ContentLength, n,
+			req.Header.Get("Trailer"), req.Trailer.Get("X-T")) // net/http takes a chunked request's Trailer field out of Header
+		proto := "HTTP/1.0"
+		if http11.Load() {
+			proto = "HTTP/1.1"
+		}
+		fmt.Fprintf(c, "%s 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", proto)
+	})
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
+	client := &http.Client{Timeout: 10 * time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+	upload := func(path string, size int) (int, string) {
+		t.Helper()
+		// A reader of unknown length: Go's client sends it chunked.
+		body := io.MultiReader(bytes.NewReader(bytes.Repeat([]byte("c"), size)))
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Trailer = http.Header{"X-T": {"1"}}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i, step := range []struct {
+		path string
+		size int
+		want string // what the upstream got
+	}{
+		{"/first", 3, "/first te=[chunked] cl=-1 body=3 trailer=\"\"/1"},
+		{"/after-1.0", 3, "/after-1.0 te=[] cl=3 body=3 trailer=\"\"/"},
+		{"/large", 300 << 10, "/large te=[] cl=307200 body=307200 trailer=\"\"/"},
+		{"/whole-mib", 1 << 20, "/whole-mib te=[] cl=1048576 body=1048576 trailer=\"\"/"},
+		{"/speak-1.1", 3, "/speak-1.1 te=[] cl=3 body=3 trailer=\"\"/"},
+		{"/after-1.1", 3, "/after-1.1 te=[chunked] cl=-1 body=3 trailer=\"\"/1"},
+		{"/speak-1.0", 3, "/speak-1.0 te=[chunked] cl=-1 body=3 trailer=\"\"/1"},
+	} {
+		if status, body := upload(step.path, step.size); status != http.StatusOK || body != "ok" {
+			t.Fatalf("upload %d (%s): %d %q, want 200 \"ok\"", i+1, step.path, status, body)
+		}
+		if g := <-got; g != step.want {
+			t.Errorf("upload %d: the upstream got %s, want %s", i+1, g, step.want)
+		}
+	}
+
+	// Over 1 MiB: 411, and the instance gets nothing. Raw bytes, one
+	// chunk, so that the whole request is written before the answer.
+	const over = 1<<20 + 1
+	c := dialBounded(t, addr, 10*time.Second)
+	defer c.Close()
+	go func() {
+		_, _ = fmt.Fprintf(c, "POST /too-long HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", over, bytes.Repeat([]byte("c"), over))
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("/too-long: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusLengthRequired || !strings.Contains(string(b), "HTTP/1.0") || !resp.Close {
+		t.Errorf("/too-long: %d %q (close %v), want 411 naming HTTP/1.0, and the connection closed", resp.StatusCode, b, resp.Close)
+	}
+
+	// Over HTTP/2: without a content-length, the body goes with one; with
+	// one and a trailer field, it goes as declared, without the field.
+	for _, tc := range []struct {
+		name     string
+		declared bool
+		want     string
+	}{
+		{"no content-length", false, "/h2 te=[] cl=3 body=3 trailer=\"\"/"},
+		{"content-length and a trailer field", true, "/h2 te=[] cl=3 body=3 trailer=\"\"/"},
+	} {
+		fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/h2"}, {"trailer", "x-t"}}
+		if tc.declared {
+			fields = append(fields, [2]string{"content-length", "3"})
+		}
+		status, body, err := h2ExchangeTrailers(t, addr, fields, []byte("abc"), [][2]string{{"x-t", "1"}})
+		if err != nil || status != http.StatusOK || body != "ok" {
+			t.Fatalf("HTTP/2, %s: %d %q (%v)", tc.name, status, body, err)
+		}
+		if g := <-got; g != tc.want {
+			t.Errorf("HTTP/2, %s: the upstream got %s, want %s", tc.name, g, tc.want)
+		}
+	}
+	// Go's HTTP/2 client sends a reader of unknown length without a
+	// content-length.
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/h2-too-long", io.MultiReader(bytes.NewReader(bytes.Repeat([]byte("c"), over))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := h2cClient(t).Do(req); err != nil {
+		t.Errorf("HTTP/2, over 1 MiB: %v, want 411", err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusLengthRequired || !strings.Contains(string(b), "HTTP/1.0") {
+			t.Errorf("HTTP/2, over 1 MiB: %d %q, want 411 naming HTTP/1.0", resp.StatusCode, b)
+		}
+	}
+	select {
+	case g := <-got:
+		t.Errorf("a body over 1 MiB reached the instance: %s", g)
+	default:
+	}
+}
+
 // TestDateAndVia: the upstream's Date is what the client gets (a Date is
 // added only when the upstream sent none), and Via: 1.1 graygate is added
 // both ways unless turned off.
