@@ -129,12 +129,15 @@ func (b *respBody) Read(p []byte) (int, error) {
 		ex.upEOF, ex.respEnded = true, true
 		ex.forwardTrailers()
 	case forbiddenTrailer(err):
-		// The last chunk has been read: a trailer section with a field
-		// RFC 9110 section 6.5.1 keeps out of trailers (Content-Length,
-		// Host, Authorization...) is discarded whole once it has ended,
-		// and the body ends, as net/http's client delivers such a body,
-		// not cut off.
-		if serr := skipTrailerSection(ex.br); serr != nil {
+		// The last chunk has been read: fasthttp refuses a trailer
+		// section with a field RFC 9110 section 6.5.1 keeps out of
+		// trailers (Content-Length, Host, Authorization...). The
+		// section is read as net/http's client reads it, once it has
+		// ended, and the body ends, not cut off; such fields are
+		// dropped and the others relayed, as on the other paths (an
+		// HTTP/2 client's, an h2 pool's).
+		tr, serr := readTrailerSection(ex.br)
+		if serr != nil {
 			ex.upErr = fmt.Errorf("%w: %w", serr, err)
 			if isTimeout(serr) {
 				ex.timeout = timeoutUpstreamRead
@@ -142,7 +145,8 @@ func (b *respBody) Read(p []byte) (int, error) {
 			return n, ex.upErr
 		}
 		ex.upEOF, ex.respEnded = true, true
-		ex.p.log.Debug("upstream trailer section discarded", "upstream", ex.inst.Addr, "error", err)
+		ex.p.log.Debug("upstream trailer fields that may not be trailers dropped", "upstream", ex.inst.Addr, "error", err)
+		ex.forwardReadTrailers(tr)
 		return n, io.EOF
 	case err != nil:
 		ex.upErr = err
@@ -153,29 +157,53 @@ func (b *respBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// skipTrailerSection reads past the trailer section at the start of br,
-// which fasthttp's parser left unread when it refused it, taking it as
-// net/http's client does: a CRLF CRLF must come within br's buffer
-// ("suspiciously long trailer" otherwise) and the read timeout, and the
-// fields up to the first empty line must be well-formed
-// (textproto.Reader.ReadMIMEHeader, which also takes bare LF line ends). A
-// section that is cut short, never ends or holds a malformed field is a
-// body that broke off.
-func skipTrailerSection(br *bufio.Reader) error {
+// readTrailerSection reads the trailer section at the start of br, which
+// fasthttp's parser left unread when it refused it, as net/http's client
+// does: a CRLF CRLF must come within br's buffer ("suspiciously long
+// trailer" otherwise) and the read timeout, and the fields up to the
+// first empty line must be well-formed (textproto.Reader.ReadMIMEHeader,
+// which also takes bare LF line ends). A section that is cut short, never
+// ends or holds a malformed field is a body that broke off.
+func readTrailerSection(br *bufio.Reader) (textproto.MIMEHeader, error) {
 	if err := bufferUntil(br, errTrailerTooLong, crlfCRLF); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return fmt.Errorf("%w: %w", errBadTrailerSection, err)
+		return nil, fmt.Errorf("%w: %w", errBadTrailerSection, err)
 	}
 	b, _ := br.Peek(br.Buffered())
 	src := bytes.NewReader(b)
 	r := bufio.NewReader(src)
-	if _, err := textproto.NewReader(r).ReadMIMEHeader(); err != nil {
-		return fmt.Errorf("%w: %w", errBadTrailerSection, err)
+	tr, err := textproto.NewReader(r).ReadMIMEHeader()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadTrailerSection, err)
 	}
 	_, _ = br.Discard(len(b) - src.Len() - r.Buffered())
-	return nil
+	return tr, nil
+}
+
+// forwardReadTrailers relays, after the client's last chunk, the fields of
+// a trailer section readTrailerSection read: not those that may not be
+// trailers (RFC 9110 section 6.5.1, listener.BadTrailer), nor those
+// dropTrailerField drops from every answer's trailers, nor empty ones.
+func (ex *exchange) forwardReadTrailers(tr textproto.MIMEHeader) {
+	if ex.respOut == nil {
+		return
+	}
+	for k, vs := range tr {
+		if listener.BadTrailer(s2b(k)) || ex.dropTrailerField(s2b(k)) {
+			continue
+		}
+		for _, v := range vs {
+			if v == "" {
+				continue
+			}
+			if !containsFold(ex.respOut.PeekTrailerKeys(), s2b(k)) && ex.respOut.AddTrailer(k) != nil {
+				break
+			}
+			ex.respOut.Add(k, v)
+		}
+	}
 }
 
 // errBadTrailerSection is an upstream trailer section that does not end
