@@ -47,12 +47,15 @@ func (c llhttpCase) bytes() ([]byte, error) { return octets(c.Raw) }
 // gateway: a Content-Length value with a tab beside it, which is optional
 // whitespace (RFC 9110 section 5.5) and which llhttp v9.4.2's own test
 // "Tabs in `Content-Length` (surrounding)" accepts (transcribed in
-// ../http1/llhttp-strict.json).
+// ../http1/llhttp-strict.json). It is the first Content-Length line
+// llhttp can refuse that decides: one with a tab beside digits, before any
+// that is not digits. What comes after it (a later request's malformed
+// Content-Length, which the gateway refuses in its turn) has no verdict
+// from this llhttp to compare with.
 func newerLLHTTP(c llhttpCase, raw []byte) bool {
 	if c.LLHTTP.Error != "HPE_INVALID_CONTENT_LENGTH" {
 		return false
 	}
-	tab := false
 	for _, line := range strings.Split(string(raw), "\r\n") {
 		name, value, ok := strings.Cut(line, ":")
 		if !ok || !strings.EqualFold(name, "Content-Length") {
@@ -62,9 +65,11 @@ func newerLLHTTP(c llhttpCase, raw []byte) bool {
 		if v == "" || strings.Trim(v, "0123456789") != "" {
 			return false
 		}
-		tab = tab || strings.ContainsRune(value, '\t')
+		if strings.ContainsRune(value, '\t') {
+			return true
+		}
 	}
-	return tab
+	return false
 }
 
 // sameTarget reports whether the upstream's request target is llhttp's
