@@ -191,6 +191,10 @@ func (ex *exchange) forwardReadTrailers(tr textproto.MIMEHeader) {
 		return
 	}
 	for k, vs := range tr {
+		// The spaces before a line's colon ("X-T : 1") are in the name
+		// net/http's reader gives; they go, as on the other paths (the
+		// HTTP/2 listener's respond, closeColons).
+		k = strings.TrimRight(k, " ")
 		if listener.BadTrailer(s2b(k)) || ex.dropTrailerField(s2b(k)) {
 			continue
 		}

@@ -238,6 +238,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 		"/bare": head + "Content-Length: 9\n\n",
 		"/nul":  head + "Host: \x00\r\n\r\n",
 		"/lf":   head + "X-A: 1\nContent-Length: 9\r\n\r\n",
+		"/sp":   head + "X-T : 1\r\nContent-Length: 9\r\n\r\n",
 		"/good": "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood",
 	}
 	var afterBad atomic.Int64 // requests that came on a connection after a /bad
@@ -277,6 +278,7 @@ func TestForbiddenTrailerDiscarded(t *testing.T) {
 			{"/bare", "ok", false, ""},
 			{"/nul", "ok", false, ""},
 			{"/lf", "ok", true, "X-A: 1"},
+			{"/sp", "ok", true, "X-T: 1"},
 			{"/good", "good", true, ""},
 		} {
 			resp, err := clients[via].Get("http://" + addr + tt.path)
