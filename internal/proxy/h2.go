@@ -261,8 +261,11 @@ type stream struct {
 	// n1xx counts the interim responses of the attempt (interim), on
 	// the goroutine of the transport's hook while the round trip runs.
 	n1xx int
-	// to10: the attempt's instance, of an http1 pool, last answered over
-	// HTTP/1.0 (holdFor10).
+	// uc is the client of the attempt's instance when its pool is http1
+	// (holdFor10), whose connections roundTripH1 uses and whose version
+	// the answer updates; to10: that instance last answered over
+	// HTTP/1.0, as holdFor10 found it.
+	uc   *upstreamClient
 	to10 bool
 }
 
@@ -442,7 +445,7 @@ func (s *stream) resetStream() {
 	s.deadline = time.Time{}
 	s.bodyEnd.Store(0)
 	s.out = nil
-	s.n1xx, s.to10 = 0, false
+	s.n1xx, s.uc, s.to10 = 0, nil, false
 }
 
 // serve runs the flow's phases for the stream. It returns true when the
@@ -648,13 +651,18 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 	return resp, err
 }
 
-// holdFor10 notes whether the instance picked is of an http1 pool and
-// last answered over HTTP/1.0 (s.to10), and then has a body of unknown
-// length read whole (holdForHTTP10), as the HTTP/1.1 codec's sendTo does:
-// net/http's Transport would send it chunked. A body the last attempt
-// read part of (s.pending, after a refused connection) goes as it is.
+// holdFor10 takes, for an instance of an http1 pool, its client (s.uc),
+// and notes whether it last answered over HTTP/1.0 (s.to10); such an
+// instance then has a body of unknown length read whole (holdForHTTP10),
+// as the HTTP/1.1 codec's sendTo does: net/http's Transport would send it
+// chunked. A body the last attempt read part of (s.pending, after a
+// refused connection) goes as it is.
 func (s *stream) holdFor10() error {
-	s.to10 = s.d.Target.Protocol == upstream.HTTP1 && s.p.client(s.inst, s.wallStart()).http10.Load()
+	s.uc, s.to10 = nil, false
+	if s.d.Target.Protocol == upstream.HTTP1 {
+		s.uc = s.p.client(s.inst, s.wallStart())
+		s.to10 = s.uc.http10.Load()
+	}
 	if !s.to10 || s.grpc || s.cbody == nil || s.pending != nil || s.r.ContentLength >= 0 {
 		return nil
 	}
@@ -722,12 +730,10 @@ func (s *stream) attempt(trusted bool) (*http.Response, error) {
 	s.respStarted = true
 	s.status = resp.StatusCode
 	s.upHTTP10 = resp.ProtoMajor == 1 && resp.ProtoMinor == 0
-	if !s.att.h2 {
+	if uc := s.uc; uc != nil && uc.http10.Load() != s.upHTTP10 {
 		// For the next request's body (holdFor10), as readHead notes it
 		// on the HTTP/1.1 codec's way.
-		if uc := s.p.client(s.inst, s.wallStart()); uc.http10.Load() != s.upHTTP10 {
-			uc.http10.Store(s.upHTTP10)
-		}
+		uc.http10.Store(s.upHTTP10)
 	}
 	if s.mirror != mirrorOff {
 		s.keepMirrorResponse(resp.StatusCode, netFields(resp.Header))

@@ -57,7 +57,7 @@ func fastH1(pool *upstream.Pool, out *http.Request) bool {
 // codec's send.
 func (s *stream) roundTripH1(out *http.Request, call *netCall) (*http.Response, error) {
 	now := s.wallStart()
-	uc := s.p.client(s.inst, now)
+	uc := s.uc // taken for the attempt by holdFor10
 	safe := safeMethod(s2b(out.Method))
 	stale, retries := 0, 0
 	for {

@@ -171,11 +171,8 @@ func (f *flow) holdForHTTP10(src io.Reader) error {
 		return nil
 	}
 	rb := &f.reqBody
-	body := rb.pre
-	switch {
-	case body != nil && rb.size >= 0:
-		return nil
-	case body == nil:
+	body := rb.pre // what prepareReplay read of it, if it read any
+	if body == nil {
 		rb.src, rb.size, rb.n, rb.max, rb.read = src, -1, 0, f.pol.MaxBodyBytes, false
 		body = f.body[:0]
 	}

@@ -710,20 +710,14 @@ func (ex *exchange) writeBody(ctx *fasthttp.RequestCtx, bw *bufio.Writer, conn n
 			if err := ex.keepUpstreamWriteDeadline(conn, time.Now()); err != nil {
 				return err
 			}
+			var werr error
 			if ex.bodyKind == bodyChunked {
-				ex.scratch = strconv.AppendInt(ex.scratch[:0], int64(n), 16)
-				ex.scratch = append(ex.scratch, "\r\n"...)
-				if _, err := bw.Write(ex.scratch); err != nil {
-					return wrapWrite(err)
-				}
+				werr = ex.writeChunk(bw, buf[:n])
+			} else {
+				_, werr = bw.Write(buf[:n])
 			}
-			if _, err := bw.Write(buf[:n]); err != nil {
-				return wrapWrite(err)
-			}
-			if ex.bodyKind == bodyChunked {
-				if _, err := bw.WriteString("\r\n"); err != nil {
-					return wrapWrite(err)
-				}
+			if werr != nil {
+				return wrapWrite(werr)
 			}
 			// What arrived goes on at once, as it does through nginx
 			// without request buffering: an upload that pauses for an
@@ -768,19 +762,25 @@ func (ex *exchange) writeBuffered(ctx *fasthttp.RequestCtx, bw *bufio.Writer) er
 		return err
 	}
 	if len(ex.sendBody) > 0 {
-		ex.scratch = strconv.AppendInt(ex.scratch[:0], int64(len(ex.sendBody)), 16)
-		ex.scratch = append(ex.scratch, "\r\n"...)
-		if _, err := bw.Write(ex.scratch); err != nil {
-			return err
-		}
-		if _, err := bw.Write(ex.sendBody); err != nil {
-			return err
-		}
-		if _, err := bw.WriteString("\r\n"); err != nil {
+		if err := ex.writeChunk(bw, ex.sendBody); err != nil {
 			return err
 		}
 	}
 	return ex.writeLastChunk(ctx, bw)
+}
+
+// writeChunk writes p, which is not empty, as one chunk of a chunked
+// request body: its size line, the data, and its CRLF.
+func (ex *exchange) writeChunk(bw *bufio.Writer, p []byte) error {
+	ex.scratch = append(strconv.AppendInt(ex.scratch[:0], int64(len(p)), 16), "\r\n"...)
+	if _, err := bw.Write(ex.scratch); err != nil {
+		return err
+	}
+	if _, err := bw.Write(p); err != nil {
+		return err
+	}
+	_, err := bw.WriteString("\r\n")
+	return err
 }
 
 // writeLastChunk ends a chunked request body: the last chunk, and the
