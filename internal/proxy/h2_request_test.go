@@ -481,25 +481,14 @@ func TestRequestTrailersAlike(t *testing.T) {
 	up := trailerUpstream(t, seen, false)
 	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
 		addr := gatewayTo(t, up, proto)
-		resp, body := rawExchange(t, addr, http.MethodPost, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-T, x_t\r\nTransfer-Encoding: chunked\r\n\r\n"+
-			"3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\nx_t: 3\r\n\r\n")
-		if resp.StatusCode != http.StatusOK || body != "ok" {
-			t.Fatalf("%s, HTTP/1.1 client: %d %q", proto, resp.StatusCode, body)
-		}
-		if got := <-seen; got != "3 X-T=1" {
-			t.Errorf("%s, HTTP/1.1 client: the upstream got %q, want \"3 X-T=1\"", proto, got)
-		}
+		name := proto.String()
+		h1TrailersReach(t, addr, name, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-T, x_t\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			"3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\nx_t: 3\r\n\r\n", seen)
 		// A body read whole before the upstream is asked, and one
 		// streamed to it (over 16 KiB).
 		for _, size := range []int{3, 20000} {
 			fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}, {"trailer", "x-t, x_t"}}
-			status, body, err := h2ExchangeTrailers(t, addr, fields, bytes.Repeat([]byte("a"), size), [][2]string{{"x-t", "1"}, {"x-u", "2"}, {"x_t", "3"}})
-			if err != nil || status != http.StatusOK || body != "ok" {
-				t.Fatalf("%s, HTTP/2 client, %d bytes: %d %q (%v)", proto, size, status, body, err)
-			}
-			if got, want := <-seen, strconv.Itoa(size)+" X-T=1"; got != want {
-				t.Errorf("%s, HTTP/2 client: the upstream got %q, want %q", proto, got, want)
-			}
+			h2TrailersReach(t, addr, name, fields, size, [][2]string{{"x-t", "1"}, {"x-u", "2"}, {"x_t", "3"}}, seen)
 		}
 	}
 }
@@ -542,29 +531,47 @@ func TestRequestTrailersHeldOrDeclared(t *testing.T) {
 			_, addr := startProxyWith(t, Options{}, d, listener.Protocols{H2C: true})
 			name := fmt.Sprintf("%s pool, %s", proto, tc.name)
 			if !tc.declared {
-				resp, body := rawExchange(t, addr, http.MethodPost, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-T, X-V\r\nTransfer-Encoding: chunked\r\n\r\n"+
-					"3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n")
-				if resp.StatusCode != http.StatusOK || body != "ok" {
-					t.Fatalf("%s, HTTP/1.1 client: %d %q", name, resp.StatusCode, body)
-				}
-				if got := <-seen; got != "3 X-T=1" {
-					t.Errorf("%s, HTTP/1.1 client: the upstream got %q, want \"3 X-T=1\"", name, got)
-				}
+				h1TrailersReach(t, addr, name, "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-T, X-V\r\nTransfer-Encoding: chunked\r\n\r\n"+
+					"3\r\nabc\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n", seen)
 			}
 			for _, size := range []int{3, 20000} {
 				fields := [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}, {"trailer", "x-t"}}
 				if tc.declared {
 					fields = append(fields, [2]string{"content-length", strconv.Itoa(size)})
 				}
-				status, body, err := h2ExchangeTrailers(t, addr, fields, bytes.Repeat([]byte("a"), size), [][2]string{{"x-t", "1"}})
-				if err != nil || status != http.StatusOK || body != "ok" {
-					t.Fatalf("%s, HTTP/2 client, %d bytes: %d %q (%v)", name, size, status, body, err)
-				}
-				if got, want := <-seen, strconv.Itoa(size)+" X-T=1"; got != want {
-					t.Errorf("%s, HTTP/2 client, %d bytes: the upstream got %q, want %q", name, size, got, want)
-				}
+				h2TrailersReach(t, addr, name, fields, size, [][2]string{{"x-t", "1"}}, seen)
 			}
 		}
+	}
+}
+
+// h1TrailersReach sends raw, a chunked POST of "abc" whose trailer
+// section holds X-T: 1 and fields that must not go upstream, over
+// HTTP/1.1 to addr, and checks that it is answered "ok" and that the
+// upstream (trailerUpstream's seen) got the body and X-T alone.
+func h1TrailersReach(t *testing.T, addr, name, raw string, seen <-chan string) {
+	t.Helper()
+	resp, body := rawExchange(t, addr, http.MethodPost, raw)
+	if resp.StatusCode != http.StatusOK || body != "ok" {
+		t.Fatalf("%s, HTTP/1.1 client: %d %q", name, resp.StatusCode, body)
+	}
+	if got := <-seen; got != "3 X-T=1" {
+		t.Errorf("%s, HTTP/1.1 client: the upstream got %q, want \"3 X-T=1\"", name, got)
+	}
+}
+
+// h2TrailersReach sends size bytes over HTTP/2 to addr with the header
+// fields fields and the trailer fields trailers (x-t: 1 among them), and
+// checks that it is answered "ok" and that the upstream got the body and
+// X-T alone.
+func h2TrailersReach(t *testing.T, addr, name string, fields [][2]string, size int, trailers [][2]string, seen <-chan string) {
+	t.Helper()
+	status, body, err := h2ExchangeTrailers(t, addr, fields, bytes.Repeat([]byte("a"), size), trailers)
+	if err != nil || status != http.StatusOK || body != "ok" {
+		t.Fatalf("%s, HTTP/2 client, %d bytes: %d %q (%v)", name, size, status, body, err)
+	}
+	if got, want := <-seen, strconv.Itoa(size)+" X-T=1"; got != want {
+		t.Errorf("%s, HTTP/2 client, %d bytes: the upstream got %q, want %q", name, size, got, want)
 	}
 }
 

@@ -367,6 +367,32 @@ func TestExpectContinueWithCurl(t *testing.T) {
 	}
 }
 
+// versionUpstream is an upstream that reads one request a connection and
+// answers it over HTTP/1.0, or over HTTP/1.1 from a request for
+// /speak-1.1 on until one for /speak-1.0. serve gets the request, its
+// body unread, and the version to answer with ("HTTP/1.0" or
+// "HTTP/1.1"), and writes the answer.
+func versionUpstream(t *testing.T, serve func(c net.Conn, req *http.Request, proto string)) string {
+	var http11 atomic.Bool
+	return stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		switch req.URL.Path {
+		case "/speak-1.1":
+			http11.Store(true)
+		case "/speak-1.0":
+			http11.Store(false)
+		}
+		proto := "HTTP/1.0"
+		if http11.Load() {
+			proto = "HTTP/1.1"
+		}
+		serve(c, req, proto)
+	})
+}
+
 // TestExpectContinueToHTTP10Upstream: an upstream that answers over
 // HTTP/1.0 ignores "Expect: 100-continue" (RFC 9110 section 10.1.1) and
 // waits for the body, so a gateway that forwarded the expectation to it
@@ -376,22 +402,10 @@ func TestExpectContinueWithCurl(t *testing.T) {
 // HTTP/1.1 again, the expectation is forwarded again. The client's own
 // expectation is met by the gateway either way (its 100 comes at once).
 func TestExpectContinueToHTTP10Upstream(t *testing.T) {
-	var http11 atomic.Bool
 	expects := make(chan string, 16)
-	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		if req.URL.Path == "/speak-1.1" {
-			http11.Store(true)
-		}
-		proto := "HTTP/1.0"
-		if http11.Load() {
-			proto = "HTTP/1.1"
-			if req.Header.Get("Expect") == "100-continue" {
-				fmt.Fprint(c, "HTTP/1.1 100 Continue\r\n\r\n")
-			}
+	up := versionUpstream(t, func(c net.Conn, req *http.Request, proto string) {
+		if proto == "HTTP/1.1" && req.Header.Get("Expect") == "100-continue" {
+			fmt.Fprint(c, "HTTP/1.1 100 Continue\r\n\r\n")
 		}
 		expects <- req.Header.Get("Expect")
 		n, _ := io.Copy(io.Discard, req.Body)
@@ -441,29 +455,14 @@ func TestExpectContinueToHTTP10Upstream(t *testing.T) {
 // real listener: Go's client over HTTP/1.1 (a body of unknown length goes
 // chunked), raw frames over HTTP/2.
 func TestChunkedBodyToHTTP10Upstream(t *testing.T) {
-	var http11 atomic.Bool
 	got := make(chan string, 16)
-	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		switch req.URL.Path {
-		case "/speak-1.1":
-			http11.Store(true)
-		case "/speak-1.0":
-			http11.Store(false)
-		}
+	up := versionUpstream(t, func(c net.Conn, req *http.Request, proto string) {
 		n, err := io.Copy(io.Discard, req.Body)
 		if err != nil {
 			return
 		}
 		got <- fmt.Sprintf("%s te=%v cl=%d body=%d trailer=%q/%s", req.URL.Path, req.TransferEncoding, req.ContentLength, n,
 			req.Header.Get("Trailer"), req.Trailer.Get("X-T")) // net/http takes a chunked request's Trailer field out of Header
-		proto := "HTTP/1.0"
-		if http11.Load() {
-			proto = "HTTP/1.1"
-		}
 		fmt.Fprintf(c, "%s 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", proto)
 	})
 	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{H2C: true})
