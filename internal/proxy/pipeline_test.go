@@ -28,18 +28,9 @@ func TestPipeliningShapes(t *testing.T) {
 	for it := range shortened(1000) {
 		reqs := pipelineRequests(rng, it)
 		segs := splitRequests(rng, reqs)
-		var gap time.Duration
-		switch r := rng.IntN(100); {
-		case r < 60:
-		case r < 80:
-			gap = -1 // a yield: a few microseconds, inside the gateway's turnaround
-		case r < 97:
-			gap = time.Duration(50+rng.IntN(5000)) * time.Microsecond
-		default:
-			gap = time.Duration(5+rng.IntN(46)) * time.Millisecond
-		}
+		gap := pipelineGap(rng)
 		halfClose := rng.IntN(4) == 0
-		if err := pipelined(addr, reqs, segs, gap, halfClose); err != nil {
+		if err := pipelined(addr, segs, gap, halfClose, func(br *bufio.Reader) error { return readAnswers(br, reqs, halfClose) }); err != nil {
 			t.Fatalf("iteration %d (%d requests in %d segments, gap %v, half-close %v): %v", it, len(reqs), len(segs), gap, halfClose, err)
 		}
 	}
@@ -53,10 +44,26 @@ func shortened(n int) int {
 	return n
 }
 
-// pipelined writes segs on one connection with gap between them, then reads
-// len(reqs) answers and checks that each echoes its request's path, in
-// order.
-func pipelined(addr string, reqs, segs []string, gap time.Duration, halfClose bool) error {
+// pipelineGap is the pause between a connection's writes: none (60%), a
+// yield (20%: a few microseconds, inside the gateway's turnaround), 50 µs
+// to 5 ms, or 5 to 50 ms.
+func pipelineGap(rng *rand.Rand) time.Duration {
+	switch r := rng.IntN(100); {
+	case r < 60:
+		return 0
+	case r < 80:
+		return -1
+	case r < 97:
+		return time.Duration(50+rng.IntN(5000)) * time.Microsecond
+	default:
+		return time.Duration(5+rng.IntN(46)) * time.Millisecond
+	}
+}
+
+// pipelined writes segs on one connection with gap between them (and
+// half-closes it after the last when halfClose), while read reads and
+// checks the answers.
+func pipelined(addr string, segs []string, gap time.Duration, halfClose bool, read func(*bufio.Reader) error) error {
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		return err
@@ -81,7 +88,7 @@ func pipelined(addr string, reqs, segs []string, gap time.Duration, halfClose bo
 			_ = c.(*net.TCPConn).CloseWrite()
 		}
 	}()
-	return readAnswers(bufio.NewReader(c), reqs, halfClose)
+	return read(bufio.NewReader(c))
 }
 
 // pipelineRequests makes one to four requests for iteration it, each
@@ -127,20 +134,33 @@ func splitRequests(rng *rand.Rand, reqs []string) []string {
 // its request's path, in order; after a half-close, that the connection
 // then closes.
 func readAnswers(br *bufio.Reader, reqs []string, halfClose bool) error {
-	for i, r := range reqs {
+	return readAnswersWith(br, len(reqs), halfClose, func(i int, status int, body string) error {
+		r := reqs[i]
+		path := r[strings.IndexByte(r, ' ')+1:]
+		path = path[:strings.IndexByte(path, ' ')]
+		if status != 200 || !strings.Contains(body, `"uri":"`+path+`"`) {
+			return fmt.Errorf("%d %q, want 200 echoing %s", status, body, path)
+		}
+		return nil
+	})
+}
+
+// readAnswersWith reads n answers from br, in order, and has check judge
+// each one's status and body; after a half-close, it checks that the
+// connection then closes.
+func readAnswersWith(br *bufio.Reader, n int, halfClose bool, check func(i, status int, body string) error) error {
+	for i := range n {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			return fmt.Errorf("answer %d of %d: %w", i+1, len(reqs), err)
+			return fmt.Errorf("answer %d of %d: %w", i+1, n, err)
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil {
 			return fmt.Errorf("answer %d body: %w", i+1, err)
 		}
-		path := r[strings.IndexByte(r, ' ')+1:]
-		path = path[:strings.IndexByte(path, ' ')]
-		if resp.StatusCode != 200 || !strings.Contains(string(body), `"uri":"`+path+`"`) {
-			return fmt.Errorf("answer %d: %d %q, want 200 echoing %s", i+1, resp.StatusCode, body, path)
+		if err := check(i, resp.StatusCode, string(body)); err != nil {
+			return fmt.Errorf("answer %d of %d: %w", i+1, n, err)
 		}
 	}
 	if halfClose {

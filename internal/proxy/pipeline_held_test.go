@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// TestPipeliningHeldBodies: the pipelining shapes of TestPipeliningShapes
+// (several requests in one segment, requests cut into pieces, gaps, a
+// half-close after the last) with bodies the gateway holds. A gray
+// decision with a stable fallback, graygate's main use, reads a body of
+// up to fallback_body_bytes before it asks an instance, so that it can
+// send it again; its chunked bodies carry trailer fields, which a held
+// body now sends on (see TestRequestTrailersHeldOrDeclared). Each answer
+// must come in order on the same connection and name the pool that served
+// it, the body and the trailer field it got: gray when the gray instance
+// is up, stable, with the same body and field, when it refuses
+// connections. To an http1 pool and to an h2c pool, through the real
+// listener, with raw bytes.
+func TestPipeliningHeldBodies(t *testing.T) {
+	stableUp := bodyTrailerUpstream(t, "stable")
+	grayUp := bodyTrailerUpstream(t, "gray")
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		for _, gray := range []struct {
+			addr, serves string
+		}{{grayUp, "gray"}, {refusedAddr(t), "stable"}} {
+			stable := poolOf("stable", stableUp)
+			stable.Protocol = proto
+			g := poolOf("gray", gray.addr)
+			g.Protocol = proto
+			_, addr := startProxyWith(t, Options{}, staticDecider{Group: "gray", Target: g, Stable: stable}, listener.Protocols{})
+			rng := rand.New(rand.NewPCG(13, uint64(proto)))
+			for it := range shortened(200) {
+				reqs, want := heldRequests(rng, it, gray.serves)
+				segs := splitRequests(rng, reqs)
+				gap := pipelineGap(rng)
+				halfClose := rng.IntN(4) == 0
+				err := pipelined(addr, segs, gap, halfClose, func(br *bufio.Reader) error {
+					return readAnswersWith(br, len(want), halfClose, func(i, status int, body string) error {
+						if status != http.StatusOK || body != want[i] {
+							return fmt.Errorf("%d %q, want 200 %q", status, body, want[i])
+						}
+						return nil
+					})
+				})
+				if err != nil {
+					t.Fatalf("%s pool, gray %s: iteration %d (%d requests in %d segments, gap %v, half-close %v): %v",
+						proto, gray.serves, it, len(reqs), len(segs), gap, halfClose, err)
+				}
+			}
+		}
+	}
+}
+
+// heldRequests makes one to four requests for iteration it: without a
+// body, with a Content-Length body, chunked without a trailer section, or
+// chunked with an announced X-T field in it; and the answer
+// bodyTrailerUpstream named serves gives each.
+func heldRequests(rng *rand.Rand, it int, serves string) (reqs, want []string) {
+	for i := range 1 + rng.IntN(4) {
+		path := fmt.Sprintf("/it%d/req%d", it, i)
+		body, xt := "", ""
+		switch rng.IntN(4) {
+		case 0:
+			reqs = append(reqs, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		case 1:
+			body = fmt.Sprintf("cl%d", i)
+			reqs = append(reqs, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body))
+		case 2:
+			body = "abcde"
+			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+		default:
+			body, xt = "abcde", fmt.Sprintf("t%d-%d", it, i)
+			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n"+
+				"3\r\nabc\r\n2\r\nde\r\n0\r\nX-T: "+xt+"\r\n\r\n")
+		}
+		want = append(want, serves+" "+path+" "+body+" "+xt)
+	}
+	return reqs, want
+}
+
+// bodyTrailerUpstream is an upstream named name that speaks HTTP/1.1 and
+// h2c and answers each request with its name, path, body and X-T trailer
+// field ("gray /p abc t1").
+func bodyTrailerUpstream(t *testing.T, name string) string {
+	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		_, _ = io.WriteString(w, strings.Join([]string{name, r.URL.Path, string(b), r.Trailer.Get("X-T")}, " "))
+	}))
+	return addrOf(up)
+}
