@@ -26,7 +26,8 @@
 // failing candidate cannot eject an instance that also serves real users.
 //
 // The copy is the primary's upstream request: method, request-target,
-// headers (hop-by-hop, framing and Expect fields dropped), the Host with
+// headers (hop-by-hop, framing and Expect fields dropped), body and
+// trailer fields (with which the body goes chunked), the Host with
 // HostSuffix appended before the port (Envoy's "-shadow" convention), and
 // X-Gray-Mirror: 1, so that the mirror target and what it calls can tell
 // shadow traffic apart. A request whose body is over the mirror's max_body
@@ -95,7 +96,7 @@
 //  2. Upstream request filter: keep a copy (its own memory, not fasthttp's)
 //     of what goes upstream: method, request-target, Host and header
 //     fields after the gateway's own changes (X-Gray-Tag, X-Request-Id,
-//     X-Forwarded-*).
+//     X-Forwarded-*), and the trailer fields sent after the body.
 //  3. Response phase: tee the upstream's response body into a buffer of at
 //     most Set.MaxResponseBody() bytes (setting BodyTruncated beyond it),
 //     and copy its status and header fields before the gateway adds

@@ -110,6 +110,18 @@ func (s *Set) send(ctx context.Context, pool *upstream.Pool, sp *Spec, r *Reques
 	// The request-target is sent byte for byte as the primary got it.
 	req.URL.Path, req.URL.Opaque = "", r.URI
 	req.ContentLength = int64(len(r.Body))
+	if len(r.Trailer) > 0 {
+		// Chunked, so that the trailer section can follow the body
+		// (net/http's Transport writes req.Trailer only then), even an
+		// empty one.
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(r.Body)), nil }
+		req.Body, _ = req.GetBody()
+		req.ContentLength = -1
+		req.Trailer = make(http.Header, len(r.Trailer))
+		for _, f := range r.Trailer {
+			req.Trailer.Add(f.Name, f.Value)
+		}
+	}
 	var named []string
 	for _, f := range r.Header {
 		if strings.EqualFold(f.Name, "Connection") {

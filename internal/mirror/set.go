@@ -32,6 +32,11 @@ type Request struct {
 	Header []Header
 	// Body is the request body, at most the spec's MaxBody bytes.
 	Body []byte
+	// Trailer holds the trailer fields sent to the primary after its
+	// chunked body. With them, the copy's body goes chunked too, and they
+	// follow it: an upstream that reads them answers the copy as it
+	// answered the primary.
+	Trailer []Header
 	// BodyTruncated says the body was longer than MaxBody (or of unknown
 	// length beyond it): the request is not mirrored, and is counted as
 	// dropped.
@@ -248,7 +253,7 @@ func (s *Set) Mirror(sp *Spec, req Request, primary Response) bool {
 		st.ctr.dropped.Add(1)
 		return false
 	}
-	size := int64(len(req.Body)+len(primary.Body)+len(req.URI)) + headerBytes(req.Header) + headerBytes(primary.Header)
+	size := int64(len(req.Body)+len(primary.Body)+len(req.URI)) + headerBytes(req.Header) + headerBytes(req.Trailer) + headerBytes(primary.Header)
 	if s.queued.Add(size) > s.opts.MaxQueuedBytes {
 		s.queued.Add(-size)
 		st.ctr.dropped.Add(1)

@@ -188,16 +188,19 @@ func TestMirrorDeadTarget(t *testing.T) {
 	}
 }
 
-// TestMirroredRequest checks the copy the mirror target gets.
+// TestMirroredRequest checks the copy the mirror target gets: with a
+// Content-Length, or chunked when trailer fields follow its body (an
+// empty one too).
 func TestMirroredRequest(t *testing.T) {
 	type seen struct {
-		method, uri, host, mirror, foo, conn, body, accept string
-		length                                             int64
+		method, uri, host, mirror, foo, conn, body, accept, trailer string
+		length                                                      int64
 	}
 	ch := make(chan seen, 4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		ch <- seen{r.Method, r.RequestURI, r.Host, r.Header.Get("X-Gray-Mirror"), r.Header.Get("X-Foo"), r.Header.Get("Keep-Alive"), string(b), r.Header.Get("Accept"), r.ContentLength}
+		ch <- seen{r.Method, r.RequestURI, r.Host, r.Header.Get("X-Gray-Mirror"), r.Header.Get("X-Foo"), r.Header.Get("Keep-Alive"), string(b), r.Header.Get("Accept"),
+			r.Trailer.Get("X-T"), r.ContentLength}
 	}))
 	defer srv.Close()
 	s := newSet(t, Options{})
@@ -206,18 +209,27 @@ func TestMirroredRequest(t *testing.T) {
 	s.Sync([]*Spec{sp})
 	req := Request{Method: "POST", URI: "/a%2Fb/c?x=1&y=%20", Host: "api.example.com:8443", Body: []byte("12345678"),
 		Header: []Header{{"Accept", "text/plain"}, {"Connection", "X-Foo"}, {"X-Foo", "hop"}, {"Keep-Alive", "5"}, {"X-Gray-Mirror", "0"}, {"Content-Length", "99"}}}
-	if !s.Mirror(sp, req, Response{Status: 200}) {
-		t.Fatal("not queued")
-	}
-	var got seen
-	select {
-	case got = <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the mirror target got nothing")
-	}
-	want := seen{"POST", "/a%2Fb/c?x=1&y=%20", "api.example.com-shadow:8443", "1", "", "", "12345678", "text/plain", 8}
-	if got != want {
-		t.Errorf("mirror got %+v\nwant       %+v", got, want)
+	for _, tc := range []struct {
+		body, trailer string
+		length        int64
+	}{{"12345678", "", 8}, {"1234", "t1", -1}, {"", "t2", -1}} {
+		req.Body, req.Trailer = []byte(tc.body), nil
+		if tc.trailer != "" {
+			req.Trailer = []Header{{"X-T", tc.trailer}}
+		}
+		if !s.Mirror(sp, req, Response{Status: 200}) {
+			t.Fatal("not queued")
+		}
+		var got seen
+		select {
+		case got = <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the mirror target got nothing")
+		}
+		want := seen{"POST", "/a%2Fb/c?x=1&y=%20", "api.example.com-shadow:8443", "1", "", "", tc.body, "text/plain", tc.trailer, tc.length}
+		if got != want {
+			t.Errorf("mirror got %+v\nwant       %+v", got, want)
+		}
 	}
 	if s.Mirror(sp, Request{Method: "POST", URI: "/", Body: []byte("123456789")}, Response{}) {
 		t.Error("a body over max_body was mirrored")

@@ -390,6 +390,9 @@ type exchange struct {
 	// chunkBuffered: a bodyBuffered request goes chunked, with its
 	// trailer fields (bufferedTrailers).
 	chunkBuffered bool
+	// sentTrailer holds, for a mirrored request, the trailer fields
+	// writeLastChunk sent, in memory of their own (sentRequest).
+	sentTrailer []mirror.Header
 	// ctx is the request being served, while the handler runs.
 	ctx  *fasthttp.RequestCtx
 	uc   *upstreamClient
@@ -532,7 +535,7 @@ func (ex *exchange) reset() {
 	ex.uc = nil
 	ex.resp.Reset()
 	ex.head, ex.bodyKind, ex.sendBody, ex.expect, ex.upWDL = ex.head[:0], bodyNone, nil, false, 0
-	ex.announced, ex.chunkBuffered = 0, false
+	ex.announced, ex.chunkBuffered, ex.sentTrailer = 0, false, nil
 	ex.up, ex.br, ex.upBody, ex.upRDL, ex.upClose, ex.noReuse = nil, nil, nil, 0, false, false
 	ex.inline, ex.dated, ex.completed = -1, false, false
 	ex.streaming, ex.hijacked, ex.interim, ex.hijackedConn, ex.respOut = false, false, ex.interim[:0], nil, nil
@@ -560,7 +563,9 @@ func (ex *exchange) sentRequest() mirror.Request {
 	if ex.netOut != nil {
 		return sentNetRequest(ex.netOut)
 	}
-	return sentHead(ex.head)
+	r := sentHead(ex.head)
+	r.Trailer, ex.sentTrailer = ex.sentTrailer, nil
+	return r
 }
 
 // Handler serves one request: validate, route, forward, answer. It is a

@@ -162,19 +162,30 @@ func netFields(h http.Header) iter.Seq2[[]byte, []byte] {
 }
 
 // sentNetRequest is the copy of a request sent through a net/http
-// transport: its request line, Host and header fields (net/http's strings
-// are never reused, so they are shared).
+// transport: its request line, Host, header fields and the trailer fields
+// sent after its body (net/http's strings are never reused, so they are
+// shared). The copy is made once the primary answered: a body the
+// mirror needs was held, and read to its end, so the trailer fields are
+// filled in.
 func sentNetRequest(out *http.Request) mirror.Request {
 	if out == nil {
 		return mirror.Request{}
 	}
 	r := mirror.Request{Method: out.Method, URI: out.URL.RequestURI(), Host: out.Host}
-	for k, vs := range out.Header {
+	r.Header = appendNetFields(r.Header, out.Header)
+	r.Trailer = appendNetFields(nil, out.Trailer)
+	return r
+}
+
+// appendNetFields appends h's fields to dst; a name without a value (an
+// announced trailer field that did not come) is left out.
+func appendNetFields(dst []mirror.Header, h http.Header) []mirror.Header {
+	for k, vs := range h {
 		for _, v := range vs {
-			r.Header = append(r.Header, mirror.Header{Name: k, Value: v})
+			dst = append(dst, mirror.Header{Name: k, Value: v})
 		}
 	}
-	return r
+	return dst
 }
 
 // sentHead is the copy of a request whose head the HTTP/1.1 codec wrote

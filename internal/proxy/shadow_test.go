@@ -29,7 +29,7 @@ import (
 // seenReq is a request as a shadowBackend saw it.
 type seenReq struct {
 	method, uri, host string
-	header            http.Header
+	header, trailer   http.Header
 	body              string
 }
 
@@ -46,7 +46,7 @@ func shadowBackend(t testing.TB, version int) (*httptest.Server, <-chan seenReq,
 		n.Add(1)
 		body, _ := io.ReadAll(r.Body)
 		select {
-		case seen <- seenReq{method: r.Method, uri: r.RequestURI, host: r.Host, header: r.Header.Clone(), body: string(body)}:
+		case seen <- seenReq{method: r.Method, uri: r.RequestURI, host: r.Host, header: r.Header.Clone(), trailer: r.Trailer.Clone(), body: string(body)}:
 		default:
 		}
 		pad, _ := strconv.Atoi(r.URL.Query().Get("pad"))
@@ -117,22 +117,26 @@ func clientFor(t testing.TB, h2 bool) *http.Client {
 
 // TestMirrorThroughBothCodecs: a mirrored request reaches the mirror
 // target as the primary sent it (request line, body, the gateway's
-// X-Request-Id, X-Forwarded-For and baggage) with X-Gray-Mirror: 1 and
-// the -shadow host, and its answer is diffed against the primary's, for
-// an HTTP/1.1 and an HTTP/2 client, to an http1 and an h2c pool, with an
-// answer copied whole, one streamed in pieces, a HEAD and a POST. The
-// client gets the primary's answer only.
+// X-Request-Id, X-Forwarded-For and baggage, and the trailer fields after
+// a chunked body) with X-Gray-Mirror: 1 and the -shadow host, and its
+// answer is diffed against the primary's, for an HTTP/1.1 and an HTTP/2
+// client, to an http1 and an h2c pool, with an answer copied whole, one
+// streamed in pieces, a HEAD, a POST, and a POST with a trailer field
+// (which the copy lost: it went with a Content-Length). The client gets
+// the primary's answer only.
 func TestMirrorThroughBothCodecs(t *testing.T) {
 	stable, stableSeen, _ := shadowBackend(t, 1)
 	cand, candSeen, _ := shadowBackend(t, 2)
 	tests := []struct {
 		name, method, path, body string
+		trailer                  string // X-T's value, sent after a chunked body
 		wantFields               []string
 	}{
-		{"small answer", "GET", "/item?id=1", "", []string{"body.v", "headers.x-version"}},
-		{"streamed answer", "GET", "/item?id=2&pad=40000&stream=1", "", []string{"body.v", "headers.x-version"}},
-		{"HEAD", "HEAD", "/item?id=3", "", []string{"headers.x-version"}},
-		{"POST with a body", "POST", "/item?id=4", "hello", []string{"body.v", "headers.x-version"}},
+		{"small answer", "GET", "/item?id=1", "", "", []string{"body.v", "headers.x-version"}},
+		{"streamed answer", "GET", "/item?id=2&pad=40000&stream=1", "", "", []string{"body.v", "headers.x-version"}},
+		{"HEAD", "HEAD", "/item?id=3", "", "", []string{"headers.x-version"}},
+		{"POST with a body", "POST", "/item?id=4", "hello", "", []string{"body.v", "headers.x-version"}},
+		{"POST with a trailer field", "POST", "/item?id=5", "hello", "t1", []string{"body.v", "headers.x-version"}},
 	}
 	n := 0
 	for _, h2 := range []bool{false, true} {
@@ -154,6 +158,9 @@ func TestMirrorThroughBothCodecs(t *testing.T) {
 						body = strings.NewReader(tt.body)
 					}
 					req, _ := http.NewRequest(tt.method, "http://"+addr+tt.path, body)
+					if tt.trailer != "" {
+						req.ContentLength, req.Trailer = -1, http.Header{"X-T": {tt.trailer}}
+					}
 					req.Host = "app.test"
 					req.Header.Set("Baggage", "k=v,gray.tag=forged")
 					resp, err := clientFor(t, h2).Do(req)
@@ -178,6 +185,9 @@ func TestMirrorThroughBothCodecs(t *testing.T) {
 						copyOf.header.Get("X-Gray-Mirror") != "1" || primary.header.Get("X-Gray-Mirror") != "" {
 						t.Errorf("the copy was %s %s Host %s body %q X-Gray-Mirror %q; want %s %s to app.test-shadow with %q and X-Gray-Mirror: 1",
 							copyOf.method, copyOf.uri, copyOf.host, copyOf.body, copyOf.header.Get("X-Gray-Mirror"), tt.method, tt.path, tt.body)
+					}
+					if primary.trailer.Get("X-T") != tt.trailer || copyOf.trailer.Get("X-T") != tt.trailer {
+						t.Errorf("trailer X-T: the primary got %q, the copy %q; want %q", primary.trailer.Get("X-T"), copyOf.trailer.Get("X-T"), tt.trailer)
 					}
 					doc := waitDiff(t, set, rule, func(d mirror.Document) bool { return d.Compared == 1 })
 					if got := fieldPaths(doc); !slices.Equal(got, tt.wantFields) {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/rawio"
 	"github.com/graygate/graygate/internal/upstream"
 )
@@ -792,6 +793,8 @@ func (ex *exchange) writeLastChunk(ctx *fasthttp.RequestCtx, bw *bufio.Writer) e
 		return wrapWrite(err)
 	}
 	in := &ctx.Request.Header
+	mirrored := ex.mirror == mirrorOn
+	ex.sentTrailer = ex.sentTrailer[:0]
 	for _, k := range ex.announcedTrailers(in) {
 		if !ex.keepRequestTrailer(k) {
 			continue
@@ -800,6 +803,9 @@ func (ex *exchange) writeLastChunk(ctx *fasthttp.RequestCtx, bw *bufio.Writer) e
 			ex.scratch = append(append(append(append(ex.scratch[:0], k...), ": "...), v...), "\r\n"...)
 			if _, err := bw.Write(ex.scratch); err != nil {
 				return wrapWrite(err)
+			}
+			if mirrored {
+				ex.sentTrailer = append(ex.sentTrailer, mirror.Header{Name: string(k), Value: string(v)})
 			}
 		}
 	}
