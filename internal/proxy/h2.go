@@ -655,18 +655,28 @@ func (s *stream) forward(trusted bool) (*http.Response, error) {
 // and notes whether it last answered over HTTP/1.0 (s.to10); such an
 // instance then has a body of unknown length read whole (holdForHTTP10),
 // as the HTTP/1.1 codec's sendTo does: net/http's Transport would send it
-// chunked. A body the last attempt read part of (s.pending, after a
-// refused connection) goes as it is.
+// chunked. A body an attempt on a refused connection took up (s.pending,
+// what it read and then the rest) is read whole the same way.
 func (s *stream) holdFor10() error {
 	s.uc, s.to10 = nil, false
 	if s.d.Target.Protocol == upstream.HTTP1 {
 		s.uc = s.p.client(s.inst, s.wallStart())
 		s.to10 = s.uc.http10.Load()
 	}
-	if !s.to10 || s.grpc || s.cbody == nil || s.pending != nil || s.r.ContentLength >= 0 {
+	if !s.to10 || s.grpc || s.cbody == nil || s.r.ContentLength >= 0 {
 		return nil
 	}
-	return s.holdForHTTP10(s.cbody)
+	if s.pending == nil {
+		return s.holdForHTTP10(s.cbody)
+	}
+	if s.buffered {
+		return nil // a replay of a held body, sent with its length
+	}
+	if err := s.holdForHTTP10(s.pending); err != nil {
+		return err
+	}
+	s.pending = nil
+	return nil
 }
 
 // attempt sends the request to the instance picked, s.inst, and returns

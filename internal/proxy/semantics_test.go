@@ -566,6 +566,42 @@ func TestChunkedBodyToHTTP10Upstream(t *testing.T) {
 		t.Errorf("a body over 1 MiB reached the instance: %s", g)
 	default:
 	}
+
+	// The same instance, now speaking HTTP/1.0, in a pool beside one
+	// that refuses connections: a body the refused attempt took up goes
+	// to it whole too, and not chunked. Over both listeners; a pool
+	// that starts at either instance.
+	for i := range 4 {
+		pool := poolOf("stable", refusedAddr(t), up)
+		if i%2 == 1 {
+			pool = poolOf("stable", up, refusedAddr(t))
+		}
+		_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: pool}, listener.Protocols{H2C: true})
+		for j, h2 := range []bool{false, false, true, true} {
+			path := fmt.Sprintf("/beside-refused-%d-%d", i, j)
+			req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, io.MultiReader(strings.NewReader("abc")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := clientFor(t, h2).Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(b) != "ok" {
+				t.Fatalf("%s: %d %q, want 200 \"ok\"", path, resp.StatusCode, b)
+			}
+			want := path + " te=[] cl=3 body=3 trailer=\"\"/"
+			if j == 0 {
+				// The gateway has not heard from the instance yet.
+				want = path + " te=[chunked] cl=-1 body=3 trailer=\"\"/"
+			}
+			if g := <-got; g != want {
+				t.Errorf("HTTP/2 %v, pool beside a refusing instance: the upstream got %s, want %s", h2, g, want)
+			}
+		}
+	}
 }
 
 // TestDateAndVia: the upstream's Date is what the client gets (a Date is
