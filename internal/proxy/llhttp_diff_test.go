@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,11 +97,12 @@ type llhttpResult struct {
 	up         upstreamRecord
 }
 
-// exchangeLLHTTP writes raw, c's bytes, to a gateway of its own, in one
-// write or in pieces (writePieces), then half-closes, and meanwhile reads
-// every answer until the gateway closes.
-func exchangeLLHTTP(c llhttpCase, raw []byte, pieces []piece) (res llhttpResult) {
-	res.up, res.setupErr = throughGateway(Options{}, vectorDeadline, func(conn net.Conn) {
+// exchangeLLHTTP writes raw, c's bytes, to a gateway of its own (over
+// TLS when vt is not nil), in one write or in pieces (writePieces), then
+// half-closes (over TLS, a close_notify), and meanwhile reads every
+// answer until the gateway closes.
+func exchangeLLHTTP(vt *vectorTLS, c llhttpCase, raw []byte, pieces []piece) (res llhttpResult) {
+	res.up, res.setupErr = throughGatewayOver(vt, Options{}, vectorDeadline, func(conn net.Conn) {
 		// A write can fail when the gateway has already refused and
 		// closed; its answer may still be there to read.
 		done := make(chan struct{})
@@ -108,7 +110,7 @@ func exchangeLLHTTP(c llhttpCase, raw []byte, pieces []piece) (res llhttpResult)
 		go func() {
 			defer close(done)
 			writePieces(conn, raw, pieces)
-			_ = conn.(*net.TCPConn).CloseWrite()
+			_ = conn.(interface{ CloseWrite() error }).CloseWrite()
 		}()
 		br := bufio.NewReader(conn)
 		for i := 0; ; i++ {
@@ -168,7 +170,7 @@ func goBodyOracle(t *testing.T) string {
 // forwards no more requests than Go's server answered 200. Every forwarded
 // request is answered 200, in order, and no answer is 499.
 func TestHTTP1AgainstLLHTTP(t *testing.T) {
-	againstLLHTTP(t, nil)
+	againstLLHTTP(t, nil, 1, nil)
 }
 
 // TestHTTP1AgainstLLHTTPInPieces sends the same corpus as
@@ -184,18 +186,38 @@ func TestHTTP1AgainstLLHTTP(t *testing.T) {
 // (a whole head in one read, a body that came with its head) are each
 // skipped by some of these shapes.
 func TestHTTP1AgainstLLHTTPInPieces(t *testing.T) {
-	againstLLHTTP(t, func(i int, raw []byte) []piece {
+	againstLLHTTP(t, nil, 1, func(i int, raw []byte) []piece {
 		return cutAtRandom(rand.New(rand.NewPCG(uint64(i), 7)), raw)
 	})
 }
 
-// againstLLHTTP runs the corpus through the gateway, each case in the
-// pieces cut returns for it (nil cut, or nil pieces: one write), and
-// judges what the gateway did against llhttp and Go's server.
-func againstLLHTTP(t *testing.T, cut func(i int, raw []byte) []piece) {
-	cases := loadLLHTTPCases(t)
+// TestHTTP1AgainstLLHTTPOverTLS sends every fourth case of the corpus to
+// the TLS listener, with the checks of TestHTTP1AgainstLLHTTPInPieces:
+// in one write, and in pieces, each its own TLS record (the gateway's
+// reads then return a record's bytes, and may find the next record
+// already read off the socket), ending with a close_notify. The
+// listener's head check runs on what TLS hands it, and refuses there
+// what it refuses in clear.
+func TestHTTP1AgainstLLHTTPOverTLS(t *testing.T) {
+	gw := newGatewayTLS(t)
+	vt := &vectorTLS{server: gw.conf, client: &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}}}
+	againstLLHTTP(t, vt, 4, func(i int, raw []byte) []piece {
+		return cutAtRandom(rand.New(rand.NewPCG(uint64(i), 11)), raw)
+	})
+}
+
+// againstLLHTTP runs every stride-th case of the corpus through the
+// gateway (over TLS when vt is not nil), each case in the pieces cut
+// returns for it (nil cut, or nil pieces: one write), and judges what the
+// gateway did against llhttp and Go's server.
+func againstLLHTTP(t *testing.T, vt *vectorTLS, stride int, cut func(i int, raw []byte) []piece) {
+	all := loadLLHTTPCases(t)
 	if testing.Short() {
-		cases = cases[:len(cases)/10]
+		all = all[:len(all)/10]
+	}
+	var cases []llhttpCase
+	for i := 0; i < len(all); i += stride {
+		cases = append(cases, all[i])
 	}
 	raws := make([][]byte, len(cases))
 	for i, c := range cases {
@@ -213,10 +235,10 @@ func againstLLHTTP(t *testing.T, cut func(i int, raw []byte) []piece) {
 		if cut != nil {
 			cuts[i] = cut(i, raws[i])
 			if cuts[i] != nil {
-				wholes[i] = exchangeLLHTTP(cases[i], raws[i], nil)
+				wholes[i] = exchangeLLHTTP(vt, cases[i], raws[i], nil)
 			}
 		}
-		results[i] = exchangeLLHTTP(cases[i], raws[i], cuts[i])
+		results[i] = exchangeLLHTTP(vt, cases[i], raws[i], cuts[i])
 		sts := netHTTPStatuses(oracle, raws[i], len(cases[i].LLHTTP.Messages)+1, vectorDeadline, true)
 		results[i].goStatuses = sts
 		for _, st := range sts {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/listener"
 )
 
 // vectorDir holds the HTTP/1.1 request vectors transcribed from public test
@@ -379,13 +382,27 @@ func listenLocal() (net.Listener, error) {
 }
 
 func startGateway(opts Options, upstreamAddr string) (*gatewayUnderTest, error) {
+	return startGatewayOver(nil, opts, upstreamAddr)
+}
+
+// vectorTLS has a vector test's gateway terminate TLS (server) and its
+// connection to it speak TLS (client).
+type vectorTLS struct{ server, client *tls.Config }
+
+// startGatewayOver is startGateway on a listener that terminates TLS with
+// vt.server, or on a cleartext one when vt is nil.
+func startGatewayOver(vt *vectorTLS, opts Options, upstreamAddr string) (*gatewayUnderTest, error) {
 	ln, err := listenLocal()
 	if err != nil {
 		return nil, err
 	}
 	p := New(opts, staticDecider{Rule: "r", Group: "stable", Target: poolOf("stable", upstreamAddr)}, nil)
 	g := &gatewayUnderTest{p: p, addr: ln.Addr().String(), done: make(chan error, 1)}
-	go func() { g.done <- p.Serve(ln) }()
+	if vt == nil {
+		go func() { g.done <- p.Serve(ln) }()
+	} else {
+		go func() { g.done <- p.ServeWith(ln, listener.Protocols{TLS: vt.server}) }()
+	}
 	return g, nil
 }
 
@@ -419,11 +436,17 @@ type upstreamRecord struct {
 // connection, stops both, and returns what the upstream recorded; err is
 // a failure to set up.
 func throughGateway(opts Options, deadline time.Duration, talk func(conn net.Conn)) (rec upstreamRecord, err error) {
+	return throughGatewayOver(nil, opts, deadline, talk)
+}
+
+// throughGatewayOver is throughGateway over TLS when vt is not nil: the
+// connection talk gets has shaken hands with the gateway.
+func throughGatewayOver(vt *vectorTLS, opts Options, deadline time.Duration, talk func(conn net.Conn)) (rec upstreamRecord, err error) {
 	up, err := newRecordingUpstream()
 	if err != nil {
 		return rec, err
 	}
-	g, err := startGateway(opts, up.addr())
+	g, err := startGatewayOver(vt, opts, up.addr())
 	if err != nil {
 		up.close(time.Second)
 		return rec, err
@@ -435,7 +458,12 @@ func throughGateway(opts Options, deadline time.Duration, talk func(conn net.Con
 		rec.reqs, rec.received, rec.complete, rec.errs, rec.cutOff = up.reqs, up.received, up.complete, up.errs, up.cutOff
 		up.mu.Unlock()
 	}()
-	conn, err := net.DialTimeout("tcp", g.addr, 10*time.Second)
+	var conn net.Conn
+	if vt == nil {
+		conn, err = net.DialTimeout("tcp", g.addr, 10*time.Second)
+	} else {
+		conn, err = tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", g.addr, vt.client)
+	}
 	if err != nil {
 		return rec, err
 	}
