@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -26,8 +28,8 @@ import (
 // connections. To an http1 pool and to an h2c pool, through the real
 // listener, with raw bytes.
 func TestPipeliningHeldBodies(t *testing.T) {
-	stableUp := bodyTrailerUpstream(t, "stable")
-	grayUp := bodyTrailerUpstream(t, "gray")
+	stableUp := bodyTrailerUpstream(t, "stable", nil)
+	grayUp := bodyTrailerUpstream(t, "gray", nil)
 	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
 		for _, gray := range []struct {
 			addr, serves string
@@ -87,16 +89,87 @@ func heldRequests(rng *rand.Rand, it int, serves string) (reqs, want []string) {
 	return reqs, want
 }
 
+// TestPipeliningMirrored: the same pipelined requests, held for a mirror
+// (a stable decision whose copies go to a candidate), each connection's
+// exchange used again request after request. Every copy the candidate
+// gets is the request the primary got: its path, body and X-T trailer
+// field, never one of an earlier request on the connection. To an http1
+// and an h2c pool, through the real listener, with raw bytes.
+func TestPipeliningMirrored(t *testing.T) {
+	copies := make(chan string, 4096)
+	cand := bodyTrailerUpstream(t, "candidate", copies)
+	stableUp := bodyTrailerUpstream(t, "stable", nil)
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		rule := "m-" + proto.String()
+		stable := poolOf("stable", stableUp)
+		stable.Protocol = proto
+		set, sp := newMirror(t, rule, poolOf("candidate", cand), []string{"GET", "POST"}, 1<<10, mirror.Options{})
+		_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "stable", Target: stable, Mirror: sp}, listener.Protocols{})
+		rng := rand.New(rand.NewPCG(17, uint64(proto)))
+		sent := make(map[string]string) // path: what the primary got
+		for it := range shortened(100) {
+			reqs, want := heldRequests(rng, it, "stable")
+			for _, w := range want {
+				path, got, _ := strings.Cut(strings.TrimPrefix(w, "stable "), " ")
+				sent[path] = got
+			}
+			segs := splitRequests(rng, reqs)
+			gap := pipelineGap(rng)
+			halfClose := rng.IntN(4) == 0
+			err := pipelined(addr, segs, gap, halfClose, func(br *bufio.Reader) error {
+				return readAnswersWith(br, len(want), halfClose, func(i, status int, body string) error {
+					if status != http.StatusOK || body != want[i] {
+						return fmt.Errorf("%d %q, want 200 %q", status, body, want[i])
+					}
+					return nil
+				})
+			})
+			if err != nil {
+				t.Fatalf("%s pool: iteration %d (%d requests in %d segments, gap %v, half-close %v): %v",
+					proto, it, len(reqs), len(segs), gap, halfClose, err)
+			}
+		}
+		// Every copy is accounted for: sent, or dropped by a full queue.
+		deadline := time.Now().Add(10 * time.Second)
+		var st mirror.Stats
+		for {
+			for _, s := range set.Stats() {
+				if s.Rule == rule {
+					st = s
+				}
+			}
+			if int(st.Sent+st.Failed+st.Dropped) >= len(sent) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if int(st.Sent+st.Dropped) != len(sent) || st.Failed != 0 || st.Sent == 0 {
+			t.Fatalf("%s pool: mirror %+v for %d requests; want each sent or dropped, and some sent", proto, st, len(sent))
+		}
+		for range st.Sent {
+			c := <-copies
+			path, got, _ := strings.Cut(strings.TrimPrefix(c, "candidate "), " ")
+			if want, ok := sent[path]; !ok || got != want {
+				t.Errorf("%s pool: the candidate got %s %q; the primary got %q", proto, path, got, want)
+			}
+		}
+	}
+}
+
 // bodyTrailerUpstream is an upstream named name that speaks HTTP/1.1 and
 // h2c and answers each request with its name, path, body and X-T trailer
-// field ("gray /p abc t1").
-func bodyTrailerUpstream(t *testing.T, name string) string {
+// field ("gray /p abc t1"), which it also sends on seen if not nil.
+func bodyTrailerUpstream(t *testing.T, name string, seen chan<- string) string {
 	up := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
 			return
 		}
-		_, _ = io.WriteString(w, strings.Join([]string{name, r.URL.Path, string(b), r.Trailer.Get("X-T")}, " "))
+		got := strings.Join([]string{name, r.URL.Path, string(b), r.Trailer.Get("X-T")}, " ")
+		if seen != nil {
+			seen <- got
+		}
+		_, _ = io.WriteString(w, got)
 	}))
 	return addrOf(up)
 }
