@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/upstream"
+)
+
+// TestH2ConcurrentHeldBodies is TestPipeliningHeldBodies for the HTTP/2
+// listener: many streams at once on one connection, each a POST whose
+// body the gateway holds for the stable fallback of a gray decision, of
+// 0 to 40,000 bytes, with or without a content-length, and with or
+// without an X-T trailer field. Each answer must name the pool that
+// served it and the body and field it got: gray when the gray instance is
+// up, stable, with the same body and field, when it refuses connections.
+// To an http1 and an h2c pool, through the real listener, with Go's
+// HTTP/2 client.
+func TestH2ConcurrentHeldBodies(t *testing.T) {
+	stableUp := bodyTrailerUpstream(t, "stable", nil)
+	grayUp := bodyTrailerUpstream(t, "gray", nil)
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		for _, gray := range []struct {
+			addr, serves string
+		}{{grayUp, "gray"}, {refusedAddr(t), "stable"}} {
+			stable := poolOf("stable", stableUp)
+			stable.Protocol = proto
+			g := poolOf("gray", gray.addr)
+			g.Protocol = proto
+			_, addr := startProxyWith(t, Options{}, staticDecider{Group: "gray", Target: g, Stable: stable}, listener.Protocols{H2C: true})
+			client := h2cClient(t)
+			rng := rand.New(rand.NewPCG(19, uint64(proto)))
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for i := range 64 {
+				size := rng.IntN(40001)
+				declared, trailer := rng.IntN(2) == 0, rng.IntN(3) > 0
+				wg.Go(func() {
+					errs <- heldStream(client, addr, i, size, declared, trailer, gray.serves)
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Errorf("%s pool, gray %s: %v", proto, gray.serves, err)
+				}
+			}
+		}
+	}
+}
+
+// heldStream sends stream i, a POST of size bytes (with a content-length
+// if declared, and an X-T trailer field if trailer), and checks its
+// answer from bodyTrailerUpstream named serves.
+func heldStream(client *http.Client, addr string, i, size int, declared, trailer bool, serves string) error {
+	path := fmt.Sprintf("/s%d", i)
+	body := bytes.Repeat([]byte{byte('a' + i%26)}, size)
+	var src io.Reader = bytes.NewReader(body)
+	if !declared {
+		src = io.MultiReader(src) // of unknown length: no content-length
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, src)
+	if err != nil {
+		return err
+	}
+	xt := ""
+	if trailer {
+		xt = fmt.Sprintf("t%d", i)
+		req.Trailer = http.Header{"X-T": {xt}}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s (%d bytes, declared %v, trailer %v): %w", path, size, declared, trailer, err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	want := strings.Join([]string{serves, path, string(body), xt}, " ")
+	if err != nil || resp.StatusCode != http.StatusOK || string(got) != want {
+		return fmt.Errorf("%s (%d bytes, declared %v, trailer %v): %d, %d bytes %.60q (%v); want 200 %.60q",
+			path, size, declared, trailer, resp.StatusCode, len(got), got, err, want)
+	}
+	return nil
+}
