@@ -17,7 +17,8 @@ import (
 
 // TestPipeliningHeldBodies: the pipelining shapes of TestPipeliningShapes
 // (several requests in one segment, requests cut into pieces, gaps, a
-// half-close after the last) with bodies the gateway holds. A gray
+// half-close after the last) with bodies the gateway holds, some sent at
+// once with "Expect: 100-continue" (a 100 may come before the answer). A gray
 // decision with a stable fallback, graygate's main use, reads a body of
 // up to fallback_body_bytes before it asks an instance, so that it can
 // send it again; its chunked bodies carry trailer fields, which a held
@@ -64,24 +65,29 @@ func TestPipeliningHeldBodies(t *testing.T) {
 
 // heldRequests makes one to four requests for iteration it: without a
 // body, with a Content-Length body, chunked without a trailer section, or
-// chunked with an announced X-T field in it; and the answer
-// bodyTrailerUpstream named serves gives each.
+// chunked with an announced X-T field in it, a body sent at once with
+// "Expect: 100-continue" or without; and the answer bodyTrailerUpstream
+// named serves gives each.
 func heldRequests(rng *rand.Rand, it int, serves string) (reqs, want []string) {
 	for i := range 1 + rng.IntN(4) {
 		path := fmt.Sprintf("/it%d/req%d", it, i)
 		body, xt := "", ""
+		expect := ""
+		if rng.IntN(4) == 0 {
+			expect = "Expect: 100-continue\r\n"
+		}
 		switch rng.IntN(4) {
 		case 0:
 			reqs = append(reqs, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
 		case 1:
 			body = fmt.Sprintf("cl%d", i)
-			reqs = append(reqs, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body))
+			reqs = append(reqs, fmt.Sprintf("POST %s HTTP/1.1\r\nHost: a\r\n%sContent-Length: %d\r\n\r\n%s", path, expect, len(body), body))
 		case 2:
 			body = "abcde"
-			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\n"+expect+"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
 		default:
 			body, xt = "abcde", fmt.Sprintf("t%d-%d", it, i)
-			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			reqs = append(reqs, "POST "+path+" HTTP/1.1\r\nHost: a\r\n"+expect+"Trailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n"+
 				"3\r\nabc\r\n2\r\nde\r\n0\r\nX-T: "+xt+"\r\n\r\n")
 		}
 		want = append(want, serves+" "+path+" "+body+" "+xt)

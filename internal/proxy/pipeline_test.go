@@ -145,12 +145,13 @@ func readAnswers(br *bufio.Reader, reqs []string, halfClose bool) error {
 	})
 }
 
-// readAnswersWith reads n answers from br, in order, and has check judge
-// each one's status and body; after a half-close, it checks that the
-// connection then closes.
+// readAnswersWith reads n final answers from br, in order (skipping
+// interim ones: a 100 Continue), and has check judge each one's status
+// and body; after a half-close, it checks that the connection then
+// closes.
 func readAnswersWith(br *bufio.Reader, n int, halfClose bool, check func(i, status int, body string) error) error {
 	for i := range n {
-		resp, err := http.ReadResponse(br, nil)
+		resp, err := readFinalResponse(br, http.MethodGet)
 		if err != nil {
 			return fmt.Errorf("answer %d of %d: %w", i+1, n, err)
 		}
