@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/mirror"
 	"github.com/graygate/graygate/internal/upstream"
 )
 
@@ -54,6 +55,46 @@ func TestH2ConcurrentHeldBodies(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestH2ConcurrentMirrored: the same concurrent streams, held for a
+// mirror (a stable decision whose copies go to a candidate). Every copy
+// the candidate gets is the request the primary got: its path, body and
+// X-T trailer field. To an http1 and an h2c pool.
+func TestH2ConcurrentMirrored(t *testing.T) {
+	copies := make(chan string, 256)
+	cand := bodyTrailerUpstream(t, "candidate", copies)
+	stableUp := bodyTrailerUpstream(t, "stable", nil)
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		rule := "m-" + proto.String()
+		stable := poolOf("stable", stableUp)
+		stable.Protocol = proto
+		set, sp := newMirror(t, rule, poolOf("candidate", cand), []string{"POST"}, 64<<10, mirror.Options{})
+		_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "stable", Target: stable, Mirror: sp}, listener.Protocols{H2C: true})
+		client := h2cClient(t)
+		rng := rand.New(rand.NewPCG(23, uint64(proto)))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		sent := make(map[string]string)
+		for i := range 64 {
+			size := rng.IntN(40001)
+			declared, trailer := rng.IntN(2) == 0, rng.IntN(3) > 0
+			wg.Go(func() {
+				if err := heldStream(client, addr, i, size, declared, trailer, "stable"); err != nil {
+					t.Errorf("%s pool: %v", proto, err)
+				}
+				xt := ""
+				if trailer {
+					xt = fmt.Sprintf("t%d", i)
+				}
+				mu.Lock()
+				sent[fmt.Sprintf("/s%d", i)] = string(bytes.Repeat([]byte{byte('a' + i%26)}, size)) + " " + xt
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		copiesMatch(t, proto.String()+" pool", set, rule, sent, copies)
 	}
 }
 

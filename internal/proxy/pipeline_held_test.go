@@ -135,29 +135,38 @@ func TestPipeliningMirrored(t *testing.T) {
 					proto, it, len(reqs), len(segs), gap, halfClose, err)
 			}
 		}
-		// Every copy is accounted for: sent, or dropped by a full queue.
-		deadline := time.Now().Add(10 * time.Second)
-		var st mirror.Stats
-		for {
-			for _, s := range set.Stats() {
-				if s.Rule == rule {
-					st = s
-				}
+		copiesMatch(t, proto.String()+" pool", set, rule, sent, copies)
+	}
+}
+
+// copiesMatch waits until every one of the requests sent (path: what the
+// primary got, as bodyTrailerUpstream reports it without its name) is
+// accounted for by the mirror of rule in set, sent or dropped by a full
+// queue, and checks that none failed, some were sent, and each copy the
+// candidate reported on copies is what the primary got for its path.
+func copiesMatch(t *testing.T, name string, set *mirror.Set, rule string, sent map[string]string, copies <-chan string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var st mirror.Stats
+	for {
+		for _, s := range set.Stats() {
+			if s.Rule == rule {
+				st = s
 			}
-			if int(st.Sent+st.Failed+st.Dropped) >= len(sent) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
 		}
-		if int(st.Sent+st.Dropped) != len(sent) || st.Failed != 0 || st.Sent == 0 {
-			t.Fatalf("%s pool: mirror %+v for %d requests; want each sent or dropped, and some sent", proto, st, len(sent))
+		if int(st.Sent+st.Failed+st.Dropped) >= len(sent) || time.Now().After(deadline) {
+			break
 		}
-		for range st.Sent {
-			c := <-copies
-			path, got, _ := strings.Cut(strings.TrimPrefix(c, "candidate "), " ")
-			if want, ok := sent[path]; !ok || got != want {
-				t.Errorf("%s pool: the candidate got %s %q; the primary got %q", proto, path, got, want)
-			}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if int(st.Sent+st.Dropped) != len(sent) || st.Failed != 0 || st.Sent == 0 {
+		t.Fatalf("%s: mirror %+v for %d requests; want each sent or dropped, and some sent", name, st, len(sent))
+	}
+	for range st.Sent {
+		c := <-copies
+		path, got, _ := strings.Cut(strings.TrimPrefix(c, "candidate "), " ")
+		if want, ok := sent[path]; !ok || got != want {
+			t.Errorf("%s: the candidate got %s %q; the primary got %q", name, path, got, want)
 		}
 	}
 }
