@@ -11,8 +11,6 @@ import (
 	"testing"
 
 	"github.com/graygate/graygate/internal/listener"
-	"github.com/graygate/graygate/internal/mirror"
-	"github.com/graygate/graygate/internal/upstream"
 )
 
 // TestH2ConcurrentHeldBodies is TestPipeliningHeldBodies for the HTTP/2
@@ -25,36 +23,20 @@ import (
 // To an http1 and an h2c pool, through the real listener, with Go's
 // HTTP/2 client.
 func TestH2ConcurrentHeldBodies(t *testing.T) {
-	stableUp := bodyTrailerUpstream(t, "stable", nil)
-	grayUp := bodyTrailerUpstream(t, "gray", nil)
-	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
-		for _, gray := range []struct {
-			addr, serves string
-		}{{grayUp, "gray"}, {refusedAddr(t), "stable"}} {
-			stable := poolOf("stable", stableUp)
-			stable.Protocol = proto
-			g := poolOf("gray", gray.addr)
-			g.Protocol = proto
-			_, addr := startProxyWith(t, Options{}, staticDecider{Group: "gray", Target: g, Stable: stable}, listener.Protocols{H2C: true})
-			client := h2cClient(t)
-			rng := rand.New(rand.NewPCG(19, uint64(proto)))
-			var wg sync.WaitGroup
-			errs := make(chan error, 64)
-			for i := range 64 {
-				size := rng.IntN(40001)
-				declared, trailer := rng.IntN(2) == 0, rng.IntN(3) > 0
-				wg.Go(func() {
-					errs <- heldStream(client, addr, i, size, declared, trailer, gray.serves)
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Errorf("%s pool, gray %s: %v", proto, gray.serves, err)
+	for _, gw := range grayWithFallback(t, listener.Protocols{H2C: true}) {
+		client := h2cClient(t)
+		rng := rand.New(rand.NewPCG(19, uint64(gw.proto)))
+		var wg sync.WaitGroup
+		for i := range 64 {
+			size := rng.IntN(40001)
+			declared, trailer := rng.IntN(2) == 0, rng.IntN(3) > 0
+			wg.Go(func() {
+				if err := heldStream(client, gw.addr, i, size, declared, trailer, gw.serves); err != nil {
+					t.Errorf("%s: %v", gw.name, err)
 				}
-			}
+			})
 		}
+		wg.Wait()
 	}
 }
 
@@ -64,14 +46,8 @@ func TestH2ConcurrentHeldBodies(t *testing.T) {
 // X-T trailer field. To an http1 and an h2c pool.
 func TestH2ConcurrentMirrored(t *testing.T) {
 	copies := make(chan string, 256)
-	cand := bodyTrailerUpstream(t, "candidate", copies)
-	stableUp := bodyTrailerUpstream(t, "stable", nil)
-	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
-		rule := "m-" + proto.String()
-		stable := poolOf("stable", stableUp)
-		stable.Protocol = proto
-		set, sp := newMirror(t, rule, poolOf("candidate", cand), []string{"POST"}, 64<<10, mirror.Options{})
-		_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "stable", Target: stable, Mirror: sp}, listener.Protocols{H2C: true})
+	for _, gw := range mirroredGateways(t, listener.Protocols{H2C: true}, copies) {
+		proto, addr := gw.proto, gw.addr
 		client := h2cClient(t)
 		rng := rand.New(rand.NewPCG(23, uint64(proto)))
 		var wg sync.WaitGroup
@@ -94,7 +70,7 @@ func TestH2ConcurrentMirrored(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		copiesMatch(t, proto.String()+" pool", set, rule, sent, copies)
+		copiesMatch(t, proto.String()+" pool", gw.set, gw.rule, sent, copies)
 	}
 }
 

@@ -29,8 +29,33 @@ import (
 // connections. To an http1 pool and to an h2c pool, through the real
 // listener, with raw bytes.
 func TestPipeliningHeldBodies(t *testing.T) {
+	for _, gw := range grayWithFallback(t, listener.Protocols{}) {
+		rng := rand.New(rand.NewPCG(13, uint64(gw.proto)))
+		for it := range shortened(200) {
+			reqs, want := heldRequests(rng, it, gw.serves)
+			if err := pipelineHeld(rng, gw.addr, reqs, want); err != nil {
+				t.Fatalf("%s: iteration %d: %v", gw.name, it, err)
+			}
+		}
+	}
+}
+
+// heldGateway is a gateway of grayWithFallback's.
+type heldGateway struct {
+	name   string
+	proto  upstream.Protocol
+	addr   string
+	serves string // the pool that answers: "gray", or "stable" when gray refuses
+}
+
+// grayWithFallback starts gateways that serve prot, each with a gray
+// decision with a stable fallback, to bodyTrailerUpstreams named "gray"
+// and "stable": to an http1 and an h2c pool, with the gray instance up,
+// and refusing connections.
+func grayWithFallback(t *testing.T, prot listener.Protocols) []heldGateway {
 	stableUp := bodyTrailerUpstream(t, "stable", nil)
 	grayUp := bodyTrailerUpstream(t, "gray", nil)
+	var gws []heldGateway
 	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
 		for _, gray := range []struct {
 			addr, serves string
@@ -39,28 +64,32 @@ func TestPipeliningHeldBodies(t *testing.T) {
 			stable.Protocol = proto
 			g := poolOf("gray", gray.addr)
 			g.Protocol = proto
-			_, addr := startProxyWith(t, Options{}, staticDecider{Group: "gray", Target: g, Stable: stable}, listener.Protocols{})
-			rng := rand.New(rand.NewPCG(13, uint64(proto)))
-			for it := range shortened(200) {
-				reqs, want := heldRequests(rng, it, gray.serves)
-				segs := splitRequests(rng, reqs)
-				gap := pipelineGap(rng)
-				halfClose := rng.IntN(4) == 0
-				err := pipelined(addr, segs, gap, halfClose, func(br *bufio.Reader) error {
-					return readAnswersWith(br, len(want), halfClose, func(i, status int, body string) error {
-						if status != http.StatusOK || body != want[i] {
-							return fmt.Errorf("%d %q, want 200 %q", status, body, want[i])
-						}
-						return nil
-					})
-				})
-				if err != nil {
-					t.Fatalf("%s pool, gray %s: iteration %d (%d requests in %d segments, gap %v, half-close %v): %v",
-						proto, gray.serves, it, len(reqs), len(segs), gap, halfClose, err)
-				}
-			}
+			_, addr := startProxyWith(t, Options{}, staticDecider{Group: "gray", Target: g, Stable: stable}, prot)
+			gws = append(gws, heldGateway{name: fmt.Sprintf("%s pool, served by %s", proto, gray.serves), proto: proto, addr: addr, serves: gray.serves})
 		}
 	}
+	return gws
+}
+
+// pipelineHeld sends reqs on one connection to addr in a shape rng picks
+// (splitRequests, pipelineGap, a half-close or not), and checks that the
+// answers' bodies are want, in order.
+func pipelineHeld(rng *rand.Rand, addr string, reqs, want []string) error {
+	segs := splitRequests(rng, reqs)
+	gap := pipelineGap(rng)
+	halfClose := rng.IntN(4) == 0
+	err := pipelined(addr, segs, gap, halfClose, func(br *bufio.Reader) error {
+		return readAnswersWith(br, len(want), halfClose, func(i, status int, body string) error {
+			if status != http.StatusOK || body != want[i] {
+				return fmt.Errorf("%d %q, want 200 %q", status, body, want[i])
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("%d requests in %d segments, gap %v, half-close %v: %w", len(reqs), len(segs), gap, halfClose, err)
+	}
+	return nil
 }
 
 // heldRequests makes one to four requests for iteration it: without a
@@ -103,14 +132,8 @@ func heldRequests(rng *rand.Rand, it int, serves string) (reqs, want []string) {
 // and an h2c pool, through the real listener, with raw bytes.
 func TestPipeliningMirrored(t *testing.T) {
 	copies := make(chan string, 4096)
-	cand := bodyTrailerUpstream(t, "candidate", copies)
-	stableUp := bodyTrailerUpstream(t, "stable", nil)
-	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
-		rule := "m-" + proto.String()
-		stable := poolOf("stable", stableUp)
-		stable.Protocol = proto
-		set, sp := newMirror(t, rule, poolOf("candidate", cand), []string{"GET", "POST"}, 1<<10, mirror.Options{})
-		_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "stable", Target: stable, Mirror: sp}, listener.Protocols{})
+	for _, gw := range mirroredGateways(t, listener.Protocols{}, copies) {
+		proto, addr := gw.proto, gw.addr
 		rng := rand.New(rand.NewPCG(17, uint64(proto)))
 		sent := make(map[string]string) // path: what the primary got
 		for it := range shortened(100) {
@@ -119,24 +142,39 @@ func TestPipeliningMirrored(t *testing.T) {
 				path, got, _ := strings.Cut(strings.TrimPrefix(w, "stable "), " ")
 				sent[path] = got
 			}
-			segs := splitRequests(rng, reqs)
-			gap := pipelineGap(rng)
-			halfClose := rng.IntN(4) == 0
-			err := pipelined(addr, segs, gap, halfClose, func(br *bufio.Reader) error {
-				return readAnswersWith(br, len(want), halfClose, func(i, status int, body string) error {
-					if status != http.StatusOK || body != want[i] {
-						return fmt.Errorf("%d %q, want 200 %q", status, body, want[i])
-					}
-					return nil
-				})
-			})
-			if err != nil {
-				t.Fatalf("%s pool: iteration %d (%d requests in %d segments, gap %v, half-close %v): %v",
-					proto, it, len(reqs), len(segs), gap, halfClose, err)
+			if err := pipelineHeld(rng, addr, reqs, want); err != nil {
+				t.Fatalf("%s pool: iteration %d: %v", proto, it, err)
 			}
 		}
-		copiesMatch(t, proto.String()+" pool", set, rule, sent, copies)
+		copiesMatch(t, proto.String()+" pool", gw.set, gw.rule, sent, copies)
 	}
+}
+
+// mirroredGateway is a gateway of mirroredGateways'.
+type mirroredGateway struct {
+	proto upstream.Protocol
+	addr  string
+	rule  string
+	set   *mirror.Set
+}
+
+// mirroredGateways starts gateways that serve prot, each with a stable
+// decision to a bodyTrailerUpstream named "stable" whose GET and POST
+// requests (bodies of up to 64 KiB) are mirrored to one named "candidate",
+// which reports each copy on copies: to an http1 and an h2c pool.
+func mirroredGateways(t *testing.T, prot listener.Protocols, copies chan<- string) []mirroredGateway {
+	cand := bodyTrailerUpstream(t, "candidate", copies)
+	stableUp := bodyTrailerUpstream(t, "stable", nil)
+	var gws []mirroredGateway
+	for _, proto := range []upstream.Protocol{upstream.HTTP1, upstream.H2C} {
+		rule := "m-" + proto.String()
+		stable := poolOf("stable", stableUp)
+		stable.Protocol = proto
+		set, sp := newMirror(t, rule, poolOf("candidate", cand), []string{"GET", "POST"}, 64<<10, mirror.Options{})
+		_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "stable", Target: stable, Mirror: sp}, prot)
+		gws = append(gws, mirroredGateway{proto: proto, addr: addr, rule: rule, set: set})
+	}
+	return gws
 }
 
 // copiesMatch waits until every one of the requests sent (path: what the
