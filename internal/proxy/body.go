@@ -182,8 +182,9 @@ func readTrailerSection(br *bufio.Reader) (textproto.MIMEHeader, error) {
 	return tr, nil
 }
 
-// forwardReadTrailers relays, after the client's last chunk, the fields of
-// a trailer section readTrailerSection read: not those that may not be
+// forwardReadTrailers hands to the client's response, which fasthttp
+// writes after the last chunk, the fields of a trailer section
+// readTrailerSection read: not those that may not be
 // trailers (RFC 9110 section 6.5.1, listener.BadTrailer), nor those
 // dropTrailerField drops from every answer's trailers, nor empty ones.
 func (ex *exchange) forwardReadTrailers(tr textproto.MIMEHeader) {

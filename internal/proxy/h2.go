@@ -663,19 +663,17 @@ func (s *stream) holdFor10() error {
 		s.uc = s.p.client(s.inst, s.wallStart())
 		s.to10 = s.uc.http10.Load()
 	}
-	if !s.to10 || s.grpc || s.cbody == nil || s.r.ContentLength >= 0 {
-		return nil
+	if !s.to10 || s.grpc || s.cbody == nil || s.r.ContentLength >= 0 || s.buffered {
+		return nil // s.buffered: held, and sent with its length (a pending replay too)
 	}
-	if s.pending == nil {
-		return s.holdForHTTP10(s.cbody)
+	src := io.Reader(s.cbody)
+	if s.pending != nil {
+		src = s.pending
 	}
-	if s.buffered {
-		return nil // a replay of a held body, sent with its length
-	}
-	if err := s.holdForHTTP10(s.pending); err != nil {
+	if err := s.holdForHTTP10(src); err != nil {
 		return err
 	}
-	s.pending = nil
+	s.pending = nil // read whole: the attempt sends the held body
 	return nil
 }
 
