@@ -269,10 +269,14 @@ func readHeadOnce(out *fasthttp.ResponseHeader, br *bufio.Reader, raw []byte, lf
 // so an HTTP/2 client got such an answer; fasthttp's parser refuses the
 // head, and an HTTP/1.1 client got 502 (found by
 // TestH2AnswersAgreeWithHTTP1 on a wider set of answers). fasthttp
-// already takes an empty element after the last comma. The head keeps
+// already takes an empty element after the last comma. A folded Trailer
+// field's continuation lines are its value too: the fold is a space, so
+// an element may end on the next line ("X-T,\r\n ,X-U"; found by
+// TestH2AnswersAgreeWithHTTP1 on a wider set of answers). The head keeps
 // its length, and nothing else in it changes.
 func closeEmptyTrailerElements(head []byte) bool {
 	turned := false
+	trailer, empty := false, true // in a Trailer field's value; its element so far is empty
 	_, rest, _ := bytes.Cut(head, []byte("\n")) // after the status line
 	for len(rest) > 0 {
 		var line []byte
@@ -280,12 +284,16 @@ func closeEmptyTrailerElements(head []byte) bool {
 		if len(line) == 0 || line[0] == '\r' {
 			break // the empty line: the head's end
 		}
-		c := bytes.IndexByte(line, ':')
-		if c != len("Trailer") || !eqFold(line[:c], "trailer") {
+		from := 0
+		if line[0] != ' ' && line[0] != '\t' {
+			c := bytes.IndexByte(line, ':')
+			trailer, empty = c == len("Trailer") && eqFold(line[:c], "trailer"), true
+			from = c + 1
+		}
+		if !trailer {
 			continue
 		}
-		empty := true
-		for i := c + 1; i < len(line); i++ {
+		for i := from; i < len(line); i++ {
 			switch line[i] {
 			case ',':
 				if empty {

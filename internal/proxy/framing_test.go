@@ -553,20 +553,27 @@ func TestInterimVersion(t *testing.T) {
 // reads twice (closeEmptyTrailerElements), reads the same the second
 // time: fasthttp joined folds over the bytes it had read, and an HTTP/1.1
 // client got "a b\t b" for X-A where net/http's reader has "a b".
+// A Trailer field folded with empty elements on either side of the fold
+// ("Trailer: ,\r\n X-T,,X-U", "X-T,\n ,X-U") is relayed with its trailer
+// fields: only its first line's empty elements were closed, fasthttp
+// refused the joined value, and an HTTP/1.1 client got 502 (found by
+// TestH2AnswersAgreeWithHTTP1 on a wider set of answers).
 func TestFoldedContentLength(t *testing.T) {
 	answers := map[string]string{
-		"/cl-blank":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n \r\nX-A: a\r\n\t b\r\nConnection: close\r\n\r\nhello",
-		"/cl-tab":    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\t\r\nConnection: close\r\n\r\nhello",
-		"/cl-lf":     "HTTP/1.1 200 OK\nContent-Length: 5\n \nConnection: close\n\nhello",
-		"/cl-apart":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r|\n \r\nConnection: close\r\n\r\nhello",
-		"/cl-te":     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n \r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-		"/cl-twice":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n 5\r\nConnection: close\r\n\r\nhello",
-		"/cl-a-line": "HTTP/1.1 200 OK\r\nContent-Length:\r\n 5\r\nConnection: close\r\n\r\nhello",
-		"/trailer":   "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: a\r\n\t b\r\nTrailer: , X-T\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
-		"/te-blank":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n \r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-		"/te-a-line": "HTTP/1.1 200 OK\r\nTransfer-Encoding:\r\n chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-		"/no-colon":  "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n0\r\n :\r\nConnection: close\r\n\r\nhello",
-		"/two-folds": "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a \r\n \r\n\tb \r\nConnection: close\r\n\r\nhello",
+		"/cl-blank":       "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n \r\nX-A: a\r\n\t b\r\nConnection: close\r\n\r\nhello",
+		"/cl-tab":         "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\t\r\nConnection: close\r\n\r\nhello",
+		"/cl-lf":          "HTTP/1.1 200 OK\nContent-Length: 5\n \nConnection: close\n\nhello",
+		"/cl-apart":       "HTTP/1.1 200 OK\r\nContent-Length: 5\r|\n \r\nConnection: close\r\n\r\nhello",
+		"/cl-te":          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n \r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/cl-twice":       "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n 5\r\nConnection: close\r\n\r\nhello",
+		"/cl-a-line":      "HTTP/1.1 200 OK\r\nContent-Length:\r\n 5\r\nConnection: close\r\n\r\nhello",
+		"/trailer":        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: a\r\n\t b\r\nTrailer: , X-T\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+		"/trailer-folded": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: ,\r\n X-T,,X-U\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n",
+		"/trailer-apart":  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T,\n ,X-U\r\n\r\n5\r\nhello\r\n0\r\nX-T: 1\r\nX-U: 2\r\n\r\n",
+		"/te-blank":       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n \r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/te-a-line":      "HTTP/1.1 200 OK\r\nTransfer-Encoding:\r\n chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"/no-colon":       "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n0\r\n :\r\nConnection: close\r\n\r\nhello",
+		"/two-folds":      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: a \r\n \r\n\tb \r\nConnection: close\r\n\r\nhello",
 	}
 	askAnswersEveryWay(t, answers, []string{"/cl-twice", "/no-colon", "/te-blank"}, "hello", func(way, path string, resp *http.Response) {
 		if (path == "/cl-blank" || path == "/trailer") && resp.Header.Get("X-A") != "a b" {
@@ -579,6 +586,9 @@ func TestFoldedContentLength(t *testing.T) {
 		}
 		if path == "/trailer" && resp.Trailer.Get("X-T") != "1" {
 			t.Errorf("%s %s: trailer %v, want X-T: 1", way, path, resp.Trailer)
+		}
+		if (path == "/trailer-folded" || path == "/trailer-apart") && (resp.Trailer.Get("X-T") != "1" || resp.Trailer.Get("X-U") != "2") {
+			t.Errorf("%s %s: trailer %v, want X-T: 1 and X-U: 2", way, path, resp.Trailer)
 		}
 	})
 }
