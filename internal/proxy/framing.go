@@ -276,7 +276,9 @@ func readHeadOnce(out *fasthttp.ResponseHeader, br *bufio.Reader, raw []byte, lf
 // its length, and nothing else in it changes.
 func closeEmptyTrailerElements(head []byte) bool {
 	turned := false
-	trailer, empty := false, true // in a Trailer field's value; its element so far is empty
+	// Whether the line is in a Trailer field's value, and whether its
+	// element so far is empty.
+	trailer, empty := false, true
 	_, rest, _ := bytes.Cut(head, []byte("\n")) // after the status line
 	for len(rest) > 0 {
 		var line []byte
