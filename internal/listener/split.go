@@ -56,8 +56,14 @@ type Protocols struct {
 // (ALPN) or its first bytes, which a slow or silent client may hold back,
 // so one goroutine accepts and every connection is looked at on a
 // goroutine of its own, bounded by HandshakeTimeout; Accept never waits
-// on a client. Closing the returned listener closes ln, and connections
-// that were looked at but not yet accepted are closed.
+// on a client. Closing the returned listener closes ln. A connection
+// taken from ln before that is still looked at and handed on: the client
+// was accepted, and in a handover (lifecycle.reuse_port) no other process
+// can take it any more, so closing it would fail its request. Accept
+// reports the end only once every such connection has been handed on,
+// and a caller that keeps accepting until then (net/http's and fasthttp's
+// Serve do) serves them; one that has stopped gets them closed after a
+// handshake timeout.
 func Split(ln net.Listener, config func() *Config, p Protocols) net.Listener {
 	if p.TLS == nil && !p.H2C {
 		return Wrap(ln, config, p.Gate, p.Logger)
@@ -65,7 +71,7 @@ func Split(ln net.Listener, config func() *Config, p Protocols) net.Listener {
 	if p.Logger == nil {
 		p.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &split{ln: ln, config: config, p: p, conns: make(chan net.Conn), done: make(chan struct{})}
+	s := &split{ln: ln, config: config, p: p, conns: make(chan net.Conn), closed: make(chan struct{}), done: make(chan struct{})}
 	go s.run()
 	return s
 }
@@ -87,8 +93,10 @@ type split struct {
 	config func() *Config
 	p      Protocols
 
-	conns chan net.Conn // HTTP/1.1 connections for Accept
-	done  chan struct{} // closed by Close, or when ln fails
+	conns   chan net.Conn  // HTTP/1.1 connections for Accept
+	closed  chan struct{}  // closed when ln fails or is closed
+	sorting sync.WaitGroup // connections taken from ln, not yet handed on
+	done    chan struct{}  // closed once ln has failed and sorting is over
 
 	mu      sync.Mutex
 	err     error // why accepting ended
@@ -131,21 +139,28 @@ func (s *split) run() {
 				s.err = net.ErrClosed
 			}
 			s.mu.Unlock()
+			close(s.closed)
+			s.sorting.Wait()
 			close(s.done)
 			return
 		}
 		if tc, ok := c.(*net.TCPConn); ok && !s.p.Gate.take(tc, s.config().MaxConns, s.p.Logger) {
 			continue
 		}
+		s.sorting.Add(1)
 		go s.sort(c)
 	}
 }
 
 // sort finds out what c speaks and hands it on: to ServeH2, or to Accept.
-// The Gate counted a TCP connection: a *Conn made for HTTP/1.1 tells it
-// when it closes; otherwise sort does, once the connection is closed
-// (ServeH2 returns when it is).
+// It ends c's part in s.sorting once c is handed on (or closed), not when
+// ServeH2 returns, which is when the connection ends. The Gate counted a
+// TCP connection: a *Conn made for HTTP/1.1 tells it when it closes;
+// otherwise sort does, once the connection is closed (ServeH2 returns
+// when it is).
 func (s *split) sort(c net.Conn) {
+	sorted := sync.OnceFunc(s.sorting.Done)
+	defer sorted()
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		s.offer(c)
@@ -168,6 +183,7 @@ func (s *split) sort(c net.Conn) {
 		}
 		_ = tlc.SetDeadline(time.Time{})
 		if tlc.ConnectionState().NegotiatedProtocol == "h2" {
+			sorted()
 			s.p.ServeH2(tlc)
 			return
 		}
@@ -196,6 +212,7 @@ func (s *split) sort(c net.Conn) {
 	_ = tc.SetReadDeadline(time.Time{})
 	pre := append([]byte(nil), buf[:n]...)
 	if n == len(Preface) && string(pre) == Preface {
+		sorted()
 		s.p.ServeH2(&replayConn{Conn: tc, pre: pre})
 		return
 	}
@@ -203,12 +220,21 @@ func (s *split) sort(c net.Conn) {
 	s.offer(newConn(tc, tc, s.config, pre, s.p.Gate))
 }
 
-// offer hands an HTTP/1.1 connection to Accept, or closes it if the
-// listener is closed.
+// offer hands an HTTP/1.1 connection to Accept. After the listener has
+// closed, Accept still takes it if its caller goes on accepting (Accept
+// reports the end only after this); a caller that has stopped gets it
+// closed after a handshake timeout.
 func (s *split) offer(c net.Conn) {
 	select {
 	case s.conns <- c:
-	case <-s.done:
+		return
+	case <-s.closed:
+	}
+	t := time.NewTimer(s.handshakeTimeout())
+	defer t.Stop()
+	select {
+	case s.conns <- c:
+	case <-t.C:
 		_ = c.Close()
 	}
 }

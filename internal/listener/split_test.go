@@ -194,3 +194,93 @@ func TestSplitWithoutProtocolsIsWrap(t *testing.T) {
 		t.Error("Split without TLS or h2c is not Wrap")
 	}
 }
+
+// TestSplitHandsOnAfterClose: a connection Split took from its listener
+// before Close, still being looked at (here its first byte could begin an
+// h2c preface), is handed on to Accept when its bytes come after Close, and
+// only then does Accept report the end. In a handover (reuse_port) no
+// other process can take such a connection, and closing it lost its
+// request (TestReusePortHandover over TLS). An HTTP/2 connection counts
+// until it is handed to ServeH2, not while it is served: Accept reports
+// the end while one is still open.
+func TestSplitHandsOnAfterClose(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Gate
+	serving, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	cfg := &Config{MaxHeaderBytes: 4096}
+	ln := Split(raw, func() *Config { return cfg }, Protocols{H2C: true, Gate: &g, ServeH2: func(c net.Conn) {
+		defer c.Close()
+		serving <- struct{}{}
+		<-release
+	}})
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	acc := make(chan accepted, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			acc <- accepted{c, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	dial := func(send string) net.Conn {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", raw.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, send); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dial(Preface) // served by ServeH2 until the test ends
+	select {
+	case <-serving:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the h2c connection never reached ServeH2")
+	}
+	late := dial("P") // h2c ("PRI") or HTTP/1.1, not known yet
+	waitOpen(t, &g, 2)
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-acc:
+		t.Fatalf("Accept returned (%v, %v) with a connection still being looked at", a.c, a.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := io.WriteString(late, "OST / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-acc:
+		if a.err != nil {
+			t.Fatalf("Accept after Close: %v, want the connection taken before it", a.err)
+		}
+		line, err := bufio.NewReader(a.c).ReadString('\n')
+		if err != nil || line != "POST / HTTP/1.1\r\n" {
+			t.Errorf("the connection handed on reads %q, %v", line, err)
+		}
+		a.c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection taken before Close was not handed on")
+	}
+	select {
+	case a := <-acc:
+		if !errors.Is(a.err, net.ErrClosed) {
+			t.Errorf("Accept after the last connection: %v, %v; want net.ErrClosed", a.c, a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still waits after Close, with only an HTTP/2 connection being served")
+	}
+}
