@@ -407,6 +407,12 @@
 // WebSocket tunnels and the other connections fasthttp has handed over
 // (hijacked), which fasthttp's own Shutdown neither waits for nor closes;
 // a WebSocket handshake that comes once Shutdown has begun gets a 503.
+// A connection the TLS or h2c listener took before it closed is handed on
+// once its handshake or preface ends (listener.Split), and is served:
+// Shutdown returns once every connection a listener took has closed
+// (awaitAccepted), and ServeH2 serves one it gets after the GOAWAYs went
+// out, with a GOAWAY after its first answer, or after ReadHeaderTimeout
+// if it opens no stream.
 // For a restart
 // without downtime (the TLS listener included) the new process binds the same address with Listen(..., true)
 // (SO_REUSEPORT, Linux), and the old one is sent SIGTERM and calls

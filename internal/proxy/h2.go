@@ -48,12 +48,11 @@ type h2Gen struct {
 // (base.Shutdown), and an older one is dropped once its last connection
 // ends, so that reloads do not pile up servers nothing uses.
 type h2State struct {
-	cur     atomic.Pointer[h2Gen]
-	mu      sync.Mutex
-	gens    []*h2Gen
-	conns   map[net.Conn]struct{}
-	closing bool
-	idle    chan struct{} // signalled when a connection ends during Shutdown
+	cur   atomic.Pointer[h2Gen]
+	mu    sync.Mutex
+	gens  []*h2Gen
+	conns map[net.Conn]struct{}
+	idle  chan struct{} // signalled when a connection ends during Shutdown
 }
 
 // dropIdle removes g from gens when it is not the current server and
@@ -68,7 +67,10 @@ func (st *h2State) dropIdle(g *h2Gen) {
 }
 
 // connInfo is what a stream knows of its connection.
-type connInfo struct{ tls bool }
+type connInfo struct {
+	tls      bool
+	streamed atomic.Bool // a stream has begun
+}
 
 type connInfoKey struct{}
 
@@ -107,11 +109,6 @@ func (p *Proxy) newH2Gen(o *Options) *h2Gen {
 func (p *Proxy) ServeH2(c net.Conn) {
 	st := &p.h2
 	st.mu.Lock()
-	if st.closing {
-		st.mu.Unlock()
-		_ = c.Close()
-		return
-	}
 	if st.conns == nil {
 		st.conns = map[net.Conn]struct{}{}
 	}
@@ -133,7 +130,21 @@ func (p *Proxy) ServeH2(c net.Conn) {
 		st.mu.Unlock()
 	}()
 	_, isTLS := c.(*tls.Conn)
-	ctx := context.WithValue(context.Background(), connInfoKey{}, &connInfo{tls: isTLS})
+	info := &connInfo{tls: isTLS}
+	if p.closing.Load() {
+		// Handed on after Shutdown began: the listener took it from the
+		// kernel before it closed, and its TLS handshake or h2c preface
+		// ended after shutdownH2 sent its GOAWAYs. Its streams are
+		// served, and each answer asks for a GOAWAY (writeFinal); one
+		// that has opened none within the head timeout gets it then.
+		t := time.AfterFunc(p.lcfg.Load().HeaderTimeout, func() {
+			if !info.streamed.Load() {
+				_ = gen.base.Shutdown(context.Background())
+			}
+		})
+		defer t.Stop()
+	}
+	ctx := context.WithValue(context.Background(), connInfoKey{}, info)
 	gen.srv.ServeConn(c, &http2.ServeConnOpts{Context: ctx, BaseConfig: gen.base, Handler: gen.base.Handler})
 }
 
@@ -184,7 +195,6 @@ func (s *stream) writeFinal(status int) {
 func (p *Proxy) shutdownH2(ctx context.Context) error {
 	st := &p.h2
 	st.mu.Lock()
-	st.closing = true
 	st.idle = make(chan struct{}, 1)
 	gens := slices.Clone(st.gens) // dropIdle edits st.gens in place
 	st.mu.Unlock()
@@ -204,13 +214,19 @@ func (p *Proxy) shutdownH2(ctx context.Context) error {
 		case <-st.idle:
 		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
-			st.mu.Lock()
-			for c := range st.conns {
-				_ = c.Close()
-			}
-			st.mu.Unlock()
+			p.closeH2Conns()
 			return ctx.Err()
 		}
+	}
+}
+
+// closeH2Conns closes every HTTP/2 connection.
+func (p *Proxy) closeH2Conns() {
+	st := &p.h2
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for c := range st.conns {
+		_ = c.Close()
 	}
 }
 
@@ -328,6 +344,7 @@ func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
 	if s.info == nil {
 		s.info = &connInfo{tls: r.TLS != nil}
 	}
+	s.info.streamed.Store(true)
 	abort := s.serve()
 	if s.cbody != nil {
 		s.cbody.end()

@@ -288,6 +288,10 @@ func (p *Proxy) Drain() {
 // requests were still in flight at the deadline.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.closing.Store(true)
+	// Answers from now on close their connection, also on a connection a
+	// listener hands on late (awaitAccepted), when fasthttp's own
+	// shutdown flag may be over.
+	p.draining.Store(true)
 	err := p.server.ShutdownWithContext(ctx)
 	if err != nil && ctx.Err() != nil {
 		// fasthttp gives up waiting but leaves the connections open, and
@@ -301,6 +305,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		err = werr
 	}
 	p.hijacks.closeAll()
+	if aerr := p.awaitAccepted(ctx); aerr != nil && err == nil {
+		err = aerr
+	}
 	p.stopOnce.Do(func() { close(p.stop) })
 	p.closeNetTransports(false)
 	if m := p.clients.Load(); m != nil {
@@ -332,6 +339,26 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("degradation log: %w", derr))
 	}
 	return err
+}
+
+// awaitAccepted waits until every client connection the listeners took
+// from the kernel has closed, or ctx is done, whose error it then returns
+// after closing those left. A TLS or h2c listener hands a connection on
+// only after its handshake or preface (listener.Split), so one accepted
+// just before the listeners closed may reach fasthttp or ServeH2 after
+// both have finished their shutdown; in a handover no other process can
+// take it, and it is served, its answers closing the connection.
+func (p *Proxy) awaitAccepted(ctx context.Context) error {
+	for p.gate.Open() > 0 {
+		select {
+		case <-ctx.Done():
+			p.conns.closeAll()
+			p.closeH2Conns()
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // awaitHijacked waits, once fasthttp and the HTTP/2 server have no request

@@ -1,0 +1,190 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/graygate/graygate/internal/attr"
+	"github.com/graygate/graygate/internal/listener"
+	"github.com/graygate/graygate/internal/router"
+)
+
+// TestShutdownServesLateHandshakes: a connection the TLS listener took
+// from the kernel before Shutdown closed it, whose handshake ends only
+// after, is served, over HTTP/1.1 and over HTTP/2, and Shutdown returns
+// after its answer, not before. In a handover (lifecycle.reuse_port) no
+// other process can take such a connection: the listener closed it once
+// its handshake ended, and a new client lost its request (found by
+// TestReusePortHandover run over TLS: one or two requests a handover).
+// Shutdown waited only for the connections fasthttp and the HTTP/2
+// server already had, and the HTTP/2 server closed one handed on after
+// its shutdown began.
+func TestShutdownServesLateHandshakes(t *testing.T) {
+	gw := newGatewayTLS(t)
+	backend, _ := echoBackend(t, "stable")
+	for _, proto := range []string{"http/1.1", "h2"} {
+		t.Run(proto, func(t *testing.T) {
+			ln := listenLoopback(t)
+			addr := ln.Addr().String()
+			p := New(Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}, nil)
+			served := make(chan error, 1)
+			go func() { served <- p.ServeWith(ln, listener.Protocols{TLS: gw.conf}) }()
+
+			c := dialBounded(t, addr, 10*time.Second)
+			defer c.Close()
+			waitFor(t, 5*time.Second, "the listener to take the connection", func() bool { return p.gate.Open() == 1 })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			shut := make(chan error, 1)
+			go func() { shut <- p.Shutdown(ctx) }()
+			waitFor(t, 5*time.Second, "the listener to close", func() bool {
+				d, err := net.DialTimeout("tcp", addr, time.Second)
+				if err == nil {
+					d.Close()
+				}
+				return err != nil
+			})
+			// Shutdown has had the time to see no request in flight.
+			time.Sleep(150 * time.Millisecond)
+			select {
+			case err := <-shut:
+				t.Fatalf("Shutdown returned (%v) before the connection its listener took was served", err)
+			default:
+			}
+
+			tc := tls.Client(c, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{proto}})
+			if err := tc.Handshake(); err != nil {
+				t.Fatalf("handshake after the listener closed: %v", err)
+			}
+			if got := tc.ConnectionState().NegotiatedProtocol; got != proto {
+				t.Fatalf("ALPN %q, want %q", got, proto)
+			}
+			var resp *http.Response
+			var err error
+			if proto == "h2" {
+				var cc *http2.ClientConn
+				if cc, err = (&http2.Transport{}).NewClientConn(tc); err != nil {
+					t.Fatal(err)
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://gw.test/late", nil)
+				resp, err = cc.RoundTrip(req)
+			} else {
+				if _, err := io.WriteString(tc, "GET /late HTTP/1.1\r\nHost: gw.test\r\n\r\n"); err != nil {
+					t.Fatal(err)
+				}
+				resp, err = http.ReadResponse(bufio.NewReader(tc), nil)
+			}
+			if err != nil {
+				t.Fatalf("the request on the late connection: %v", err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != "stable" {
+				t.Fatalf("the late connection's answer: %d, backend %q, %v: %s", resp.StatusCode, resp.Header.Get("X-Backend"), err, body)
+			}
+			if proto == "http/1.1" && !resp.Close {
+				t.Errorf("the answer during Shutdown keeps the connection; want Connection: close")
+			}
+			tc.Close()
+			select {
+			case err := <-shut:
+				if err != nil {
+					t.Errorf("Shutdown: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Shutdown did not return after the late connection closed")
+			}
+			select {
+			case err := <-served:
+				if err != nil {
+					t.Errorf("ServeWith: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("ServeWith did not return after Shutdown")
+			}
+		})
+	}
+}
+
+// TestH2ConnectionHandedOnDuringShutdown: an HTTP/2 connection that
+// reaches ServeH2 once Shutdown has sent its GOAWAYs (the TLS listener
+// hands on one it took before it closed, whose handshake ended late) is
+// served: a stream it opens is answered, then a GOAWAY ends the
+// connection; one that opens no stream gets its GOAWAY after the head
+// timeout. Before, ServeH2 closed such a connection at once, and its
+// request was lost. Shutdown is held in its wait for a WebSocket tunnel,
+// past its HTTP/2 step, while the connections are handed on.
+func TestH2ConnectionHandedOnDuringShutdown(t *testing.T) {
+	wsBackend, _ := wsEchoBackend(t, "stable")
+	backend, _ := echoBackend(t, "stable")
+	ws, plain := poolOf("stable", wsBackend), poolOf("stable", addrOf(backend))
+	route := deciderFunc(func(r attr.Request) router.Decision {
+		if r.Path() == "/late" {
+			return router.Decision{Group: "stable", Target: plain}
+		}
+		return router.Decision{Group: "stable", Target: ws}
+	})
+	p, addr := startProxy(t, Options{ReadHeaderTimeout: 300 * time.Millisecond}, route)
+	tunnel, _, err := dialWS(t, "ws://"+addr+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tunnel.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	waitShutdownBegan(t, addr)
+	time.Sleep(200 * time.Millisecond) // past shutdownH2: no HTTP/2 connection to wait for
+
+	// handOn gives ServeH2 the server's side of a new loopback connection,
+	// as the listener does, and returns the client's side as a raw peer.
+	ln := listenLoopback(t)
+	handOn := func() *h2Peer {
+		t.Helper()
+		peer := dialH2Peer(t, ln.Addr().String())
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go p.ServeH2(c)
+		return peer
+	}
+	busy, idle := handOn(), handOn()
+	busy.get(1, "/late")
+	busyEv, idleEv := make(chan []string, 1), make(chan []string, 1)
+	go func() { busyEv <- busy.events() }()
+	go func() { idleEv <- idle.events() }()
+	for name, ch := range map[string]chan []string{"busy": busyEv, "idle": idleEv} {
+		select {
+		case got := <-ch:
+			want := []string{"goaway:NO_ERROR:0", "eof"}
+			if name == "busy" {
+				// The GOAWAY that the answer asks for (writeFinal) may
+				// come before its header frame.
+				want = []string{"goaway:NO_ERROR:1", "headers:1:200", "end:1", "eof"}
+				slices.Sort(got[:len(got)-1])
+				slices.Sort(want[:len(want)-1])
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s connection: %q, want %q", name, got, want)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("%s connection: no GOAWAY and close within 3 s", name)
+		}
+	}
+	tunnel.Close()
+	if err := <-shut; err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown: %v", err)
+	}
+}
