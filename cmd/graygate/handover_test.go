@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/graygate/graygate/internal/certs/certstest"
 )
 
 // migrateReqPath is the sysctl that makes Linux (5.14 and later) move the
@@ -71,23 +76,44 @@ func TestReusePortHandover(t *testing.T) {
 	old, err := os.ReadFile(migrateReqPath)
 	if err != nil {
 		t.Logf("net.ipv4.tcp_migrate_req is not available (%v): the handover runs as the kernel does it", err)
-		t.Run("kernel default", func(t *testing.T) { handover(t, false) })
+		t.Run("kernel default", func(t *testing.T) { handover(t, false, overTCP) })
 		return
 	}
 	if strings.TrimSpace(string(old)) == "0" {
 		// The kernel's default: measure the race it leaves, without
 		// changing anything.
-		t.Run("tcp_migrate_req=0", func(t *testing.T) { handover(t, false) })
+		t.Run("tcp_migrate_req=0", func(t *testing.T) { handover(t, false, overTCP) })
 	}
-	t.Run("tcp_migrate_req=1", func(t *testing.T) {
-		if !setMigrateReq(t, "1") {
-			t.Log("the handover runs without tcp_migrate_req")
-			handover(t, false)
-			return
+	for _, mode := range []handoverMode{overTCP, overTLS, overH2} {
+		name := "tcp_migrate_req=1"
+		if mode != overTCP {
+			name += "/" + string(mode)
 		}
-		handover(t, true)
-	})
+		t.Run(name, func(t *testing.T) {
+			if !setMigrateReq(t, "1") {
+				t.Log("the handover runs without tcp_migrate_req")
+				handover(t, false, mode)
+				return
+			}
+			handover(t, true, mode)
+		})
+	}
 }
+
+// handoverMode is what the clients of a handover speak.
+type handoverMode string
+
+const (
+	overTCP handoverMode = "" // HTTP/1.1 in clear, on the data-plane listener
+	// overTLS: HTTP/1.1 over TLS (ALPN http/1.1), on tls_listen. The TLS
+	// listener takes a connection from the kernel before its handshake,
+	// so a connection it took just before it closed is handed on after.
+	overTLS handoverMode = "tls"
+	// overH2: the one-request clients speak HTTP/2 over TLS, each on a new
+	// connection; the keep-alive clients and the in-flight request speak
+	// HTTP/1.1 over TLS.
+	overH2 handoverMode = "h2"
+)
 
 // Failure classes of handover's clients.
 const (
@@ -103,7 +129,7 @@ const (
 // the accept-queue race too (the connection was still a request socket in
 // the closing listener's queue).
 func dialFailure(err error) string {
-	if errors.Is(err, syscall.ECONNRESET) {
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) {
 		return failBeforeResp
 	}
 	return failDial
@@ -119,7 +145,10 @@ type handoverStats struct {
 	// because the server closed the reused one before answering any byte
 	// (RFC 9112 section 9.3.1; net/http, curl and browsers do the same).
 	kaRetries int
-	first     []string
+	// goAwayRetries counts HTTP/2 requests sent again on a new connection
+	// because a graceful GOAWAY said they were not processed.
+	goAwayRetries int
+	first         []string
 }
 
 func (s *handoverStats) record(backend, class string, reused bool, err error) {
@@ -226,7 +255,7 @@ func listening(t *testing.T, pid, port int) bool {
 
 // handover runs one restart under load and checks it; migrated says
 // whether tcp_migrate_req=1 is in force.
-func handover(t *testing.T, migrated bool) {
+func handover(t *testing.T, migrated bool, mode handoverMode) {
 	const (
 		freshClients     = 16
 		keepAliveClients = 2
@@ -255,12 +284,25 @@ func handover(t *testing.T, migrated bool) {
 	}
 	beA, beB := backendFor("A"), backendFor("B")
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "graygate.yaml")
-	if err := os.WriteFile(cfg, []byte("lifecycle: {reuse_port: true, drain_delay: 300ms, shutdown_timeout: 15s}\n"), 0o644); err != nil {
-		t.Fatal(err)
+	var ca *certstest.CA
+	var pair certstest.Pair
+	if mode != overTCP {
+		ca = certstest.NewCA(t, dir, "handover")
+		pair = ca.Server("gw.pem", "gw.key", "gw.test")
 	}
 	// A takes a port the kernel picks; B shares it (reuse_port).
-	data := "127.0.0.1:0"
+	data, tlsData := "127.0.0.1:0", "127.0.0.1:0"
+	writeConfig := func(name string) string {
+		cfg := filepath.Join(dir, name+".yaml")
+		yaml := "lifecycle: {reuse_port: true, drain_delay: 300ms, shutdown_timeout: 15s}\n"
+		if mode != overTCP {
+			yaml += fmt.Sprintf("tls_listen: %q\ntls: {certificates: [{cert_file: %q, key_file: %q}]}\n", tlsData, pair.CertFile, pair.KeyFile)
+		}
+		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
 
 	type server struct {
 		cmd    *exec.Cmd
@@ -271,7 +313,7 @@ func handover(t *testing.T, migrated bool) {
 	}
 	startAt := func(name, upstream string) *server {
 		s := &server{done: make(chan struct{}), stderr: &bytes.Buffer{}}
-		s.cmd = exec.Command(binary, "serve", "--config", cfg, "--listen", data, "--admin-listen", "127.0.0.1:0",
+		s.cmd = exec.Command(binary, "serve", "--config", writeConfig(name), "--listen", data, "--admin-listen", "127.0.0.1:0",
 			"--data-dir", filepath.Join(dir, name), "--default-upstream", upstream)
 		s.cmd.Stderr = &lockedWriter{w: s.stderr, mu: &s.mu}
 		if err := s.cmd.Start(); err != nil {
@@ -289,7 +331,7 @@ func handover(t *testing.T, migrated bool) {
 		l := waitServing(t, func() string { s.mu.Lock(); defer s.mu.Unlock(); return s.stderr.String() })
 		s.admin = l.AdminListen
 		if data == "127.0.0.1:0" { // A: B shares the port A took
-			data = l.Listen
+			data, tlsData = l.Listen, l.TLSListen
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -315,7 +357,11 @@ func handover(t *testing.T, migrated bool) {
 	}
 
 	a := startAt("a", beA)
-	_, portStr, _ := net.SplitHostPort(data)
+	addr := data
+	if mode != overTCP {
+		addr = tlsData
+	}
+	_, portStr, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portStr)
 	st := &handoverStats{ok: map[string]int{}, failures: map[string]int{}, kaFail: map[string]int{}}
 	var sent atomic.Int64
@@ -330,19 +376,80 @@ func handover(t *testing.T, migrated bool) {
 		}
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	dialProto := func(proto string) (net.Conn, error) {
+		c, err := dialer.Dial("tcp", addr)
+		if err != nil || mode == overTCP {
+			return c, err
+		}
+		tc := tls.Client(c, &tls.Config{RootCAs: ca.Pool, ServerName: "gw.test", NextProtos: []string{proto}})
+		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+	dial := func() (net.Conn, error) { return dialProto("http/1.1") }
+	// sendFresh sends one request on a new connection.
+	sendFresh := func() (backend, class string, err error) {
+		if mode != overH2 {
+			c, err := dial()
+			if err != nil {
+				return "", dialFailure(err), err
+			}
+			defer c.Close()
+			cr := &countingReader{r: c}
+			backend, _, class, err := exchange(c, bufio.NewReader(cr), cr, "/fresh", true)
+			return backend, class, err
+		}
+		var resp *http.Response
+		for attempt := 0; ; attempt++ {
+			c, err := dialProto("h2")
+			if err != nil {
+				return "", dialFailure(err), err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			cc, err := (&http2.Transport{}).NewClientConn(c)
+			if err != nil {
+				return "", failBeforeResp, err
+			}
+			req, _ := http.NewRequest("GET", "https://gw.test/fresh", nil)
+			resp, err = cc.RoundTrip(req)
+			if err != nil && attempt == 0 && strings.Contains(err.Error(), "graceful shutdown GOAWAY") {
+				// The stream came after the last one a graceful GOAWAY
+				// let through, which tells the client that it was not
+				// processed and may go on a new connection (RFC 9113
+				// section 6.8): every HTTP/2 client sends it again.
+				st.mu.Lock()
+				st.goAwayRetries++
+				st.mu.Unlock()
+				continue
+			}
+			if err != nil {
+				return "", failBeforeResp, err
+			}
+			break
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		backend = resp.Header.Get("X-Backend")
+		switch {
+		case err != nil:
+			return backend, failShort, err
+		case resp.StatusCode/100 != 2:
+			return backend, failStatus, fmt.Errorf("status %d: %q", resp.StatusCode, body)
+		case string(body) != "ok "+backend:
+			return backend, failShort, fmt.Errorf("body %q from backend %q", body, backend)
+		}
+		return backend, "", nil
+	}
 	for range freshClients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for more() {
-				c, err := dialer.Dial("tcp", data)
-				if err != nil {
-					st.record("", dialFailure(err), false, err)
-					continue
-				}
-				cr := &countingReader{r: c}
-				backend, _, class, err := exchange(c, bufio.NewReader(cr), cr, "/fresh", true)
-				c.Close()
+				backend, class, err := sendFresh()
 				st.record(backend, class, false, err)
 			}
 		}()
@@ -364,7 +471,7 @@ func handover(t *testing.T, migrated bool) {
 				for attempt := 0; ; attempt++ {
 					if c == nil {
 						var err error
-						if c, err = dialer.Dial("tcp", data); err != nil {
+						if c, err = dial(); err != nil {
 							st.record("", dialFailure(err), false, err)
 							break
 						}
@@ -414,7 +521,7 @@ func handover(t *testing.T, migrated bool) {
 	// A request in flight on A across its shutdown.
 	slowDone := make(chan error, 1)
 	go func() {
-		c, err := dialer.Dial("tcp", data)
+		c, err := dial()
 		if err != nil {
 			slowDone <- err
 			return
@@ -475,8 +582,8 @@ func handover(t *testing.T, migrated bool) {
 		kaFailed += n
 	}
 	total := st.ok["A"] + st.ok["B"] + fresh + kaFailed
-	t.Logf("served %d (A %d, %d of them after SIGTERM; B %d); failed: %d on new connections %v, %d on reused ones %v; %d keep-alive requests resent after an idle close",
-		st.ok["A"]+st.ok["B"], st.ok["A"], st.ok["A"]-servedA, st.ok["B"], fresh, st.failures, kaFailed, st.kaFail, st.kaRetries)
+	t.Logf("served %d (A %d, %d of them after SIGTERM; B %d); failed: %d on new connections %v, %d on reused ones %v; %d keep-alive requests resent after an idle close; %d HTTP/2 requests resent after a graceful GOAWAY",
+		st.ok["A"]+st.ok["B"], st.ok["A"], st.ok["A"]-servedA, st.ok["B"], fresh, st.failures, kaFailed, st.kaFail, st.kaRetries, st.goAwayRetries)
 	for _, f := range st.first {
 		t.Logf("failure: %s", f)
 	}
