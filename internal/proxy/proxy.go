@@ -76,7 +76,8 @@ type Proxy struct {
 	hijacks hijackSet
 	closing atomic.Bool
 	conns   connSet
-	// draining is set by Drain: HTTP/1.1 answers close their connection.
+	// draining is set by Drain, and by Shutdown: HTTP/1.1 answers close
+	// their connection, and HTTP/2 ones are followed by a GOAWAY.
 	draining atomic.Bool
 
 	// The HTTP/2 codec (h2.go) and the net/http upstream transports
