@@ -84,7 +84,7 @@ func TestReusePortHandover(t *testing.T) {
 		// changing anything.
 		t.Run("tcp_migrate_req=0", func(t *testing.T) { handover(t, false, overTCP) })
 	}
-	for _, mode := range []handoverMode{overTCP, overTLS, overH2} {
+	for _, mode := range []handoverMode{overTCP, overTLS, overH2, overH2C} {
 		name := "tcp_migrate_req=1"
 		if mode != overTCP {
 			name += "/" + string(mode)
@@ -113,7 +113,17 @@ const (
 	// connection; the keep-alive clients and the in-flight request speak
 	// HTTP/1.1 over TLS.
 	overH2 handoverMode = "h2"
+	// overH2C: with h2c on, the data-plane listener too looks at each
+	// connection's first bytes before it hands it on. The one-request
+	// clients speak HTTP/2 with prior knowledge; the others HTTP/1.1.
+	overH2C handoverMode = "h2c"
 )
+
+// tls reports whether the clients of mode go to tls_listen.
+func (m handoverMode) tls() bool { return m == overTLS || m == overH2 }
+
+// h2 reports whether the one-request clients of mode speak HTTP/2.
+func (m handoverMode) h2() bool { return m == overH2 || m == overH2C }
 
 // Failure classes of handover's clients.
 const (
@@ -286,7 +296,7 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 	dir := t.TempDir()
 	var ca *certstest.CA
 	var pair certstest.Pair
-	if mode != overTCP {
+	if mode.tls() {
 		ca = certstest.NewCA(t, dir, "handover")
 		pair = ca.Server("gw.pem", "gw.key", "gw.test")
 	}
@@ -295,7 +305,10 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 	writeConfig := func(name string) string {
 		cfg := filepath.Join(dir, name+".yaml")
 		yaml := "lifecycle: {reuse_port: true, drain_delay: 300ms, shutdown_timeout: 15s}\n"
-		if mode != overTCP {
+		if mode == overH2C {
+			yaml += "h2c: true\n"
+		}
+		if mode.tls() {
 			yaml += fmt.Sprintf("tls_listen: %q\ntls: {certificates: [{cert_file: %q, key_file: %q}]}\n", tlsData, pair.CertFile, pair.KeyFile)
 		}
 		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
@@ -358,7 +371,7 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 
 	a := startAt("a", beA)
 	addr := data
-	if mode != overTCP {
+	if mode.tls() {
 		addr = tlsData
 	}
 	_, portStr, _ := net.SplitHostPort(addr)
@@ -378,7 +391,7 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	dialProto := func(proto string) (net.Conn, error) {
 		c, err := dialer.Dial("tcp", addr)
-		if err != nil || mode == overTCP {
+		if err != nil || !mode.tls() {
 			return c, err
 		}
 		tc := tls.Client(c, &tls.Config{RootCAs: ca.Pool, ServerName: "gw.test", NextProtos: []string{proto}})
@@ -392,7 +405,7 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 	dial := func() (net.Conn, error) { return dialProto("http/1.1") }
 	// sendFresh sends one request on a new connection.
 	sendFresh := func() (backend, class string, err error) {
-		if mode != overH2 {
+		if !mode.h2() {
 			c, err := dial()
 			if err != nil {
 				return "", dialFailure(err), err
@@ -410,11 +423,15 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 			}
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-			cc, err := (&http2.Transport{}).NewClientConn(c)
+			cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(c)
 			if err != nil {
 				return "", failBeforeResp, err
 			}
-			req, _ := http.NewRequest("GET", "https://gw.test/fresh", nil)
+			url := "https://gw.test/fresh"
+			if !mode.tls() {
+				url = "http://gw.test/fresh"
+			}
+			req, _ := http.NewRequest("GET", url, nil)
 			resp, err = cc.RoundTrip(req)
 			if err != nil && attempt == 0 && strings.Contains(err.Error(), "graceful shutdown GOAWAY") {
 				// The stream came after the last one a graceful GOAWAY
