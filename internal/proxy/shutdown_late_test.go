@@ -140,12 +140,17 @@ func TestH2ConnectionHandedOnDuringShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tunnel.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- p.Shutdown(ctx) }()
 	waitShutdownBegan(t, addr)
-	time.Sleep(200 * time.Millisecond) // past shutdownH2: no HTTP/2 connection to wait for
+	waitFor(t, 5*time.Second, "Shutdown's HTTP/2 step", func() bool {
+		p.h2.mu.Lock()
+		defer p.h2.mu.Unlock()
+		return p.h2.idle != nil
+	})
+	time.Sleep(100 * time.Millisecond) // its GOAWAYs sent, to no connection
 
 	// handOn gives ServeH2 the server's side of a new loopback connection,
 	// as the listener does, and returns the client's side as a raw peer.
@@ -179,8 +184,8 @@ func TestH2ConnectionHandedOnDuringShutdown(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("%s connection: %q, want %q", name, got, want)
 			}
-		case <-time.After(3 * time.Second):
-			t.Errorf("%s connection: no GOAWAY and close within 3 s", name)
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s connection: no GOAWAY and close within 5 s", name)
 		}
 	}
 	tunnel.Close()
