@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -110,12 +111,13 @@ const (
 	// so a connection it took just before it closed is handed on after.
 	overTLS handoverMode = "tls"
 	// overH2: the one-request clients speak HTTP/2 over TLS, each on a new
-	// connection; the keep-alive clients and the in-flight request speak
-	// HTTP/1.1 over TLS.
+	// connection, and the keep-alive clients over one connection each;
+	// the in-flight request speaks HTTP/1.1 over TLS.
 	overH2 handoverMode = "h2"
 	// overH2C: with h2c on, the data-plane listener too looks at each
-	// connection's first bytes before it hands it on. The one-request
-	// clients speak HTTP/2 with prior knowledge; the others HTTP/1.1.
+	// connection's first bytes before it hands it on. The clients speak
+	// HTTP/2 with prior knowledge, as in overH2; the in-flight request
+	// HTTP/1.1.
 	overH2C handoverMode = "h2c"
 )
 
@@ -229,6 +231,24 @@ func exchange(c net.Conn, br *bufio.Reader, cr *countingReader, path string, clo
 		return backend, true, failShort, fmt.Errorf("body %q from backend %q", body, backend)
 	}
 	return backend, closing, "", nil
+}
+
+// h2Answer reads resp, an answer to an HTTP/2 client, as exchange reads
+// one: the backend that answered and the failure class ("" for a 2xx
+// with the backend's whole body).
+func h2Answer(resp *http.Response) (backend, class string, err error) {
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	backend = resp.Header.Get("X-Backend")
+	switch {
+	case err != nil:
+		return backend, failShort, err
+	case resp.StatusCode/100 != 2:
+		return backend, failStatus, fmt.Errorf("status %d: %q", resp.StatusCode, body)
+	case string(body) != "ok "+backend:
+		return backend, failShort, fmt.Errorf("body %q from backend %q", body, backend)
+	}
+	return backend, "", nil
 }
 
 // listening reports whether process pid holds a listening TCP socket on
@@ -403,6 +423,12 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 		return tc, nil
 	}
 	dial := func() (net.Conn, error) { return dialProto("http/1.1") }
+	url := func(path string) string {
+		if mode.tls() {
+			return "https://gw.test" + path
+		}
+		return "http://gw.test" + path
+	}
 	// sendFresh sends one request on a new connection.
 	sendFresh := func() (backend, class string, err error) {
 		if !mode.h2() {
@@ -427,11 +453,7 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 			if err != nil {
 				return "", failBeforeResp, err
 			}
-			url := "https://gw.test/fresh"
-			if !mode.tls() {
-				url = "http://gw.test/fresh"
-			}
-			req, _ := http.NewRequest("GET", url, nil)
+			req, _ := http.NewRequest("GET", url("/fresh"), nil)
 			resp, err = cc.RoundTrip(req)
 			if err != nil && attempt == 0 && strings.Contains(err.Error(), "graceful shutdown GOAWAY") {
 				// The stream came after the last one a graceful GOAWAY
@@ -448,18 +470,7 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 			}
 			break
 		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		backend = resp.Header.Get("X-Backend")
-		switch {
-		case err != nil:
-			return backend, failShort, err
-		case resp.StatusCode/100 != 2:
-			return backend, failStatus, fmt.Errorf("status %d: %q", resp.StatusCode, body)
-		case string(body) != "ok "+backend:
-			return backend, failShort, fmt.Errorf("body %q from backend %q", body, backend)
-		}
-		return backend, "", nil
+		return h2Answer(resp)
 	}
 	for range freshClients {
 		wg.Add(1)
@@ -472,6 +483,30 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 		}()
 	}
 	for range keepAliveClients {
+		if mode.h2() {
+			// An HTTP/2 client keeps one connection, as net/http's does;
+			// after a graceful GOAWAY it opens a new one, and sends again
+			// the requests the GOAWAY said were not processed.
+			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(context.Context, string, string, *tls.Config) (net.Conn, error) {
+				return dialProto("h2")
+			}}
+			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer tr.CloseIdleConnections()
+				for more() {
+					resp, err := client.Get(url("/keepalive"))
+					if err != nil {
+						st.record("", failBeforeResp, true, err)
+						continue
+					}
+					backend, class, err := h2Answer(resp)
+					st.record(backend, class, true, err)
+				}
+			}()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
