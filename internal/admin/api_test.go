@@ -471,3 +471,24 @@ func TestUnconfirmedWriteAnswer(t *testing.T) {
 		t.Errorf("PUT, the store unreachable: %d %s", code, body)
 	}
 }
+
+// TestMissingRule: every request about a rule that does not exist is a
+// 404 that names it in the same words; GET said `rule "nope" not found`
+// where DELETE, rollback and resume said `rule "nope": not found`.
+func TestMissingRule(t *testing.T) {
+	a := startAPI(t)
+	for _, tc := range []struct{ method, path, body, want string }{
+		{"GET", "/api/v1/rules/nope", "", `rule "nope": not found`},
+		{"DELETE", "/api/v1/rules/nope", "", `rule "nope": not found`},
+		{"POST", "/api/v1/rules/nope/rollback", "", `rule "nope": not found`},
+		{"POST", "/api/v1/rules/nope/resume", "", `rule "nope": not found`},
+		{"GET", "/api/v1/rules/nope/history", "", `history of "nope": not found`},
+		{"POST", "/api/v1/rules/nope/revert", `{"version":1}`, `history of "nope": not found`},
+	} {
+		code, _, body := a.do(tc.method, tc.path, tc.body)
+		var e struct{ Error string }
+		if err := json.Unmarshal([]byte(body), &e); err != nil || code != http.StatusNotFound || e.Error != tc.want {
+			t.Errorf("%s %s = %d %s, want 404 with error %q", tc.method, tc.path, code, body, tc.want)
+		}
+	}
+}

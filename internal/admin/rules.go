@@ -57,7 +57,8 @@ func writeRule(w http.ResponseWriter, st store.State, key string) {
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, fmt.Sprintf("rule %q not found", key), nil)
+	// Worded as the store words it, for DELETE, rollback and resume.
+	storeError(w, fmt.Errorf("rule %q: %w", key, store.ErrNotFound))
 }
 
 // writeEntry answers with one rule and its version as the ETag, so that a
