@@ -124,7 +124,8 @@ const (
 // tls reports whether the clients of mode go to tls_listen.
 func (m handoverMode) tls() bool { return m == overTLS || m == overH2 }
 
-// h2 reports whether the one-request clients of mode speak HTTP/2.
+// h2 reports whether the clients of mode speak HTTP/2 (but the in-flight
+// request, which speaks HTTP/1.1).
 func (m handoverMode) h2() bool { return m == overH2 || m == overH2C }
 
 // Failure classes of handover's clients.
@@ -139,7 +140,8 @@ const (
 
 // dialFailure classifies a failed dial: a reset during the handshake is
 // the accept-queue race too (the connection was still a request socket in
-// the closing listener's queue).
+// the closing listener's queue), and so is a TLS handshake the server
+// ended with a close (a connection its listener took, then dropped).
 func dialFailure(err error) string {
 	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) {
 		return failBeforeResp
