@@ -235,6 +235,59 @@ func exchange(c net.Conn, br *bufio.Reader, cr *countingReader, path string, clo
 	return backend, closing, "", nil
 }
 
+// h2Unprocessed reports whether err, from an HTTP/2 ClientConn's
+// RoundTrip, says that the server did not process the request, which may
+// then go on a new connection (RFC 9113 section 6.8); every HTTP/2 client
+// sends it again. It is x/net's own rule for that (its Transport's
+// canRetryError, whose errors are not exported): the stream was refused,
+// it came after the last one a graceful GOAWAY let through, or the GOAWAY
+// came before the request went out at all ("client conn not usable").
+// The last two count only if the server did send a GOAWAY (goAway): x/net
+// says "not usable" of a connection the server dropped too, and that is a
+// failure.
+func h2Unprocessed(err error, goAway bool) bool {
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		return se.Code == http2.ErrCodeRefusedStream
+	}
+	msg := err.Error()
+	return goAway && (strings.Contains(msg, "graceful shutdown GOAWAY") || strings.Contains(msg, "client conn not usable"))
+}
+
+// goAwayWatch is an HTTP/2 client's connection that watches the frames
+// the server sends for a GOAWAY: it reads each frame's 9-byte header
+// (RFC 9113 section 4.1) and skips its payload.
+type goAwayWatch struct {
+	net.Conn
+	hdr    [9]byte
+	n      int    // bytes of the current frame header read
+	skip   uint32 // payload bytes of the current frame still to come
+	goAway atomic.Bool
+}
+
+func (w *goAwayWatch) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if w.skip > 0 {
+			k := min(uint32(len(b)), w.skip)
+			w.skip -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(w.hdr[w.n:], b)
+		w.n += k
+		b = b[k:]
+		if w.n == len(w.hdr) {
+			w.n = 0
+			w.skip = uint32(w.hdr[0])<<16 | uint32(w.hdr[1])<<8 | uint32(w.hdr[2])
+			if http2.FrameType(w.hdr[3]) == http2.FrameGoAway {
+				w.goAway.Store(true)
+			}
+		}
+	}
+	return n, err
+}
+
 // h2Answer reads resp, an answer to an HTTP/2 client, as exchange reads
 // one: the backend that answered and the failure class ("" for a 2xx
 // with the backend's whole body).
@@ -451,17 +504,14 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 			}
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-			cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(c)
+			fw := &goAwayWatch{Conn: c}
+			cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(fw)
 			if err != nil {
 				return "", failBeforeResp, err
 			}
 			req, _ := http.NewRequest("GET", url("/fresh"), nil)
 			resp, err = cc.RoundTrip(req)
-			if err != nil && attempt == 0 && strings.Contains(err.Error(), "graceful shutdown GOAWAY") {
-				// The stream came after the last one a graceful GOAWAY
-				// let through, which tells the client that it was not
-				// processed and may go on a new connection (RFC 9113
-				// section 6.8): every HTTP/2 client sends it again.
+			if err != nil && attempt == 0 && h2Unprocessed(err, fw.goAway.Load()) {
 				st.mu.Lock()
 				st.goAwayRetries++
 				st.mu.Unlock()
