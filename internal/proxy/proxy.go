@@ -350,16 +350,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // both have finished their shutdown; in a handover no other process can
 // take it, and it is served, its answers closing the connection.
 func (p *Proxy) awaitAccepted(ctx context.Context) error {
-	for p.gate.Open() > 0 {
-		select {
-		case <-ctx.Done():
-			p.conns.closeAll()
-			p.closeH2Conns()
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	err := awaitZero(ctx, p.gate.Open)
+	if err != nil {
+		p.conns.closeAll()
+		p.closeH2Conns()
 	}
-	return nil
+	return err
 }
 
 // awaitHijacked waits, once fasthttp and the HTTP/2 server have no request
@@ -369,7 +365,13 @@ func (p *Proxy) awaitAccepted(ctx context.Context) error {
 // hijacked connection joins the set only when its hijack handler starts,
 // after fasthttp has let go of it.
 func (p *Proxy) awaitHijacked(ctx context.Context) error {
-	for p.live.Load() > 0 {
+	return awaitZero(ctx, p.live.Load)
+}
+
+// awaitZero looks at n every 10 ms until it is 0, or ctx is done, whose
+// error it then returns.
+func awaitZero(ctx context.Context, n func() int64) error {
+	for n() > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
