@@ -68,8 +68,11 @@ func (st *h2State) dropIdle(g *h2Gen) {
 
 // connInfo is what a stream knows of its connection.
 type connInfo struct {
-	tls      bool
-	streamed atomic.Bool // a stream has begun
+	tls bool
+	// late: the connection came once Shutdown had begun (ServeH2), and
+	// streamed, set only then, says whether a stream has begun on it.
+	late     bool
+	streamed atomic.Bool
 }
 
 type connInfoKey struct{}
@@ -130,8 +133,8 @@ func (p *Proxy) ServeH2(c net.Conn) {
 		st.mu.Unlock()
 	}()
 	_, isTLS := c.(*tls.Conn)
-	info := &connInfo{tls: isTLS}
-	if p.closing.Load() {
+	info := &connInfo{tls: isTLS, late: p.closing.Load()}
+	if info.late {
 		// Handed on after Shutdown began: the listener took it from the
 		// kernel before it closed, and its TLS handshake or h2c preface
 		// ended after shutdownH2 sent its GOAWAYs. Its streams are
@@ -344,7 +347,9 @@ func (p *Proxy) serveH2(w http.ResponseWriter, r *http.Request) {
 	if s.info == nil {
 		s.info = &connInfo{tls: r.TLS != nil}
 	}
-	s.info.streamed.Store(true)
+	if s.info.late {
+		s.info.streamed.Store(true)
+	}
 	abort := s.serve()
 	if s.cbody != nil {
 		s.cbody.end()
