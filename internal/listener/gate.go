@@ -3,6 +3,7 @@ package listener
 import (
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,6 +21,10 @@ type Gate struct {
 	open     atomic.Int64
 	refused  atomic.Uint64
 	lastWarn atomic.Int64 // unix nanoseconds of the last warning
+
+	mu      sync.Mutex
+	sorting map[net.Conn]struct{} // taken by Split, not yet handed on
+	cut     bool                  // CloseSorting was called
 }
 
 // gateWarnEvery spaces the warnings of a gate that keeps refusing.
@@ -68,6 +73,55 @@ func (g *Gate) take(c net.Conn, max int, log *slog.Logger) bool {
 func (g *Gate) done() {
 	if g != nil {
 		g.open.Add(-1)
+	}
+}
+
+// sort records c as taken by Split but not yet handed on: its TLS
+// handshake or first bytes have not come. It returns false, with c
+// closed, once CloseSorting has been called. The caller calls sorted(c)
+// when c is handed on or closed.
+func (g *Gate) sort(c net.Conn) bool {
+	if g == nil {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cut {
+		_ = c.Close()
+		return false
+	}
+	if g.sorting == nil {
+		g.sorting = make(map[net.Conn]struct{})
+	}
+	g.sorting[c] = struct{}{}
+	return true
+}
+
+// sorted ends what sort began.
+func (g *Gate) sorted(c net.Conn) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	delete(g.sorting, c)
+	g.mu.Unlock()
+}
+
+// CloseSorting closes every connection a TLS or h2c listener (Split) has
+// taken and not yet handed on, a TLS handshake or the first bytes still
+// awaited, and from then on every such connection as it is taken. A
+// shutdown that has run out of time calls it: such a connection is in no
+// server's hands yet, so closing the servers' connections does not reach
+// it, and it would otherwise stay open until its handshake timeout.
+func (g *Gate) CloseSorting() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cut = true
+	for c := range g.sorting {
+		_ = c.Close()
 	}
 }
 

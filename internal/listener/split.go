@@ -144,7 +144,14 @@ func (s *split) run() {
 			close(s.done)
 			return
 		}
-		if tc, ok := c.(*net.TCPConn); ok && !s.p.Gate.take(tc, s.config().MaxConns, s.p.Logger) {
+		tc, counted := c.(*net.TCPConn)
+		if counted && !s.p.Gate.take(tc, s.config().MaxConns, s.p.Logger) {
+			continue
+		}
+		if !s.p.Gate.sort(c) {
+			if counted {
+				s.p.Gate.done()
+			}
 			continue
 		}
 		s.sorting.Add(1)
@@ -159,7 +166,10 @@ func (s *split) run() {
 // otherwise sort does, once the connection is closed (ServeH2 returns
 // when it is).
 func (s *split) sort(c net.Conn) {
-	sorted := sync.OnceFunc(s.sorting.Done)
+	sorted := sync.OnceFunc(func() {
+		s.p.Gate.sorted(c)
+		s.sorting.Done()
+	})
 	defer sorted()
 	tc, ok := c.(*net.TCPConn)
 	if !ok {

@@ -284,3 +284,105 @@ func TestSplitHandsOnAfterClose(t *testing.T) {
 		t.Fatal("Accept still waits after Close, with only an HTTP/2 connection being served")
 	}
 }
+
+// TestGateCloseSorting: a connection a TLS or h2c listener has taken but
+// whose handshake (or first bytes) has not come is in no server's hands,
+// so a shutdown that runs out of time could not close it, and it stayed
+// open until its handshake timeout. Gate.CloseSorting closes it, and
+// every such connection taken after, while one already handed on is
+// left alone.
+func TestGateCloseSorting(t *testing.T) {
+	dir := t.TempDir()
+	ca := certstest.NewCA(t, dir, "test")
+	cert := ca.Server("s.pem", "s.key", "gw.test").TLSCertificate(t)
+	for _, tt := range []struct {
+		name string
+		p    Protocols
+	}{
+		{"tls", Protocols{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}}},
+		{"h2c", Protocols{H2C: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			raw, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var g Gate
+			p := tt.p
+			p.Gate, p.HandshakeTimeout = &g, time.Minute
+			p.ServeH2 = func(c net.Conn) { c.Close() }
+			cfg := &Config{MaxHeaderBytes: 4096}
+			ln := Split(raw, func() *Config { return cfg }, p)
+			defer ln.Close()
+			acc := make(chan net.Conn, 4)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					acc <- c
+				}
+			}()
+			dial := func() net.Conn {
+				t.Helper()
+				c, err := net.DialTimeout("tcp", raw.Addr().String(), 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			// One handed on to Accept before the cut, one silent.
+			var served net.Conn
+			if tt.p.TLS != nil {
+				tc := tls.Client(dial(), &tls.Config{ServerName: "gw.test", RootCAs: ca.Pool})
+				if err := tc.Handshake(); err != nil {
+					t.Fatal(err)
+				}
+				served = tc
+			} else {
+				served = dial()
+				if _, err := io.WriteString(served, "GET"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var handed net.Conn
+			select {
+			case handed = <-acc:
+				defer handed.Close()
+			case <-time.After(5 * time.Second):
+				t.Fatal("the connection was not handed on")
+			}
+			silent := dial()
+			waitOpen(t, &g, 2)
+
+			g.CloseSorting()
+			closedSoon := func(c net.Conn, what string) {
+				t.Helper()
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Read(make([]byte, 1)); err == nil || isTimeoutErr(err) {
+					t.Errorf("%s: read %v, want the connection closed", what, err)
+				}
+			}
+			closedSoon(silent, "a connection in its handshake at the cut")
+			waitOpen(t, &g, 1)
+			closedSoon(dial(), "a connection taken after the cut")
+			waitOpen(t, &g, 1)
+
+			// The one handed on still works both ways.
+			if _, err := io.WriteString(served, "!"); err != nil {
+				t.Fatal(err)
+			}
+			want := "GET!" // the bytes h2c looked at come again
+			if tt.p.TLS != nil {
+				want = "!"
+			}
+			_ = handed.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b := make([]byte, len(want))
+			if n, err := io.ReadFull(handed, b); err != nil || string(b) != want {
+				t.Errorf("the connection handed on before the cut reads %q, %v; want %q", b[:n], err, want)
+			}
+		})
+	}
+}

@@ -412,7 +412,8 @@
 // Shutdown returns once every connection a listener took has closed
 // (awaitAccepted), and ServeH2 serves one it gets after the GOAWAYs went
 // out, with a GOAWAY after its first answer, or after ReadHeaderTimeout
-// if it opens no stream.
+// if it opens no stream. At the context's end one still in its handshake
+// is closed too (Gate.CloseSorting).
 // For a restart
 // without downtime (the TLS listener included) the new process binds the same address with Listen(..., true)
 // (SO_REUSEPORT, Linux), and the old one is sent SIGTERM and calls

@@ -348,10 +348,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // only after its handshake or preface (listener.Split), so one accepted
 // just before the listeners closed may reach fasthttp or ServeH2 after
 // both have finished their shutdown; in a handover no other process can
-// take it, and it is served, its answers closing the connection.
+// take it, and it is served, its answers closing the connection. At the
+// deadline a connection whose handshake has not ended is closed too.
 func (p *Proxy) awaitAccepted(ctx context.Context) error {
 	err := awaitZero(ctx, p.gate.Open)
 	if err != nil {
+		p.gate.CloseSorting()
 		p.conns.closeAll()
 		p.closeH2Conns()
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -191,5 +192,43 @@ func TestH2ConnectionHandedOnDuringShutdown(t *testing.T) {
 	tunnel.Close()
 	if err := <-shut; err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// TestShutdownDeadlineClosesHandshakes: at shutdown_timeout, Shutdown
+// closes a connection the TLS listener took whose handshake has not
+// ended, as it closes the connections it serves. Before, such a
+// connection was in no server's hands and stayed open until its
+// handshake timeout (read_header_timeout), after Shutdown had returned.
+func TestShutdownDeadlineClosesHandshakes(t *testing.T) {
+	gw := newGatewayTLS(t)
+	backend, _ := echoBackend(t, "stable")
+	ln := listenLoopback(t)
+	p := New(Options{ReadHeaderTimeout: time.Minute}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}, nil)
+	served := make(chan error, 1)
+	go func() { served <- p.ServeWith(ln, listener.Protocols{TLS: gw.conf}) }()
+
+	c := dialBounded(t, ln.Addr().String(), 10*time.Second)
+	defer c.Close()
+	waitFor(t, 5*time.Second, "the listener to take the connection", func() bool { return p.gate.Open() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := p.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown with a handshake pending past its deadline: %v, want %v", err, context.DeadlineExceeded)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection in its handshake at the deadline: read %v, want it closed", err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("ServeWith: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("ServeWith did not return after Shutdown")
+	}
+	if n := p.gate.Open(); n != 0 {
+		t.Errorf("%d client connections still open after Shutdown", n)
 	}
 }
