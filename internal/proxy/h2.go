@@ -526,6 +526,15 @@ func (s *stream) serve() bool {
 		s.reject(http.StatusBadRequest, "missing host")
 		return false
 	}
+	if s.host.Parse(s2b(r.Host), rootPath) != nil {
+		// The host must parse as the HTTP/1.1 codec's Host does
+		// (fasthttp's, after net/url's): x/net/http2's server checks
+		// only its characters, and passed "a:x" and "a:80:80". Parse
+		// copies the host. It comes before the expectation, as in the
+		// HTTP/1.1 listener: RFC 9112 section 3.2 requires the 400.
+		s.reject(http.StatusBadRequest, "invalid host")
+		return false
+	}
 	if len(r.Header["Expect"]) != 0 {
 		// x/net/http2's server takes out an Expect that holds
 		// 100-continue and meets it itself; what is left is an
@@ -537,14 +546,6 @@ func (s *stream) serve() bool {
 	}
 	if !announcedTrailers(r.Trailer) {
 		s.reject(http.StatusBadRequest, "invalid Trailer field")
-		return false
-	}
-	if s.host.Parse(s2b(r.Host), rootPath) != nil {
-		// The host must parse as the HTTP/1.1 codec's Host does
-		// (fasthttp's, after net/url's): x/net/http2's server checks
-		// only its characters, and passed "a:x" and "a:80:80". Parse
-		// copies the host.
-		s.reject(http.StatusBadRequest, "invalid host")
 		return false
 	}
 	s.decide(&s.view, &s.in)
