@@ -27,7 +27,9 @@
 //
 // The copy is the primary's upstream request: method, request-target,
 // headers (hop-by-hop, framing and Expect fields dropped), body and
-// trailer fields (with which the body goes chunked), the Host with
+// trailer fields (with which the body goes chunked, except to an
+// instance whose last answer came over HTTP/1.0: it gets the body with
+// its length and no trailer section), the Host with
 // HostSuffix appended before the port (Envoy's "-shadow" convention), and
 // X-Gray-Mirror: 1, so that the mirror target and what it calls can tell
 // shadow traffic apart. A request whose body is over the mirror's max_body

@@ -50,9 +50,9 @@ func (st *state) process(j job) {
 		secErr error
 	)
 	if sp.Diff && sp.Secondary != nil {
-		wg.Go(func() { sec, secErr = s.send(st.ctx, sp.Secondary, sp, &j.req) })
+		wg.Go(func() { sec, secErr = s.send(st.ctx, sp.Secondary, sp, &j.req, &st.http10) })
 	}
-	cand, err := s.send(st.ctx, sp.Target, sp, &j.req)
+	cand, err := s.send(st.ctx, sp.Target, sp, &j.req, &st.http10)
 	wg.Wait()
 	if st.ctx.Err() != nil {
 		return // the mirror stopped: the exchange was cut, not failed
@@ -84,7 +84,9 @@ func answerOf(r *Response) *answer {
 // primary got it, with the shadow Host and X-Gray-Mirror: 1, and reads at
 // most MaxResponseBody bytes of the answer. The instance's in-flight
 // count is kept, its passive health is not touched (Pool.Release).
-func (s *Set) send(ctx context.Context, pool *upstream.Pool, sp *Spec, r *Request) (*answer, error) {
+// http10 holds the instances whose last answer came over HTTP/1.0; send
+// keeps it up to date.
+func (s *Set) send(ctx context.Context, pool *upstream.Pool, sp *Spec, r *Request, http10 *sync.Map) (*answer, error) {
 	if !strings.HasPrefix(r.URI, "/") {
 		return nil, fmt.Errorf("request-target %q is not in origin form", r.URI)
 	}
@@ -110,10 +112,14 @@ func (s *Set) send(ctx context.Context, pool *upstream.Pool, sp *Spec, r *Reques
 	// The request-target is sent byte for byte as the primary got it.
 	req.URL.Path, req.URL.Opaque = "", r.URI
 	req.ContentLength = int64(len(r.Body))
-	if len(r.Trailer) > 0 {
+	_, to10 := http10.Load(inst.Addr)
+	if len(r.Trailer) > 0 && !to10 {
 		// Chunked, so that the trailer section can follow the body
 		// (net/http's Transport writes req.Trailer only then), even an
-		// empty one.
+		// empty one. An instance that answers over HTTP/1.0 may not
+		// read chunked (RFC 9112 section 6.1): it gets the body with
+		// its length, and no trailer section, which HTTP/1.0 has none
+		// of.
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(r.Body)), nil }
 		req.Body, _ = req.GetBody()
 		req.ContentLength = -1
@@ -147,6 +153,11 @@ func (s *Set) send(ctx context.Context, pool *upstream.Pool, sp *Spec, r *Reques
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if now10 := resp.ProtoMajor == 1 && resp.ProtoMinor == 0; now10 && !to10 {
+		http10.Store(inst.Addr, struct{}{})
+	} else if to10 && !now10 {
+		http10.Delete(inst.Addr)
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, s.opts.MaxResponseBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("read the mirror's answer: %w", err)

@@ -359,6 +359,12 @@ type state struct {
 
 	mu    sync.Mutex // guards stats
 	stats stats
+
+	// http10 holds the instances (by address) whose last answer came
+	// over HTTP/1.0: a copy with trailer fields goes to them with its
+	// length and without the fields, as the data plane's request does
+	// (holdForHTTP10), never chunked. It lives as long as the mirror.
+	http10 sync.Map
 }
 
 // start creates and starts the mirror of sp; the caller holds s.mu.

@@ -606,3 +606,83 @@ func TestMirrorNoCopiesOfCopies(t *testing.T) {
 		t.Errorf("mirror stats %+v, candidate got %d: want the 2 unmarked requests copied", st, candN.Load())
 	}
 }
+
+// TestMirrorToHTTP10Target: a copy with trailer fields goes chunked, so
+// that its trailer section can follow the body; to a mirror instance
+// whose last answer came over HTTP/1.0, which may not read chunked (RFC
+// 9112 section 6.1), it goes with its length and without the fields, as
+// the primary's request does (holdForHTTP10), and chunked again once the
+// instance answers over HTTP/1.1. Before, every such copy went chunked.
+// The target is a raw server that answers in the version it is set to.
+func TestMirrorToHTTP10Target(t *testing.T) {
+	stable, _, _ := shadowBackend(t, 1)
+	type copySeen struct {
+		te      []string
+		length  int64
+		trailer string
+		body    string
+	}
+	seen := make(chan copySeen, 8)
+	var answer10 atomic.Bool
+	answer10.Store(true)
+	ln := listenLoopback(t)
+	testserve.On(t, ln, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			b, err := io.ReadAll(req.Body)
+			if err != nil {
+				return
+			}
+			seen <- copySeen{req.TransferEncoding, req.ContentLength, req.Trailer.Get("X-T"), string(b)}
+			doc := `{"v":2}`
+			if answer10.Load() {
+				_, _ = fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nX-Version: 2\r\nContent-Length: %d\r\n\r\n%s", len(doc), doc)
+				return
+			}
+			_, _ = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Version: 2\r\nContent-Length: %d\r\n\r\n%s", len(doc), doc)
+		}
+	})
+	set, sp := newMirror(t, "old", poolOf("candidate", ln.Addr().String()), []string{"POST"}, 1<<10, mirror.Options{})
+	_, addr := startProxyWith(t, Options{Mirrors: set}, staticDecider{Group: "default", Target: poolOf("stable", addrOf(stable)), Mirror: sp},
+		listener.Protocols{})
+	client := httpClient(t)
+	chunked := copySeen{te: []string{"chunked"}, length: -1, trailer: "t", body: "hello"}
+	counted := copySeen{length: 5, body: "hello"}
+	for i, step := range []struct {
+		http11 bool // the target answers this copy over HTTP/1.1
+		want   copySeen
+	}{
+		{false, chunked}, // not heard from yet
+		{false, counted},
+		{true, counted},
+		{true, chunked},
+	} {
+		answer10.Store(!step.http11)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/item", strings.NewReader("hello"))
+		req.ContentLength, req.Trailer = -1, http.Header{"X-T": {"t"}}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("copy %d: the primary answered %d", i+1, resp.StatusCode)
+		}
+		select {
+		case got := <-seen:
+			if !slices.Equal(got.te, step.want.te) || got.length != step.want.length || got.trailer != step.want.trailer || got.body != step.want.body {
+				t.Errorf("copy %d: the target got %+v, want %+v", i+1, got, step.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("copy %d never reached the mirror target", i+1)
+		}
+		// The answer is read, and its version noted, before the diff
+		// counts it.
+		waitDiff(t, set, "old", func(d mirror.Document) bool { return d.Compared == uint64(i+1) })
+	}
+}
