@@ -232,3 +232,83 @@ func TestShutdownDeadlineClosesHandshakes(t *testing.T) {
 		t.Errorf("%d client connections still open after Shutdown", n)
 	}
 }
+
+// TestShutdownWaitsForHandedOnH2: an HTTP/2 connection the listener has
+// handed on, but which ServeH2 has not counted yet, is waited for by
+// Shutdown (awaitAccepted, by the listener's Gate), then served. The
+// moment is microseconds long in a real listener; here the hand-on is
+// held open by a ServeH2 that waits before it calls the proxy's, over
+// the real h2c listener.
+func TestShutdownWaitsForHandedOnH2(t *testing.T) {
+	backend, _ := echoBackend(t, "stable")
+	ln := listenLoopback(t)
+	addr := ln.Addr().String()
+	p := New(Options{}, staticDecider{Group: "stable", Target: poolOf("stable", addrOf(backend))}, nil)
+	handed, release := make(chan struct{}), make(chan struct{})
+	served := make(chan error, 1)
+	go func() {
+		// ServeWith with a hand-on that waits.
+		served <- p.server.Serve(listener.Split(ln, p.lcfg.Load, listener.Protocols{H2C: true, Gate: &p.gate, Logger: p.log,
+			ServeH2: func(c net.Conn) {
+				close(handed)
+				<-release
+				p.ServeH2(c)
+			}}))
+	}()
+
+	c := dialBounded(t, addr, 10*time.Second)
+	defer c.Close()
+	cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(c) // sends the preface
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-handed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the h2c connection was not handed on")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- p.Shutdown(ctx) }()
+	waitFor(t, 5*time.Second, "the listener to close", func() bool {
+		d, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			d.Close()
+		}
+		return err != nil
+	})
+	time.Sleep(150 * time.Millisecond)
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with a connection handed on and not yet served", err)
+	default:
+	}
+	close(release)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://gw.test/late", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("the request on the connection handed on: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != "stable" {
+		t.Fatalf("the answer: %d, backend %q: %s", resp.StatusCode, resp.Header.Get("X-Backend"), body)
+	}
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return after the connection was served")
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Serve did not return after Shutdown")
+	}
+}
