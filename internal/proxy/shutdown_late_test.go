@@ -46,22 +46,7 @@ func TestShutdownServesLateHandshakes(t *testing.T) {
 			waitFor(t, 5*time.Second, "the listener to take the connection", func() bool { return p.gate.Open() == 1 })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			shut := make(chan error, 1)
-			go func() { shut <- p.Shutdown(ctx) }()
-			waitFor(t, 5*time.Second, "the listener to close", func() bool {
-				d, err := net.DialTimeout("tcp", addr, time.Second)
-				if err == nil {
-					d.Close()
-				}
-				return err != nil
-			})
-			// Shutdown has had the time to see no request in flight.
-			time.Sleep(150 * time.Millisecond)
-			select {
-			case err := <-shut:
-				t.Fatalf("Shutdown returned (%v) before the connection its listener took was served", err)
-			default:
-			}
+			shut := shutdownHeld(t, p, ctx, addr, "a connection its listener took not yet served")
 
 			tc := tls.Client(c, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{proto}})
 			if err := tc.Handshake(); err != nil {
@@ -97,22 +82,8 @@ func TestShutdownServesLateHandshakes(t *testing.T) {
 				t.Errorf("the answer during Shutdown keeps the connection; want Connection: close")
 			}
 			tc.Close()
-			select {
-			case err := <-shut:
-				if err != nil {
-					t.Errorf("Shutdown: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("Shutdown did not return after the late connection closed")
-			}
-			select {
-			case err := <-served:
-				if err != nil {
-					t.Errorf("ServeWith: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Error("ServeWith did not return after Shutdown")
-			}
+			returnsNil(t, shut, "Shutdown, after the late connection closed,")
+			returnsNil(t, served, "ServeWith, after Shutdown,")
 		})
 	}
 }
@@ -220,14 +191,7 @@ func TestShutdownDeadlineClosesHandshakes(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("the connection in its handshake at the deadline: read %v, want it closed", err)
 	}
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("ServeWith: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Error("ServeWith did not return after Shutdown")
-	}
+	returnsNil(t, served, "ServeWith, after Shutdown,")
 	if n := p.gate.Open(); n != 0 {
 		t.Errorf("%d client connections still open after Shutdown", n)
 	}
@@ -269,6 +233,29 @@ func TestShutdownWaitsForHandedOnH2(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	shut := shutdownHeld(t, p, ctx, addr, "a connection handed on and not yet served")
+	close(release)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://gw.test/late", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("the request on the connection handed on: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != "stable" {
+		t.Fatalf("the answer: %d, backend %q: %s", resp.StatusCode, resp.Header.Get("X-Backend"), body)
+	}
+	returnsNil(t, shut, "Shutdown, after the connection was served,")
+	returnsNil(t, served, "Serve, after Shutdown,")
+}
+
+// shutdownHeld starts p.Shutdown(ctx) and waits until the listener at
+// addr refuses connections, and a moment more, in which Shutdown has had
+// the time to see no request in flight: it must not have returned, since
+// a connection the listener took is still to be served (held says which).
+// The channel then gets Shutdown's error.
+func shutdownHeld(t *testing.T, p *Proxy, ctx context.Context, addr, held string) <-chan error {
+	t.Helper()
 	shut := make(chan error, 1)
 	go func() { shut <- p.Shutdown(ctx) }()
 	waitFor(t, 5*time.Second, "the listener to close", func() bool {
@@ -281,34 +268,21 @@ func TestShutdownWaitsForHandedOnH2(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	select {
 	case err := <-shut:
-		t.Fatalf("Shutdown returned (%v) with a connection handed on and not yet served", err)
+		t.Fatalf("Shutdown returned (%v) with %s", err, held)
 	default:
 	}
-	close(release)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://gw.test/late", nil)
-	resp, err := cc.RoundTrip(req)
-	if err != nil {
-		t.Fatalf("the request on the connection handed on: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != "stable" {
-		t.Fatalf("the answer: %d, backend %q: %s", resp.StatusCode, resp.Header.Get("X-Backend"), body)
-	}
+	return shut
+}
+
+// returnsNil waits up to 5s for what's error on ch, which must be nil.
+func returnsNil(t *testing.T, ch <-chan error, what string) {
+	t.Helper()
 	select {
-	case err := <-shut:
+	case err := <-ch:
 		if err != nil {
-			t.Errorf("Shutdown: %v", err)
+			t.Errorf("%s: %v", what, err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Shutdown did not return after the connection was served")
-	}
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Error("Serve did not return after Shutdown")
+		t.Errorf("%s did not return", what)
 	}
 }
