@@ -64,16 +64,7 @@ func TestGateCountsEveryProtocol(t *testing.T) {
 		c.Close()
 	}})
 	defer ln.Close()
-	h1 := make(chan net.Conn, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			h1 <- c
-		}
-	}()
+	h1 := accepted(ln)
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", raw.Addr().String())
 		if err != nil {

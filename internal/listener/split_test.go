@@ -314,16 +314,7 @@ func TestGateCloseSorting(t *testing.T) {
 			cfg := &Config{MaxHeaderBytes: 4096}
 			ln := Split(raw, func() *Config { return cfg }, p)
 			defer ln.Close()
-			acc := make(chan net.Conn, 4)
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					acc <- c
-				}
-			}()
+			acc := accepted(ln)
 			dial := func() net.Conn {
 				t.Helper()
 				c, err := net.DialTimeout("tcp", raw.Addr().String(), 5*time.Second)
@@ -385,4 +376,20 @@ func TestGateCloseSorting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// accepted hands on every connection ln's Accept returns, until Accept
+// fails.
+func accepted(ln net.Listener) <-chan net.Conn {
+	ch := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			ch <- c
+		}
+	}()
+	return ch
 }
