@@ -623,8 +623,7 @@ func (g *Guard) endHead() *Error {
 		// as it does over HTTP/2 (found by TestH2AgreesWithHTTP1 on a
 		// wide corpus), the same parse runs on this path, which is
 		// refused anyway.
-		var u fasthttp.URI
-		if g.hosts == 1 && u.Parse(g.host, []byte("/")) != nil {
+		if g.hosts == 1 && !hostParses(g.host) {
 			return errBadHost
 		}
 		return errExpectation
@@ -640,6 +639,17 @@ func (g *Guard) endHead() *Error {
 		g.endMessage()
 	}
 	return nil
+}
+
+// hostParses reports whether host parses as fasthttp parses a Host
+// (its port too, which httpguts.ValidHostHeader does not look at). It is
+// kept out of endHead, whose path every request takes, as it needs a
+// fasthttp.URI.
+//
+//go:noinline
+func hostParses(host []byte) bool {
+	var u fasthttp.URI
+	return u.Parse(host, []byte("/")) == nil
 }
 
 // endMessage is called when a request's body has ended.
