@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -478,4 +479,51 @@ func TestIdleWaitCountsFromAnswered(t *testing.T) {
 			t.Fatalf("the wait after a write that waited: %v after %v; want a timeout after about %v, from its own start", err, took, idle)
 		}
 	})
+}
+
+// TestConnHandsOneRequestAtATime: requests that arrive together (one
+// write, pipelined) are handed to the parser one per Read, the next from
+// what the last read kept, without a system call; a refusal in a later
+// one comes when it is read, after the earlier ones. fasthttp flushes its
+// answers only when it holds no further request, so this is what puts
+// every earlier answer on the wire before the next request's handler
+// runs (an interim response is then written in order).
+func TestConnHandsOneRequestAtATime(t *testing.T) {
+	get := "GET /a HTTP/1.1\r\nHost: a\r\n\r\n"
+	post := "POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+	bad := "GET /c HTTP/1.1\nHost: a\r\n\r\n"
+	c, client := connPair(t, &Config{MaxHeaderBytes: 4096})
+	if _, err := io.WriteString(client, get+post+get+bad); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	var got string
+	for len(got) < len(get+post) {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += string(buf[:n])
+		if len(got) <= len(get) && !strings.HasPrefix(get, got) {
+			t.Fatalf("the first reads hand over %q, want %q first", got, get)
+		}
+	}
+	if got != get+post {
+		t.Fatalf("the reads handed over %q, want the first request, then the second: %q", got, get+post)
+	}
+	if !c.midRequest.Load() {
+		t.Error("with the next request kept, the connection is not mid-request (a close would not linger)")
+	}
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != get {
+		t.Fatalf("the third request: %q, %v; want it whole, from what was kept", buf[:n], err)
+	}
+	var gerr *Error
+	for i := 0; i < 3 && !errors.As(err, &gerr); i++ {
+		_, err = c.Read(buf)
+	}
+	if gerr == nil || gerr.Status != 400 {
+		t.Fatalf("the fourth request: %v, want the Guard's 400", err)
+	}
 }

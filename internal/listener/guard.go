@@ -257,7 +257,17 @@ func (g *Guard) FailedInBody(n uint64) bool {
 // for more and gets the Error: a request that was refused is never seen
 // whole by anything behind the guard. Earlier requests on the connection
 // are unaffected.
-func (g *Guard) Scan(p []byte) (int, *Error) {
+func (g *Guard) Scan(p []byte) (int, *Error) { return g.scan(p, false) }
+
+// ScanRequest is Scan, except that it stops where a request ends when
+// bytes follow it (the next request, pipelined), and returns how many came
+// before: the caller hands those to the parser and keeps the rest, to
+// scan once the parser asks for more. A parser that never holds the next
+// request's bytes while it answers one has written that answer out
+// before it reads on (see Conn.Read).
+func (g *Guard) ScanRequest(p []byte) (int, *Error) { return g.scan(p, true) }
+
+func (g *Guard) scan(p []byte, one bool) (int, *Error) {
 	i := 0
 	for i < len(p) {
 		switch g.state {
@@ -296,6 +306,9 @@ func (g *Guard) Scan(p []byte) (int, *Error) {
 				g.state = stChunkSize
 			}
 		default:
+			if one && g.state == stStart && i > 0 {
+				return i, nil // a request ended, and the next one begins
+			}
 			if n := len(g.carry); n > 0 && g.carry[n-1] == '\r' && p[i] != '\n' {
 				g.fail()
 				return i, errBareCR

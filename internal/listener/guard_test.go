@@ -8,20 +8,32 @@ import (
 // scanAll feeds in to a fresh Guard in pieces of at most step bytes and
 // returns how many bytes it handed over, the error, and the requests read.
 func scanAll(in string, step int) (int, *Error, uint64) {
+	return scanPieces(in, step, false)
+}
+
+// scanPieces is scanAll, with ScanRequest when one is set: the bytes after
+// a request's end are scanned again, as Conn.Read hands them over later.
+func scanPieces(in string, step int, one bool) (int, *Error, uint64) {
 	g := NewGuard(16 << 10)
 	total := 0
 	b := []byte(in)
 	for len(b) > 0 {
 		n := min(step, len(b))
-		good, err := g.Scan(b[:n])
+		var good int
+		var err *Error
+		if one {
+			good, err = g.ScanRequest(b[:n])
+		} else {
+			good, err = g.Scan(b[:n])
+		}
 		total += good
 		if err != nil {
 			return total, err, g.Requests()
 		}
-		if good < n {
+		if good < n && (!one || g.Tunnel()) {
 			return total, nil, g.Requests() // a tunnel
 		}
-		b = b[n:]
+		b = b[good:]
 	}
 	return total, nil, g.Requests()
 }
@@ -180,19 +192,63 @@ func TestGuard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			// The verdict must not depend on how the bytes arrive.
-			for _, step := range []int{len(tt.in), 1, 2, 3, 7, 64} {
-				n, err, reqs := scanAll(tt.in, step)
-				status := 0
+			// The verdict must not depend on how the bytes arrive, nor on
+			// whether they are handed over one request at a time.
+			for _, one := range []bool{false, true} {
+				for _, step := range []int{len(tt.in), 1, 2, 3, 7, 64} {
+					n, err, reqs := scanPieces(tt.in, step, one)
+					status := 0
+					if err != nil {
+						status = err.Status
+					}
+					if status != tt.status || reqs != tt.requests {
+						t.Fatalf("in pieces of %d (one request a scan: %v): status %d after %d requests (%d bytes handed over), want %d after %d", step, one, status, reqs, n, tt.status, tt.requests)
+					}
+					if err == nil && n != len(tt.in) {
+						t.Fatalf("in pieces of %d (one request a scan: %v): handed over %d of %d bytes", step, one, n, len(tt.in))
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGuardScanRequest: ScanRequest stops where a request ends when bytes
+// follow, and the rest, scanned again, gives the next request; a tunnel's
+// bytes still stop it at the head.
+func TestGuardScanRequest(t *testing.T) {
+	get := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	post := "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+	chunked := "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n"
+	ws := "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+	for _, tt := range []struct {
+		name  string
+		in    string
+		parts []string // what each ScanRequest hands over
+	}{
+		{"one request", get, []string{get}},
+		{"three pipelined", get + post + get, []string{get, post, get}},
+		{"a chunked one between", get + chunked + get, []string{get, chunked, get}},
+		{"the next in part", get + "GET /x HT", []string{get, "GET /x HT"}},
+		{"a tunnel's bytes", ws + "\x81\x05hello", []string{ws}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewGuard(16 << 10)
+			b := []byte(tt.in)
+			var got []string
+			for len(b) > 0 {
+				n, err := g.ScanRequest(b)
 				if err != nil {
-					status = err.Status
+					t.Fatalf("after %q: %v", got, err)
 				}
-				if status != tt.status || reqs != tt.requests {
-					t.Fatalf("in pieces of %d: status %d after %d requests (%d bytes handed over), want %d after %d", step, status, reqs, n, tt.status, tt.requests)
+				got = append(got, string(b[:n]))
+				if g.Tunnel() {
+					break
 				}
-				if err == nil && n != len(tt.in) {
-					t.Fatalf("in pieces of %d: handed over %d of %d bytes", step, n, len(tt.in))
-				}
+				b = b[n:]
+			}
+			if strings.Join(got, "|") != strings.Join(tt.parts, "|") {
+				t.Errorf("handed over %q, want %q", got, tt.parts)
 			}
 		})
 	}
@@ -264,12 +320,14 @@ func FuzzGuard(f *testing.F) {
 		}
 		s := int(step%31) + 1
 		n1, e1, r1 := scanAll(string(in), len(in)+1)
-		n2, e2, r2 := scanAll(string(in), s)
-		if (e1 == nil) != (e2 == nil) || r1 != r2 || (e1 != nil && e1.Status != e2.Status) {
-			t.Fatalf("split %d changes the verdict: (%d, %v, %d) vs (%d, %v, %d)", s, n1, e1, r1, n2, e2, r2)
-		}
-		if e1 == nil && n1 != n2 {
-			t.Fatalf("split %d hands over %d bytes, whole %d", s, n2, n1)
+		for _, one := range []bool{false, true} {
+			n2, e2, r2 := scanPieces(string(in), s, one)
+			if (e1 == nil) != (e2 == nil) || r1 != r2 || (e1 != nil && e1.Status != e2.Status) {
+				t.Fatalf("split %d (one request a scan: %v) changes the verdict: (%d, %v, %d) vs (%d, %v, %d)", s, one, n1, e1, r1, n2, e2, r2)
+			}
+			if e1 == nil && n1 != n2 {
+				t.Fatalf("split %d (one request a scan: %v) hands over %d bytes, whole %d", s, one, n2, n1)
+			}
 		}
 	})
 }

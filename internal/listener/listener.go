@@ -186,10 +186,13 @@ type Conn struct {
 	pre    []byte     // bytes read before the Conn was made, handed out first
 	config func() *Config
 
-	guard   Guard
-	err     error       // the Guard's refusal (*Error), returned by every later Read
-	tunnel  atomic.Bool // a WebSocket or CONNECT tunnel was opened
-	pending []byte      // tunnel bytes read together with its head
+	guard  Guard
+	err    error       // the Guard's refusal (*Error), returned by every later Read
+	tunnel atomic.Bool // a WebSocket or CONNECT tunnel was opened
+	// pending: bytes read and not yet handed to the parser: the next
+	// request's, read with the last one (see hand), or a tunnel's first
+	// bytes, read together with its head.
+	pending []byte
 	// midRequest mirrors guard.MidRequest() after every Read, for Close,
 	// which may run on another goroutine.
 	midRequest atomic.Bool
@@ -378,6 +381,21 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		return c.read(p)
 	}
+	if len(c.pending) > 0 {
+		// The next request, read with the last one: the parser has
+		// answered that one, so it gets this one now, without a wait
+		// or a deadline (the bytes are here).
+		if c.interrupted.Load() {
+			return 0, os.ErrDeadlineExceeded
+		}
+		n := copy(p, c.pending)
+		good, err := c.hand(p, n)
+		if c.err == nil {
+			c.pending = c.pending[good:]
+		}
+		c.midRequest.Store(c.guard.MidRequest() || len(c.pending) > 0)
+		return good, err
+	}
 	answered := c.answered.Load()
 	if answered != 0 {
 		c.answered.Store(0)
@@ -427,30 +445,48 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	n, err := c.read(p)
 	if n > 0 {
-		good, gerr := c.guard.Scan(p[:n])
-		if mid := c.guard.MidRequest(); mid != c.midRequest.Load() {
+		good, gerr := c.hand(p, n)
+		if c.err == nil && good < n {
+			// The next request, or a tunnel's first bytes: kept until the
+			// parser has answered this request, or the tunnel opens.
+			c.pending = append(c.pending[:0], p[good:n]...)
+		}
+		if mid := c.guard.MidRequest() || len(c.pending) > 0; mid != c.midRequest.Load() {
 			c.midRequest.Store(mid)
 		}
-		switch {
-		case gerr != nil:
-			c.err = gerr
-			if c.guard.Placeholder() {
-				// See Guard.Placeholder: the parser must see a byte it
-				// cannot skip, so that it asks for more and gets gerr.
-				p[good] = 'x'
-				good++
-			}
-			if good == 0 {
-				return 0, gerr
-			}
-			return good, nil
-		case good < n:
-			// A tunnel's first bytes: kept until the tunnel opens.
-			c.pending = append(c.pending[:0], p[good:n]...)
-			return good, nil
+		if gerr != nil || good < n {
+			return good, gerr
 		}
 	}
 	return n, err
+}
+
+// hand scans the n bytes at the start of p, read from the connection or
+// kept from an earlier read, and returns how many of them the parser gets:
+// those of one request at most (Guard.ScanRequest), so that the HTTP/1.1
+// server never holds the next request while it answers one. fasthttp
+// flushes its answers only when it has no further request bytes
+// buffered; with none, every answer has been written to the connection
+// before the next request's handler runs, which is what lets a handler
+// write interim (1xx) responses straight to the connection, in order. A
+// refusal is kept in c.err: the parser gets the bytes before it (and a
+// placeholder, see Guard.Placeholder), then the refusal.
+func (c *Conn) hand(p []byte, n int) (int, error) {
+	good, gerr := c.guard.ScanRequest(p[:n])
+	if gerr == nil {
+		return good, nil
+	}
+	c.err = gerr
+	if c.guard.Placeholder() {
+		// See Guard.Placeholder: the parser must see a byte it cannot
+		// skip, so that it asks for more and gets gerr.
+		p[good] = 'x'
+		good++
+	}
+	if good == 0 {
+		return 0, gerr
+	}
+	return good, nil
 }
 
 // Close closes the connection. One closed while the client may still be
