@@ -124,12 +124,17 @@
 // hop-by-hop ones are then removed (filterResponseHeader). A head whose
 // lines end in a bare LF is taken, and one framed two ways closes its
 // upstream connection after it (framing.go). Interim (1xx)
-// responses are forwarded on the hijacked connection as they arrive
-// (respondHijacked), as is a body of unknown length to an HTTP/1.0 client.
-// Toward h2 and h2c pools the same holds for an HTTP/1.1 client: its
-// round trip runs on a goroutine of its own, whose transport reports the
-// interim responses (got1xx), and the first one hands the exchange to
-// respondHijacked, which forwards them and then the answer (netAnswer).
+// responses are written to the client connection as they arrive, from the
+// handler (inPlace: the listener hands fasthttp one request at a time, so
+// its earlier answers are on the wire already), and the final answer then
+// goes out through fasthttp as any other, on a kept connection. Toward h2
+// and h2c pools the same holds for an HTTP/1.1 client: its round trip runs
+// on a goroutine of its own, whose transport reports the interim
+// responses (got1xx), which the handler forwards while it waits for the
+// answer (forwardNetInterim). On a connection that is not the listener's,
+// respondHijacked writes them and the answer on the hijacked connection,
+// which then closes, as it does a body of unknown length to an HTTP/1.0
+// client.
 //
 // Every stall is bounded. The listener bounds the request line and header
 // (ReadHeaderTimeout, from a connection's start or a head's first bytes),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
@@ -179,6 +180,20 @@ func (p *Proxy) forwardNet(ctx *fasthttp.RequestCtx, ex *exchange, trusted, ws b
 	}
 	go nu.roundTrip(rt, out)
 	if nu.wait(true) {
+		if lc := inPlace(ctx); lc != nil {
+			// Interim responses came first: they are forwarded as they
+			// come, and the answer goes on through fasthttp, which keeps
+			// the connection.
+			ex.respStarted = true
+			if err := ex.forwardNetInterim(lc); err != nil {
+				err = fmt.Errorf("%w: forwarding an interim response: %w", errClientGone, err)
+				ex.endNet()
+				ex.recordOutcome(nu.start, err)
+				return false, err
+			}
+			resp, err := nu.take()
+			return ex.netAnswer(ctx, resp, err)
+		}
 		// Interim responses came first: respondHijacked forwards them,
 		// once fasthttp has flushed the answers to earlier pipelined
 		// requests, and then the answer. The breaker's outcome is the
@@ -571,6 +586,22 @@ func (ex *exchange) awaitNetAnswer(ctx *fasthttp.RequestCtx) error {
 	resp, err := nu.take()
 	_, err = ex.netAnswer(ctx, resp, err)
 	return err
+}
+
+// forwardNetInterim writes to the client connection c the interim
+// responses of a request to an h2 or h2c pool as they come, until the
+// answer has come; the answer is then waited for under the route's header
+// timeout from the first of them, as awaitNetAnswer waits.
+func (ex *exchange) forwardNetInterim(c net.Conn) error {
+	nu := ex.net
+	nu.att.call.rearm()
+	for !ex.takeInterim() {
+		if err := ex.forwardInterim(c); err != nil {
+			return err
+		}
+		<-nu.wake
+	}
+	return ex.forwardInterim(c)
 }
 
 // keepForResume is how much of a streamed body the transport's reads

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/graygate/graygate/internal/listener"
 )
 
 // respondHijacked writes the rest of the response on the hijacked client
@@ -20,8 +22,10 @@ import (
 //     one (RFC 9110 section 15.2) and as soon as they arrive, while fasthttp
 //     only writes a response once the handler has returned: those an
 //     HTTP/1.1 upstream sends (finishHeader) and those an h2 or h2c
-//     upstream's transport reports (forwardNet). A hijack handler runs
-//     after fasthttp has flushed the answers to earlier pipelined
+//     upstream's transport reports (forwardNet), on a client connection
+//     that is not a listener's (see inPlace; on a listener's, the handler
+//     writes them itself and the connection is kept). A hijack handler
+//     runs after fasthttp has flushed the answers to earlier pipelined
 //     requests, so the order on the connection stays right;
 //   - a body of unknown length to an HTTP/1.0 client, which cannot read the
 //     chunked coding fasthttp would use: the body is delimited by closing
@@ -234,15 +238,35 @@ func (ex *exchange) readFinalHeader(ctx *fasthttp.RequestCtx) error {
 // writeInterim writes the interim responses read so far to the hijacked
 // client connection.
 func (ex *exchange) writeInterim() error {
-	if len(ex.interim) == 0 || ex.hijackedConn == nil {
+	if ex.hijackedConn == nil {
 		return nil
 	}
-	_, err := ex.hijackedConn.Write(ex.interim)
+	return ex.forwardInterim(ex.hijackedConn)
+}
+
+// forwardInterim writes the interim responses read so far to the client
+// connection c. A failure to write is the client's (writeErr).
+func (ex *exchange) forwardInterim(c net.Conn) error {
+	if len(ex.interim) == 0 {
+		return nil
+	}
+	_, err := c.Write(ex.interim)
 	ex.interim = ex.interim[:0]
 	if err != nil {
 		ex.writeErr = err
 	}
 	return err
+}
+
+// inPlace returns the client connection when interim responses may be
+// written to it from the handler, ahead of the answer fasthttp writes
+// once the handler returns: a listener Conn hands fasthttp one request
+// at a time, so every earlier answer has been written to it before this
+// request's handler began (see listener.Conn). On any other connection
+// it returns nil, and respondHijacked writes the response instead.
+func inPlace(ctx *fasthttp.RequestCtx) *listener.Conn {
+	lc, _ := ctx.Conn().(*listener.Conn)
+	return lc
 }
 
 // writeFailure writes to the hijacked connection c the gateway's answer to

@@ -418,8 +418,9 @@ var errBadRequestBody = errors.New("malformed request body")
 // decision's breaker: at once when the exchange is over with the header,
 // or, for a response whose body streams, when the body has ended, so that
 // an upstream that stalls or breaks off mid-body is a failure. A response
-// that began with an interim (1xx) one is not over either: its final
-// header and body are read by respondHijacked, and the outcome is theirs
+// whose interim (1xx) ones are written on a hijacked connection is not
+// over either: its final header and body are read by respondHijacked, and
+// the outcome is theirs
 // (a 5xx, a break-off or a stall is a failure), with the latency to the
 // final header (brkFrom). Only a request guarded by a breaker reads the
 // clock here.
@@ -1066,13 +1067,26 @@ func (ex *exchange) finishHeader(ctx *fasthttp.RequestCtx, conn net.Conn, br *bu
 			// (never to an HTTP/1.0 client).
 			ex.filterResponseHeader(out)
 			ex.interim = out.AppendBytes(ex.interim)
-			if !ex.hijacked {
+			switch lc := inPlace(ctx); {
+			case ex.hijacked:
+				if err := ex.writeInterim(); err != nil {
+					return err
+				}
+			case lc != nil:
+				// Forwarded at once, and the answer goes on through
+				// fasthttp, which keeps the connection.
+				if err := ex.forwardInterim(lc); err != nil {
+					return fmt.Errorf("%w: forwarding an interim response: %w", errClientGone, err)
+				}
+				// The final header is waited for under the full timeout
+				// from now, as after any interim response.
+				if err := conn.SetReadDeadline(time.Now().Add(ex.headerTimeout)); err != nil {
+					return err
+				}
+			default:
 				// The rest is read and written by respondHijacked, once
 				// fasthttp has flushed earlier pipelined answers.
 				return nil
-			}
-			if err := ex.writeInterim(); err != nil {
-				return err
 			}
 		}
 		if err := ex.readHeadFrom(out, br); err != nil {
