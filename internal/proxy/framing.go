@@ -347,7 +347,8 @@ func checkZeroStatus(head []byte) error {
 // second time (closeEmptyTrailerElements), so it is given the copy. One
 // fold is joined in the copy before fasthttp sees it: a Content-Length's.
 // fasthttp kept an empty continuation's space in the length and refused
-// it ("5\r\n \r\n"), where net/http trims it and reads 5; an HTTP/2
+// it ("5\r\n \r\n"), where net/http trims it and reads 5, also after a
+// name with whitespace before its colon ("Content-Length : 5"); an HTTP/2
 // client got the answer an HTTP/1.1 client got as a 502 (found by
 // TestH2AnswersAgreeWithHTTP1 on a wider set of answers). On one line,
 // the length's spaces are fasthttp's to trim.
@@ -362,8 +363,12 @@ func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) err
 			rt.raw = append(rt.raw, '\r', '\n')
 			continue
 		}
+		// The name may have whitespace before its colon, which a proxy
+		// removes from a response (RFC 9112 section 5.1), as fasthttp
+		// and net/http do ("Content-Length : 5" and an empty
+		// continuation: found by TestH2AnswersAgreeWithHTTP1, seed 211).
 		c := bytes.IndexByte(line, ':')
-		length = c == len("Content-Length") && eqFold(line[:c], "content-length")
+		length = c >= 0 && isContentLength(bytes.TrimRight(line[:c], " \t"))
 		rt.raw = append(append(rt.raw, line...), '\r', '\n')
 	}
 	copyBR := rt.reader()
@@ -379,6 +384,11 @@ func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) err
 	}
 	_, err = br.Discard(len(head))
 	return err
+}
+
+// isContentLength reports whether name is Content-Length, in any case.
+func isContentLength(name []byte) bool {
+	return len(name) == len("Content-Length") && eqFold(name, "content-length")
 }
 
 // framingConflict reports whether head, a response head as it came,

@@ -50,6 +50,7 @@ var answerBases = []string{
 	"HTTP/0.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
 	"HTTP/1.1 200 OK\r\n X-Fold: 1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
 	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n \r\nX-A: a\r\n\t b\r\n\r\nhello",
+	"HTTP/1.1 200 OK\r\nContent-Length : 5\r\n \r\nX-A: a\r\n\t b\r\n\r\nhello",
 	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: ,\n X-T,,X-U\r\nConnection: x-hop\r\n keep-alive\r\nX-Hop: 1\r\nX-A: a\r\n \r\n\r\n5\r\nhello\r\n0\r\nX-T : 1\r\nX-U: 2\r\n\r\n",
 }
 
