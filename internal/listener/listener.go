@@ -171,6 +171,12 @@ func newConn(c net.Conn, tc *net.TCPConn, config func() *Config, pre []byte, gat
 // load the request arrives meanwhile and the read finds it; an idle
 // connection loses nothing but the yield.
 //
+// Requests that arrive together (pipelined) are handed to the parser one
+// at a time: a Read stops where a request ends, and the next Read hands
+// over the rest (see hand). So the HTTP/1.1 server has written its answer
+// to one request before it sees the next, and a handler may write to the
+// connection (interim responses) in order.
+//
 // A plain TCP connection is read and written through rawio, a TLS one
 // through crypto/tls.
 //

@@ -263,7 +263,9 @@ func (ex *exchange) forwardInterim(c net.Conn) error {
 // once the handler returns: a listener Conn hands fasthttp one request
 // at a time, so every earlier answer has been written to it before this
 // request's handler began (see listener.Conn). On any other connection
-// it returns nil, and respondHijacked writes the response instead.
+// it returns nil, and respondHijacked writes the response instead. Unlike
+// clientConn it does not look under a *tls.Conn: the bytes must go through
+// the TLS connection that fasthttp writes to.
 func inPlace(ctx *fasthttp.RequestCtx) *listener.Conn {
 	lc, _ := ctx.Conn().(*listener.Conn)
 	return lc
