@@ -464,10 +464,19 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 		}
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	// A connection lives at most connLife, which outlasts the handover: a
+	// keep-alive one is used from its dial to the end. (The handshake's
+	// deadline used to stay on the connection, and a keep-alive HTTP/2
+	// connection older than 5 s failed its next read on a slow machine.)
+	const connLife = 60 * time.Second
 	dialProto := func(proto string) (net.Conn, error) {
 		c, err := dialer.Dial("tcp", addr)
-		if err != nil || !mode.tls() {
-			return c, err
+		if err != nil {
+			return nil, err
+		}
+		if !mode.tls() {
+			_ = c.SetDeadline(time.Now().Add(connLife))
+			return c, nil
 		}
 		tc := tls.Client(c, &tls.Config{RootCAs: ca.Pool, ServerName: "gw.test", NextProtos: []string{proto}})
 		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
@@ -475,6 +484,7 @@ func handover(t *testing.T, migrated bool, mode handoverMode) {
 			c.Close()
 			return nil, err
 		}
+		_ = tc.SetDeadline(time.Now().Add(connLife))
 		return tc, nil
 	}
 	dial := func() (net.Conn, error) { return dialProto("http/1.1") }
