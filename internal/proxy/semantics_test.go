@@ -1066,3 +1066,46 @@ func keptAfterInterim(t *testing.T, c net.Conn, br *bufio.Reader) {
 		t.Errorf("the next request on the connection: %d %q, want 200 \"/after\"", resp.StatusCode, body)
 	}
 }
+
+// TestInterimResponsesOverTLS: over the TLS listener too, a 103 reaches
+// an HTTP/1.1 client in order behind a pipelined request's answer, the
+// connection is kept, and the request pipelined behind is answered. The
+// handler writes the interim response through the listener's Conn, which
+// carries the TLS connection.
+func TestInterimResponsesOverTLS(t *testing.T) {
+	up := stallBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/hints" {
+				fmt.Fprint(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n")
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(req.URL.Path), req.URL.Path)
+		}
+	})
+	gw := newGatewayTLS(t)
+	_, addr := startProxyWith(t, Options{}, staticDecider{Group: "stable", Target: poolOf("stable", up)}, listener.Protocols{TLS: gw.conf})
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: gw.ca.Pool, ServerName: "gw.test", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprint(c, "GET /first HTTP/1.1\r\nHost: a\r\n\r\nGET /hints HTTP/1.1\r\nHost: a\r\n\r\nGET /third HTTP/1.1\r\nHost: a\r\n\r\n")
+	br := bufio.NewReader(c)
+	var got []string
+	for len(got) < 4 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		got = append(got, fmt.Sprintf("%d%s", resp.StatusCode, body))
+	}
+	if want := "[200/first 103 200/hints 200/third]"; fmt.Sprint(got) != want {
+		t.Errorf("answers %v, want %s", got, want)
+	}
+	keptAfterInterim(t, c, br)
+}
