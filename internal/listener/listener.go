@@ -394,13 +394,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if c.interrupted.Load() {
 			return 0, os.ErrDeadlineExceeded
 		}
-		n := copy(p, c.pending)
-		good, err := c.hand(p, n)
-		if c.err == nil {
-			c.pending = c.pending[good:]
-		}
-		c.midRequest.Store(c.guard.MidRequest() || len(c.pending) > 0)
-		return good, err
+		return c.hand(p, copy(p, c.pending), true)
 	}
 	answered := c.answered.Load()
 	if answered != 0 {
@@ -451,16 +445,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	n, err := c.read(p)
 	if n > 0 {
-		good, gerr := c.hand(p, n)
-		if c.err == nil && good < n {
-			// The next request, or a tunnel's first bytes: kept until the
-			// parser has answered this request, or the tunnel opens.
-			c.pending = append(c.pending[:0], p[good:n]...)
-		}
-		if mid := c.guard.MidRequest() || len(c.pending) > 0; mid != c.midRequest.Load() {
-			c.midRequest.Store(mid)
-		}
-		if gerr != nil || good < n {
+		if good, gerr := c.hand(p, n, false); gerr != nil || good < n {
 			return good, gerr
 		}
 	}
@@ -476,20 +461,30 @@ func (c *Conn) Read(p []byte) (int, error) {
 // before the next request's handler runs, which is what lets a handler
 // write interim (1xx) responses straight to the connection, in order. A
 // refusal is kept in c.err: the parser gets the bytes before it (and a
-// placeholder, see Guard.Placeholder), then the refusal.
-func (c *Conn) hand(p []byte, n int) (int, error) {
+// placeholder, see Guard.Placeholder), then the refusal. The bytes after
+// those the parser gets (the next request, or a tunnel's first bytes) are
+// kept in c.pending until the parser has answered this request, or the
+// tunnel opens; kept says the n bytes came from c.pending itself.
+func (c *Conn) hand(p []byte, n int, kept bool) (int, error) {
 	good, gerr := c.guard.ScanRequest(p[:n])
-	if gerr == nil {
-		return good, nil
+	switch {
+	case gerr != nil:
+		c.err = gerr
+		if c.guard.Placeholder() {
+			// See Guard.Placeholder: the parser must see a byte it
+			// cannot skip, so that it asks for more and gets gerr.
+			p[good] = 'x'
+			good++
+		}
+	case kept:
+		c.pending = c.pending[good:]
+	case good < n:
+		c.pending = append(c.pending[:0], p[good:n]...)
 	}
-	c.err = gerr
-	if c.guard.Placeholder() {
-		// See Guard.Placeholder: the parser must see a byte it cannot
-		// skip, so that it asks for more and gets gerr.
-		p[good] = 'x'
-		good++
+	if mid := c.guard.MidRequest() || len(c.pending) > 0; mid != c.midRequest.Load() {
+		c.midRequest.Store(mid)
 	}
-	if good == 0 {
+	if gerr != nil && good == 0 {
 		return 0, gerr
 	}
 	return good, nil
