@@ -527,3 +527,40 @@ func TestConnHandsOneRequestAtATime(t *testing.T) {
 		t.Fatalf("the fourth request: %v, want the Guard's 400", err)
 	}
 }
+
+// TestConnKeptTunnelBytes: a WebSocket handshake pipelined behind a
+// request, with its first frames in the same write, is handed over from
+// what the first read kept, and the frames only once the tunnel opens.
+func TestConnKeptTunnelBytes(t *testing.T) {
+	get := "GET /a HTTP/1.1\r\nHost: a\r\n\r\n"
+	ws := "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+	frames := "\x81\x05hello"
+	c, client := connPair(t, &Config{MaxHeaderBytes: 4096})
+	if _, err := io.WriteString(client, get+ws+frames); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4096)
+	var got []string
+	for _, want := range []string{get, ws} {
+		var part string
+		for len(part) < len(want) {
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Fatalf("after %q: %v", got, err)
+			}
+			part += string(buf[:n])
+		}
+		got = append(got, part)
+	}
+	if got[0] != get || got[1] != ws {
+		t.Fatalf("the reads handed over %q, want the request, then the handshake", got)
+	}
+	if n, err := c.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("before the tunnel opens: %q, %v; want io.EOF", buf[:n], err)
+	}
+	c.OpenTunnel()
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != frames {
+		t.Fatalf("the tunnel's first bytes: %q, %v; want %q", buf[:n], err, frames)
+	}
+}
