@@ -169,17 +169,21 @@ func ensureDir(dir string) error {
 	return nil
 }
 
-// dirUsed reports whether dir exists and holds anything: the lock file of
-// an earlier run, experiment data, a journal.
+// dirUsed reports whether dir holds what an earlier run of graygate leaves
+// there: the store's lock file, an unfinished checkpoint, or the experiment
+// data (usedMarks). Other files (a config file kept beside the data, with
+// data_dir: .) say nothing about the store, so they do not count.
 func dirUsed(dir string) bool {
-	f, err := os.Open(dir)
-	if err != nil {
-		return false
+	for _, name := range usedMarks {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
 	}
-	defer f.Close()
-	names, _ := f.Readdirnames(1)
-	return len(names) > 0
+	return false
 }
+
+// usedMarks are the names dirUsed looks for.
+var usedMarks = []string{lockName, journalName + tmpSuffix, "experiments"}
 
 // load reads the journal, or creates an empty one, and opens it for
 // appending. used says the directory held something before it was opened:

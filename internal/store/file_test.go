@@ -201,7 +201,8 @@ func TestLock(t *testing.T) {
 
 // TestMissingJournalWarns: a data dir that was used before (its lock file
 // and experiment data are there) but has lost its journal opens empty, and
-// says so as a warning; a new or empty dir opens quietly.
+// says so as a warning; a new or empty dir, or one holding only files that
+// are not the store's, opens quietly.
 func TestMissingJournalWarns(t *testing.T) {
 	open := func(dir string) string {
 		var logs bytes.Buffer
@@ -224,6 +225,23 @@ func TestMissingJournalWarns(t *testing.T) {
 	}
 	if out := open(filepath.Join(t.TempDir(), "new")); strings.Contains(out, "WARN") {
 		t.Errorf("a new dir: %s", out)
+	}
+	// data_dir: . beside the config file: files that are not the store's
+	// do not make a first start look like a lost journal.
+	beside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(beside, "graygate.yaml"), []byte("listen: :8080\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := open(beside); strings.Contains(out, "WARN") {
+		t.Errorf("a dir holding only a config file: %s", out)
+	}
+	// experiment data alone (the journal and lock deleted) still warns.
+	exp := t.TempDir()
+	if err := os.Mkdir(filepath.Join(exp, "experiments"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out := open(exp); !strings.Contains(out, "holds no journal") {
+		t.Errorf("a dir holding experiment data opened without a warning: %s", out)
 	}
 }
 
