@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -54,6 +56,22 @@ func upstream(name string) string {
 		w.Header().Set("Link", "</a.css>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
 		io.WriteString(w, name)
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "want a WebSocket upgrade", http.StatusBadRequest)
+			return
+		}
+		c, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		fmt.Fprintf(bw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+			base64.StdEncoding.EncodeToString(sum[:]))
+		bw.Flush()
+		io.Copy(c, bw) // the tunnel's bytes come back as they are
 	})
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
@@ -294,6 +312,66 @@ func tlsAbuser(ctx context.Context, id int, pool *x509.CertPool, t *tally) {
 			io.WriteString(c, request(r, "/ok"))
 			c.CloseWrite()
 			readPipelined(br, []string{"/ok"}, "tls abuse half-close", t)
+		}
+		c.Close()
+	}
+}
+
+// tunnel opens a WebSocket through graygate (over TLS when pool is not
+// nil) and sends bytes through it for up to 2 s, while the operator
+// changes rules and reloads: every byte must come back, in order.
+func tunnel(ctx context.Context, pool *x509.CertPool, id int, t *tally) {
+	r := mrand.New(mrand.NewPCG(*seed, uint64(3000+id)))
+	what, addr := "websocket", fmt.Sprintf("127.0.0.1:%d", dataPort)
+	if pool != nil {
+		what, addr = "tls websocket", fmt.Sprintf("127.0.0.1:%d", tlsPort)
+	}
+	for ctx.Err() == nil {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			t.fail(what + " dial: " + short(err))
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if pool != nil {
+			c = tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+		}
+		c.SetDeadline(time.Now().Add(8 * time.Second))
+		key := make([]byte, 16)
+		rand.Read(key)
+		fmt.Fprintf(c, "GET /svc/ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\nX-User-Id: %d\r\n\r\n",
+			base64.StdEncoding.EncodeToString(key), r.IntN(100000))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		switch {
+		case err != nil:
+			t.fail(what + " handshake: " + short(err))
+		case resp.StatusCode != http.StatusSwitchingProtocols:
+			t.fail(fmt.Sprintf("%s handshake: %d", what, resp.StatusCode))
+		default:
+			until := time.Now().Add(time.Duration(200+r.IntN(1800)) * time.Millisecond)
+			ok := true
+			for ok && time.Now().Before(until) && ctx.Err() == nil {
+				msg := make([]byte, 1+r.IntN(8000))
+				rand.Read(msg)
+				if _, err := c.Write(msg); err != nil {
+					t.fail(what + " write: " + short(err))
+					ok = false
+					break
+				}
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(br, got); err != nil {
+					t.fail(what + " read: " + short(err))
+					ok = false
+				} else if string(got) != string(msg) {
+					t.fail(what + ": the bytes came back changed")
+					ok = false
+				}
+				time.Sleep(time.Duration(r.IntN(50)) * time.Millisecond)
+			}
+			if ok {
+				t.add(what + " tunnel kept every byte")
+			}
 		}
 		c.Close()
 	}

@@ -236,6 +236,10 @@ func main() {
 	for i := range 6 {
 		wg.Go(func() { abuser(ctx, i, t) })
 	}
+	for i := range 2 {
+		wg.Go(func() { tunnel(ctx, nil, i, t) })
+		wg.Go(func() { tunnel(ctx, auth.pool, 10+i, t) })
+	}
 	for i := range 3 {
 		wg.Go(func() { tlsAbuser(ctx, i, auth.pool, t) })
 	}
