@@ -7,6 +7,8 @@
 #
 #   bench/soak.sh                 45 s, seed 1
 #   bench/soak.sh -d 2m -seed 7   any of the soak's flags
+#   bench/soak.sh -fleet          rules in a throwaway etcd, a second gateway,
+#                                 and etcd killed and hung now and then
 #
 # It builds the profiling build (bench/run.sh's overlay, for the goroutine
 # count) and the soak into a temporary directory, and exits as the soak

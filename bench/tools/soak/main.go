@@ -11,6 +11,10 @@
 //
 //	bench/soak.sh -d 45s -seed 9
 //
+// With -fleet it also starts etcd and a second gateway on the same rules
+// (fleet.go): every change must reach the second gateway too, and etcd is
+// killed and hung now and then while both keep serving.
+//
 // It exits 1, printing the failures, when any check fails.
 package main
 
@@ -19,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -33,13 +38,14 @@ import (
 )
 
 var (
-	bin  = flag.String("bin", "", "the profiling build of graygate (required)")
-	dur  = flag.Duration("d", 45*time.Second, "how long the clients run")
-	seed = flag.Uint64("seed", 1, "seed of every client's choices")
+	bin   = flag.String("bin", "", "the profiling build of graygate (required)")
+	dur   = flag.Duration("d", 45*time.Second, "how long the clients run")
+	seed  = flag.Uint64("seed", 1, "seed of every client's choices")
+	fleet = flag.Bool("fleet", false, "share the rules through etcd (the etcd binary on PATH) with a second gateway")
 )
 
-// ports of this run, all on 127.0.0.1.
-var dataPort, tlsPort, admPort, pprofPort int
+// ports of the main gateway, all on 127.0.0.1, for the clients.
+var dataPort, tlsPort, admPort int
 
 // token is the admin token the soak starts graygate with.
 const token = "soak-token"
@@ -59,17 +65,21 @@ func (t *tally) add(k string) { t.mu.Lock(); t.m[k]++; t.mu.Unlock() }
 func (t *tally) fail(k string) { t.mu.Lock(); t.m[k]++; t.failed[k] = true; t.mu.Unlock() }
 
 // freePorts picks n ports free on 127.0.0.1, holding them all until the
-// last is picked so that no two are the same. Another process can still
-// take one before graygate binds it; start then fails and is tried again.
+// last is picked so that no two are the same. They come from below the
+// kernel's ephemeral range (32768 up), so that no listener on port 0 of
+// another process (a test run beside the soak) takes one in the moment
+// between the pick and graygate's bind, or while etcd is away; start tries
+// again with other ports if one was taken all the same.
 func freePorts(n int) []int {
 	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(ports) < n {
+		p := 20000 + mrand.IntN(12000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			panic(err)
+			continue
 		}
 		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports
 }
@@ -93,16 +103,27 @@ func get(url string) string {
 	return string(b)
 }
 
-// snapshot reads graygate's goroutine count (pprof), its open fds (/proc)
-// and its in-flight gauges (/metrics).
-func snapshot(pid int) (goroutines, fds int, gauges string) {
-	g := get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", pprofPort))
-	if m := regexp.MustCompile(`goroutine profile: total (\d+)`).FindStringSubmatch(g); m != nil {
+// gateway is one graygate serve process.
+type gateway struct {
+	name                    string
+	data, tls, admin, pprof int
+	dir, cfgPath, logPath   string
+	cfg                     string
+	cmd                     *exec.Cmd
+	exited                  chan struct{}
+	goroutines0, fds0       int
+}
+
+// snapshot reads the gateway's goroutine count (pprof), its open fds
+// (/proc) and its in-flight gauges (/metrics).
+func (g *gateway) snapshot() (goroutines, fds int, gauges string) {
+	p := get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", g.pprof))
+	if m := regexp.MustCompile(`goroutine profile: total (\d+)`).FindStringSubmatch(p); m != nil {
 		goroutines, _ = strconv.Atoi(m[1])
 	}
-	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", g.cmd.Process.Pid))
 	var keep []string
-	for _, l := range strings.Split(get(fmt.Sprintf("http://127.0.0.1:%d/metrics", admPort)), "\n") {
+	for _, l := range strings.Split(get(fmt.Sprintf("http://127.0.0.1:%d/metrics", g.admin)), "\n") {
 		if !strings.HasPrefix(l, "#") && (strings.Contains(l, "in_flight") || strings.Contains(l, "client_connections")) {
 			keep = append(keep, l)
 		}
@@ -110,12 +131,20 @@ func snapshot(pid int) (goroutines, fds int, gauges string) {
 	return goroutines, len(ents), strings.Join(keep, "\n")
 }
 
-const configTemplate = `listen: "127.0.0.1:%d"
-tls_listen: "127.0.0.1:%d"
-tls: {certificates: [{cert_file: %s, key_file: %s}]}
-admin_listen: "127.0.0.1:%d"
-data_dir: %s
-h2c: true
+// config is a gateway's config file: the gray rule g1 over /svc/, short
+// timeouts, the access log on, the breaker off (the soak's slow paths
+// would open it, and the operator checks where requests go).
+func (g *gateway) config(stable, gray, storeURL string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\nadmin_listen: \"127.0.0.1:%d\"\ndata_dir: %s\n", g.data, g.admin, filepath.Join(g.dir, "data"))
+	if g.tls != 0 {
+		fmt.Fprintf(&b, "tls_listen: \"127.0.0.1:%d\"\ntls: {certificates: [{cert_file: %s, key_file: %s}]}\n",
+			g.tls, filepath.Join(g.dir, "leaf.pem"), filepath.Join(g.dir, "leaf.key"))
+	}
+	if storeURL != "" {
+		fmt.Fprintf(&b, "store: {url: %q}\n", storeURL)
+	}
+	fmt.Fprintf(&b, `h2c: true
 default_upstream: stable
 breaker: {enabled: false}
 access_log: {enabled: true, path: %s}
@@ -133,42 +162,92 @@ upstreams:
   gray: {instances: [{addr: "%s"}]}
 rules:
   - {key: g1, type: gray, gray_percent: 30, conditions: {path_prefix: ["/svc/"]}, targets: {gray: gray, stable: stable}}
-`
+`, filepath.Join(g.dir, "access.log"), stable, gray)
+	return b.String()
+}
 
-// start writes the config and starts graygate on it, and waits until it
-// routes a request and its admin API answers; nil when it exits first or
-// does not within 10 s. exited is closed when the process ends.
-func start(cfgPath, cfg, logPath string) (cmd *exec.Cmd, exited chan struct{}) {
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+// start picks the gateway's ports, writes its config and starts it, and
+// waits until it routes a request and its admin API and pprof answer;
+// false when it exits first or does not within 10 s. It tries three
+// times (a port taken by another process between the pick and the bind).
+func (g *gateway) start(withTLS bool, stable, gray, storeURL string) bool {
+	for attempt := 1; attempt <= 3; attempt++ {
+		ports := freePorts(4)
+		g.data, g.tls, g.admin, g.pprof = ports[0], 0, ports[2], ports[3]
+		if withTLS {
+			g.tls = ports[1]
+		}
+		g.cfg = g.config(stable, gray, storeURL)
+		if g.startOnce() {
+			time.Sleep(500 * time.Millisecond)
+			var m string
+			g.goroutines0, g.fds0, m = g.snapshot()
+			fmt.Printf("%s before: %d goroutines, %d fds\n%s\n", g.name, g.goroutines0, g.fds0, m)
+			return true
+		}
+		b, _ := os.ReadFile(g.logPath)
+		fmt.Fprintf(os.Stderr, "soak: %s did not start (attempt %d); its log:\n%s\n", g.name, attempt, b)
+	}
+	return false
+}
+
+func (g *gateway) startOnce() bool {
+	g.cfgPath, g.logPath = filepath.Join(g.dir, "graygate.yaml"), filepath.Join(g.dir, "graygate.log")
+	if err := os.WriteFile(g.cfgPath, []byte(g.cfg), 0o644); err != nil {
 		panic(err)
 	}
-	logf, err := os.Create(logPath)
+	logf, err := os.Create(g.logPath)
 	if err != nil {
 		panic(err)
 	}
-	cmd = exec.Command(*bin, "serve", "--config", cfgPath)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("GRAYGATE_BENCH_PPROF=127.0.0.1:%d", pprofPort), "GRAYGATE_ADMIN_TOKEN="+token)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	g.cmd = exec.Command(*bin, "serve", "--config", g.cfgPath)
+	g.cmd.Env = append(os.Environ(), fmt.Sprintf("GRAYGATE_BENCH_PPROF=127.0.0.1:%d", g.pprof), "GRAYGATE_ADMIN_TOKEN="+token)
+	g.cmd.Stdout, g.cmd.Stderr = logf, logf
+	if err := g.cmd.Start(); err != nil {
 		panic(err)
 	}
-	exited = make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	exited := make(chan struct{})
+	g.exited = exited
+	go func() { g.cmd.Wait(); logf.Close(); close(exited) }()
 	for range 100 {
 		select {
 		case <-exited:
-			return nil, nil
+			return false
 		case <-time.After(100 * time.Millisecond):
 		}
-		got := get(fmt.Sprintf("http://127.0.0.1:%d/svc/ok", dataPort))
-		if (got == "stable" || got == "gray") && !strings.HasPrefix(get(fmt.Sprintf("http://127.0.0.1:%d/healthz", admPort)), "ERR") &&
-			!strings.HasPrefix(get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", pprofPort)), "ERR") {
-			return cmd, exited
+		got := get(fmt.Sprintf("http://127.0.0.1:%d/svc/ok", g.data))
+		if (got == "stable" || got == "gray") && !strings.HasPrefix(get(fmt.Sprintf("http://127.0.0.1:%d/healthz", g.admin)), "ERR") &&
+			!strings.HasPrefix(get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", g.pprof)), "ERR") {
+			return true
 		}
 	}
-	cmd.Process.Kill()
+	g.cmd.Process.Kill()
 	<-exited
-	return nil, nil
+	return false
+}
+
+// settled waits up to 30 s for the gateway's goroutines and fds to come
+// back to where they were before the soak; false (with a goroutine dump)
+// when they do not, or when it has exited.
+func (g *gateway) settled() bool {
+	for i := range 30 {
+		select {
+		case <-g.exited:
+			fmt.Printf("%s exited during the soak\n", g.name)
+			return false
+		case <-time.After(time.Second):
+		}
+		n, f, m := g.snapshot()
+		if n <= g.goroutines0+2 && f <= g.fds0+2 {
+			fmt.Printf("%s after %d s: %d goroutines, %d fds\n%s\n", g.name, i+1, n, f, m)
+			return true
+		}
+		if i == 29 {
+			fmt.Printf("%s after 30 s: %d goroutines, %d fds (before: %d, %d)\n%s\n", g.name, n, f, g.goroutines0, g.fds0, m)
+			fmt.Println(get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", g.pprof)))
+		}
+	}
+	return false
 }
 
 func main() {
@@ -177,49 +256,59 @@ func main() {
 		fmt.Fprintln(os.Stderr, "soak: -bin is required (bench/soak.sh builds it)")
 		os.Exit(2)
 	}
+	os.Exit(run())
+}
+
+func run() int {
 	stable, gray := upstream("stable"), upstream("gray")
 	dir, err := os.MkdirTemp("", "graygate-soak")
 	if err != nil {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	auth := newCA()
-	auth.leaf(dir, 100)
-	cfgPath := filepath.Join(dir, "graygate.yaml")
-	logPath := filepath.Join(dir, "graygate.log")
-	var cfg string
-	var cmd *exec.Cmd
-	var exited chan struct{}
-	for attempt := 1; ; attempt++ {
-		ports := freePorts(4)
-		dataPort, tlsPort, admPort, pprofPort = ports[0], ports[1], ports[2], ports[3]
-		cfg = fmt.Sprintf(configTemplate, dataPort, tlsPort, filepath.Join(dir, "leaf.pem"), filepath.Join(dir, "leaf.key"),
-			admPort, filepath.Join(dir, "data"), filepath.Join(dir, "access.log"), stable, gray)
-		if cmd, exited = start(cfgPath, cfg, logPath); cmd != nil {
-			break
+	storeURL := ""
+	var store *etcd
+	if *fleet {
+		if store = startEtcd(filepath.Join(dir, "etcd")); store == nil {
+			return 1
 		}
-		b, _ := os.ReadFile(logPath)
-		fmt.Fprintf(os.Stderr, "soak: graygate did not start (attempt %d); its log:\n%s\n", attempt, b)
-		if attempt == 3 {
-			os.Exit(1)
-		}
+		defer store.stop()
+		storeURL = store.url()
 	}
-	defer cmd.Process.Kill()
-	time.Sleep(500 * time.Millisecond)
-	g0, f0, m0 := snapshot(cmd.Process.Pid)
-	fmt.Printf("before: %d goroutines, %d fds\n%s\n", g0, f0, m0)
+	a := &gateway{name: "graygate", dir: filepath.Join(dir, "a")}
+	os.MkdirAll(a.dir, 0o755)
+	auth := newCA()
+	auth.leaf(a.dir, 100)
+	if !a.start(true, stable, gray, storeURL) {
+		return 1
+	}
+	defer a.cmd.Process.Kill()
+	dataPort, tlsPort, admPort = a.data, a.tls, a.admin
+	gateways := []*gateway{a}
+	var b *gateway
+	if *fleet {
+		b = &gateway{name: "graygate-b", dir: filepath.Join(dir, "b")}
+		os.MkdirAll(b.dir, 0o755)
+		if !b.start(false, stable, gray, storeURL) {
+			return 1
+		}
+		defer b.cmd.Process.Kill()
+		gateways = append(gateways, b)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), *dur)
 	defer cancel()
-	// If graygate dies, the clients stop at once: its ports are free for
+	// If a gateway dies, the clients stop at once: its ports are free for
 	// any other process to take, and nothing should be sent there.
-	go func() {
-		select {
-		case <-exited:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	for _, g := range gateways {
+		go func() {
+			select {
+			case <-g.exited:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	t := newTally()
 	cl := newClients(auth.pool)
 	var wg sync.WaitGroup
@@ -243,8 +332,14 @@ func main() {
 	for i := range 3 {
 		wg.Go(func() { tlsAbuser(ctx, i, auth.pool, t) })
 	}
-	wg.Go(func() { operator(ctx, cmd.Process.Pid, cfgPath, cfg, t) })
-	wg.Go(func() { rotator(ctx, auth, dir, t) })
+	if b != nil {
+		for i := range 4 {
+			wg.Go(func() { good(ctx, cl.h1, "b h1", fmt.Sprintf("http://127.0.0.1:%d", b.data), 400+i, t) })
+		}
+		wg.Go(func() { store.chaos(ctx, t) })
+	}
+	wg.Go(func() { operator(ctx, a, b, store, t) })
+	wg.Go(func() { rotator(ctx, auth, a.dir, t) })
 	wg.Wait()
 	cl.closeIdle()
 
@@ -261,38 +356,21 @@ func main() {
 		}
 		fmt.Printf("  %6d %s%s\n", t.m[k], k, mark)
 	}
-	leaked := true
-wait:
-	for i := range 30 {
-		select {
-		case <-exited:
-			break wait
-		case <-time.After(time.Second):
+	failed := len(t.failed) > 0
+	for _, g := range gateways {
+		if !g.settled() {
+			failed = true
 		}
-		g, f, m := snapshot(cmd.Process.Pid)
-		if g <= g0+2 && f <= f0+2 {
-			fmt.Printf("after %d s: %d goroutines, %d fds\n%s\n", i+1, g, f, m)
-			leaked = false
-			break
-		}
-		if i == 29 {
-			fmt.Printf("after 30 s: %d goroutines, %d fds (before: %d, %d)\n%s\n", g, f, g0, f0, m)
-			fmt.Println(get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", pprofPort)))
-		}
-	}
-	failed := len(t.failed) > 0 || leaked
-	select {
-	case <-exited:
-		fmt.Println("graygate exited during the soak")
-		failed = true
-	default:
 	}
 	if failed {
-		kept := filepath.Join(os.TempDir(), "graygate-soak.log")
-		b, _ := os.ReadFile(logPath)
-		os.WriteFile(kept, b, 0o644)
-		fmt.Println("FAILED; graygate's log is at", kept)
-		os.Exit(1)
+		for _, g := range gateways {
+			kept := filepath.Join(os.TempDir(), g.name+"-soak.log")
+			b, _ := os.ReadFile(g.logPath)
+			os.WriteFile(kept, b, 0o644)
+			fmt.Printf("FAILED; %s's log is at %s\n", g.name, kept)
+		}
+		return 1
 	}
 	fmt.Println("PASS")
+	return 0
 }

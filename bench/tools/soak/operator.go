@@ -29,9 +29,13 @@ import (
 // another read_timeout. After each change to 0 or 100 percent, and after
 // each rollback, the very next request (over HTTP/1.1 and over h2c) must
 // go where the change says.
-func operator(ctx context.Context, pid int, cfgPath, cfg string, t *tally) {
+//
+// With a second gateway b (-fleet), each such change must also reach b
+// within 3 s. A write refused while etcd is in trouble (store.troubled)
+// is expected: it is 503 and changes nothing.
+func operator(ctx context.Context, a, b *gateway, store *etcd, t *tally) {
 	r := mrand.New(mrand.NewPCG(*seed, 7777))
-	admin := fmt.Sprintf("http://127.0.0.1:%d", admPort)
+	admin := fmt.Sprintf("http://127.0.0.1:%d", a.admin)
 	cl := newClients(nil)
 	defer cl.closeIdle()
 	call := func(method, path, body string) (int, string) {
@@ -49,11 +53,14 @@ func operator(ctx context.Context, pid int, cfgPath, cfg string, t *tally) {
 		return resp.StatusCode, string(b)
 	}
 	obeys := func(want, change string) {
+		if b != nil {
+			defer reaches(b, want, change, t)
+		}
 		for _, c := range []struct {
 			name string
 			cl   *http.Client
 		}{{"h1", cl.h1}, {"h2c", cl.h2c}} {
-			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/svc/ok", dataPort), nil)
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/svc/ok", a.data), nil)
 			req.Header.Set("X-User-Id", strconv.Itoa(r.IntN(100000)))
 			resp, err := c.cl.Do(req)
 			if err != nil {
@@ -75,7 +82,11 @@ func operator(ctx context.Context, pid int, cfgPath, cfg string, t *tally) {
 			pct := []int{0, 100, 30}[r.IntN(3)]
 			rule := fmt.Sprintf(`{"key":"g1","type":"gray","gray_percent":%d,"conditions":{"path_prefix":["/svc/"]},"targets":{"gray":"gray","stable":"stable"}}`, pct)
 			if st, body := call("PUT", "/api/v1/rules/g1", rule); st != http.StatusOK && st != http.StatusCreated {
-				t.fail(fmt.Sprintf("operator: PUT answered %d: %.80s", st, body))
+				if st == http.StatusServiceUnavailable && store.troubled() {
+					t.add("operator: a PUT refused with 503 while etcd was in trouble")
+				} else {
+					t.fail(fmt.Sprintf("operator: PUT answered %d: %.80s", st, body))
+				}
 				continue
 			}
 			switch pct {
@@ -88,21 +99,33 @@ func operator(ctx context.Context, pid int, cfgPath, cfg string, t *tally) {
 			}
 		case k < 8:
 			if st, body := call("POST", "/api/v1/rollback", ""); st != http.StatusOK {
-				t.fail(fmt.Sprintf("operator: rollback answered %d: %.80s", st, body))
+				if st == http.StatusServiceUnavailable && store.troubled() {
+					t.add("operator: a rollback refused with 503 while etcd was in trouble")
+				} else {
+					t.fail(fmt.Sprintf("operator: rollback answered %d: %.80s", st, body))
+				}
 				continue
 			}
 			obeys("stable", "a rollback")
 			time.Sleep(time.Duration(r.IntN(30)) * time.Millisecond)
-			if st, body := call("POST", "/api/v1/resume", ""); st != http.StatusOK {
-				t.fail(fmt.Sprintf("operator: resume answered %d: %.80s", st, body))
+			for try := 0; ; try++ {
+				st, body := call("POST", "/api/v1/resume", "")
+				if st == http.StatusOK {
+					break
+				}
+				if st != http.StatusServiceUnavailable || !store.troubled() || try == 100 {
+					t.fail(fmt.Sprintf("operator: resume answered %d: %.80s", st, body))
+					break
+				}
+				time.Sleep(100 * time.Millisecond) // etcd is in trouble: a rollback must not stay on
 			}
 		case k < 9:
-			syscall.Kill(pid, syscall.SIGHUP)
+			syscall.Kill(a.cmd.Process.Pid, syscall.SIGHUP)
 			t.add("operator: SIGHUP")
 		default:
-			next := strings.Replace(cfg, "read_timeout: 1s", fmt.Sprintf("read_timeout: %dms", 900+r.IntN(200)), 1)
-			os.WriteFile(cfgPath+".new", []byte(next), 0o644)
-			os.Rename(cfgPath+".new", cfgPath)
+			next := strings.Replace(a.cfg, "read_timeout: 1s", fmt.Sprintf("read_timeout: %dms", 900+r.IntN(200)), 1)
+			os.WriteFile(a.cfgPath+".new", []byte(next), 0o644)
+			os.Rename(a.cfgPath+".new", a.cfgPath)
 			t.add("operator: config rewritten")
 		}
 		time.Sleep(time.Duration(20+r.IntN(80)) * time.Millisecond)
