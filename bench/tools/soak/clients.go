@@ -166,6 +166,19 @@ func good(ctx context.Context, c *http.Client, proto, base string, id int, t *ta
 	}
 }
 
+// dial connects a raw client to port, with a deadline 5 s away; nil (the
+// failure counted, after a 10 ms pause) when it cannot.
+func dial(port int, what string, t *tally) net.Conn {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+	if err != nil {
+		t.fail(what + " dial: " + short(err))
+		time.Sleep(10 * time.Millisecond)
+		return nil
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	return c
+}
+
 var abuses = []string{"partial-head", "close-before-read", "pipeline", "pipeline-mixed", "slow-chunked-reset", "half-close", "idle", "garbage", "big-upload-abort"}
 
 // request is a GET of a /svc path in raw HTTP/1.1.
@@ -201,13 +214,10 @@ func abuser(ctx context.Context, id int, t *tally) {
 	r := mrand.New(mrand.NewPCG(*seed, uint64(1000+id)))
 	for ctx.Err() == nil {
 		a := abuses[r.IntN(len(abuses))]
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", dataPort), time.Second)
-		if err != nil {
-			t.fail("abuse dial: " + short(err))
-			time.Sleep(10 * time.Millisecond)
+		c := dial(dataPort, "abuse", t)
+		if c == nil {
 			continue
 		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
 		br := bufio.NewReader(c)
 		switch a {
 		case "partial-head":
@@ -263,13 +273,10 @@ func tlsAbuser(ctx context.Context, id int, pool *x509.CertPool, t *tally) {
 	r := mrand.New(mrand.NewPCG(*seed, uint64(2000+id)))
 	for ctx.Err() == nil {
 		a := tlsAbuses[r.IntN(len(tlsAbuses))]
-		raw, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", tlsPort), time.Second)
-		if err != nil {
-			t.fail("tls abuse dial: " + short(err))
-			time.Sleep(10 * time.Millisecond)
+		raw := dial(tlsPort, "tls abuse", t)
+		if raw == nil {
 			continue
 		}
-		raw.SetDeadline(time.Now().Add(5 * time.Second))
 		switch a {
 		case "partial-hello":
 			raw.Write([]byte{0x16, 0x03, 0x01, 0x01, 0x00, 0x01})
@@ -322,15 +329,13 @@ func tlsAbuser(ctx context.Context, id int, pool *x509.CertPool, t *tally) {
 // changes rules and reloads: every byte must come back, in order.
 func tunnel(ctx context.Context, pool *x509.CertPool, id int, t *tally) {
 	r := mrand.New(mrand.NewPCG(*seed, uint64(3000+id)))
-	what, addr := "websocket", fmt.Sprintf("127.0.0.1:%d", dataPort)
+	what, port := "websocket", dataPort
 	if pool != nil {
-		what, addr = "tls websocket", fmt.Sprintf("127.0.0.1:%d", tlsPort)
+		what, port = "tls websocket", tlsPort
 	}
 	for ctx.Err() == nil {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			t.fail(what + " dial: " + short(err))
-			time.Sleep(10 * time.Millisecond)
+		c := dial(port, what, t)
+		if c == nil {
 			continue
 		}
 		if pool != nil {
