@@ -44,8 +44,8 @@ var (
 	fleet = flag.Bool("fleet", false, "share the rules through etcd (the etcd binary on PATH) with a second gateway")
 )
 
-// ports of the main gateway, all on 127.0.0.1, for the clients.
-var dataPort, tlsPort, admPort int
+// ports of the main gateway's listeners, on 127.0.0.1, for the clients.
+var dataPort, tlsPort int
 
 // token is the admin token the soak starts graygate with.
 const token = "soak-token"
@@ -283,7 +283,7 @@ func run() int {
 		return 1
 	}
 	defer a.cmd.Process.Kill()
-	dataPort, tlsPort, admPort = a.data, a.tls, a.admin
+	dataPort, tlsPort = a.data, a.tls
 	gateways := []*gateway{a}
 	var b *gateway
 	if *fleet {

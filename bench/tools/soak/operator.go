@@ -48,9 +48,9 @@ func operator(ctx context.Context, a, b *gateway, store *etcd, t *tally) {
 		if err != nil {
 			return 0, err.Error()
 		}
-		b, _ := io.ReadAll(resp.Body)
+		got, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return resp.StatusCode, string(b)
+		return resp.StatusCode, string(got)
 	}
 	obeys := func(want, change string) {
 		if b != nil {
@@ -67,10 +67,10 @@ func operator(ctx context.Context, a, b *gateway, store *etcd, t *tally) {
 				t.fail(fmt.Sprintf("operator: the request after %s over %s: %s", change, c.name, short(err)))
 				continue
 			}
-			b, _ := io.ReadAll(resp.Body)
+			got, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if string(b) != want {
-				t.fail(fmt.Sprintf("operator: the request after %s over %s went to %q (status %d), not %s", change, c.name, b, resp.StatusCode, want))
+			if string(got) != want {
+				t.fail(fmt.Sprintf("operator: the request after %s over %s went to %q (status %d), not %s", change, c.name, got, resp.StatusCode, want))
 				continue
 			}
 			t.add("operator: the request after " + change + " obeyed it")
