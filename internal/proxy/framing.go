@@ -368,7 +368,7 @@ func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) err
 		// and net/http do ("Content-Length : 5" and an empty
 		// continuation: found by TestH2AnswersAgreeWithHTTP1, seed 211).
 		c := bytes.IndexByte(line, ':')
-		length = c >= 0 && isContentLength(bytes.TrimRight(line[:c], " \t"))
+		length = c >= 0 && eqFold(bytes.TrimRight(line[:c], " \t"), "content-length")
 		rt.raw = append(append(rt.raw, line...), '\r', '\n')
 	}
 	copyBR := rt.reader()
@@ -384,11 +384,6 @@ func readBareLF(out *fasthttp.ResponseHeader, br *bufio.Reader, head []byte) err
 	}
 	_, err = br.Discard(len(head))
 	return err
-}
-
-// isContentLength reports whether name is Content-Length, in any case.
-func isContentLength(name []byte) bool {
-	return len(name) == len("Content-Length") && eqFold(name, "content-length")
 }
 
 // framingConflict reports whether head, a response head as it came,
