@@ -507,16 +507,6 @@ func TestH1ClientInterimFromH2Pool(t *testing.T) {
 			}
 		}
 	}
-	// kept checks that the connection serves one more request after the
-	// answers (before, an answer that followed interim responses closed
-	// it: they were written on the hijacked connection).
-	kept := func(t *testing.T, c net.Conn, br *bufio.Reader) {
-		t.Helper()
-		fmt.Fprint(c, "GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
-		if resp, body := read(t, br); resp.StatusCode != 200 || body != "ok" {
-			t.Errorf("the next request on the connection: %d %q, want 200 \"ok\"", resp.StatusCode, body)
-		}
-	}
 	drain := func() {
 		for len(release) > 0 {
 			<-release
@@ -532,7 +522,7 @@ func TestH1ClientInterimFromH2Pool(t *testing.T) {
 		if fmt.Sprint(got) != "[103 102 200]" || body != "ok" {
 			t.Errorf("answers %v, final body %q; want [103 102 200] in that order, \"ok\"", got, body)
 		}
-		kept(t, c, br)
+		keptAfterInterim(t, c, br, "ok")
 		if resp.Header.Get("Link") != "" || resp.Header.Get("X-Gray-Group") != "g" || resp.Header.Get("X-Request-Id") == "" {
 			t.Errorf("final answer with Link %q, X-Gray-Group %q, X-Request-Id %q; want no Link and the gateway's fields",
 				resp.Header.Get("Link"), resp.Header.Get("X-Gray-Group"), resp.Header.Get("X-Request-Id"))
@@ -553,7 +543,7 @@ func TestH1ClientInterimFromH2Pool(t *testing.T) {
 		if third, body := read(t, br); third.StatusCode != 200 || body != "ok" {
 			t.Errorf("the request pipelined behind: %d %q, want 200 \"ok\"", third.StatusCode, body)
 		}
-		kept(t, c, br)
+		keptAfterInterim(t, c, br, "ok")
 	})
 	t.Run("the upstream fails after them", func(t *testing.T) {
 		for _, tt := range []struct {
@@ -569,7 +559,7 @@ func TestH1ClientInterimFromH2Pool(t *testing.T) {
 				fmt.Fprint(c, "GET "+tt.path+" HTTP/1.1\r\nHost: a\r\n\r\n")
 				br := bufio.NewReader(c)
 				got, resp, body := answers(t, br)
-				kept(t, c, br)
+				keptAfterInterim(t, c, br, "ok")
 				id := resp.Header.Get("X-Request-Id")
 				if len(got) != tt.want+1 || resp.StatusCode != http.StatusBadGateway || id == "" || !strings.Contains(body, id) || resp.Header.Get("X-Gray-Group") != "g" {
 					t.Errorf("%s: %d interim responses, then %d with X-Request-Id %q, body %q; want %d, then the gateway's 502 with its request id",

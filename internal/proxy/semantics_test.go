@@ -89,7 +89,7 @@ func TestInterimResponses(t *testing.T) {
 		if resp.StatusCode != 200 || string(body) != "/hints" || resp.Header.Get("X-Gray-Group") != "stable" || resp.Close {
 			t.Errorf("final: %d %q group %q close %v; want 200 on a kept connection", resp.StatusCode, body, resp.Header.Get("X-Gray-Group"), resp.Close)
 		}
-		keptAfterInterim(t, c, br)
+		keptAfterInterim(t, c, br, "/after")
 	})
 	t.Run("behind pipelined requests", func(t *testing.T) {
 		c := dialRaw(t, addr)
@@ -120,7 +120,7 @@ func TestInterimResponses(t *testing.T) {
 		if fmt.Sprint(got) != "[200 103 102 200 200]" || string(body) != "/third" {
 			t.Errorf("answers %v, the last with %q; want [200 103 102 200 200] in that order, the last /third's", got, body)
 		}
-		keptAfterInterim(t, c, br)
+		keptAfterInterim(t, c, br, "/after")
 	})
 	t.Run("the upstream fails after it", func(t *testing.T) {
 		// No final status has gone out: the client gets the gateway's 502,
@@ -145,7 +145,7 @@ func TestInterimResponses(t *testing.T) {
 				t.Errorf("%s: answers %v, X-Request-Id %q, body %q, group %q; want [103 502] with the id in the body, group stable",
 					path, got, id, body, last.Header.Get("X-Gray-Group"))
 			}
-			keptAfterInterim(t, c, br)
+			keptAfterInterim(t, c, br, "/after")
 		}
 	})
 	t.Run("none to an HTTP/1.0 client", func(t *testing.T) {
@@ -1051,10 +1051,10 @@ func TestHTTPSUpstreamVersion(t *testing.T) {
 }
 
 // keptAfterInterim checks that the client connection c, whose answers up
-// to now br has read, serves one more request: an answer that followed
-// interim responses closed it, when they were written on the hijacked
-// connection.
-func keptAfterInterim(t *testing.T, c net.Conn, br *bufio.Reader) {
+// to now br has read, serves one more request, GET /after, with a 200
+// whose body is want: an answer that followed interim responses closed
+// it, when they were written on the hijacked connection.
+func keptAfterInterim(t *testing.T, c net.Conn, br *bufio.Reader, want string) {
 	t.Helper()
 	fmt.Fprint(c, "GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
 	resp, err := http.ReadResponse(br, nil)
@@ -1062,8 +1062,8 @@ func keptAfterInterim(t *testing.T, c net.Conn, br *bufio.Reader) {
 		t.Fatalf("the next request on the connection: %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || string(body) != "/after" {
-		t.Errorf("the next request on the connection: %d %q, want 200 \"/after\"", resp.StatusCode, body)
+	if resp.StatusCode != 200 || string(body) != want {
+		t.Errorf("the next request on the connection: %d %q, want 200 %q", resp.StatusCode, body, want)
 	}
 }
 
@@ -1107,5 +1107,5 @@ func TestInterimResponsesOverTLS(t *testing.T) {
 	if want := "[200/first 103 200/hints 200/third]"; fmt.Sprint(got) != want {
 		t.Errorf("answers %v, want %s", got, want)
 	}
-	keptAfterInterim(t, c, br)
+	keptAfterInterim(t, c, br, "/after")
 }
