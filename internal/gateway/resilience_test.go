@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // TestMain lets the test binary double as a tiny upstream process, so that
@@ -35,12 +38,13 @@ func TestMain(m *testing.M) {
 // upstreamProcess starts the test binary as an upstream named name.
 func upstreamProcess(t *testing.T, name string) (addr string, kill func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port below the ephemeral range: between the pick and the child's
+	// listen, no connection of a parallel test can be given it.
+	port, err := testport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr = ln.Addr().String()
-	ln.Close()
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "GRAYGATE_TEST_UPSTREAM="+addr, "GRAYGATE_TEST_UPSTREAM_NAME="+name)
 	if err := cmd.Start(); err != nil {

@@ -250,9 +250,7 @@ func TestMirrorSkipped(t *testing.T) {
 			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n0123456789")
 		}
 	})
-	deadLn := listenLoopback(t)
-	dead := deadLn.Addr().String()
-	deadLn.Close() // connections are refused
+	dead := testport.Refused(t) // connections are refused, until the test ends
 	tests := []struct {
 		name        string
 		target      string

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/graygate/graygate/internal/testport"
 )
 
 // backend is an httptest server whose health answer can be flipped; it
@@ -134,9 +136,7 @@ func TestActiveHealthRequest(t *testing.T) {
 }
 
 func TestActiveHealthUnreachable(t *testing.T) {
-	b := newBackend(t)
-	addr := addrOf(b.Server)
-	b.Close() // nothing listens there any more
+	addr := testport.Refused(t) // nothing listens there, and no other test's server will
 	h := NewHealth(HealthOptions{})
 	defer h.Close()
 	p := mustPool(t, "gone", []*Instance{{Addr: addr}}, PoolOptions{Health: h, Active: fastProbes})
