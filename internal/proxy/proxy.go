@@ -76,6 +76,13 @@ type Proxy struct {
 	hijacks hijackSet
 	closing atomic.Bool
 	conns   connSet
+	// lns are the listeners Serve and ServeWith serve, which Shutdown
+	// closes itself as well as through fasthttp: a Serve that had not yet
+	// handed its listener to fasthttp when Shutdown ran (fasthttp then
+	// has none to close, and returns at once) would accept for ever.
+	// lnMu orders a Serve against Shutdown's closing.
+	lnMu sync.Mutex
+	lns  []net.Listener
 	// draining is set by Drain, and by Shutdown: HTTP/1.1 answers close
 	// their connection, and HTTP/2 ones are followed by a GOAWAY.
 	draining atomic.Bool
@@ -242,7 +249,37 @@ func upstreamOptionsChanged(a, b *Options) bool {
 // restart without downtime, open ln with listener.Listen and reusePort set
 // (see the package doc).
 func (p *Proxy) Serve(ln net.Listener) error {
-	return p.server.Serve(listener.Wrap(ln, p.lcfg.Load, &p.gate, p.log))
+	return p.serveOn(ln, func() net.Listener { return listener.Wrap(ln, p.lcfg.Load, &p.gate, p.log) })
+}
+
+// serveOn hands the listener wrap makes of ln to fasthttp, unless Shutdown
+// has begun: then it closes ln and returns nil, as fasthttp's Serve does
+// after a Shutdown.
+func (p *Proxy) serveOn(ln net.Listener, wrap func() net.Listener) error {
+	p.lnMu.Lock()
+	if p.closing.Load() {
+		p.lnMu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	w := wrap()
+	p.lns = append(p.lns, w)
+	p.lnMu.Unlock()
+	return p.server.Serve(w)
+}
+
+// closeListeners marks the Proxy as closing and closes every listener
+// handed to Serve or ServeWith. A listener fasthttp has closed already
+// is closed again, to no effect.
+func (p *Proxy) closeListeners() {
+	p.lnMu.Lock()
+	p.closing.Store(true)
+	lns := p.lns
+	p.lns = nil
+	p.lnMu.Unlock()
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
 }
 
 // ServeWith is Serve for a listener that offers more than cleartext
@@ -258,7 +295,7 @@ func (p *Proxy) ServeWith(ln net.Listener, prot listener.Protocols) error {
 		prot.Logger = p.log
 	}
 	prot.Gate = &p.gate
-	return p.server.Serve(listener.Split(ln, p.lcfg.Load, prot))
+	return p.serveOn(ln, func() net.Listener { return listener.Split(ln, p.lcfg.Load, prot) })
 }
 
 // Drain tells the data plane that it is about to stop (the gateway's
@@ -288,12 +325,17 @@ func (p *Proxy) Drain() {
 // the access log and the degradation log. It returns ctx's error if
 // requests were still in flight at the deadline.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.closing.Store(true)
+	p.lnMu.Lock()
+	p.closing.Store(true) // a Serve from now on closes its listener and returns
+	p.lnMu.Unlock()
 	// Answers from now on close their connection, also on a connection a
 	// listener hands on late (awaitAccepted), when fasthttp's own
 	// shutdown flag may be over.
 	p.draining.Store(true)
 	err := p.server.ShutdownWithContext(ctx)
+	// fasthttp closed the listeners its Serve had taken; a Serve that was
+	// on its way there takes its own listener, closed now, and returns.
+	p.closeListeners()
 	if err != nil && ctx.Err() != nil {
 		// fasthttp gives up waiting but leaves the connections open, and
 		// serving: its stop flag is cleared again when it returns.
