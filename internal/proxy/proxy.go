@@ -268,12 +268,11 @@ func (p *Proxy) serveOn(ln net.Listener, wrap func() net.Listener) error {
 	return p.server.Serve(w)
 }
 
-// closeListeners marks the Proxy as closing and closes every listener
-// handed to Serve or ServeWith. A listener fasthttp has closed already
-// is closed again, to no effect.
+// closeListeners closes every listener handed to Serve or ServeWith. A
+// listener fasthttp has closed already is closed again, to no effect.
+// Shutdown has set closing before, so no Serve adds one after.
 func (p *Proxy) closeListeners() {
 	p.lnMu.Lock()
-	p.closing.Store(true)
 	lns := p.lns
 	p.lns = nil
 	p.lnMu.Unlock()
