@@ -264,8 +264,6 @@ func isAPIPath(p string) bool { return p == "/api" || strings.HasPrefix(p, "/api
 
 type principal struct{ name, role string }
 
-type ctxKey struct{}
-
 func (s *Server) handle(pattern, role string, h func(http.ResponseWriter, *http.Request, principal)) {
 	// Known when the route is added, not worked out per request.
 	namesRule, history := strings.Contains(pattern, "/rules/{key}"), strings.HasSuffix(pattern, "/history")

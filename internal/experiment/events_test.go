@@ -102,7 +102,7 @@ func TestPostEventsRedisHung(t *testing.T) {
 		}
 	}
 	resume := testproc.Freeze(t, pid)
-	post := func(from, to int) (EventsResult, error, time.Duration) {
+	post := func(from, to int) (EventsResult, time.Duration, error) {
 		var b strings.Builder
 		b.WriteString(`{"events":[`)
 		for i := from; i < to; i++ {
@@ -114,19 +114,19 @@ func TestPostEventsRedisHung(t *testing.T) {
 		b.WriteString("]}")
 		began := time.Now()
 		res, err := r.PostEvents(context.Background(), []byte(b.String()))
-		return res, err, time.Since(began)
+		return res, time.Since(began), err
 	}
 	// Three POSTs while the writer is stuck on Redis: each answered
 	// within the stall bound, not after the 2 s read timeouts.
 	for i, span := range [][2]int{{0, 10}, {10, 20}, {20, 30}} {
-		res, err, took := post(span[0], span[1])
+		res, took, err := post(span[0], span[1])
 		if err != nil || res.Accepted != 10 || took > 1500*time.Millisecond {
 			t.Fatalf("POST %d with Redis hung: %+v, %v after %v; want 10 accepted within 1.5 s", i+1, res, err, took)
 		}
 	}
 	// The writer is still stuck: more than the buffer holds waits, so the
 	// next POST is refused at once.
-	_, err, took := post(30, 60)
+	_, took, err := post(30, 60)
 	var busy *BusyError
 	if !errors.As(err, &busy) || !errors.Is(err, ErrBusy) || took > 200*time.Millisecond || busy.RetryAfter < time.Second ||
 		!strings.Contains(err.Error(), "experiments.buffer_events") || !strings.Contains(err.Error(), "(redis)") {

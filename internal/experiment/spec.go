@@ -195,16 +195,6 @@ func (sp *Spec) group(name string) int {
 	return -1
 }
 
-// metric returns the index of the metric name, or -1.
-func (sp *Spec) metric(name string) int {
-	for i := range sp.Metrics {
-		if sp.Metrics[i].Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
 // headerMetric returns the metric that reads the response header name, or
 // -1; header names compare case-insensitively.
 func (sp *Spec) headerMetric(name string) int {

@@ -28,15 +28,14 @@ const token = "test-admin-token"
 
 // env is a running gateway with four named backends that echo their name.
 type env struct {
-	t         *testing.T
-	data      string // http://127.0.0.1:port
-	admin     string
-	backends  map[string]string // name → addr
-	gw        *Gateway
-	client    *http.Client
-	stop      context.CancelFunc
-	done      chan error
-	accessLog *bytes.Buffer
+	t        *testing.T
+	data     string // http://127.0.0.1:port
+	admin    string
+	backends map[string]string // name → addr
+	gw       *Gateway
+	client   *http.Client
+	stop     context.CancelFunc
+	done     chan error
 	// openStore, when set, opens the store for each (re)start (etcd).
 	openStore func() store.Store
 	// options, when set, adjusts the gateway's Options at each (re)start.

@@ -111,7 +111,6 @@ type rawUpstream struct {
 	accepts atomic.Int32
 	answers map[string]string
 	closing map[string]bool
-	mu      sync.Mutex
 	stall   chan struct{}
 }
 

@@ -52,7 +52,7 @@ func (p *Proxy) respondHijacked(ctx *fasthttp.RequestCtx, ex *exchange) {
 			ex.upErr = err
 		}
 		ex.streaming = false
-		ex.releaseUpstream(ex.upEOF || (ex.resp.IsBodyStream() == false && err == nil))
+		ex.releaseUpstream(ex.upEOF || (!ex.resp.IsBodyStream() && err == nil))
 		ex.endNet()
 		ex.finish()
 	})

@@ -42,12 +42,6 @@ func (s *connSet) closeAll() {
 	}
 }
 
-func (s *connSet) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
-}
-
 // hijacked is a client connection the gateway took over from fasthttp: a
 // WebSocket tunnel, or a response written on the connection itself
 // (respondHijacked). close ends it, from any goroutine, at most once.

@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/graygate/graygate/internal/breaker"
 	"github.com/graygate/graygate/internal/rule"
 	"github.com/graygate/graygate/internal/store"
 	"github.com/graygate/graygate/internal/traffic"
@@ -397,7 +395,3 @@ func (h *harness) gather(name string) map[string]float64 {
 }
 
 func isState(err error) bool { return errors.Is(err, ErrState) }
-
-func durationOf(d time.Duration) breaker.Duration { return breaker.Duration(d) }
-
-func nilClient() *clientv3.Client { return nil }

@@ -89,11 +89,3 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 
 // nextChange waits for a notification on ch.
 var nextChange = storetest.NextChange
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
